@@ -1,0 +1,93 @@
+"""Typed records shared by every layer.
+
+These are plain dataclasses with no behaviour beyond (de)serialisation, so that rollout,
+curriculum, memory and recipes can pass data to each other without importing one another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+
+@dataclass
+class Task:
+    """One question with (optionally) a reference answer.
+
+    ``answer`` is the gold label for real/toy data and ``None`` for generated questions before
+    pseudo-labelling. ``features`` carries world-specific metadata (toy: level, carries, ...).
+    """
+
+    id: str
+    question: str
+    answer: str | None = None
+    source: str = ""
+    features: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Task":
+        return cls(
+            id=str(d["id"]),
+            question=str(d["question"]),
+            answer=None if d.get("answer") is None else str(d["answer"]),
+            source=str(d.get("source", "")),
+            features=dict(d.get("features") or {}),
+        )
+
+
+@dataclass
+class SamplingParams:
+    """Decoding parameters for one ``Sampler.sample`` call.
+
+    ``temperature == 0`` means greedy decoding (then ``n`` must be 1 to be meaningful).
+    ``top_k == 0`` and ``top_p == 1.0`` disable those filters (pure temperature sampling).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64
+    seed: int | None = None
+    return_logprobs: bool = False
+
+
+@dataclass
+class Completion:
+    """One sampled continuation of one prompt.
+
+    ``prompt_ids`` are the exact ids the model was conditioned on (no padding) and
+    ``token_ids`` the generated ids up to and including EOS when it was produced (no padding).
+    ``logprobs[i]`` is log p(token_ids[i]) under the sampling policy *before* temperature /
+    top-k / top-p (i.e. the raw model distribution), present when ``return_logprobs`` was set.
+    """
+
+    text: str
+    token_ids: list[int]
+    prompt_ids: list[int]
+    finish_reason: Literal["stop", "length"] = "stop"
+    logprobs: list[float] | None = None
+
+
+@dataclass
+class Vote:
+    """Majority vote over N answers (unparseable answers count in the denominator).
+
+    ``label`` is the representative answer of the largest cluster (None when no answer parsed),
+    ``p1`` its share of N, ``p2`` the share of the second largest cluster (0 when none),
+    ``cluster_of[i]`` the cluster index of answer i (-1 for unparseable), ``sizes`` the cluster
+    sizes sorted descending (cluster 0 is the majority).
+    """
+
+    label: str | None
+    p1: float
+    p2: float
+    n: int
+    cluster_of: list[int]
+    sizes: list[int]
+
+    def agrees(self, i: int) -> bool:
+        """True when answer ``i`` is in the majority cluster."""
+        return self.label is not None and self.cluster_of[i] == 0
