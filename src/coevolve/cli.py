@@ -1,0 +1,219 @@
+"""The ``coevolve`` command line: run, resume, eval, report, memory, toy, grade, config.
+
+Every user-facing failure is a ``CoevolveError``: it is printed as one clear message (no
+traceback) and the command exits with status 2. Ctrl-C leaves a resumable run folder.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from coevolve.errors import CoevolveError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Self-evolving RL for reasoning LLMs (D2Evo, DiagEvo, baselines).")
+toy_app = typer.Typer(no_args_is_help=True, help="The built-in toy world.")
+app.add_typer(toy_app, name="toy")
+
+
+def _err(msg: str) -> None:
+    typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
+
+
+def _setup_threads(n: int | None) -> None:
+    if n:
+        import torch
+
+        torch.set_num_threads(n)
+
+
+def _execute(cfg, run_dir: Path, resumed: bool) -> None:
+    from coevolve.config import recipe_runner
+    from coevolve.recipes.common import say
+
+    runner = recipe_runner(cfg.recipe)
+    from coevolve.run import RunDir
+
+    run = RunDir.open(run_dir)
+    run.set_status("running")
+    _setup_threads(cfg.run.threads)
+    say(f"{'resuming' if resumed else 'running'} {cfg.recipe} in {run_dir}")
+    t0 = time.time()
+    try:
+        summary = runner(cfg, run)
+    except KeyboardInterrupt:
+        run.set_status("interrupted")
+        _err(f"interrupted; the run folder is resumable: coevolve resume {run_dir}")
+        raise typer.Exit(130)
+    except BaseException:
+        run.set_status("failed")
+        raise
+    run.set_status("finished")
+    say(f"done in {time.time() - t0:.1f} s; summary: {run_dir / 'summary.json'}")
+    ev = summary.get("eval", {})
+    for tag in ("base", "final"):
+        for bench, r in (ev.get(tag) or {}).items():
+            s = r.get("sampled")
+            say(f"  {tag:5s} {bench}: greedy {r['greedy']:.3f}" + (f"  sampled {s:.3f}" if s is not None else ""))
+
+
+@app.command()
+def run(
+    recipe: str = typer.Argument(..., help="grpo | d2evo | diagevo | rzero"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides (dotted paths), e.g. solver.steps=40"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config file"),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run folder (default runs/<recipe>-<time>)"),
+) -> None:
+    """Run a recipe (the toy world by default: no model or data needed)."""
+    from coevolve.config import dump_yaml, load_config
+    from coevolve.run import RunDir, default_run_path
+
+    cfg = load_config(recipe, config, overrides or [])
+    path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
+    RunDir.create(path, dump_yaml(cfg), cfg.recipe)
+    _execute(cfg, path, resumed=False)
+
+
+@app.command()
+def resume(
+    run_dir: Path = typer.Argument(..., help="A run folder made by `coevolve run`"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Overrides of run.* fields only (e.g. run.progress=false)"),
+) -> None:
+    """Continue a run from its last completed phase (exactly as if never interrupted)."""
+    from coevolve.config import load_config
+    from coevolve.errors import ConfigError
+    from coevolve.run import CONFIG_FILE, RunDir
+
+    run = RunDir.open(run_dir)
+    bad = [o for o in (overrides or []) if not o.startswith("run.")]
+    if bad:
+        raise ConfigError(f"resume accepts only run.* overrides (the recipe must not change): {bad}")
+    cfg = load_config(run.recipe, run_dir / CONFIG_FILE, overrides or [])
+    _execute(cfg, run_dir, resumed=True)
+
+
+@app.command("eval")
+def eval_cmd(
+    model: Optional[str] = typer.Option(None, "--model", help="HF model folder ('toy' = the cached toy base)"),
+    bench: str = typer.Option("math7", "--bench", help="Comma-separated benchmarks or groups: toy, math7, general, all, names"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="First N items per benchmark"),
+    samples: int = typer.Option(0, "--samples", help="k for mean@k (0 = greedy pass@1 only)"),
+    max_new_tokens: int = typer.Option(1024, "--max-new-tokens"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output folder (results.json, items_*.jsonl)"),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder with the large benchmark files (or $COEVOLVE_DATA)"),
+    chat_template: Optional[bool] = typer.Option(None, "--chat-template/--no-chat-template"),
+    seed: int = typer.Option(0, "--seed"),
+    batch_size: int = typer.Option(256, "--batch-size"),
+    compare: Optional[list[Path]] = typer.Option(None, "--compare", help="Put result folders side by side"),
+) -> None:
+    """Evaluate a model on named benchmarks, or compare result folders."""
+    from coevolve.eval import harness
+
+    if compare:
+        typer.echo(harness.compare(list(compare)))
+        return
+    if not model:
+        raise CoevolveError("--model is required (or use --compare DIR ...)")
+    if model == "toy":
+        from coevolve.toy import ensure_base
+
+        model = str(ensure_base())
+    out_dir = out or Path("eval_results") / time.strftime("%Y%m%d-%H%M%S")
+    results = harness.run_eval(
+        model,
+        [b.strip() for b in bench.split(",") if b.strip()],
+        limit=limit,
+        samples=samples,
+        max_new_tokens=max_new_tokens,
+        out_dir=out_dir,
+        data_dir=data_dir,
+        chat_template=chat_template,
+        seed=seed,
+        batch_size=batch_size,
+    )
+    typer.echo(harness.format_table(results))
+    typer.echo(f"results: {out_dir / 'results.json'}")
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="A run folder")) -> None:
+    """Write run_dir/report/ with PNG plots and a markdown summary."""
+    from coevolve.eval.report import write_report
+
+    path = write_report(run_dir)
+    typer.echo(f"report: {path}")
+
+
+@app.command()
+def memory(
+    run_dir: Path = typer.Argument(..., help="A DiagEvo run folder"),
+    round: Optional[int] = typer.Option(None, "--round", help="Round (default: latest)"),
+) -> None:
+    """Print the error-cause memory tree with states, frequencies, and the next round's eps / p(e)."""
+    from coevolve.memory.cli import memory_command
+
+    typer.echo(memory_command(run_dir, round))
+
+
+@toy_app.command("build")
+def toy_build(
+    out: Path = typer.Option(..., "--out", help="Folder to write the toy base model into"),
+    steps: int = typer.Option(600, "--steps", help="Pretraining steps (600 = partial competence)"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Build the toy base model (char tokenizer + tiny Qwen3, short supervised pretraining)."""
+    from coevolve.toy import build_base
+
+    path = build_base(out, steps=steps, seed=seed)
+    typer.echo(f"toy base model: {path}")
+
+
+@app.command()
+def grade(
+    gold: Optional[str] = typer.Argument(None),
+    pred: Optional[str] = typer.Argument(None),
+    jsonl: Optional[Path] = typer.Option(None, "--jsonl", help='File of {"gold": ..., "pred": ...} lines'),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the graded lines here (default stdout)"),
+) -> None:
+    """Grade one answer (exit 0 = equal, 1 = not) or a JSONL file (adds "equal" to each line)."""
+    from coevolve.answers import grade_jsonl, grade_pair
+
+    if jsonl is not None:
+        n_eq, n = grade_jsonl(jsonl, out if out else sys.stdout)
+        typer.echo(f"{n_eq}/{n} equal", err=True)
+        return
+    if gold is None or pred is None:
+        raise CoevolveError("give GOLD and PRED, or --jsonl FILE")
+    ok = grade_pair(gold, pred)
+    typer.echo("equal" if ok else "not equal")
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command("config")
+def config_cmd(
+    recipe: str = typer.Argument(..., help="Recipe name"),
+    overrides: Optional[list[str]] = typer.Argument(None),
+    config: Optional[Path] = typer.Option(None, "--config", "-c"),
+) -> None:
+    """Print the resolved config (defaults <- file <- overrides) as YAML."""
+    from coevolve.config import dump_yaml, load_config
+
+    typer.echo(dump_yaml(load_config(recipe, config, overrides or [])), nl=False)
+
+
+def main() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        app()
+    except CoevolveError as e:
+        _err(str(e))
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""Typed configuration: one pydantic model per recipe, loaded from YAML, overridden with
+``key=value`` (dotted paths) on the command line, validated before any work starts.
+
+Why pydantic: it gives us unknown-key rejection (``extra="forbid"``), type coercion with
+precise error locations, and ``Literal`` choices, so a malformed config fails with a message
+that names the field instead of crashing an hour into a run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from coevolve.errors import ConfigError
+
+
+class Strict(BaseModel):
+    """Base for every config section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Strict):
+    path: str | None = Field(
+        None,
+        description="Local Hugging Face causal-LM folder. None = the built-in toy base model "
+        "(built once and cached; see toy_steps/toy_seed).",
+    )
+    toy_steps: int = Field(600, ge=1, description="Pretraining steps of the toy base model (toy_world_prototype.md: 600).")
+    toy_seed: int = Field(0, description="Seed of the toy base model's pretraining.")
+    toy_cache: str | None = Field(None, description="Cache folder for the toy base (default $COEVOLVE_CACHE or ~/.cache/coevolve).")
+    device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N'.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="'auto' = bf16 on GPU, fp32 on CPU.")
+    chat_template: bool = Field(False, description="Wrap prompts with the tokenizer's chat template (real chat models).")
+
+
+class DataConfig(Strict):
+    source: str = Field("toy", description="'toy' (the built-in arithmetic world) or a JSONL / JSONL.gz file of labelled questions.")
+    question_key: str = Field("question", description="Field holding the question text in JSONL rows.")
+    answer_key: str = Field("answer", description="Field holding the reference answer in JSONL rows.")
+    on_error: Literal["raise", "skip"] = Field(
+        "raise", description="Broken dataset rows: 'raise' stops with file:line, 'skip' reports them and continues."
+    )
+    limit: int | None = Field(None, ge=1, description="Use at most this many rows of a JSONL source (first N).")
+    toy_levels: list[int] = Field(default_factory=lambda: [1, 2, 3, 4], description="Toy levels to draw problems from.")
+
+
+class SamplingConfig(Strict):
+    temperature: float = Field(1.0, ge=0.0, description="Rollout temperature (prototype: T=1).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling; 1.0 = off.")
+    top_k: int = Field(0, ge=0, description="Top-k sampling; 0 = off (pure temperature sampling).")
+    max_new_tokens: int = Field(64, ge=1, description="Completion length cap for rollouts.")
+    max_batch: int = Field(256, ge=1, description="Max sequences per generate call (larger batches are chunked).")
+
+
+class LearnerSection(Strict):
+    """GRPO learner (TRL loss_type='dapo' / verl token-mean formulation)."""
+
+    lr: float = Field(3e-5, gt=0, description="AdamW learning rate (toy: 3e-5; 3e-4 collapses, 1e-4 degrades; real 4B: ~1e-6).")
+    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip.")
+    eps_low: float = Field(0.2, ge=0, lt=1, description="Lower PPO clip (1-eps_low).")
+    eps_high: float = Field(0.28, ge=0, description="Upper PPO clip (1+eps_high), DAPO clip-higher.")
+    beta_kl: float = Field(0.0, ge=0, description="k3 KL coefficient to the reference model (0 = no reference).")
+    scale_std: bool = Field(True, description="Divide advantages by the group std (False = Dr. GRPO).")
+    micro_batch_size: int = Field(64, ge=1, description="Sequences per forward/backward micro-batch.")
+    epochs_per_batch: int = Field(1, ge=1, description="GRPO inner epochs (mu) over each rollout batch.")
+    lora: bool = Field(False, description="Train LoRA adapters (needs the 'lora' extra: peft).")
+    lora_r: int = Field(16, ge=1, description="LoRA rank.")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha.")
+
+
+class EvalConfig(Strict):
+    benches: list[str] = Field(default_factory=lambda: ["toy"], description="Benchmarks or groups (toy, math7, general, all, or names).")
+    heldout_size: int = Field(500, ge=1, description="Size of the toy held-out set (fixed, seeded).")
+    samples: int = Field(8, ge=0, description="T=1 samples per item for the 'sampled' (mean@k) accuracy; 0 = greedy only.")
+    max_new_tokens: int = Field(64, ge=1, description="Completion cap at evaluation.")
+    limit: int | None = Field(None, ge=1, description="Evaluate on the first N items of each benchmark.")
+    data_dir: str | None = Field(None, description="Folder with the large benchmark files (default $COEVOLVE_DATA).")
+    every_round: bool = Field(True, description="Evaluate at the end of every round (not only base and final).")
+
+
+class RunSection(Strict):
+    seed: int = Field(0, description="Master seed; every phase derives its own seed from it, so resume is exact.")
+    name: str | None = Field(None, description="Run name (default '<recipe>-<timestamp>').")
+    root: str = Field("runs", description="Folder that holds run folders when --run-dir is not given.")
+    progress: bool = Field(True, description="Show progress bars.")
+    save_rollouts: bool = Field(True, description="Save every rollout batch (prompts, completions, rewards) for audit.")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch default).")
+    keep_checkpoints: int = Field(2, ge=1, description="How many phase-boundary checkpoints of each model to keep.")
+    grader_timeout: float = Field(5.0, gt=0, description="Hard wall-clock timeout (s) of one equivalence check.")
+
+
+class RecipeConfig(Strict):
+    """Fields every recipe has. Recipes subclass this and add their own sections."""
+
+    recipe: str
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    learner: LearnerSection = Field(default_factory=LearnerSection)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    run: RunSection = Field(default_factory=RunSection)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading, overrides, errors
+
+
+def _fmt_loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def validation_message(err: ValidationError, origin: str) -> str:
+    lines = [f"invalid config ({origin}):"]
+    for e in err.errors():
+        loc = _fmt_loc(e["loc"])
+        if e["type"] == "extra_forbidden":
+            lines.append(f"  {loc}: unknown key")
+        else:
+            got = e.get("input")
+            got_s = "" if isinstance(got, dict) else f" (got {got!r})"
+            lines.append(f"  {loc}: {e['msg']}{got_s}")
+    return "\n".join(lines)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``a.b.c=value`` -> (["a", "b", "c"], parsed value). Values are parsed as YAML scalars /
+    flow lists, so ``x=3`` is an int, ``x=[1,2]`` a list, ``x=null`` None, ``x=abc`` a string."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} is not of the form key=value")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not p for p in key.split(".")):
+        raise ConfigError(f"override {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type[BaseModel]) -> dict[str, Any]:
+    """Set each dotted override into the raw dict, checking that every path names a field."""
+    for ov in overrides:
+        path, value = parse_override(ov)
+        model: Any = cls
+        node = data
+        for i, part in enumerate(path):
+            fields = getattr(model, "model_fields", None)
+            if fields is None or part not in fields:
+                where = ".".join(path[: i + 1])
+                known = ", ".join(sorted(fields)) if fields else "(not a section)"
+                raise ConfigError(f"override {ov!r}: unknown key {where!r} (known here: {known})")
+            if i == len(path) - 1:
+                node[part] = value
+            else:
+                ann = fields[part].annotation
+                model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+                child = node.get(part)
+                if not isinstance(child, dict):
+                    child = {}
+                    node[part] = child
+                node = child
+    return data
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {p}{where} is not valid YAML: {getattr(e, 'problem', e)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def build_config(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[str], origin: str) -> RecipeConfig:
+    data = apply_overrides(dict(data), overrides, cls)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(validation_message(e, origin)) from None
+
+
+def dump_yaml(cfg: BaseModel) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
