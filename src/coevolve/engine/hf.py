@@ -1,0 +1,271 @@
+"""Hugging Face ``generate`` rollout backend (the CPU / toy default, and a GPU fallback).
+
+Why our own wrapper instead of calling ``generate`` at each call site: GRPO needs exact token
+ids (prompt without padding, completion cut after the first EOS), reproducible seeded
+sampling, raw-distribution log-probs, and large ``prompts x n`` batches split into chunks. Those
+details are easy to get subtly wrong (left padding, position ids, tokenizers without a pad
+token, transformers 5 ``GenerationConfig`` defaults being ``None``), so they live here once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from coevolve.engine.base import SamplerError, validate_params
+from coevolve.errors import ModelLoadError
+from coevolve.rl.grpo import sequence_logprobs
+from coevolve.types import Completion, SamplingParams
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """``"auto"``/None -> cuda when available, else cpu."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    """``"auto"`` -> bf16 on cuda, fp32 on cpu (CPU bf16 matmuls are slow and imprecise)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
+             "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
+    if dtype not in table:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(table)}")
+    return table[dtype]
+
+
+def load_model(
+    path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto"
+) -> tuple[Any, Any]:
+    """Load a causal LM and its tokenizer from a local Hugging Face folder.
+
+    The tokenizer is set to left padding (needed for batched generation) and gets EOS as pad
+    token when it has none. Raises ``ModelLoadError`` naming the path for a missing folder, a
+    folder without ``config.json`` or any loading failure.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    p = Path(path)
+    if not p.exists():
+        raise ModelLoadError(f"model path {p} does not exist")
+    if not p.is_dir() or not (p / "config.json").is_file():
+        raise ModelLoadError(f"{p} is not a Hugging Face model folder (no config.json)")
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(p))
+        model = AutoModelForCausalLM.from_pretrained(str(p), dtype=dt)
+    except Exception as e:  # noqa: BLE001 - re-raised as a clear, user-facing error
+        raise ModelLoadError(f"could not load model from {p}: {type(e).__name__}: {e}") from e
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(dev)
+    return model, tokenizer
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    """All ids that end a completion: the tokenizer's EOS plus the model's generation EOS ids
+    (Qwen3 chat models stop on both ``<|im_end|>`` and ``<|endoftext|>``)."""
+    ids: list[int] = []
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    gc = getattr(model, "generation_config", None)
+    g_eos = getattr(gc, "eos_token_id", None) if gc is not None else None
+    if isinstance(g_eos, int):
+        g_eos = [g_eos]
+    for e in g_eos or []:
+        if int(e) not in ids:
+            ids.append(int(e))
+    if not ids:
+        raise SamplerError("tokenizer has no eos_token_id and the model's generation_config has none")
+    return ids
+
+
+@contextlib.contextmanager
+def _eval_no_grad(model: Any) -> Iterator[None]:
+    """Sampling runs in eval mode without autograd; the caller's train/eval mode is restored."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Seed torch for the duration of a call without disturbing the caller's global RNG."""
+    if seed is None:
+        yield
+        return
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda"):
+        torch.manual_seed(seed)
+        yield
+
+
+class HFSampler:
+    """``Sampler`` over a Hugging Face causal LM using ``model.generate``.
+
+    ``max_batch`` caps the number of sequences (prompt copies) per ``generate`` call; sequences
+    are sorted by prompt length first so chunks need little padding. ``logprob_batch`` caps the
+    rows per log-prob forward pass. The sampler shares the module with the learner, so
+    ``sync_weights`` is a no-op (a vLLM sampler pushes weights there).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        max_batch: int = 256,
+        device: str | torch.device | None = None,
+        logprob_batch: int = 64,
+    ) -> None:
+        if max_batch < 1:
+            raise SamplerError(f"HFSampler: max_batch must be >= 1, got {max_batch}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch = int(max_batch)
+        self.logprob_batch = max(1, int(logprob_batch))
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.eos_ids = _eos_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
+
+    def sync_weights(self, model: Any | None = None) -> None:
+        """Make the sampler use the learner's current weights. No-op: the module is shared."""
+        if model is not None and model is not self.model:
+            self.model = model
+
+    # ------------------------------------------------------------------ helpers
+    def encode(self, prompt: str) -> list[int]:
+        """Token ids the model is conditioned on (special tokens as the tokenizer adds them:
+        BOS for the toy tokenizer, nothing for Qwen3)."""
+        return list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Decode without special tokens (EOS/pad/BOS) but keeping plain added tokens such as
+        ``<think>``; no clean-up of spaces, so char-level text round-trips exactly."""
+        special = set(self.tokenizer.all_special_ids)
+        kept = [i for i in ids if i not in special]
+        return self.tokenizer.decode(kept, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _left_pad(self, seqs: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
+        L = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), L), self.pad_id, dtype=torch.long)  # (B, L)
+        mask = torch.zeros((len(seqs), L), dtype=torch.long)  # (B, L)
+        for i, s in enumerate(seqs):
+            if s:
+                ids[i, L - len(s):] = torch.tensor(list(s), dtype=torch.long)
+                mask[i, L - len(s):] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _generation_config(self, params: SamplingParams) -> Any:
+        from transformers import GenerationConfig
+
+        common = dict(
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            num_beams=1,
+            repetition_penalty=1.0,
+        )
+        if params.temperature == 0:
+            return GenerationConfig(do_sample=False, **common)
+        # transformers 5 defaults top_k/top_p to None and then fills them from the model's
+        # generation_config (Qwen3: top_k=20, top_p=0.95); pass neutral values explicitly.
+        return GenerationConfig(
+            do_sample=True, temperature=float(params.temperature), top_k=int(params.top_k),
+            top_p=float(params.top_p), **common,
+        )
+
+    def _generate_chunk(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        """Raw generated ids per row (right-padded region, not yet cut)."""
+        ids, mask = self._left_pad(prompt_ids)  # (B, L)
+        out = self.model.generate(
+            input_ids=ids, attention_mask=mask, generation_config=self._generation_config(params)
+        )  # (B, L + new)
+        return out[:, ids.shape[1]:].tolist()
+
+    def _cut(self, gen: list[int]) -> tuple[list[int], str]:
+        eos = set(self.eos_ids)
+        for j, t in enumerate(gen):
+            if t in eos:
+                return gen[: j + 1], "stop"
+        return gen, "length"
+
+    def completion_logprobs(self, prompt_ids: list[list[int]], comp_ids: list[list[int]]) -> list[list[float]]:
+        """log p(completion token) under the raw model distribution, by one batched forward
+        pass per ``logprob_batch`` rows (left-padded prompts, right-padded completions)."""
+        result: list[list[float]] = []
+        for s in range(0, len(prompt_ids), self.logprob_batch):
+            P = prompt_ids[s : s + self.logprob_batch]
+            C = comp_ids[s : s + self.logprob_batch]
+            T = max(1, max(len(c) for c in C))
+            p_ids, p_mask = self._left_pad(P)  # (B, Lp)
+            c_ids = torch.full((len(C), T), self.pad_id, dtype=torch.long)  # (B, T)
+            c_mask = torch.zeros((len(C), T), dtype=torch.long)  # (B, T)
+            for i, c in enumerate(C):
+                if c:
+                    c_ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+                    c_mask[i, : len(c)] = 1
+            c_ids, c_mask = c_ids.to(self.device), c_mask.to(self.device)
+            input_ids = torch.cat([p_ids, c_ids], dim=1)  # (B, Lp + T)
+            attn = torch.cat([p_mask, c_mask], dim=1)  # (B, Lp + T)
+            lp = sequence_logprobs(self.model, input_ids, attn, c_mask).float().cpu()  # (B, T)
+            for i, c in enumerate(C):
+                result.append(lp[i, : len(c)].tolist())
+        return result
+
+    # ------------------------------------------------------------------ API
+    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        """``n`` completions per prompt; outer list follows ``prompts``, inner holds the n samples."""
+        validate_params(n, params)
+        if isinstance(prompts, str):
+            raise SamplerError("sample: prompts must be a sequence of strings, not one string")
+        encoded = [self.encode(p) for p in prompts]
+        for i, e in enumerate(encoded):
+            if not e:
+                raise SamplerError(
+                    f"sample: prompt {i} encodes to zero tokens and the tokenizer adds no BOS; "
+                    "cannot condition on an empty prompt"
+                )
+        # one row per (prompt, sample); sorted by prompt length (stable) to reduce padding
+        rows = [(pi, k) for pi in range(len(prompts)) for k in range(n)]
+        order = sorted(range(len(rows)), key=lambda r: len(encoded[rows[r][0]]))
+        gen_rows: dict[int, list[int]] = {}
+        with _eval_no_grad(self.model), _seeded(params.seed, self.device):
+            for s in range(0, len(order), self.max_batch):
+                chunk = order[s : s + self.max_batch]
+                outs = self._generate_chunk([encoded[rows[r][0]] for r in chunk], params)
+                for r, g in zip(chunk, outs):
+                    gen_rows[r] = g
+            cut = [self._cut(gen_rows[r]) for r in range(len(rows))]
+            logprobs: list[list[float]] | None = None
+            if params.return_logprobs and rows:
+                logprobs = self.completion_logprobs(
+                    [encoded[pi] for pi, _ in rows], [c for c, _ in cut]
+                )
+        result: list[list[Completion]] = [[] for _ in prompts]
+        for r, (pi, _) in enumerate(rows):
+            ids, reason = cut[r]
+            result[pi].append(
+                Completion(
+                    text=self.decode(ids),
+                    token_ids=ids,
+                    prompt_ids=list(encoded[pi]),
+                    finish_reason=reason,  # type: ignore[arg-type]
+                    logprobs=None if logprobs is None else logprobs[r],
+                )
+            )
+        return result

@@ -1,0 +1,182 @@
+"""GRPO core as pure tensor functions (the project's own formulation).
+
+Equal to TRL ``GRPOTrainer(loss_type="dapo")`` and verl ``loss_agg_mode="token-mean"``:
+
+    A_i   = (r_i - mean_g) / (std_g + eps)            (std with Bessel's correction; or r_i - mean_g)
+    rho   = exp(logp - old_logp)
+    L     = -(1/T) sum_i sum_t m_it * min(rho A_i, clip(rho, 1 - eps_low, 1 + eps_high) A_i)
+            + beta (1/T) sum m_it * (exp(ref - logp) - (ref - logp) - 1)
+
+with T the number of active completion tokens of the *whole* update batch (all micro-batches),
+so that micro-batching changes nothing but memory. Kept free of model/optimizer state so the
+maths can be unit-tested against a naive loop implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from coevolve.errors import CoevolveError
+
+
+class RLInputError(CoevolveError, ValueError):
+    """Malformed input to the GRPO functions (shapes, group sizes, non-finite rewards)."""
+
+
+# A group whose reward std is below this is "zero variance": every sample got the same reward,
+# so the group carries no policy-gradient signal.
+ZERO_STD_ATOL = 1e-6
+
+
+def group_advantages(
+    rewards_BG: Tensor, scale_std: bool = True, eps: float = 1e-4
+) -> tuple[Tensor, Tensor]:
+    """Group-relative advantages.
+
+    ``rewards_BG`` holds G rewards for each of B prompts. Returns ``(adv_BG, zero_std_B)``.
+    ``scale_std=False`` is Dr. GRPO (no division by the group std, which would up-weight nearly
+    solved / nearly hopeless prompts). Zero-variance groups get exactly 0 advantage.
+    """
+    if rewards_BG.dim() != 2:
+        raise RLInputError(f"group_advantages: rewards must be (B, G), got shape {tuple(rewards_BG.shape)}")
+    if rewards_BG.shape[1] < 2:
+        raise RLInputError(
+            f"group_advantages: need at least 2 samples per group, got G={rewards_BG.shape[1]}"
+        )
+    if not torch.isfinite(rewards_BG).all():
+        raise RLInputError("group_advantages: rewards contain NaN or inf")
+    r = rewards_BG.double()  # (B, G) in float64 so the zero-std test is not fooled by rounding
+    mean_B1 = r.mean(dim=1, keepdim=True)  # (B, 1)
+    std_B1 = r.std(dim=1, unbiased=True, keepdim=True)  # (B, 1)
+    zero_std_B = std_B1.squeeze(1) < ZERO_STD_ATOL  # (B,)
+    adv = r - mean_B1  # (B, G)
+    if scale_std:
+        adv = adv / (std_B1 + eps)
+    adv = adv.masked_fill(zero_std_B[:, None], 0.0)
+    return adv.to(rewards_BG.dtype if rewards_BG.is_floating_point() else torch.float32), zero_std_B
+
+
+def selective_log_softmax(logits_NTV: Tensor, index_NT: Tensor) -> Tensor:
+    """``log_softmax(logits)[..., index]`` without materialising a full fp32 log-softmax.
+
+    For bf16/fp16 logits of a 150k vocabulary the (N, T, V) fp32 copy is the memory peak of an RL
+    step; here half-precision rows are upcast one sequence at a time.
+    """
+    if logits_NTV.dtype in (torch.float32, torch.float64):
+        sel_NT = logits_NTV.gather(-1, index_NT.unsqueeze(-1)).squeeze(-1)  # (N, T)
+        lse_NT = torch.logsumexp(logits_NTV, dim=-1)  # (N, T)
+        return sel_NT - lse_NT
+    rows = []
+    for row_TV, idx_T in zip(logits_NTV, index_NT):
+        lp_TV = torch.log_softmax(row_TV.float(), dim=-1)  # (T, V)
+        rows.append(lp_TV.gather(-1, idx_T.unsqueeze(-1)).squeeze(-1))  # (T,)
+    return torch.stack(rows)  # (N, T)
+
+
+def sequence_logprobs(
+    model: Any, input_ids: Tensor, attention_mask: Tensor, completion_mask: Tensor
+) -> Tensor:
+    """Per-token log-probs (raw model distribution, no temperature) of the completion tokens.
+
+    Layout: ``input_ids`` / ``attention_mask`` are (N, L) = [left-padded prompt | completion
+    right-padded], the completion occupying the last T = ``completion_mask.shape[1]`` columns.
+    Position ids are ``cumsum(mask) - 1`` so left padding does not shift positions (this is what
+    makes batched log-probs equal unbatched ones). Only the last T+1 logits are computed
+    (``logits_to_keep``). Returns (N, T) log-probs, zeroed where ``completion_mask`` is 0.
+    Gradients flow when called outside ``torch.no_grad``.
+    """
+    if input_ids.shape != attention_mask.shape:
+        raise RLInputError(
+            f"sequence_logprobs: input_ids {tuple(input_ids.shape)} and attention_mask "
+            f"{tuple(attention_mask.shape)} differ"
+        )
+    N, L = input_ids.shape
+    T = completion_mask.shape[1]
+    if completion_mask.shape[0] != N or T >= L:
+        raise RLInputError(
+            f"sequence_logprobs: completion_mask {tuple(completion_mask.shape)} does not fit "
+            f"input_ids {tuple(input_ids.shape)} (need T < L, at least one prompt token)"
+        )
+    position_ids = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (N, L)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        logits_to_keep=T + 1,
+        use_cache=False,
+    )
+    logits_NTV = out.logits[:, -(T + 1) : -1, :]  # (N, T, V): logits at j predict token j+1
+    targets_NT = input_ids[:, L - T :]  # (N, T)
+    logp_NT = selective_log_softmax(logits_NTV, targets_NT)  # (N, T)
+    return logp_NT * completion_mask.to(logp_NT.dtype)
+
+
+def policy_loss(
+    logp_NT: Tensor,
+    old_logp_NT: Tensor,
+    adv_N: Tensor,
+    mask_NT: Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    ref_logp_NT: Tensor | None = None,
+    beta: float = 0.0,
+    num_tokens: float | Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped GRPO surrogate with token-mean aggregation (+ optional k3 KL).
+
+    ``num_tokens`` is the global normaliser T (active completion tokens of the whole update
+    batch); it defaults to ``mask_NT.sum()``. Passing the global T to every micro-batch makes
+    the summed micro-batch losses equal the full-batch loss exactly.
+
+    Returns ``(loss, stats)``; stats are detached means over this call's active tokens:
+    ``clip_frac_low`` (ratio < 1-eps_low with A < 0: the clip is active on the low side),
+    ``clip_frac_high`` (ratio > 1+eps_high with A > 0), ``clip_frac`` (either), ``ratio_mean``,
+    ``kl`` (k3, computed whenever ``ref_logp_NT`` is given) and ``n_tokens`` (local count).
+    """
+    if logp_NT.shape != old_logp_NT.shape or logp_NT.shape != mask_NT.shape:
+        raise RLInputError(
+            f"policy_loss: shapes differ: logp {tuple(logp_NT.shape)}, old {tuple(old_logp_NT.shape)}, "
+            f"mask {tuple(mask_NT.shape)}"
+        )
+    if adv_N.shape != logp_NT.shape[:1]:
+        raise RLInputError(f"policy_loss: adv must be (N,), got {tuple(adv_N.shape)} for N={logp_NT.shape[0]}")
+    if ref_logp_NT is not None and ref_logp_NT.shape != logp_NT.shape:
+        raise RLInputError(f"policy_loss: ref_logp shape {tuple(ref_logp_NT.shape)} != {tuple(logp_NT.shape)}")
+    if beta > 0 and ref_logp_NT is None:
+        raise RLInputError("policy_loss: beta > 0 needs ref_logp_NT")
+    m_NT = mask_NT.to(logp_NT.dtype)  # (N, T)
+    local_tokens = m_NT.sum()
+    denom = local_tokens if num_tokens is None else torch.as_tensor(num_tokens, dtype=logp_NT.dtype)
+    denom = denom.clamp(min=1.0)
+
+    ratio_NT = torch.exp(logp_NT - old_logp_NT)  # (N, T)
+    a_N1 = adv_N.to(logp_NT.dtype)[:, None]  # (N, 1)
+    surr1_NT = ratio_NT * a_N1
+    surr2_NT = torch.clamp(ratio_NT, 1.0 - eps_low, 1.0 + eps_high) * a_N1
+    per_tok_NT = -torch.min(surr1_NT, surr2_NT)  # (N, T)
+
+    kl_NT = None
+    if ref_logp_NT is not None:
+        d_NT = ref_logp_NT - logp_NT
+        kl_NT = torch.exp(d_NT) - d_NT - 1.0  # (N, T) k3 estimator, >= 0
+        if beta > 0:
+            per_tok_NT = per_tok_NT + beta * kl_NT
+
+    loss = (per_tok_NT * m_NT).sum() / denom
+
+    with torch.no_grad():
+        n_loc = local_tokens.clamp(min=1.0)
+        low = ((ratio_NT < 1.0 - eps_low) & (a_N1 < 0)).to(m_NT.dtype) * m_NT
+        high = ((ratio_NT > 1.0 + eps_high) & (a_N1 > 0)).to(m_NT.dtype) * m_NT
+        stats = {
+            "clip_frac_low": low.sum() / n_loc,
+            "clip_frac_high": high.sum() / n_loc,
+            "clip_frac": (low + high).sum() / n_loc,
+            "ratio_mean": (ratio_NT * m_NT).sum() / n_loc,
+            "kl": (kl_NT * m_NT).sum() / n_loc if kl_NT is not None else torch.zeros(()),
+            "n_tokens": local_tokens.detach(),
+        }
+    return loss, stats

@@ -1,0 +1,237 @@
+"""HFSampler / load_model on a tiny random Qwen3 and a char-level tokenizer (CPU, fast)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from coevolve.engine import HFSampler, Sampler, load_model
+from coevolve.engine.base import SamplerError
+from coevolve.errors import ModelLoadError
+from coevolve.types import SamplingParams
+
+torch.set_num_threads(1)
+
+ADDED = ["<think>", "</think>", "<question>", "</question>"]
+
+
+def make_tokenizer(bos: bool = True, pad: bool = True):
+    """Char-level tokenizer like the toy world's: BOS by post-processor, plain added tokens."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [chr(c) for c in range(32, 127)] + ["\n"]
+    vocab = {t: i for i, t in enumerate(["<pad>", "<s>", "</s>", "<unk>"] + chars)}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), "isolated")
+    tk.decoder = decoders.Fuse()
+    kw: dict = dict(tokenizer_object=tk, eos_token="</s>", unk_token="<unk>", padding_side="left")
+    if bos:
+        tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+        kw["bos_token"] = "<s>"
+    if pad:
+        kw["pad_token"] = "<pad>"
+    tok = PreTrainedTokenizerFast(**kw)
+    tok.add_tokens(ADDED)
+    return tok
+
+
+def make_model(vocab: int, seed: int = 0):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+        tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )
+    model = Qwen3ForCausalLM(cfg)
+    with torch.no_grad():
+        for p in model.parameters():  # larger weights -> peaky, input-dependent distributions
+            p.mul_(3.0)
+    model.eval()
+    return model
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return make_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return make_model(len(tok))
+
+
+PROMPTS = ["Q:1+2=\nA:", "Q:12+345=\nA:", "Q:7*8=\nA:", "x"]
+
+
+def naive_logprobs(model, prompt_ids, comp_ids):
+    """Unbatched, unpadded forward: the obviously-correct reference."""
+    ids = torch.tensor([prompt_ids + comp_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0]  # (L, V)
+    lp = torch.log_softmax(logits.double(), dim=-1)
+    P = len(prompt_ids)
+    return [lp[P - 1 + j, t].item() for j, t in enumerate(comp_ids)]
+
+
+def test_protocol_and_shapes(model, tok):
+    s = HFSampler(model, tok, max_batch=256)
+    assert isinstance(s, Sampler)
+    out = s.sample(PROMPTS, 3, SamplingParams(max_new_tokens=12, seed=1))
+    assert len(out) == len(PROMPTS) and all(len(g) == 3 for g in out)
+    for p, group in zip(PROMPTS, out):
+        for c in group:
+            assert c.prompt_ids == tok(p)["input_ids"] and c.prompt_ids[0] == tok.bos_token_id
+            assert tok.pad_token_id not in c.prompt_ids
+            assert 1 <= len(c.token_ids) <= 12
+            if c.finish_reason == "stop":
+                assert c.token_ids[-1] == tok.eos_token_id
+                assert tok.eos_token_id not in c.token_ids[:-1]
+            else:
+                assert len(c.token_ids) == 12 and tok.eos_token_id not in c.token_ids
+            assert c.logprobs is None
+
+
+def test_eos_cut_forced(tok):
+    """Deterministic EOS: with a huge EOS logit every completion is exactly [EOS]."""
+    m = make_model(len(tok), seed=4)
+
+    def hook(module, inputs, output):
+        output[..., tok.eos_token_id] += 1e4
+        return output
+
+    h = m.lm_head.register_forward_hook(hook)
+    try:
+        out = HFSampler(m, tok).sample(["abc", "Q:12+3="], 2, SamplingParams(max_new_tokens=8, seed=0))
+    finally:
+        h.remove()
+    for g in out:
+        for c in g:
+            assert c.token_ids == [tok.eos_token_id] and c.finish_reason == "stop" and c.text == ""
+
+
+def test_batched_greedy_equals_unbatched(model, tok):
+    s = HFSampler(model, tok)
+    p = SamplingParams(temperature=0.0, max_new_tokens=16)
+    batched = s.sample(PROMPTS, 1, p)
+    for i, prompt in enumerate(PROMPTS):
+        single = s.sample([prompt], 1, p)
+        assert single[0][0].token_ids == batched[i][0].token_ids
+    # the prompts have different lengths, so left padding was exercised
+    assert len({len(tok(x)["input_ids"]) for x in PROMPTS}) > 1
+
+
+def test_chunking_same_as_one_batch_greedy(model, tok):
+    p = SamplingParams(temperature=0.0, max_new_tokens=10)
+    one = HFSampler(model, tok, max_batch=256).sample(PROMPTS, 2, p)
+    chunked = HFSampler(model, tok, max_batch=3).sample(PROMPTS, 2, p)
+    assert [[c.token_ids for c in g] for g in one] == [[c.token_ids for c in g] for g in chunked]
+
+
+def test_seeded_reproducible_and_global_rng_untouched(model, tok):
+    s = HFSampler(model, tok, max_batch=5)
+    p = SamplingParams(temperature=1.0, max_new_tokens=12, seed=123)
+    torch.manual_seed(0)
+    before = torch.rand(1)
+    torch.manual_seed(0)
+    a = s.sample(PROMPTS, 4, p)
+    after = torch.rand(1)
+    assert torch.equal(before, after)  # the caller's RNG stream is not consumed
+    b = s.sample(PROMPTS, 4, p)
+    c = s.sample(PROMPTS, 4, SamplingParams(temperature=1.0, max_new_tokens=12, seed=124))
+    ids = lambda o: [[x.token_ids for x in g] for g in o]  # noqa: E731
+    assert ids(a) == ids(b)
+    assert ids(a) != ids(c)
+    # sampling actually samples: the 4 samples of a prompt are not all identical
+    assert any(len({tuple(x) for x in g}) > 1 for g in ids(a))
+
+
+def test_logprobs_match_naive_forward(model, tok):
+    s = HFSampler(model, tok, logprob_batch=3)
+    out = s.sample(PROMPTS, 2, SamplingParams(max_new_tokens=10, seed=7, return_logprobs=True))
+    n_checked = 0
+    for g in out:
+        for c in g:
+            assert c.logprobs is not None and len(c.logprobs) == len(c.token_ids)
+            ref = naive_logprobs(model, c.prompt_ids, c.token_ids)
+            for a, b in zip(c.logprobs, ref):
+                assert abs(a - b) < 1e-4
+                n_checked += 1
+            assert all(x <= 0 and math.isfinite(x) for x in c.logprobs)
+    assert n_checked > 20
+
+
+def test_added_tokens_survive_decoding(model, tok):
+    s = HFSampler(model, tok)
+    ids = tok("<think>1+2</think>\\boxed{3}", add_special_tokens=False)["input_ids"]
+    assert s.decode(ids + [tok.eos_token_id]) == "<think>1+2</think>\\boxed{3}"
+    assert s.decode([tok.bos_token_id] + ids + [tok.pad_token_id]) == "<think>1+2</think>\\boxed{3}"
+
+
+def test_text_is_decoded_completion(model, tok):
+    s = HFSampler(model, tok)
+    out = s.sample(["Q:9-4="], 3, SamplingParams(max_new_tokens=8, seed=2))
+    for c in out[0]:
+        assert c.text == tok.decode(
+            [t for t in c.token_ids if t not in tok.all_special_ids], clean_up_tokenization_spaces=False
+        )
+
+
+def test_tokenizer_without_pad_or_bos():
+    """Qwen3-like: no BOS, no pad token (EOS is used as pad)."""
+    t = make_tokenizer(bos=False, pad=False)
+    assert t.pad_token_id is None
+    m = make_model(len(t), seed=1)
+    s = HFSampler(m, t)
+    assert s.pad_id == t.eos_token_id
+    p = SamplingParams(temperature=0.0, max_new_tokens=8, return_logprobs=True)
+    batched = s.sample(PROMPTS, 1, p)
+    for i, prompt in enumerate(PROMPTS):
+        c = batched[i][0]
+        assert c.prompt_ids == t(prompt)["input_ids"]
+        assert c.token_ids == s.sample([prompt], 1, p)[0][0].token_ids
+        ref = naive_logprobs(m, c.prompt_ids, c.token_ids)
+        assert max(abs(a - b) for a, b in zip(c.logprobs, ref)) < 1e-4
+
+
+def test_train_mode_restored(model, tok):
+    model.train()
+    HFSampler(model, tok).sample(["ab"], 1, SamplingParams(max_new_tokens=2, seed=0))
+    assert model.training
+    model.eval()
+    HFSampler(model, tok).sample(["ab"], 1, SamplingParams(max_new_tokens=2, seed=0))
+    assert not model.training
+
+
+def test_bad_params(model, tok):
+    s = HFSampler(model, tok)
+    with pytest.raises(SamplerError, match="n must be"):
+        s.sample(["a"], 0, SamplingParams())
+    with pytest.raises(SamplerError, match="temperature"):
+        s.sample(["a"], 1, SamplingParams(temperature=-1))
+    with pytest.raises(SamplerError, match="not one string"):
+        s.sample("abc", 1, SamplingParams())  # type: ignore[arg-type]
+
+
+def test_load_model_errors(tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_model(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_model(tmp_path / "empty")
+
+
+def test_load_model_round_trip(tmp_path, model, tok):
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    m2, t2 = load_model(tmp_path / "m", device="cpu", dtype="auto")
+    assert next(m2.parameters()).dtype == torch.float32
+    assert t2.padding_side == "left"
+    p = SamplingParams(temperature=0.0, max_new_tokens=8)
+    a = HFSampler(model, tok).sample(PROMPTS, 1, p)
+    b = HFSampler(m2, t2).sample(PROMPTS, 1, p)
+    assert [g[0].text for g in a] == [g[0].text for g in b]
