@@ -285,7 +285,7 @@ class RunDir:
         result = fn(seed) or {}
         seconds = time.perf_counter() - t0
         name = key.split("/")[-1]
-        self.log({f"phase/{name}/seconds": round(seconds, 3), **{f"phase/{name}/{k}": v for k, v in result.items() if k == "rollouts"}}, round=round, phase=name)
+        self.log({f"phase/{name}/seconds": float(f"{seconds:.3f}"), **{f"phase/{name}/{k}": v for k, v in result.items() if k == "rollouts"}}, round=round, phase=name)
         ckpts = {r: str(Path(p).resolve().relative_to(self.path.resolve())) for r, p in result.pop("checkpoints", {}).items()}
         self.mark_done(key, result, seconds, checkpoints=ckpts, keep=keep_checkpoints)
         return result

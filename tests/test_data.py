@@ -1,0 +1,53 @@
+"""JSONL loading: broken rows are reported with file and line, refused or skipped."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from coevolve.data.jsonl import load_tasks
+from coevolve.errors import DataError
+
+
+def _write(path, lines):
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_load_good_and_gz(tmp_path):
+    rows = [{"id": "a", "question": "1+1?", "answer": "2", "level": 1}, {"question": "2+2?", "answer": 4}]
+    p = tmp_path / "d.jsonl.gz"
+    with gzip.open(p, "wt") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    tasks, rep = load_tasks(p)
+    assert [t.answer for t in tasks] == ["2", "4"]
+    assert tasks[0].features == {"level": 1}
+    assert rep.loaded == 2 and not rep.problems
+
+
+def test_broken_rows_named_by_line(tmp_path):
+    p = tmp_path / "d.jsonl"
+    _write(p, ['{"question": "q1", "answer": "1"}', "{not json", '{"question": "", "answer": "1"}', "[1, 2]", '{"question": "q5"}'])
+    with pytest.raises(DataError, match=r"d.jsonl:2: not valid JSON"):
+        load_tasks(p)
+    tasks, rep = load_tasks(p, on_error="skip")
+    assert len(tasks) == 1
+    assert [pr.split(":")[1] for pr in [x.replace(str(p), "F") for x in rep.problems]] == ["2", "3", "4", "5"]
+    assert "'answer' is missing" in rep.problems[-1]
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        load_tasks(tmp_path / "nope.jsonl")
+
+
+def test_real_math_train_rows():
+    from pathlib import Path
+
+    p = Path(__file__).resolve().parents[2] / "shared" / "data" / "math_train12k" / "train.jsonl.gz"
+    if not p.exists():
+        pytest.skip("shared data not present")
+    tasks, rep = load_tasks(p, limit=5)
+    assert len(tasks) == 5 and all(t.answer for t in tasks)
