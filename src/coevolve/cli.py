@@ -64,7 +64,7 @@ def _execute(cfg, run_dir: Path, resumed: bool) -> None:
 
 @app.command()
 def run(
-    recipe: str = typer.Argument(..., help="grpo | d2evo | diagevo | rzero"),
+    recipe: str = typer.Argument(..., help="grpo | d2evo | diagevo"),
     overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides (dotted paths), e.g. solver.steps=40"),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config file"),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run folder (default runs/<recipe>-<time>)"),

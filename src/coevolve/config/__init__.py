@@ -13,7 +13,6 @@ RECIPES: dict[str, tuple[str, str]] = {
     "grpo": ("coevolve.config.grpo:GRPOConfig", "coevolve.recipes.grpo:run"),
     "d2evo": ("coevolve.config.d2evo:D2EvoConfig", "coevolve.recipes.d2evo:run"),
     "diagevo": ("coevolve.config.diagevo:DiagEvoConfig", "coevolve.recipes.diagevo:run"),
-    "rzero": ("coevolve.config.rzero:RZeroConfig", "coevolve.recipes.rzero:run"),
 }
 
 
