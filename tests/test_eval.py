@@ -94,3 +94,267 @@ def test_missing_gold_is_data_error() -> None:
     with pytest.raises(DataError, match="'x'"):
         evaluate_tasks(ScriptedSampler({}), EchoPrompter(), [Task("x", "q", None)],
                        grader=_exact_grader, extract=_extract)
+
+
+# ---------------------------------------------------------------------------------------------
+# benchmark registry: extraction, metrics, loaders
+
+import gzip
+import json
+from pathlib import Path
+
+from coevolve.errors import ConfigError
+from coevolve.eval import benchmarks as B
+from coevolve.eval.runner import compare, evaluate_suite, format_table, load_results, run_eval
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("so \\boxed{C}", "C"),
+        ("\\boxed{(b)}", "B"),
+        ("\\boxed{\\text{D}}", "D"),
+        ("\\boxed{A. 10^-4 eV}", "A"),
+        ("The answer is (C).", "C"),
+        ("the correct answer is: option B", "B"),
+        ("**Answer:** D", "D"),
+        ("Answer: A then later Answer: (B)", "B"),
+        ("\\boxed{10^-4 eV} but the answer is C", "C"),
+        ("I think it is about Avogadro. The answer is Avogadro", None),
+        ("no letter here at all", None),
+        ("\\boxed{42}", None),
+        ("Answer: E", None),  # out of range for 4 choices
+    ],
+)
+def test_extract_choice(text: str, want: str | None) -> None:
+    assert B.extract_choice(text, n_choices=4) == want
+
+
+def test_no_letter_is_wrong_never_a_guess() -> None:
+    assert B.grade_choice("A", "I cannot decide") is False
+    assert B.grade_choice("C", "The answer is (C)") is True
+    assert B.grade_choice("c", "\\boxed{C}") is True
+    assert B.grade_choice("B", "\\boxed{C}") is False
+
+
+@pytest.mark.parametrize(
+    "gold, text, want",
+    [
+        ("disproved", "... The answer is: Disproved.", True),
+        ("(a)", "\\boxed{a}", True),
+        ("a", "The answer is (a)", True),
+        ("12", "The final answer is 12.0", True),
+        ("x, y, z", "The answer is: x,y,z", True),
+        ("dog", "The answer is: cat", False),
+        ("dog", "\\boxed{\\text{Dog}}", True),
+        ("yes", "no idea", False),
+    ],
+)
+def test_bbeh_grading(gold: str, text: str, want: bool) -> None:
+    assert B.grade_bbeh(gold, text) is want
+
+
+def test_last_boxed_nested() -> None:
+    assert B.last_boxed("\\boxed{1} then \\boxed{\\frac{a}{b}}") == "\\frac{a}{b}"
+    assert B.last_boxed("\\boxed{unclosed") is None
+    assert B.last_boxed("nothing") is None
+
+
+def _write_jsonl(path: Path, rows: list, gz: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows)
+    if gz:
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+def test_loader_broken_line_names_file_and_line(tmp_path: Path) -> None:
+    p = _write_jsonl(tmp_path / "gpqa_diamond" / "test.jsonl",
+                     [{"id": "1", "question": "q", "choices": ["a", "b"], "answer": "A"}, "",
+                      "{not json"])
+    with pytest.raises(DataError, match=r"gpqa_diamond/test.jsonl:3: invalid JSON"):
+        B.load_tasks("gpqa_diamond", tmp_path)
+    _write_jsonl(p, [{"id": "1", "question": "q", "choices": ["a", "b"], "answer": "C"}], gz=False)
+    with pytest.raises(DataError, match=r"test.jsonl:1: field 'answer' must be a letter A-B"):
+        B.load_tasks("gpqa_diamond", tmp_path)
+    _write_jsonl(p, [{"id": "1", "question": "q", "answer": "A"}])
+    with pytest.raises(DataError, match=r"test.jsonl:1: field 'choices'"):
+        B.load_tasks("gpqa_diamond", tmp_path)
+    _write_jsonl(tmp_path / "bbeh" / "test.jsonl.gz",
+                 [{"id": "a", "question": "q", "answer": "x"}, {"id": "a", "question": "q", "answer": "y"}],
+                 gz=True)
+    with pytest.raises(DataError, match=r"test.jsonl.gz:2: duplicate id 'a'"):
+        B.load_tasks("bbeh", tmp_path)
+
+
+def test_missing_large_set_is_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COEVOLVE_DATA", raising=False)
+    with pytest.raises(DataError, match="bbeh.*--data-dir"):
+        B.load_tasks("bbeh", tmp_path)
+
+
+def test_shipped_sets_load_with_expected_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COEVOLVE_DATA", raising=False)
+    sizes = {"gsm8k": 1319, "math500": 500, "aime24": 30, "aime25": 30, "amc23": 40,
+             "minerva": 272, "olympiadbench": 675}
+    for name, n in sizes.items():
+        tasks = B.load_tasks(name, None)
+        assert len(tasks) == n, name
+        assert all(t.answer for t in tasks)
+    first = B.load_tasks("math500", None, limit=3)
+    assert [t.id for t in first] == [t.id for t in B.load_tasks("math500", None)[:3]]
+    assert first[0].features["level"] == 2
+
+
+def test_env_data_dir_and_resolve_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write_jsonl(tmp_path / "supergpqa" / "sample300.jsonl",
+                 [{"id": "s1", "question": "q", "choices": ["x", "y", "z"], "answer": "b"}])
+    monkeypatch.setenv("COEVOLVE_DATA", str(tmp_path))
+    (t,) = B.load_tasks("supergpqa")
+    assert t.answer == "B" and t.features["choices"] == ["x", "y", "z"]
+    names = [b.name for b in B.resolve_benches(["math7", "gsm8k,general"])]
+    assert names == ["amc23", "minerva", "math500", "gsm8k", "olympiadbench", "aime24", "aime25",
+                     "mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh"]
+    assert [b.name for b in B.resolve_benches(["toy"])] == ["toy"]
+    with pytest.raises(ConfigError, match="unknown benchmark 'gsm9k'"):
+        B.resolve_benches(["gsm9k"])
+
+
+def test_mc_prompt_lists_choices_and_chat_template() -> None:
+    class Tok:
+        chat_template = "x"
+
+        def apply_chat_template(self, msgs, tokenize, add_generation_prompt):
+            assert tokenize is False and add_generation_prompt is True
+            return f"<user>{msgs[0]['content']}</user><assistant>"
+
+    p = B.EvalPrompter(Tok(), None)
+    task = Task("1", "Which?", "B", features={"choices": ["red", "blue"]})
+    (prompt,) = B.build_prompts(B.BENCHMARKS["gpqa_diamond"], [task], p)
+    assert prompt.startswith("<user>Which?\n\nA. red\nB. blue\n\n") and "\\boxed{}" in prompt
+    assert B.EvalPrompter(Tok(), False).solver("q") == f"q\n{B.MATH_SUFFIX}"
+    with pytest.raises(ConfigError):
+        B.EvalPrompter(None, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# suites, results.json, group averages, compare
+
+
+class KeywordSampler:
+    """Answers by the first key of ``table`` found inside the prompt (greedy and sampled)."""
+
+    tokenizer = None
+
+    def __init__(self, table: dict[str, str], sampled: dict[str, list[str]] | None = None):
+        self.table, self.sampled_table = table, sampled or {}
+        self.calls: list[tuple[int, int]] = []
+
+    def sample(self, prompts, n, params):
+        self.calls.append((len(prompts), n))
+        out = []
+        for p in prompts:
+            key = next(k for k in self.table if k in p)
+            texts = ([self.table[key]] * n if params.temperature == 0
+                     else (self.sampled_table.get(key) or [self.table[key]] * n)[:n])
+            out.append([Completion(text=t, token_ids=[], prompt_ids=[]) for t in texts])
+        return out
+
+
+def _boxed_exact(gold: str, text: str) -> bool:
+    return B.last_boxed(text) == gold
+
+
+def _fixture_data(root: Path) -> None:
+    _write_jsonl(root / "gpqa_diamond" / "test.jsonl", [
+        {"id": "g1", "question": "QG1", "choices": ["a", "b", "c", "d"], "answer": "A"},
+        {"id": "g2", "question": "QG2", "choices": ["a", "b", "c", "d"], "answer": "B"},
+    ])
+    _write_jsonl(root / "bbeh" / "test.jsonl.gz", [
+        {"id": "b1", "question": "QB1", "answer": "yes", "task": "t1"},
+        {"id": "b2", "question": "QB2", "answer": "(c)", "task": "t2"},
+        {"id": "b3", "question": "QB3", "answer": "no", "task": "t2"},
+        {"id": "b4", "question": "QB4", "answer": "no", "task": "t2"},
+    ], gz=True)
+    _write_jsonl(root / "amc23" / "test.jsonl", [
+        {"id": "m1", "question": "QM1", "answer": "27"},
+        {"id": "m2", "question": "QM2", "answer": "5"},
+    ])
+
+
+def test_suite_results_group_averages_and_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(B, "grade_math", _boxed_exact)
+    monkeypatch.setattr(B, "extract_math", B.last_boxed)
+    data = tmp_path / "data"
+    _fixture_data(data)
+    sampler = KeywordSampler(
+        {"QG1": "The answer is (A)", "QG2": "hmm, no idea",  # gpqa: 1/2, no letter -> wrong
+         "QB1": "The answer is: Yes.", "QB2": "\\boxed{c}", "QB3": "The answer is: yes",
+         "QB4": "\\boxed{No}",  # bbeh: 3/4
+         "QM1": "\\boxed{27}", "QM2": "\\boxed{4}"},  # amc greedy: 1/2
+        sampled={"QM1": ["\\boxed{27}"] * 16 + ["\\boxed{1}"] * 16, "QM2": ["\\boxed{5}"] * 8 + ["x"] * 24},
+    )
+    out = tmp_path / "run_a"
+    res = evaluate_suite(sampler, ["gpqa_diamond", "bbeh", "amc23"], samples=-1, data_dir=data,
+                         max_new_tokens=9, seed=1, out_dir=out)
+    bm = res["benchmarks"]
+    assert bm["gpqa_diamond"]["score"] == 0.5 and bm["gpqa_diamond"]["metric"] == "greedy"
+    assert bm["bbeh"]["score"] == 0.75 and bm["bbeh"]["by_group"]["t2"]["greedy"] == pytest.approx(2 / 3)
+    # amc23 uses its default mean@32: (16/32 + 8/32) / 2
+    assert bm["amc23"]["metric"] == "mean@32" and bm["amc23"]["score"] == pytest.approx(0.375)
+    assert bm["amc23"]["greedy"] == 0.5
+    assert res["averages"]["general"] == pytest.approx((0.5 + 0.75) / 2)
+    assert res["averages"]["math"] == pytest.approx(0.375)
+    assert res["averages"]["overall"] == pytest.approx((0.5 + 0.75 + 0.375) / 3)
+    # one greedy call per benchmark, one sampling call only where k > 0
+    assert sampler.calls == [(2, 1), (4, 1), (2, 1), (2, 32)]
+    assert load_results(out) == json.loads((out / "results.json").read_text())
+    items = [json.loads(l) for l in (out / "items_gpqa_diamond.jsonl").read_text().splitlines()]
+    assert items[1]["extracted"] is None and items[1]["correct"] is False
+    assert "A. a\nB. b" in items[0]["prompt"]
+    table = format_table(res)
+    assert "| gpqa_diamond | general | 2 | greedy | 50.0 |" in table
+    assert "**avg overall**" in table
+
+    # a second run: everything right on gpqa, compare side by side
+    sampler2 = KeywordSampler({**sampler.table, "QG2": "\\boxed{B}"})
+    out_b = tmp_path / "run_b"
+    evaluate_suite(sampler2, ["gpqa_diamond"], data_dir=data, out_dir=out_b)
+    cmp = compare([out, out_b])
+    assert cmp.splitlines()[0] == "| benchmark | run_a | run_b | Δ last−first |"
+    assert "| gpqa_diamond | 50.0 | 100.0 | +50.0 |" in cmp
+    assert "| bbeh | 75.0 | – | – |" in cmp
+    with pytest.raises(DataError, match="no results.json"):
+        compare([tmp_path / "nowhere"])
+
+
+def test_run_eval_loads_model_through_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import coevolve.engine as engine
+
+    monkeypatch.setattr(B, "grade_math", _boxed_exact)
+    monkeypatch.setattr(B, "extract_math", B.last_boxed)
+    _fixture_data(tmp_path / "data")
+    seen: dict = {}
+
+    def fake_load(path):
+        seen["path"] = path
+        return "MODEL", None
+
+    class FakeHF(KeywordSampler):
+        def __init__(self, model, tokenizer, max_batch=256):
+            seen["max_batch"] = max_batch
+            super().__init__({"QM1": "\\boxed{27}", "QM2": "\\boxed{5}"})
+
+    monkeypatch.setattr(engine, "load_model", fake_load, raising=False)
+    monkeypatch.setattr(engine, "HFSampler", FakeHF, raising=False)
+    res = run_eval("some/model", ["amc23"], limit=1, samples=0, max_new_tokens=8,
+                   out_dir=tmp_path / "o", data_dir=tmp_path / "data", chat_template=None,
+                   seed=0, batch_size=7, progress=False)
+    assert seen == {"path": "some/model", "max_batch": 7}
+    assert res["benchmarks"]["amc23"]["n"] == 1 and res["benchmarks"]["amc23"]["score"] == 1.0
+    assert res["config"]["model"] == "some/model"
+    with pytest.raises(ConfigError):
+        run_eval("x", ["nope"], limit=1, samples=0, max_new_tokens=8, out_dir=tmp_path / "p",
+                 data_dir=None, chat_template=None, seed=0, batch_size=1)

@@ -1,0 +1,511 @@
+"""Benchmark registry: how each held-out set is loaded, prompted, parsed and scored.
+
+Why a registry: papers compare methods on fixed suites (math7 = AMC23, Minerva, MATH-500, GSM8K,
+OlympiadBench, AIME24, AIME25; general = MMLU-Pro, SuperGPQA, GPQA-Diamond, BBEH), and the
+numbers are only comparable when every run uses the same prompt, the same answer extraction and
+the same metric. Three answer styles exist:
+
+* ``math``  – the last ``\\boxed{}`` is compared to the gold answer with
+  ``coevolve.answers.is_equiv`` (symbolic/numeric equivalence);
+* ``mc``    – multiple choice: the option letter from ``\\boxed{}`` or from "answer is (C)" /
+  "Answer: C"; when no letter can be found the item is WRONG (never a random guess, unlike some
+  official scripts, so that a model that stops answering cannot score 1/N by luck);
+* ``bbeh``  – BIG-Bench Extra Hard's own normalised fuzzy exact match (re-implemented after
+  google-deepmind/bbeh ``bbeh/evaluate.py``), with ``\\boxed{}`` taken first because our prompt
+  asks for it.
+The ``toy`` benchmark is the toy world's held-out set, prompted with its ``ToyPrompter``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import random
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from coevolve.errors import ConfigError, DataError
+from coevolve.types import Task
+
+MATH_SUFFIX = "Please reason step by step, and put your final answer within \\boxed{}."
+MC_SUFFIX = (
+    "Please reason step by step, and put only the letter of the correct option "
+    "within \\boxed{} (for example \\boxed{A})."
+)
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+# ----------------------------------------------------------------------------------------------
+# answer extraction
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` with nested braces, else None.
+
+    Kept here (rather than only in ``coevolve.answers``) so multiple-choice and BBEH scoring do
+    not need the math-verify worker.
+    """
+    best: str | None = None
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            best = text[m.end() : i - 1]
+    return best
+
+
+_WRAPPER = re.compile(r"^\\(?:text|textbf|mathrm|mathbf|texttt|textrm)\s*\{(.*)\}$", re.S)
+_LETTER_START = re.compile(r"^\(?\s*([A-Za-z])\s*\)?(?=$|[\s.:)\]])")
+_ANSWER_PATTERNS = (
+    # "the answer is (C)", "The correct answer is: option C", "**Answer:** C", "Answer: (C)"
+    re.compile(
+        r"(?i:answer)\**\s*(?i:is|:)[\s:*]*(?:(?i:option|choice)\s*)?\(?\s*([A-Z])\s*\)?"
+        r"(?![A-Za-z0-9])"
+    ),
+)
+
+
+def extract_choice(text: str, n_choices: int = 26) -> str | None:
+    """Option letter chosen in ``text``, or None when there is none (the item then scores 0).
+
+    Order: the last ``\\boxed{}`` when its content starts with a lone letter (``\\boxed{C}``,
+    ``\\boxed{(C)}``, ``\\boxed{\\text{C}}``, ``\\boxed{C. 42}``; lower case accepted); else the
+    last "answer is X" / "Answer: X" with an upper-case letter. Letters beyond ``n_choices``
+    are ignored.
+    """
+    valid = LETTERS[: max(1, min(n_choices, 26))]
+    box = last_boxed(text)
+    if box is not None:
+        inner = box.strip()
+        while (w := _WRAPPER.match(inner)) is not None:
+            inner = w.group(1).strip()
+        m = _LETTER_START.match(inner)
+        if m and m.group(1).upper() in valid:
+            return m.group(1).upper()
+    for pat in _ANSWER_PATTERNS:
+        hits = [h.group(1) for h in pat.finditer(text) if h.group(1) in valid]
+        if hits:
+            return hits[-1]
+    return None
+
+
+def grade_choice(gold: str, text: str) -> bool:
+    """Multiple-choice verdict: the extracted letter equals the gold letter; no letter -> wrong."""
+    got = extract_choice(text)
+    return got is not None and got == gold.strip().upper()
+
+
+_BBEH_PREFIXES = ("The answer is:", "The final answer is ", "The final answer is: ", "The answer is ")
+
+
+def _bbeh_strip_latex(s: str) -> str:
+    if len(s) >= 2 and s.startswith("$") and s.endswith("$"):
+        s = s[1:-1]
+    for cmd in ("boxed{", "text{", "texttt{"):
+        if cmd in s and s.endswith("}"):
+            s = s[:-1].split(cmd)[1]
+    return s
+
+
+def bbeh_extract(text: str) -> str:
+    """BBEH prediction string after the official normalisation.
+
+    Our prompt asks for ``\\boxed{}``, so the last boxed content is used when present; otherwise
+    the official "The answer is: X" prefixes apply. Then, as in bbeh/evaluate.py: strip one
+    trailing period, unwrap ``$..$`` / ``\\boxed{}`` / ``\\text{}`` / ``\\texttt{}``, lower-case,
+    ", " -> ",", drop "**", keep the first line, strip one trailing period.
+    """
+    s = text.strip()
+    box = last_boxed(s)
+    if box is not None:
+        s = box.strip()
+    else:
+        for p in _BBEH_PREFIXES:
+            if p in s:
+                s = s.split(p)[-1].strip()
+    s = s.removesuffix(".")
+    s = _bbeh_strip_latex(s)
+    s = s.lower().replace(", ", ",").replace("**", "")
+    s = s.split("\n")[0]
+    return s.removesuffix(".")
+
+
+def bbeh_match(prediction: str, reference: str) -> bool:
+    """BBEH fuzzy match between a normalised prediction and a normalised reference.
+
+    Equal strings; "(a)" vs "a" either way; equal numbers; equal after removing single quotes;
+    one equal to the other in square brackets; prediction with a trailing "?".
+    """
+    if prediction == reference:
+        return True
+    for a, b in ((prediction, reference), (reference, prediction)):
+        if len(a) == 3 and a[0] == "(" and a[-1] == ")":
+            return a[1] == b
+    try:
+        if float(prediction) == float(reference):
+            return True
+    except ValueError:
+        pass
+    if prediction.replace("'", "") == reference.replace("'", ""):
+        return True
+    if f"[{reference}]" == prediction or f"[{prediction}]" == reference:
+        return True
+    return prediction.endswith("?") and prediction[:-1] == reference
+
+
+def grade_bbeh(gold: str, text: str) -> bool:
+    """BBEH verdict: official-style normalisation of both sides, then ``bbeh_match``."""
+    return bbeh_match(bbeh_extract(text), gold.strip().lower().replace(", ", ","))
+
+
+def grade_math(gold: str, text: str) -> bool:
+    """Math verdict: last ``\\boxed{}`` (``coevolve.answers.extract_answer``) is_equiv gold."""
+    from coevolve.answers import extract_answer, is_equiv
+
+    pred = extract_answer(text)
+    return pred is not None and bool(is_equiv(gold, pred))
+
+
+def extract_math(text: str) -> str | None:
+    from coevolve.answers import extract_answer
+
+    return extract_answer(text)
+
+
+# ----------------------------------------------------------------------------------------------
+# prompts
+
+
+class EvalPrompter:
+    """Paper-style solver prompt for real models, optionally wrapped in the chat template.
+
+    ``chat_template=None`` means: use the tokenizer's template when it has one. Without a
+    template the user text is used as is (base models continue it).
+    """
+
+    def __init__(self, tokenizer: Any | None = None, chat_template: bool | None = None) -> None:
+        has = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
+        if chat_template and not has:
+            raise ConfigError("chat_template=True but the tokenizer has no chat template")
+        self.tokenizer = tokenizer
+        self.use_chat = has if chat_template is None else bool(chat_template)
+
+    def wrap(self, content: str) -> str:
+        """Apply the chat template (user turn + generation prompt) when enabled."""
+        if not self.use_chat:
+            return content
+        return str(
+            self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+            )
+        )
+
+    def solver(self, question: str) -> str:
+        return self.wrap(f"{question}\n{MATH_SUFFIX}")
+
+
+def mc_content(question: str, choices: Sequence[str]) -> str:
+    """Multiple-choice user text: question, then one "A. option" line per choice, then the ask."""
+    lines = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))
+    return f"{question}\n\n{lines}\n\n{MC_SUFFIX}"
+
+
+# ----------------------------------------------------------------------------------------------
+# loading
+
+
+def read_jsonl(path: Path | str, data: bytes | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line of a JSONL or JSONL.gz file.
+
+    Raises ``DataError`` naming ``path:line`` for invalid JSON or a non-object line, and the
+    path when the file cannot be read (``data`` lets package resources pass their bytes).
+    """
+    name = str(path)
+    try:
+        raw = Path(path).read_bytes() if data is None else data
+        if name.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        text = raw.decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise DataError(f"{name}: cannot read: {e}") from e
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for lineno, line in enumerate(io.StringIO(text), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{name}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from e
+        if not isinstance(obj, dict):
+            raise DataError(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        rows.append((lineno, obj))
+    return rows
+
+
+def rows_to_tasks(
+    rows: Iterable[tuple[int, dict[str, Any]]], where: str, multiple_choice: bool
+) -> list[Task]:
+    """Validate rows and turn them into Tasks; errors name ``where:line`` and the field.
+
+    Every field other than id/question/answer/source goes into ``Task.features`` (level,
+    subject, task, choices, ...). Multiple-choice rows need ``choices`` (list of >= 2 strings)
+    and a letter ``answer`` inside the range.
+    """
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    for lineno, r in rows:
+        loc = f"{where}:{lineno}"
+        for key in ("id", "question", "answer"):
+            if key not in r or r[key] is None:
+                raise DataError(f"{loc}: missing field '{key}'")
+        if not isinstance(r["question"], str) or not r["question"].strip():
+            raise DataError(f"{loc}: field 'question' must be a non-empty string")
+        if not isinstance(r["answer"], (str, int, float)):
+            raise DataError(f"{loc}: field 'answer' must be a string or number")
+        tid = str(r["id"])
+        if tid in seen:
+            raise DataError(f"{loc}: duplicate id {tid!r}")
+        seen.add(tid)
+        answer = str(r["answer"]).strip()
+        if multiple_choice:
+            ch = r.get("choices")
+            if not isinstance(ch, list) or len(ch) < 2 or not all(isinstance(c, str) for c in ch):
+                raise DataError(f"{loc}: field 'choices' must be a list of >= 2 strings")
+            if len(ch) > 26:
+                raise DataError(f"{loc}: field 'choices' has {len(ch)} options (max 26)")
+            answer = answer.upper()
+            if answer not in LETTERS[: len(ch)]:
+                raise DataError(
+                    f"{loc}: field 'answer' must be a letter A-{LETTERS[len(ch) - 1]}, got {answer!r}"
+                )
+        feats = {k: v for k, v in r.items() if k not in ("id", "question", "answer", "source")}
+        tasks.append(Task(tid, r["question"], answer, str(r.get("source", "")), feats))
+    return tasks
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One registered benchmark.
+
+    ``kind`` picks prompt/extraction/metric (math | mc | bbeh | toy); ``category`` picks the
+    average it counts in (math | general | toy). ``folder``/``files`` locate it under a data
+    dir; ``shipped`` names a file in ``coevolve/bench_data``; ``hub`` is the Hugging Face
+    dataset used when neither exists (optional, needs ``datasets`` and network).
+    ``default_samples`` is k for mean@k when the caller asks for the benchmark default
+    (papers: mean@32 on AIME/AMC). ``group_key`` is the feature used for the breakdown.
+    """
+
+    name: str
+    kind: str
+    category: str
+    folder: str | None = None
+    files: tuple[str, ...] = ("test.jsonl", "test.jsonl.gz")
+    shipped: str | None = None
+    hub: str | None = None
+    default_samples: int = 0
+    group_key: str = "level"
+    note: str = ""
+
+    @property
+    def multiple_choice(self) -> bool:
+        return self.kind == "mc"
+
+
+def _math(name: str, folder: str, k: int = 0, group: str = "level") -> Benchmark:
+    return Benchmark(name, "math", "math", folder=folder, shipped=f"{folder}.jsonl.gz",
+                     default_samples=k, group_key=group)
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        _math("gsm8k", "gsm8k"),
+        _math("math500", "math500"),
+        _math("aime24", "aime24", k=32),
+        _math("aime25", "aime25", k=32),
+        _math("amc23", "amc23", k=32),
+        _math("minerva", "minerva_math"),
+        _math("olympiadbench", "olympiadbench"),
+        Benchmark("mmlu_pro", "mc", "general", folder="mmlu_pro", hub="TIGER-Lab/MMLU-Pro",
+                  group_key="subject"),
+        Benchmark("supergpqa", "mc", "general", folder="supergpqa",
+                  files=("test.jsonl", "test.jsonl.gz", "sample300.jsonl", "sample300.jsonl.gz"),
+                  hub="m-a-p/SuperGPQA", group_key="discipline",
+                  note="offline copy is the 300-question sample"),
+        Benchmark("gpqa_diamond", "mc", "general", folder="gpqa_diamond", hub="Idavidrein/gpqa",
+                  group_key="subject"),
+        Benchmark("bbeh", "bbeh", "general", folder="bbeh", group_key="task"),
+        Benchmark("bbeh_mini", "bbeh", "general", folder="bbeh",
+                  files=("mini.jsonl", "mini.jsonl.gz"), group_key="task"),
+        Benchmark("toy", "toy", "toy", group_key="level"),
+    )
+}
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    "math7": ("amc23", "minerva", "math500", "gsm8k", "olympiadbench", "aime24", "aime25"),
+    "general": ("mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh"),
+    "all": (
+        "amc23", "minerva", "math500", "gsm8k", "olympiadbench", "aime24", "aime25",
+        "mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh",
+    ),
+    "toy": ("toy",),
+}
+
+
+def resolve_benches(names: Sequence[str]) -> list[Benchmark]:
+    """Expand group names (math7, general, all, toy) and comma lists; keep order, drop repeats.
+
+    Raises ``ConfigError`` naming the unknown entry and listing the valid ones.
+    """
+    out: list[str] = []
+    for raw in names:
+        for name in (p.strip() for p in str(raw).split(",")):
+            if not name:
+                continue
+            if name in GROUPS:
+                expanded: Sequence[str] = GROUPS[name]
+            elif name in BENCHMARKS:
+                expanded = (name,)
+            else:
+                raise ConfigError(
+                    f"unknown benchmark {name!r}; benchmarks: {', '.join(BENCHMARKS)}; "
+                    f"groups: {', '.join(GROUPS)}"
+                )
+            out.extend(n for n in expanded if n not in out)
+    if not out:
+        raise ConfigError("no benchmark given")
+    return [BENCHMARKS[n] for n in out]
+
+
+def _data_root(data_dir: Path | None) -> Path | None:
+    if data_dir is not None:
+        return Path(data_dir)
+    env = os.environ.get("COEVOLVE_DATA")
+    return Path(env) if env else None
+
+
+def find_data_file(bench: Benchmark, data_dir: Path | None) -> Path | None:
+    """First existing ``<data_dir>/<folder>/<file>`` candidate, else None."""
+    root = _data_root(data_dir)
+    if root is None or bench.folder is None:
+        return None
+    for f in bench.files:
+        p = root / bench.folder / f
+        if p.is_file():
+            return p
+    return None
+
+
+def load_tasks(bench: Benchmark | str, data_dir: Path | None = None,
+               limit: int | None = None) -> list[Task]:
+    """Tasks of one benchmark, first ``limit`` items (deterministic file order).
+
+    Lookup order: ``data_dir`` (or ``$COEVOLVE_DATA``) ``/<folder>/<file>``, then the shipped
+    copy, then the Hugging Face hub. Raises ``DataError`` naming what was tried.
+    """
+    b = BENCHMARKS[bench] if isinstance(bench, str) else bench
+    if limit is not None and limit < 0:
+        raise ConfigError(f"limit must be >= 0, got {limit}")
+    if b.kind == "toy":
+        from coevolve.toy import heldout_tasks
+
+        tasks = list(heldout_tasks())
+        return tasks if limit is None else tasks[:limit]
+    path = find_data_file(b, data_dir)
+    if path is not None:
+        tasks = rows_to_tasks(read_jsonl(path), str(path), b.multiple_choice)
+    elif b.shipped is not None:
+        res = resources.files("coevolve").joinpath("bench_data", b.shipped)
+        where = f"coevolve/bench_data/{b.shipped}"
+        try:
+            data = res.read_bytes()
+        except OSError as e:
+            raise DataError(f"{where}: shipped data missing ({e})") from e
+        tasks = rows_to_tasks(read_jsonl(where, data=data), where, b.multiple_choice)
+    else:
+        tasks = _load_hub(b, data_dir)
+    return tasks if limit is None else tasks[:limit]
+
+
+def _load_hub(b: Benchmark, data_dir: Path | None) -> list[Task]:
+    """Optional fallback to the Hugging Face hub (needs ``datasets`` and network)."""
+    root = _data_root(data_dir)
+    tried = (
+        ", ".join(str(root / (b.folder or b.name) / f) for f in b.files)
+        if root is not None
+        else "no --data-dir / $COEVOLVE_DATA given"
+    )
+    hint = (f"benchmark {b.name!r}: no data file found ({tried}); pass --data-dir or set "
+            f"COEVOLVE_DATA to a folder with {b.folder}/{b.files[0]}")
+    if b.hub is None:
+        raise DataError(hint)
+    try:
+        import datasets  # noqa: F401
+    except ImportError as e:
+        raise DataError(f"{hint} (the hub fallback needs the 'datasets' package)") from e
+    try:
+        rows = list(_hub_rows(b))
+    except Exception as e:  # network/auth/format errors all mean "not available here"
+        raise DataError(f"{hint}; hub dataset {b.hub!r} unavailable: {type(e).__name__}: {e}") from e
+    return rows_to_tasks(((i + 1, r) for i, r in enumerate(rows)), f"hf:{b.hub}", True)
+
+
+def _hub_rows(b: Benchmark) -> Iterable[dict[str, Any]]:
+    """Convert hub rows to the offline layout (id, question, choices, answer letter, ...)."""
+    from datasets import load_dataset
+
+    if b.name == "mmlu_pro":
+        for r in load_dataset(b.hub, split="test"):
+            yield {"id": f"mmlu_pro-{r['question_id']}", "question": r["question"],
+                   "choices": list(r["options"]), "answer": r["answer"], "subject": r["category"]}
+    elif b.name == "supergpqa":
+        for r in load_dataset(b.hub, split="train"):
+            yield {"id": r["uuid"], "question": r["question"], "choices": list(r["options"]),
+                   "answer": r["answer_letter"], "discipline": r["discipline"]}
+    elif b.name == "gpqa_diamond":
+        rng = random.Random(0)  # simple-evals' permutation, as in the offline copy
+        for r in load_dataset(b.hub, "gpqa_diamond", split="train"):
+            opts = [r["Correct Answer"], r["Incorrect Answer 1"], r["Incorrect Answer 2"],
+                    r["Incorrect Answer 3"]]
+            opts = [str(o).strip() for o in opts]
+            perm = rng.sample(range(4), 4)
+            choices = [opts[i] for i in perm]
+            yield {"id": r["Record ID"], "question": r["Question"], "choices": choices,
+                   "answer": LETTERS[choices.index(opts[0])],
+                   "subject": r.get("High-level domain", "")}
+    else:
+        raise DataError(f"no hub conversion for {b.name!r}")
+
+
+# ----------------------------------------------------------------------------------------------
+# per-benchmark prompt and grader
+
+
+def build_prompts(bench: Benchmark, tasks: Sequence[Task], prompter: Any) -> list[str]:
+    """Prompt per task: ``prompter.solver`` for math/bbeh/toy; lettered options for MC.
+
+    For MC the prompter must offer ``wrap(content)`` (``EvalPrompter``) so the options block
+    gets the same chat template as every other prompt.
+    """
+    if bench.kind == "mc":
+        wrap: Callable[[str], str] = getattr(prompter, "wrap", lambda s: s)
+        return [wrap(mc_content(t.question, t.features["choices"])) for t in tasks]
+    return [prompter.solver(t.question) for t in tasks]
+
+
+def grader_for(bench: Benchmark) -> tuple[Callable[[str, str], bool], Callable[[str], Any]]:
+    """(grader(gold, completion_text) -> bool, extractor(text) -> recorded answer)."""
+    if bench.kind == "mc":
+        return grade_choice, extract_choice
+    if bench.kind == "bbeh":
+        return grade_bbeh, bbeh_extract
+    if bench.kind in ("math", "toy"):
+        return grade_math, extract_math
+    raise ConfigError(f"benchmark {bench.name!r}: unknown kind {bench.kind!r}")
