@@ -73,7 +73,10 @@ def run(
     from coevolve.config import dump_yaml, load_config
     from coevolve.run import RunDir, default_run_path
 
+    from coevolve.recipes.common import preflight
+
     cfg = load_config(recipe, config, overrides or [])
+    preflight(cfg)
     path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
     RunDir.create(path, dump_yaml(cfg), cfg.recipe)
     _execute(cfg, path, resumed=False)

@@ -48,6 +48,26 @@ def base_model_path(cfg: RecipeConfig, say_fn: Callable[[str], None] = say) -> P
     return ensure_base(cache, steps=cfg.model.toy_steps, seed=cfg.model.toy_seed)
 
 
+def preflight(cfg: RecipeConfig) -> None:
+    """Cheap checks of the paths a run needs, before any work starts or any folder is made."""
+    from coevolve.errors import DataError, ModelLoadError
+
+    paths = [("model.path", cfg.model.path)] + [
+        (f"{name}.model_path", getattr(getattr(cfg, name), "model_path", None))
+        for name in type(cfg).model_fields
+        if hasattr(getattr(cfg, name), "model_path")
+    ]
+    for field_name, p in paths:
+        if p is None:
+            continue
+        if not Path(p).exists():
+            raise ModelLoadError(f"{field_name}: model path {p} does not exist")
+        if not (Path(p) / "config.json").is_file():
+            raise ModelLoadError(f"{field_name}: {p} is not a Hugging Face model folder (no config.json)")
+    if cfg.data.source != "toy" and not Path(cfg.data.source).is_file():
+        raise DataError(f"data.source: dataset file {cfg.data.source} does not exist")
+
+
 def is_toy(cfg: RecipeConfig) -> bool:
     return cfg.model.path is None
 

@@ -1,0 +1,3 @@
+from coevolve.cli import main
+
+main()
