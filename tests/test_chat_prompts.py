@@ -1,0 +1,67 @@
+"""Tests for the paper-style ChatPrompter."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+import coevolve.chat_prompts as CP
+from coevolve.chat_prompts import ChatPrompter
+from coevolve.errors import CoevolveError, ConfigError
+from coevolve.prompts import Prompter
+
+
+def test_doctests() -> None:
+    assert doctest.testmod(CP).failed == 0
+
+
+def test_is_prompter_and_prompts_follow_papers() -> None:
+    p = ChatPrompter()
+    assert isinstance(p, Prompter)
+    s = p.solver("What is 2+3?")
+    assert "<think>" in s and "\\boxed{}" in s and "What is 2+3?" in s
+    q = p.questioner("What is 2+3?", "5", 37.5)
+    assert "What is 2+3?" in q and "Reference answer: 5" in q and "38/100" in q
+    assert "ONE new problem of the same difficulty" in q and "<question></question>" in q
+    free = p.challenger([])
+    assert "expert competition-math problem setter" in free and "<question>" in free
+    tgt = p.challenger(["forgets to carry"])
+    assert "forgets to carry" in tgt
+    st = p.challenger(["forgets to carry", "drops a sign"])
+    assert "forgets to carry" in st and "drops a sign" in st and "compound" in st
+    with pytest.raises(CoevolveError):
+        p.challenger(["a", "b", "c"])
+    assert p.oracle("What is 2+3?") is None
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("<question>What is 2+3?</question>", "What is 2+3?"),
+        ("thinking...\n<question>\n  Find x.\n</question>\n\\boxed{4}", "Find x."),
+        ("<question></question>", None),
+        ("<question>   </question>", None),
+        ("<question>a</question> <question>b</question>", None),
+        ("<question>a", None),
+        ("a</question>", None),
+        ("</question>a<question>", None),
+        ("<question>a<question>b</question>", None),
+        ("no tags at all", None),
+    ],
+)
+def test_parse_question(text: str, expected: str | None) -> None:
+    assert ChatPrompter().parse_question(text) == expected
+
+
+def test_chat_template_path() -> None:
+    class Tok:
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            assert tokenize is False and add_generation_prompt is True
+            return "|".join(f"{m['role']}:{m['content']}" for m in messages) + "|assistant:"
+
+    p = ChatPrompter(Tok(), use_chat_template=True)
+    out = p.solver("Q?")
+    assert out.startswith("system:Please reason step by step") and out.endswith("user:Q?|assistant:")
+    with pytest.raises(ConfigError):
+        ChatPrompter(None, use_chat_template=True)
