@@ -1,0 +1,238 @@
+"""Diagnosers: ``e_new = D_ext(x, ŷ, r⁻, r⁺)`` (METHODS §2, stage 4).
+
+Given a question, its pseudo-label, one failed response r⁻ and one successful response r⁺, a
+diagnoser finds the earliest step where the two traces diverge and states a *transferable*
+cause (no numbers or surface form of the question) plus the skill it belongs to.
+
+* ``TraceDiagnoser`` — the toy world's exact rule-based diagnosis over step traces
+  (``coevolve.toy.explain_divergence``); the default there because a tiny model cannot write
+  English.
+* ``LLMDiagnoser`` — the paper's prompt-based diagnosis on any ``Sampler`` (the solver itself or
+  a separate model). Model output is untrusted: anything that is not a valid JSON object with
+  the expected fields becomes ``None`` and is counted as garbage, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+from coevolve.types import SamplingParams
+
+
+@dataclass
+class Diagnosis:
+    """Earliest divergent step (0-based index into the steps of r⁻ / r⁺ as the diagnoser counts
+    them), the transferable cause text and its skill. ``source_id`` is the world's own cause id
+    when the diagnoser knows it (toy traces), else None."""
+
+    divergence_step: int
+    cause: str
+    skill: str
+    source_id: str | None = None
+
+
+@dataclass
+class DiagnoserStats:
+    """Calls made, valid diagnoses, garbage outputs (unparseable / invalid) and 'no divergence'
+    answers (a trace diagnoser that finds the two traces agree)."""
+
+    calls: int = 0
+    ok: int = 0
+    garbage: int = 0
+    none: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"calls": self.calls, "ok": self.ok, "garbage": self.garbage, "none": self.none}
+
+
+@runtime_checkable
+class Diagnoser(Protocol):
+    stats: DiagnoserStats
+
+    def diagnose(self, question: str, label: str, bad: str, good: str) -> Diagnosis | None: ...
+
+
+# ------------------------------------------------------------------------------------------
+_NUM_RE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
+
+
+def strip_surface(cause: str, question: str, extra: Sequence[str] = ()) -> str:
+    """Remove the question's surface from a cause so it transfers to other questions: the
+    question text itself becomes "the question", every number that occurs in the question (or in
+    ``extra``, e.g. the label) becomes "a number"; whitespace is collapsed.
+
+    >>> strip_surface("forgot the carry when adding 57 and 68", "57+68=")
+    'forgot the carry when adding a number and a number'
+    """
+    out = cause
+    q = question.strip()
+    if len(q) >= 4 and q in out:
+        out = out.replace(q, "the question")
+    nums = set(_NUM_RE.findall(question))
+    for e in extra:
+        nums.update(_NUM_RE.findall(e or ""))
+    for num in sorted(nums, key=len, reverse=True):
+        out = re.sub(rf"(?<![\w.]){re.escape(num)}(?![\w])", "a number", out)
+    return re.sub(r"\s+", " ", out).strip()
+
+
+def extract_json_object(text: str) -> dict[str, Any] | None:
+    """First balanced ``{...}`` block of ``text`` parsed as a JSON object (code fences and prose
+    around it tolerated), else None."""
+    text = re.sub(r"```(?:json)?", "", text)
+    start = text.find("{")
+    while start != -1:
+        depth, in_str, esc = 0, False, False
+        for i in range(start, len(text)):
+            ch = text[i]
+            if in_str:
+                if esc:
+                    esc = False
+                elif ch == "\\":
+                    esc = True
+                elif ch == '"':
+                    in_str = False
+            elif ch == '"':
+                in_str = True
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    try:
+                        obj = json.loads(text[start:i + 1])
+                    except (json.JSONDecodeError, RecursionError):
+                        break
+                    return obj if isinstance(obj, dict) else None
+        start = text.find("{", start + 1)
+    return None
+
+
+def parse_diagnosis(text: str, question: str, label: str = "", max_cause_chars: int = 300) -> Diagnosis | None:
+    """Validate a model's JSON diagnosis: ``divergence_step`` a non-negative integer (an
+    integral float or numeric string is accepted), ``cause`` a non-empty string that still has
+    at least 3 letters of its own after ``strip_surface``, ``skill`` a string (missing -> "general")."""
+    obj = extract_json_object(text)
+    if obj is None:
+        return None
+    step = obj.get("divergence_step")
+    try:
+        if isinstance(step, bool):
+            return None
+        step_f = float(step)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    if step_f != int(step_f) or step_f < 0:
+        return None
+    cause, skill = obj.get("cause"), obj.get("skill", "general")
+    if not isinstance(cause, str) or not isinstance(skill, str):
+        return None
+    cause = strip_surface(cause, question, extra=(label,))[:max_cause_chars]
+    skill = strip_surface(skill, question, extra=(label,))[:100] or "general"
+    content = cause.replace("a number", "").replace("the question", "")
+    if sum(ch.isalpha() for ch in content) < 3:  # nothing transferable left
+        return None
+    return Diagnosis(divergence_step=int(step_f), cause=cause, skill=skill)
+
+
+DEFAULT_LLM_TEMPLATE = """You compare two solutions of the same problem to find why one failed.
+Problem: {question}
+Reference answer (majority vote): {label}
+Failed solution:
+{bad}
+Successful solution:
+{good}
+Find the earliest step where the failed solution departs from the successful one and state the underlying error as a transferable cause: a general error pattern without any numbers or wording from this problem, plus the short name of the skill it belongs to.
+Reply with JSON only: {"divergence_step": <step index, 0-based>, "cause": "<one sentence>", "skill": "<skill name>"}
+"""
+"""Paper-style diagnosis prompt; placeholders {question} {label} {bad} {good} are substituted
+literally (so the JSON braces need no escaping)."""
+
+
+def fill_template(template: str, question: str, label: str, bad: str, good: str) -> str:
+    """Substitute the four placeholders literally (no ``str.format``: templates contain JSON)."""
+    for key, val in (("{question}", question), ("{label}", label), ("{bad}", bad), ("{good}", good)):
+        template = template.replace(key, val)
+    return template
+
+
+class _Sampler(Protocol):
+    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Any]]: ...
+
+
+@dataclass
+class LLMDiagnoser:
+    """Prompt-based diagnoser on any ``Sampler`` (one completion per request, batched).
+
+    ``wrap`` turns the filled template into the model's input (e.g. a chat template);
+    identity by default. ``last_outputs`` keeps the raw texts of the last batch for auditing.
+    """
+
+    sampler: _Sampler
+    params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0, max_new_tokens=256))
+    template: str = DEFAULT_LLM_TEMPLATE
+    wrap: Callable[[str], str] | None = None
+    stats: DiagnoserStats = field(default_factory=DiagnoserStats)
+    last_outputs: list[str] = field(default_factory=list)
+
+    def prompt(self, question: str, label: str, bad: str, good: str) -> str:
+        p = fill_template(self.template, question, label, bad, good)
+        return self.wrap(p) if self.wrap is not None else p
+
+    def diagnose_batch(self, requests: Sequence[tuple[str, str, str, str]]) -> list[Diagnosis | None]:
+        """Diagnose ``(question, label, bad, good)`` requests in one sampler call."""
+        if not requests:
+            return []
+        prompts = [self.prompt(*r) for r in requests]
+        outs = self.sampler.sample(prompts, 1, self.params)
+        self.last_outputs = [o[0].text if o else "" for o in outs]
+        result: list[Diagnosis | None] = []
+        for (question, label, _, _), text in zip(requests, self.last_outputs):
+            self.stats.calls += 1
+            d = parse_diagnosis(text, question, label)
+            if d is None:
+                self.stats.garbage += 1
+            else:
+                self.stats.ok += 1
+            result.append(d)
+        return result
+
+    def diagnose(self, question: str, label: str, bad: str, good: str) -> Diagnosis | None:
+        return self.diagnose_batch([(question, label, bad, good)])[0]
+
+
+@dataclass
+class TraceDiagnoser:
+    """Toy-world diagnosis from the step traces (``coevolve.toy.explain_divergence``, imported
+    lazily; ``explain`` can be injected). Its causes are already transferable (a fixed
+    catalogue), and carry the world's cause id as ``source_id``."""
+
+    explain: Callable[[str, str, str], Any] | None = None
+    stats: DiagnoserStats = field(default_factory=DiagnoserStats)
+
+    def _fn(self) -> Callable[[str, str, str], Any]:
+        if self.explain is None:
+            from coevolve.toy import explain_divergence
+
+            self.explain = explain_divergence
+        return self.explain
+
+    def diagnose(self, question: str, label: str, bad: str, good: str) -> Diagnosis | None:
+        self.stats.calls += 1
+        div = self._fn()(question, bad, good)
+        if div is None:
+            self.stats.none += 1
+            return None
+        cause = str(div.cause).strip()  # catalogue text: transferable by construction
+        if not cause:
+            self.stats.garbage += 1
+            return None
+        self.stats.ok += 1
+        return Diagnosis(divergence_step=int(div.step), cause=cause, skill=str(div.skill),
+                         source_id=None if getattr(div, "cause_id", None) is None else str(div.cause_id))
+
+    def diagnose_batch(self, requests: Sequence[tuple[str, str, str, str]]) -> list[Diagnosis | None]:
+        return [self.diagnose(*r) for r in requests]

@@ -1,0 +1,203 @@
+"""One round of DiagEvo memory maintenance (METHODS §2, stage 4) as a single function.
+
+For every kept question x (pseudo-label ŷ, the causes it was targeted at E_known(x), and its G
+optimisation responses with their agree-with-ŷ flags), pair a failed response r⁻ with a
+successful r⁺, diagnose ``e_new = D_ext(x, ŷ, r⁻, r⁺)`` and file it:
+
+1. match e_new against E_known(x) (cosine >= ``match_threshold``): a hit counts a failure on that
+   cause (re-activating it when it was Mastered);
+2. otherwise retrieve the ``retrieve_k`` most similar known causes; a duplicate (cosine >=
+   ``dup_threshold``, or confirmed by the optional ``confirm(new, old) -> bool`` model call for
+   candidates >= ``confirm_min_sim``) gets the failure;
+3. otherwise a new cause is created under the most similar skill node (score >=
+   ``node_threshold``) or under a new node named by the diagnosis' skill.
+
+Then promotions from the mean p1 of each cause's targeted questions (θ_up), the round-end merge
+of redundant skill nodes, and the F_1 reference once a round saw failures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from coevolve.memory.diagnose import Diagnosis, Diagnoser
+from coevolve.memory.embed import Embedder, cosine_top_k
+from coevolve.memory.store import ErrorMemory
+
+
+@dataclass
+class KeptQuestion:
+    """A question kept for solver training, as memory maintenance needs it."""
+
+    question: str
+    label: str
+    target_cause_ids: list[str]
+    responses: list[str]
+    matches: list[bool]
+    id: str = ""
+
+
+@dataclass
+class MaintenanceConfig:
+    """Thresholds of the maintenance step (our defaults; the paper gives no values)."""
+
+    match_threshold: float = 0.8
+    retrieve_k: int = 5
+    dup_threshold: float = 0.9
+    confirm_min_sim: float = 0.6
+    node_threshold: float = 0.5
+    merge_threshold: float = 0.9
+    theta_up: float = 0.8
+    min_targeted: int = 1
+    max_pairs_per_question: int = 1
+    max_diagnoses_per_round: int = 64
+    k: float = 1.0
+
+
+@dataclass
+class MaintenanceResult:
+    """``stats`` (flat numbers for metrics.jsonl) and one record per diagnosis attempt."""
+
+    stats: dict[str, float]
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def select_pairs(
+    kept: Sequence[KeptQuestion], rng: np.random.Generator, max_pairs_per_question: int, max_total: int
+) -> list[tuple[int, int, int]]:
+    """``(question index, failed response index, successful response index)`` triples: up to
+    ``max_pairs_per_question`` random (r⁻, r⁺) pairs per question with both kinds, questions in
+    random order, at most ``max_total`` overall (the per-round diagnosis budget)."""
+    out: list[tuple[int, int, int]] = []
+    for qi in rng.permutation(len(kept)).tolist():
+        q = kept[qi]
+        bad = [i for i, m in enumerate(q.matches) if not m]
+        good = [i for i, m in enumerate(q.matches) if m]
+        if not bad or not good:
+            continue
+        for _ in range(min(max_pairs_per_question, len(bad), len(good))):
+            if len(out) >= max_total:
+                return out
+            b = bad.pop(int(rng.integers(len(bad))))
+            g = good.pop(int(rng.integers(len(good))))
+            out.append((qi, b, g))
+    return out
+
+
+def _diagnose_all(diagnoser: Diagnoser, requests: list[tuple[str, str, str, str]]) -> list[Diagnosis | None]:
+    batch = getattr(diagnoser, "diagnose_batch", None)
+    if batch is not None:
+        return list(batch(requests))
+    return [diagnoser.diagnose(*r) for r in requests]
+
+
+def file_diagnosis(
+    memory: ErrorMemory,
+    d: Diagnosis,
+    emb: np.ndarray,
+    known: Sequence[str],
+    embedder: Embedder,
+    cfg: MaintenanceConfig,
+    round_: int,
+    confirm: Callable[[str, str], bool] | None = None,
+) -> dict[str, Any]:
+    """File one diagnosis (embedding ``emb`` (d,)) into the memory; returns what happened:
+    ``{"action": known|duplicate|new_cause|new_node, "cause_id", "similarity", "reactivated"}``."""
+    memory.ensure_embeddings(embedder)
+    known = [c for c in known if c in memory.causes]
+    if known:
+        K = np.asarray([memory.causes[c].embedding for c in known], dtype=np.float32)  # (k, d)
+        (i, s), = cosine_top_k(emb, K, 1)
+        if s >= cfg.match_threshold:
+            re = memory.record_failure(known[i], round_)
+            return {"action": "known", "cause_id": known[i], "similarity": s, "reactivated": re}
+    ids = sorted(memory.causes)
+    if ids:
+        M = np.asarray([memory.causes[c].embedding for c in ids], dtype=np.float32)  # (C, d)
+        cands = cosine_top_k(emb, M, cfg.retrieve_k)
+        hit: tuple[str, float] | None = None
+        if cands and cands[0][1] >= cfg.dup_threshold:
+            hit = (ids[cands[0][0]], cands[0][1])
+        elif confirm is not None:
+            for i, s in cands:
+                if s >= cfg.confirm_min_sim and confirm(d.cause, memory.causes[ids[i]].text):
+                    hit = (ids[i], s)
+                    break
+        if hit is not None:
+            re = memory.record_failure(hit[0], round_)
+            return {"action": "duplicate", "cause_id": hit[0], "similarity": hit[1], "reactivated": re}
+    node_id: str | None = None
+    best = -1.0
+    nids, V = memory.node_vectors(embedder)
+    if nids:
+        skill_emb = embedder.encode([d.skill])[0]  # (d,)
+        scores = np.maximum(V @ skill_emb, V @ emb)  # (S,)
+        j = int(np.argmax(scores))
+        best = float(scores[j])
+        if best >= cfg.node_threshold:
+            node_id = nids[j]
+    c = memory.add_cause(d.cause, node_id, d.skill, round_=round_, embedding=emb.tolist(),
+                         source_id=d.source_id)
+    memory.record_failure(c.id, round_)
+    return {"action": "new_cause" if node_id is not None else "new_node", "cause_id": c.id,
+            "similarity": best, "reactivated": False}
+
+
+def maintain_memory(
+    memory: ErrorMemory,
+    kept: Sequence[KeptQuestion],
+    diagnoser: Diagnoser,
+    embedder: Embedder,
+    round_: int,
+    cfg: MaintenanceConfig,
+    targeted_p1: Mapping[str, Sequence[float]],
+    rng: np.random.Generator,
+    confirm: Callable[[str, str], bool] | None = None,
+) -> MaintenanceResult:
+    """Run stage 4 on ``memory`` in place (see the module docstring). ``targeted_p1`` maps a
+    cause id to the p1 of every candidate question targeted at it this round (promotion input).
+    """
+    pairs = select_pairs(kept, rng, cfg.max_pairs_per_question, cfg.max_diagnoses_per_round)
+    requests = [(kept[q].question, kept[q].label, kept[q].responses[b], kept[q].responses[g])
+                for q, b, g in pairs]
+    diags = _diagnose_all(diagnoser, requests)
+    valid = [d for d in diags if d is not None]
+    embs = embedder.encode([d.cause for d in valid]) if valid else np.zeros((0, 1))  # (V, d)
+    counts = {"known": 0, "duplicate": 0, "new_cause": 0, "new_node": 0, "reactivated": 0}
+    records: list[dict[str, Any]] = []
+    vi = 0
+    for (q, b, g), d in zip(pairs, diags):
+        rec: dict[str, Any] = {"round": round_, "question_id": kept[q].id, "question": kept[q].question,
+                               "label": kept[q].label, "bad": kept[q].responses[b],
+                               "good": kept[q].responses[g], "targets": list(kept[q].target_cause_ids),
+                               "diagnosis": None}
+        if d is not None:
+            res = file_diagnosis(memory, d, embs[vi], kept[q].target_cause_ids, embedder, cfg,
+                                 round_, confirm)
+            vi += 1
+            counts[res["action"]] += 1
+            counts["reactivated"] += int(res["reactivated"])
+            rec["diagnosis"] = {"divergence_step": d.divergence_step, "cause": d.cause,
+                                "skill": d.skill, "source_id": d.source_id}
+            rec.update(res)
+        records.append(rec)
+    promoted = memory.update_promotions(dict(targeted_p1), round_, cfg.theta_up, cfg.min_targeted)
+    merged = memory.merge_redundant_nodes(embedder, cfg.merge_threshold, round_)
+    memory.fix_reference(round_)
+    s = memory.stats(cfg.k)
+    stats: dict[str, float] = {
+        "diagnoses_attempted": len(pairs), "diagnoses_ok": len(valid),
+        "diagnoses_garbage": len(pairs) - len(valid),
+        "diagnoser_success_rate": len(valid) / len(pairs) if pairs else 0.0,
+        "matched_known": counts["known"], "duplicates": counts["duplicate"],
+        "new_causes": counts["new_cause"] + counts["new_node"], "new_nodes": counts["new_node"],
+        "reactivations": counts["reactivated"], "promotions": len(promoted),
+        "merged_nodes": len(merged),
+        "causes": s["causes"], "nodes": s["nodes"], "active": s["active"],
+        "mastered": s["mastered"], "F_t": s["F_t"], "F_1": s["F_1"],
+        "next_epsilon": s["next_epsilon"],
+    }
+    return MaintenanceResult(stats=stats, records=records)
