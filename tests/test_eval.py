@@ -105,7 +105,7 @@ from pathlib import Path
 
 from coevolve.errors import ConfigError
 from coevolve.eval import benchmarks as B
-from coevolve.eval.runner import compare, evaluate_suite, format_table, load_results, run_eval
+from coevolve.eval.harness import compare, evaluate_suite, format_table, load_results, run_eval
 
 
 @pytest.mark.parametrize(
@@ -358,3 +358,47 @@ def test_run_eval_loads_model_through_engine(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(ConfigError):
         run_eval("x", ["nope"], limit=1, samples=0, max_new_tokens=8, out_dir=tmp_path / "p",
                  data_dir=None, chat_template=None, seed=0, batch_size=1)
+
+
+def test_bench_prompter_carries_protocol_into_evaluate_tasks(tmp_path: Path) -> None:
+    """The recipes' path: evaluate_tasks(sampler, bench_prompter(b), b.load()) scores MC right."""
+    _fixture_data(tmp_path)
+    bench = B.get("gpqa_diamond")
+    tasks = bench.load(data_dir=tmp_path)
+    sampler = KeywordSampler({"QG1": "Answer: A", "QG2": "\\boxed{B}"})
+    r = evaluate_tasks(sampler, B.bench_prompter(bench, None, None), tasks)
+    assert r.greedy == 1.0 and [x["extracted"] for x in r.records] == ["A", "B"]
+    assert "A. a" in r.records[0]["prompt"]
+    assert B.expand("general") == ["mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh"]
+    with pytest.raises(ConfigError):
+        B.get("nope")
+
+
+def test_real_math_grader_on_shipped_math500(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = pytest.importorskip("coevolve.answers")
+    if not hasattr(answers, "is_equiv"):
+        pytest.skip("coevolve.answers not written yet")
+    monkeypatch.delenv("COEVOLVE_DATA", raising=False)
+    from coevolve.eval.harness import evaluate_benchmark
+
+    tasks = B.load_tasks("math500", None, limit=4)
+    table = {t.question[:60]: f"so the result is \\boxed{{{t.answer}}}." for t in tasks[:3]}
+    table[tasks[3].question[:60]] = "no boxed answer here"
+    res = evaluate_benchmark(KeywordSampler(table), "math500", tasks=tasks, max_new_tokens=8)
+    assert [r["correct"] for r in res.records] == [True, True, True, False]
+    assert res.records[3]["extracted"] is None
+
+
+def test_toy_benchmark_uses_toy_prompter() -> None:
+    toy = pytest.importorskip("coevolve.toy")
+    if not hasattr(toy, "heldout_tasks") or not hasattr(toy, "ToyPrompter"):
+        pytest.skip("coevolve.toy does not export heldout_tasks/ToyPrompter yet")
+    from coevolve.eval.harness import evaluate_benchmark
+
+    tasks = B.load_tasks("toy", None, limit=12)
+    prompter = toy.ToyPrompter()
+    good = {prompter.solver(t.question): f"<think></think>\\boxed{{{t.answer}}}" for t in tasks[::2]}
+    bad = {prompter.solver(t.question): "<think></think>\\boxed{?}" for t in tasks[1::2]}
+    res = evaluate_benchmark(KeywordSampler({**good, **bad}), "toy", tasks=tasks, max_new_tokens=8)
+    assert res.greedy == pytest.approx(0.5)
+    assert set(res.by_group) <= {"1", "2", "3", "4"} and sum(g["n"] for g in res.by_group.values()) == 12

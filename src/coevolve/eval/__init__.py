@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from coevolve.eval.benchmarks import BENCHMARKS, GROUPS, Benchmark, load_tasks, resolve_benches
 from coevolve.eval.core import EvalResult, evaluate_tasks
-from coevolve.eval.runner import (
+from coevolve.eval.harness import (
     compare,
     evaluate_benchmark,
     evaluate_suite,

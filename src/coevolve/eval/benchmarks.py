@@ -317,6 +317,10 @@ class Benchmark:
     def multiple_choice(self) -> bool:
         return self.kind == "mc"
 
+    def load(self, data_dir: Path | None = None, limit: int | None = None) -> list[Task]:
+        """Same as ``load_tasks(self, data_dir, limit)``."""
+        return load_tasks(self, data_dir, limit)
+
 
 def _math(name: str, folder: str, k: int = 0, group: str = "level") -> Benchmark:
     return Benchmark(name, "math", "math", folder=folder, shipped=f"{folder}.jsonl.gz",
@@ -509,3 +513,57 @@ def grader_for(bench: Benchmark) -> tuple[Callable[[str, str], bool], Callable[[
     if bench.kind in ("math", "toy"):
         return grade_math, extract_math
     raise ConfigError(f"benchmark {bench.name!r}: unknown kind {bench.kind!r}")
+
+
+class BenchPrompter:
+    """A prompter that carries one benchmark's protocol into ``evaluate_tasks``.
+
+    ``task_prompt(task)`` builds the benchmark's prompt (lettered options for MC), and
+    ``grade`` / ``extract`` apply its metric, so ``evaluate_tasks(sampler, bench_prompter(...),
+    tasks)`` scores MC and BBEH correctly without extra arguments.
+    """
+
+    def __init__(self, bench: Benchmark, base: Any) -> None:
+        self.bench = bench
+        self.base = base
+        self._grade, self._extract = grader_for(bench)
+
+    def solver(self, question: str) -> str:
+        return str(self.base.solver(question))
+
+    def task_prompt(self, task: Task) -> str:
+        return build_prompts(self.bench, [task], self.base)[0]
+
+    def grade(self, gold: str, text: str) -> bool:
+        return bool(self._grade(gold, text))
+
+    def extract(self, text: str) -> Any:
+        return self._extract(text)
+
+
+def get(name: str) -> Benchmark:
+    """The registered benchmark ``name``; ``ConfigError`` listing the valid names otherwise."""
+    if name not in BENCHMARKS:
+        raise ConfigError(f"unknown benchmark {name!r}; benchmarks: {', '.join(BENCHMARKS)}; "
+                          f"groups: {', '.join(GROUPS)}")
+    return BENCHMARKS[name]
+
+
+def expand(name: str) -> list[str]:
+    """Benchmark names of a group or comma list (``resolve_benches`` for one string)."""
+    return [b.name for b in resolve_benches([name])]
+
+
+def bench_prompter(bench: Benchmark | str, tokenizer: Any | None = None,
+                   chat_template: bool | None = None, base: Any | None = None) -> BenchPrompter:
+    """``BenchPrompter`` for a benchmark: ``ToyPrompter`` for toy, ``EvalPrompter`` otherwise
+    (``base`` overrides the underlying solver prompter)."""
+    b = get(bench) if isinstance(bench, str) else bench
+    if base is None:
+        if b.kind == "toy":
+            from coevolve.toy import ToyPrompter
+
+            base = ToyPrompter()
+        else:
+            base = EvalPrompter(tokenizer, chat_template)
+    return BenchPrompter(b, base)

@@ -131,7 +131,9 @@ def evaluate_tasks(
     """Greedy pass@1 on every task, plus mean@``samples`` of T=1 samples when ``samples > 0``.
 
     ``prompter.solver(question)`` builds each prompt unless ``prompts`` (same length as
-    ``tasks``) is given, e.g. by a benchmark with its own multiple-choice template.
+    ``tasks``) is given. Optional prompter hooks let a benchmark carry its own protocol
+    (``coevolve.eval.benchmarks.BenchPrompter``): ``task_prompt(task)`` (e.g. lettered options),
+    ``grade(gold, text)`` and ``extract(text)``; explicit arguments win over hooks.
     ``grader(gold, completion_text)`` defaults to ``coevolve.answers.grade``; ``extract``
     (default ``coevolve.answers.extract_answer``) only fills the ``extracted`` record field.
     Sampling is seeded with ``seed`` so the same model gives the same mean@k.
@@ -153,13 +155,17 @@ def evaluate_tasks(
         return EvalResult(greedy=0.0, sampled=None if samples == 0 else 0.0, n=0, records=[],
                           samples=samples)
     if prompts is None:
-        prompt_list = [prompter.solver(t.question) for t in tasks]
+        task_prompt = getattr(prompter, "task_prompt", None)
+        prompt_list = [
+            task_prompt(t) if task_prompt is not None else prompter.solver(t.question)
+            for t in tasks
+        ]
     else:
         prompt_list = list(prompts)
         if len(prompt_list) != len(tasks):
             raise ValueError(f"{len(prompt_list)} prompts for {len(tasks)} tasks")
-    grade = grader if grader is not None else _default_grader()
-    extractor = extract if extract is not None else _default_extractor()
+    grade = grader or getattr(prompter, "grade", None) or _default_grader()
+    extractor = extract or getattr(prompter, "extract", None) or _default_extractor()
 
     greedy_params = SamplingParams(
         temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed

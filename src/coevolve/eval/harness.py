@@ -16,10 +16,8 @@ from coevolve.errors import DataError
 from coevolve.eval.benchmarks import (
     BENCHMARKS,
     Benchmark,
-    EvalPrompter,
-    build_prompts,
+    bench_prompter,
     find_data_file,
-    grader_for,
     load_tasks,
     resolve_benches,
 )
@@ -62,27 +60,17 @@ def evaluate_benchmark(
         tasks = load_tasks(b, data_dir, limit)
     elif limit is not None:
         tasks = list(tasks)[:limit]
-    if prompter is None:
-        if b.kind == "toy":
-            from coevolve.toy import ToyPrompter
-
-            prompter = ToyPrompter()
-        else:
-            prompter = EvalPrompter(getattr(sampler, "tokenizer", None), chat_template)
-    grade, extract = grader_for(b)
+    bp = bench_prompter(b, getattr(sampler, "tokenizer", None), chat_template, base=prompter)
     return evaluate_tasks(
         sampler,
-        prompter,
+        bp,
         tasks,
         samples=_samples_for(b, samples, None),
         max_new_tokens=max_new_tokens,
         seed=seed,
-        grader=grade,
-        extract=extract,
         progress=progress,
         group_key=b.group_key,
         batch_size=batch_size,
-        prompts=build_prompts(b, list(tasks), prompter),
     )
 
 
