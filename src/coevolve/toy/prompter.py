@@ -1,0 +1,87 @@
+"""Prompt formats of the toy world (solver, D2Evo questioner, DiagEvo challenger).
+
+Why one module: pretraining builds its examples with exactly these functions, so the base
+model has seen every prompt the recipes will later send it. Prompts are short because the
+tiny model's context is 256 characters and training cost grows with sequence length.
+
+Formats (BOS is added by the tokenizer, EOS ends every completion):
+- solver:      ``Q:37+58=\\nA:``  ->  ``<think>7+8=15 3+5+1=9</think>\\boxed{95}``
+- questioner:  ``ANCHOR:37+58=95 D:60\\nNEW:``  ->  ``<question>41+29</question>``
+- challenger:  ``NEW:`` (free) | ``FOCUS:<cause text>\\nNEW:`` |
+               ``FOCUS:<c1>\\nFOCUS:<c2>\\nNEW:``  ->  ``<question>458+367</question>``
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from coevolve.errors import DataError
+from coevolve.toy.world import oracle as _oracle
+from coevolve.toy.world import parse_toy_question
+
+QUESTION_OPEN, QUESTION_CLOSE = "<question>", "</question>"
+_QBLOCK_RE = re.compile(re.escape(QUESTION_OPEN) + r"(.*?)" + re.escape(QUESTION_CLOSE), re.S)
+
+
+def _bare(question: str) -> str:
+    q = question.strip()
+    return q[:-1] if q.endswith("=") else q
+
+
+def solver_prompt(question: str) -> str:
+    """``Q:<question>=\\nA:`` (the question may be given with or without a trailing ``=``)."""
+    return f"Q:{_bare(question)}=\nA:"
+
+
+def questioner_prompt(question: str, answer: str, difficulty: float) -> str:
+    """``ANCHOR:<q>=<answer> D:<difficulty 0-100, rounded>\\nNEW:``."""
+    if not 0.0 <= float(difficulty) <= 100.0:
+        raise DataError(f"questioner difficulty={difficulty!r} must be in [0, 100]")
+    return f"ANCHOR:{_bare(question)}={answer.strip()} D:{round(float(difficulty))}\nNEW:"
+
+
+def challenger_prompt(causes: Sequence[str]) -> str:
+    """One ``FOCUS:<cause text>`` line per cause, then ``NEW:`` (no causes = free writing)."""
+    lines = []
+    for c in causes:
+        text = " ".join(str(c).split())  # one line per cause: newlines would break the format
+        if not text:
+            raise DataError("challenger cause text is empty")
+        lines.append(f"FOCUS:{text}\n")
+    return "".join(lines) + "NEW:"
+
+
+def question_completion(question: str) -> str:
+    """The questioner/challenger target text for ``question``."""
+    return f"{QUESTION_OPEN}{_bare(question)}{QUESTION_CLOSE}"
+
+
+def parse_question_block(completion: str) -> str | None:
+    """The canonical question when ``completion`` has exactly one ``<question>..</question>``
+    block holding a valid toy problem (no other tags around it), else None."""
+    if completion.count(QUESTION_OPEN) != 1 or completion.count(QUESTION_CLOSE) != 1:
+        return None
+    m = _QBLOCK_RE.search(completion)
+    if m is None:
+        return None
+    return parse_toy_question(m.group(1))
+
+
+class ToyPrompter:
+    """:class:`coevolve.prompts.Prompter` for the toy world (the formats above)."""
+
+    def solver(self, question: str) -> str:
+        return solver_prompt(question)
+
+    def questioner(self, question: str, answer: str, difficulty: float) -> str:
+        return questioner_prompt(question, answer, difficulty)
+
+    def challenger(self, causes: Sequence[str]) -> str:
+        return challenger_prompt(causes)
+
+    def parse_question(self, completion: str) -> str | None:
+        return parse_question_block(completion)
+
+    def oracle(self, question: str) -> str | None:
+        return _oracle(question)
