@@ -1,0 +1,462 @@
+"""Run report: PNG plots and a markdown summary for any recipe's run folder.
+
+Why one generic reporter: every recipe logs through the same run-folder conventions
+(docs/CONTRACTS.md: ``metrics.jsonl`` with namespaced keys, ``summary.json``, ``round_NN/*.jsonl``),
+so a single reader can plot whatever series a run actually has (D²Evo curricula, DiagEvo memory,
+plain GRPO rewards) and skip the rest. Plots are drawn on ``matplotlib.figure.Figure`` objects
+(Agg canvas), never through pyplot, so nothing global is touched and it runs headless.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from coevolve.errors import DataError, RunStateError
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+_ROUND_DIR = re.compile(r"^round_(\d+)$")
+
+
+@dataclass
+class RunData:
+    """Everything the report reads from a run folder.
+
+    ``rows`` are the metrics.jsonl objects in file order; ``bad_lines`` the ``file:line`` of
+    lines that were not JSON objects (e.g. the partial last line of a killed run), which the
+    report lists instead of failing; ``difficulty`` maps round -> pass rates read from
+    ``round_NN/difficulty.jsonl``.
+    """
+
+    path: Path
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+    difficulty: dict[int, list[float]] = field(default_factory=dict)
+    bad_lines: list[str] = field(default_factory=list)
+
+
+def _round_of(row: dict[str, Any]) -> int:
+    r = row.get("round")
+    try:
+        return int(r) if r is not None else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Read metrics.jsonl, summary.json and round_NN/difficulty.jsonl from ``run_dir``.
+
+    Raises ``RunStateError`` when the folder has neither metrics.jsonl nor summary.json and
+    ``DataError`` (naming the file) when summary.json is not valid JSON.
+    """
+    run_dir = Path(run_dir)
+    mpath, spath = run_dir / METRICS_FILE, run_dir / SUMMARY_FILE
+    if not run_dir.is_dir() or (not mpath.exists() and not spath.exists()):
+        raise RunStateError(f"{run_dir}: not a run folder (no {METRICS_FILE} or {SUMMARY_FILE})")
+    rows: list[dict[str, Any]] = []
+    bad: list[str] = []
+    if mpath.exists():
+        with open(mpath, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    bad.append(f"{mpath}:{lineno}")
+                    continue
+                if isinstance(obj, dict):
+                    rows.append(obj)
+                else:
+                    bad.append(f"{mpath}:{lineno}")
+    summary: dict[str, Any] = {}
+    if spath.exists():
+        try:
+            loaded = json.loads(spath.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise DataError(f"{spath}:{e.lineno}: invalid JSON ({e.msg})") from e
+        if not isinstance(loaded, dict):
+            raise DataError(f"{spath}: expected a JSON object")
+        summary = loaded
+    difficulty: dict[int, list[float]] = {}
+    for d in sorted(run_dir.iterdir()):
+        m = _ROUND_DIR.match(d.name)
+        if not (m and (d / "difficulty.jsonl").is_file()):
+            continue
+        rates: list[float] = []
+        with open(d / "difficulty.jsonl", encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    bad.append(f"{d / 'difficulty.jsonl'}:{lineno}")
+                    continue
+                v = _num(obj.get("pass_rate")) if isinstance(obj, dict) else None
+                if v is not None:
+                    rates.append(v)
+        if rates:
+            difficulty[int(m.group(1))] = rates
+    return RunData(run_dir, rows, summary, difficulty, bad)
+
+
+# ----------------------------------------------------------------------------------------------
+# series extraction
+
+
+def per_round(rows: Iterable[dict[str, Any]], key: str, agg: str = "last") -> dict[int, float]:
+    """round -> value of ``key`` (``last`` logged value or ``mean`` of the round's values)."""
+    acc: dict[int, list[float]] = {}
+    for r in rows:
+        v = _num(r.get(key))
+        if v is not None:
+            acc.setdefault(_round_of(r), []).append(v)
+    if agg == "mean":
+        return {k: sum(v) / len(v) for k, v in sorted(acc.items())}
+    return {k: v[-1] for k, v in sorted(acc.items())}
+
+
+def per_step(rows: Iterable[dict[str, Any]], key: str) -> tuple[list[int], list[float], list[int]]:
+    """(cumulative update index, values, rounds) of every row that logs ``key``.
+
+    Steps restart in each round in some recipes, so the x axis is the running count of rows
+    with the key; rounds are returned so round boundaries can be drawn.
+    """
+    xs: list[int] = []
+    ys: list[float] = []
+    rs: list[int] = []
+    for r in rows:
+        v = _num(r.get(key))
+        if v is not None:
+            xs.append(len(xs))
+            ys.append(v)
+            rs.append(_round_of(r))
+    return xs, ys, rs
+
+
+def eval_series(data: RunData) -> dict[str, dict[int, float]]:
+    """``"<bench>/<greedy|sampled>"`` -> {round: accuracy} from metrics, filled from summary.json.
+
+    Base evaluation counts as round 0; summary ``final`` fills the run's last round when the
+    metrics have no value there (metrics win when both exist).
+    """
+    out: dict[str, dict[int, float]] = {}
+    for key in sorted({k for r in data.rows for k in r if k.startswith("eval/")}):
+        parts = key.split("/")
+        if len(parts) == 3:
+            s = per_round(data.rows, key)
+            if s:
+                out[f"{parts[1]}/{parts[2]}"] = s
+    ev = data.summary.get("eval") if isinstance(data.summary.get("eval"), dict) else {}
+    staged: list[tuple[int | None, Any]] = [(0, ev.get("base"))]
+    rounds = ev.get("rounds") if isinstance(ev.get("rounds"), dict) else {}
+    for rk, val in rounds.items():
+        try:
+            staged.append((int(rk), val))
+        except ValueError:
+            continue
+    staged.append((None, ev.get("final")))
+    logged = [_round_of(r) for r in data.rows if r.get("round") is not None]
+    last_round = max(logged + [int(r) for r, _ in staged if r is not None], default=0)
+    for rnd, block in staged:
+        if not isinstance(block, dict):
+            continue
+        for bench, vals in block.items():
+            if not isinstance(vals, dict):
+                continue
+            for kind in ("greedy", "sampled"):
+                v = _num(vals.get(kind))
+                if v is None:
+                    continue
+                s = out.setdefault(f"{bench}/{kind}", {})
+                if rnd is None:
+                    s.setdefault(last_round, v)
+                else:
+                    s.setdefault(rnd, v)
+    return {k: dict(sorted(v.items())) for k, v in out.items()}
+
+
+def pass_rate_hists(data: RunData) -> dict[int, tuple[list[float], list[float]]]:
+    """round -> (counts, edges) from ``curriculum/pass_rate_hist`` (+ ``curriculum/hist_edges``),
+    else from ``round_NN/difficulty.jsonl`` pass rates binned on [0, 1] in 10 bins."""
+    out: dict[int, tuple[list[float], list[float]]] = {}
+    for r in data.rows:
+        counts = r.get("curriculum/pass_rate_hist")
+        if not isinstance(counts, list) or not counts:
+            continue
+        c = [float(x) for x in counts if _num(x) is not None]
+        edges = r.get("curriculum/hist_edges")
+        if isinstance(edges, list) and len(edges) == len(c) + 1:
+            e = [float(x) for x in edges]
+        else:
+            e = [i / len(c) for i in range(len(c) + 1)]
+        out[_round_of(r)] = (c, e)
+    for rnd, rates in data.difficulty.items():
+        if rnd in out:
+            continue
+        e = [i / 10 for i in range(11)]
+        c = [0.0] * 10
+        for p in rates:
+            c[min(9, max(0, int(p * 10)))] += 1
+        out[rnd] = (c, e)
+    return dict(sorted(out.items()))
+
+
+def phase_totals(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """phase name -> {"seconds": total, "rollouts": total} summed over all rounds."""
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        for k, v in r.items():
+            m = re.match(r"^phase/(.+)/(seconds|rollouts)$", k)
+            val = _num(v)
+            if m and val is not None:
+                d = out.setdefault(m.group(1), {"seconds": 0.0, "rollouts": 0.0})
+                d[m.group(2)] += val
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# plotting
+
+
+def _figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 4.0) -> Any:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * ncols, height * nrows), dpi=100)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
+
+
+def _round_lines(ax: Any, series: dict[str, dict[int, float]], ylabel: str, title: str) -> None:
+    for label, s in series.items():
+        ax.plot(list(s.keys()), list(s.values()), marker="o", label=label)
+    ax.set_xlabel("round")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if len(series) > 1 or any(series):
+        ax.legend(fontsize=8)
+
+
+def _step_lines(ax: Any, rows: list[dict[str, Any]], keys: list[str], title: str) -> list[str]:
+    drawn = []
+    for key in keys:
+        xs, ys, rs = per_step(rows, key)
+        if not xs:
+            continue
+        ax.plot(xs, ys, label=key, linewidth=1.2)
+        drawn.append(key)
+        for i in range(1, len(rs)):
+            if rs[i] != rs[i - 1]:
+                ax.axvline(i - 0.5, color="grey", linestyle=":", linewidth=0.8)
+    ax.set_xlabel("update (cumulative; dotted = new round)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8)
+    return drawn
+
+
+@dataclass
+class Plot:
+    """One written figure: file name, title and the metric keys it shows."""
+
+    file: str
+    title: str
+    keys: list[str]
+
+
+def make_plots(data: RunData, out_dir: Path) -> list[Plot]:
+    """Write one PNG per family of series present in the run; returns what was written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = data.rows
+    present = {k for r in rows for k in r}
+    plots: list[Plot] = []
+
+    ev = eval_series(data)
+    if ev:
+        fig, ax = _figure()
+        _round_lines(ax[0][0], ev, "accuracy", "Held-out accuracy per round (0 = base)")
+        _save(fig, out_dir / "heldout_accuracy.png")
+        plots.append(Plot("heldout_accuracy.png", "Held-out accuracy per round",
+                          [f"eval/{k}" for k in ev]))
+
+    hists = pass_rate_hists(data)
+    if hists:
+        n = len(hists)
+        cols = min(4, n)
+        nrows = math.ceil(n / cols)
+        fig, axes = _figure(cols, nrows, width=3.2, height=2.6)
+        for i, (rnd, (counts, edges)) in enumerate(hists.items()):
+            ax = axes[i // cols][i % cols]
+            widths = [edges[j + 1] - edges[j] for j in range(len(counts))]
+            ax.bar(edges[:-1], counts, width=widths, align="edge", edgecolor="black")
+            ax.set_title(f"round {rnd}", fontsize=9)
+            ax.set_xlabel("solver pass rate", fontsize=8)
+        for j in range(n, nrows * cols):
+            axes[j // cols][j % cols].axis("off")
+        fig.suptitle("Pass-rate histogram of the question pool")
+        _save(fig, out_dir / "pass_rate_hist.png")
+        plots.append(Plot("pass_rate_hist.png", "Pass-rate histograms per round",
+                          ["curriculum/pass_rate_hist"] if "curriculum/pass_rate_hist" in present
+                          else ["round_NN/difficulty.jsonl:pass_rate"]))
+
+    per_round_specs = [
+        ("anchors.png", "Anchors per round", ["curriculum/anchors"], "last", "count"),
+        ("in_band.png", "Share of generated questions inside the band", ["questioner/in_band"],
+         "mean", "share"),
+        ("pseudo_label_acc.png", "Pseudo-label accuracy vs oracle",
+         ["curriculum/pseudo_label_acc"], "mean", "accuracy"),
+        ("memory.png", "Error-cause memory", ["memory/causes", "memory/nodes", "memory/active",
+                                              "memory/mastered"], "last", "count"),
+        ("epsilon.png", "Exploration rate ε per round", ["memory/epsilon"], "last", "ε"),
+    ]
+    for file, title, keys, agg, ylabel in per_round_specs:
+        series = {k: per_round(rows, k, agg) for k in keys if k in present}
+        series = {k: v for k, v in series.items() if v}
+        if not series:
+            continue
+        fig, ax = _figure()
+        _round_lines(ax[0][0], series, ylabel, title)
+        _save(fig, out_dir / file)
+        plots.append(Plot(file, title, list(series)))
+
+    step_specs = [
+        ("writer_reward.png", "Questioner / challenger reward",
+         [["questioner/reward_mean", "challenger/reward_mean"]]),
+        ("solver.png", "Solver reward and share of zero-variance groups",
+         [["solver/reward_mean"], ["solver/frac_zero_std"]]),
+    ]
+    for file, title, panels in step_specs:
+        panels = [[k for k in p if k in present] for p in panels]
+        panels = [p for p in panels if p]
+        if not panels:
+            continue
+        fig, axes = _figure(1, len(panels), height=3.2)
+        drawn: list[str] = []
+        for i, keys in enumerate(panels):
+            drawn += _step_lines(axes[i][0], rows, keys, title if i == 0 else "")
+        if drawn:
+            _save(fig, out_dir / file)
+            plots.append(Plot(file, title, drawn))
+
+    phases = phase_totals(rows)
+    if phases:
+        names = list(phases)
+        fig, axes = _figure(2, 1, width=max(4.0, 0.9 * len(names) + 2))
+        for ax, kind in zip(axes[0], ("seconds", "rollouts")):
+            ax.bar(names, [phases[n][kind] for n in names])
+            ax.set_title(f"total {kind} per phase")
+            ax.tick_params(axis="x", labelrotation=45, labelsize=8)
+        _save(fig, out_dir / "phases.png")
+        plots.append(Plot("phases.png", "Time and rollouts per phase",
+                          sorted(k for k in present if k.startswith("phase/"))))
+    return plots
+
+
+# ----------------------------------------------------------------------------------------------
+# markdown
+
+
+def _fmt(v: float | None, pct: bool = False) -> str:
+    if v is None:
+        return "–"
+    return f"{100 * v:.1f}%" if pct else (f"{v:.4g}" if isinstance(v, float) else str(v))
+
+
+def render_markdown(data: RunData, plots: list[Plot]) -> str:
+    """report.md: run facts, base vs final accuracy, per-round eval table, plot list, key
+    last values, and any malformed lines that were skipped."""
+    s = data.summary
+    lines = [f"# Run report: {data.path.name}", ""]
+    facts = []
+    if s.get("recipe"):
+        facts.append(f"recipe **{s['recipe']}**")
+    rounds = sorted({_round_of(r) for r in data.rows if r.get("round") is not None})
+    if rounds:
+        facts.append(f"rounds {min(rounds)}–{max(rounds)}")
+    if _num(s.get("wall_seconds")) is not None:
+        facts.append(f"wall time {float(s['wall_seconds']) / 60:.1f} min")
+    facts.append(f"{len(data.rows)} metric rows")
+    lines += ["; ".join(facts) + ".", ""]
+
+    ev = eval_series(data)
+    if ev:
+        lines += ["## Held-out accuracy", "", "| series | base | final | Δ |", "|---|---:|---:|---:|"]
+        for name, ser in ev.items():
+            rs = sorted(ser)
+            base, final = ser[rs[0]], ser[rs[-1]]
+            lines.append(f"| {name} | {_fmt(base, True)} (r{rs[0]}) | {_fmt(final, True)} "
+                         f"(r{rs[-1]}) | {100 * (final - base):+.1f} |")
+        all_rounds = sorted({r for ser in ev.values() for r in ser})
+        lines += ["", "Per round:", "", "| round | " + " | ".join(ev) + " |",
+                  "|---:|" + "---:|" * len(ev)]
+        for r in all_rounds:
+            lines.append(f"| {r} | " + " | ".join(_fmt(ser.get(r), True) for ser in ev.values()) + " |")
+        lines.append("")
+
+    lines += ["## Plots", ""]
+    if plots:
+        for p in plots:
+            lines += [f"### {p.title}", "", f"![{p.title}]({p.file})", "",
+                      "Series: " + ", ".join(f"`{k}`" for k in p.keys), ""]
+    else:
+        lines += ["No plottable series found.", ""]
+
+    last_keys = ["solver/reward_mean", "solver/frac_zero_std", "questioner/reward_mean",
+                 "challenger/reward_mean", "questioner/in_band", "curriculum/anchors",
+                 "curriculum/pseudo_label_acc", "memory/causes", "memory/nodes", "memory/active",
+                 "memory/mastered", "memory/epsilon"]
+    key_rows = []
+    for k in last_keys:
+        _, ys, _ = per_step(data.rows, k)
+        if ys:
+            key_rows.append(f"| `{k}` | {_fmt(ys[0])} | {_fmt(ys[-1])} | {len(ys)} |")
+    if key_rows:
+        lines += ["## Key numbers", "", "| metric | first | last | points |", "|---|---:|---:|---:|",
+                  *key_rows, ""]
+    phases = phase_totals(data.rows)
+    if phases:
+        lines += ["## Phases", "", "| phase | seconds | rollouts |", "|---|---:|---:|"]
+        for name, d in phases.items():
+            lines.append(f"| {name} | {d['seconds']:.1f} | {int(d['rollouts'])} |")
+        lines.append("")
+    if data.bad_lines:
+        lines += ["## Skipped malformed lines", "",
+                  *(f"- {b}" for b in data.bad_lines[:20]),
+                  *([f"- ... and {len(data.bad_lines) - 20} more"] if len(data.bad_lines) > 20 else []),
+                  ""]
+    return "\n".join(lines)
+
+
+def write_report(run_dir: Path) -> Path:
+    """Write ``run_dir/report/`` (PNG plots + ``report.md``) and return the report.md path.
+
+    Works for any recipe: only the series present in the run are plotted, and the markdown
+    lists what was plotted plus the key numbers (base vs final held-out accuracy).
+    """
+    data = load_run(Path(run_dir))
+    out = Path(run_dir) / "report"
+    plots = make_plots(data, out)
+    md = out / "report.md"
+    md.write_text(render_markdown(data, plots), encoding="utf-8")
+    return md
