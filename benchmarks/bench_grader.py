@@ -1,0 +1,127 @@
+"""Agreement and throughput of the answer grader.
+
+Agreement: ``Grader.grade_pair`` against the (gold, pred, expected) regression set harvested from
+the test suites of math-verify, Hendrycks MATH ``is_equiv``, Qwen2.5-Math ``math_equal`` plus
+synthetic cases for the usual surface variants (``tests/data/grader_cases.jsonl``). Optionally the
+same set through plain math-verify with default settings, for comparison.
+
+Throughput: per-call cost of the cheap path (integer answers, as in the toy world), of a vote over
+16 integer answers, and of a math-verify worker call.
+
+Usage: ``PYTHONPATH=src python benchmarks/bench_grader.py [--cases PATH] [--misses] [--baseline]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+import time
+from pathlib import Path
+
+from coevolve.answers import Grader
+
+
+def load_cases(path: Path) -> list[dict]:
+    """Rows with gold / pred / expected / source."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def agreement(grader: Grader, cases: list[dict], show_misses: bool) -> float:
+    """Print overall and per-source agreement; return the overall fraction."""
+    ok: collections.Counter[str] = collections.Counter()
+    tot: collections.Counter[str] = collections.Counter()
+    misses = []
+    t0 = time.perf_counter()
+    for c in cases:
+        verdict = grader.grade_pair(c["gold"], c["pred"])
+        src = c["source"].split("::")[0]
+        tot[src] += 1
+        if verdict == c["expected"]:
+            ok[src] += 1
+        else:
+            misses.append(c)
+    dt = time.perf_counter() - t0
+    n_ok, n = sum(ok.values()), len(cases)
+    print(f"agreement: {n_ok}/{n} = {100 * n_ok / n:.1f}%   ({dt:.1f}s, {1000 * dt / n:.1f} ms/case)")
+    for src in sorted(tot):
+        print(f"  {src:48s} {ok[src]:4d}/{tot[src]:<4d} {100 * ok[src] / tot[src]:6.1f}%")
+    if show_misses:
+        for c in misses:
+            print(f"  MISS [{c['source']}] expected={c['expected']} gold={c['gold'][:80]!r} pred={c['pred'][-80:]!r}")
+    return n_ok / n
+
+
+def baseline(cases: list[dict]) -> float:
+    """Plain math-verify (default parse/verify settings, in-process) on the same cases."""
+    from math_verify import parse, verify
+
+    n_ok = 0
+    for c in cases:
+        try:
+            v = bool(verify(parse(c["gold"]), parse(c["pred"])))
+        except Exception:  # noqa: BLE001
+            v = False
+        n_ok += v == c["expected"]
+    print(f"plain math-verify (defaults): {n_ok}/{len(cases)} = {100 * n_ok / len(cases):.1f}%")
+    return n_ok / len(cases)
+
+
+def throughput(grader: Grader) -> None:
+    """Cheap-path, vote and worker per-call timings."""
+    rng = random.Random(0)
+    pairs = [(str(rng.randint(0, 99)), str(rng.randint(0, 99))) for _ in range(20000)]
+    before = grader.stats.worker_calls
+    t0 = time.perf_counter()
+    for g, p in pairs:
+        grader.is_equiv(g, p)
+    dt = time.perf_counter() - t0
+    assert grader.stats.worker_calls == before, "integer answers must not reach the worker"
+    print(f"cheap path (integers): {1e6 * dt / len(pairs):.2f} us/call")
+    votes = [[str(rng.randint(0, 5)) if rng.random() > 0.1 else None for _ in range(16)] for _ in range(2000)]
+    t0 = time.perf_counter()
+    for v in votes:
+        grader.vote(v)
+    dt = time.perf_counter() - t0
+    print(f"vote over 16 integer answers: {1e6 * dt / len(votes):.1f} us/vote")
+    mixed = ["\\frac{1}{2}", "0.5", "1/2", "\\dfrac12", "x=0.5", "\\sqrt{2}/2", None, "2^{-1}"]
+    t0 = time.perf_counter()
+    w0 = grader.stats.worker_calls
+    grader.vote(mixed)
+    dt = time.perf_counter() - t0
+    print(f"vote over 8 mixed LaTeX answers: {1000 * dt:.1f} ms ({grader.stats.worker_calls - w0} worker calls)")
+    mv = [("\\sqrt{8}", "2\\sqrt{2}"), ("(x+1)^2", "x^2+2x+1"), ("\\{1,2\\}", "\\{2,1\\}"), ("x-1", "1-x")]
+    w0, s0 = grader.stats.worker_calls, grader.stats.worker_seconds
+    t0 = time.perf_counter()
+    for _ in range(10):
+        for g, p in mv:
+            grader.is_equiv(g, p)
+    dt = time.perf_counter() - t0
+    calls = grader.stats.worker_calls - w0
+    print(
+        f"math-verify path: {1000 * dt / (10 * len(mv)):.1f} ms/call end-to-end "
+        f"({1000 * (grader.stats.worker_seconds - s0) / max(calls, 1):.1f} ms in the worker per request)"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", type=Path, default=Path(__file__).resolve().parent.parent / "tests/data/grader_cases.jsonl")
+    ap.add_argument("--misses", action="store_true", help="list the disagreeing cases")
+    ap.add_argument("--baseline", action="store_true", help="also score plain math-verify")
+    args = ap.parse_args()
+    cases = load_cases(args.cases)
+    with Grader() as grader:
+        t0 = time.perf_counter()
+        grader.is_equiv("\\sqrt{4}", "2")  # start the worker outside the measurements
+        print(f"worker start-up: {time.perf_counter() - t0:.2f}s")
+        agreement(grader, cases, args.misses)
+        throughput(grader)
+        print(f"stats: {grader.stats}")
+    if args.baseline:
+        baseline(cases)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,419 @@
+"""Answer equivalence, grading and majority voting (owner of the math-verify worker process).
+
+Decision order for ``is_equiv(gold, pred)``:
+1. cheap path (no subprocess): equal normalised strings -> True; two plain numbers -> exact /
+   rounded comparison (``normalize.cheap_equiv``); two bare comma lists (``3, 5``) -> element-wise
+   *ordered* comparison when every element is decidable (PRM800K / Hendrycks / Qwen semantics;
+   math-verify would treat a bare list as an unordered set);
+2. math-verify in the worker process on several renderings of the pair (as written wrapped in
+   ``$..$``, normalised), under a hard wall-clock timeout; a timeout is "not equal" and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TextIO
+
+from coevolve.errors import DataError, GraderError
+from coevolve.types import Vote
+
+from .extract import answer_or_whole, extract_answer
+from .normalize import Canon, canon, cheap_equiv
+from .worker import DEFAULT_VERIFY_FN, wrap_latex
+
+
+@dataclass
+class GraderStats:
+    """Counters for monitoring: how often the cheap path decided, and how often math-verify hung."""
+
+    calls: int = 0  # is_equiv-level comparisons (including those inside vote)
+    cheap_hits: int = 0  # decided without the worker
+    worker_calls: int = 0  # requests sent to math-verify
+    timeouts: int = 0  # requests killed at the wall-clock limit (counted as "not equal")
+    errors: int = 0  # worker crashes / exceptions (counted as "not equal")
+    restarts: int = 0  # worker processes started after the first
+    worker_seconds: float = 0.0  # wall time spent waiting for the worker
+
+
+_PROSE_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}|\$|\\\(|\\\[")
+
+
+def _is_prose(s: str) -> bool:
+    """True for text with delimiters or two consecutive words: normalising it would mangle it."""
+    return bool(_PROSE_RE.search(s))
+
+
+def _split_top_commas(s: str) -> list[str] | None:
+    """Split a bare list ``a,b,c`` at depth-0 commas; None when not a bare list."""
+    if not s or s[0] in "([{" or "\\{" in s[:2]:
+        return None
+    parts: list[str] = []
+    depth = 0
+    cur = []
+    for c in s:
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if c == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    parts.append("".join(cur))
+    if len(parts) < 2 or any(p == "" for p in parts):
+        return None
+    return parts
+
+
+def _ordered_list_equiv(a: Canon, b: Canon) -> bool | None:
+    """Element-wise ordered comparison of two bare lists of plain numbers (None if undecidable)."""
+    if "=" in a.text or "=" in b.text:  # "x = 1, 2" / "a=1, b=2": solution sets, order-free
+        return None
+    pa, pb = _split_top_commas(a.text), _split_top_commas(b.text)
+    if pa is None or pb is None or len(pa) != len(pb):
+        return None
+    verdicts = [cheap_equiv(canon(x), canon(y)) for x, y in zip(pa, pb)]
+    if any(v is None for v in verdicts):
+        return None
+    return all(verdicts)
+
+
+class Grader:
+    """Owns one math-verify worker process; thread-safe; restarts the worker after a timeout.
+
+    ``timeout`` is the default wall-clock budget per math-verify request; ``verify_fn`` is the
+    ``"module:function"`` the worker runs (tests inject a hanging one); ``start_timeout`` bounds
+    worker start-up (sympy import), which is not charged to the per-call budget.
+    """
+
+    def __init__(
+        self,
+        timeout: float = 5.0,
+        verify_fn: str = DEFAULT_VERIFY_FN,
+        start_timeout: float = 120.0,
+        ordered_bare_lists: bool = True,
+    ) -> None:
+        if timeout <= 0:
+            raise GraderError(f"Grader timeout must be > 0 seconds, got {timeout}")
+        self.timeout = timeout
+        self.verify_fn = verify_fn
+        self.start_timeout = start_timeout
+        self.ordered_bare_lists = ordered_bare_lists
+        self.stats = GraderStats()
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._send: Connection | None = None
+        self._recv: Connection | None = None
+        self._started = 0
+
+    # ------------------------------------------------------------------ worker management
+    def _start(self) -> None:
+        p2c_r, p2c_w = os.pipe()
+        c2p_r, c2p_w = os.pipe()
+        env = dict(os.environ)
+        # The child must import exactly what we import (src layout, tests' fake verify_fns).
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        cmd = [
+            sys.executable,
+            "-c",
+            "from coevolve.answers.worker import main; main()",
+            str(p2c_r),
+            str(c2p_w),
+            self.verify_fn,
+        ]
+        try:
+            proc = subprocess.Popen(cmd, pass_fds=(p2c_r, c2p_w), env=env, stdin=subprocess.DEVNULL)
+        finally:
+            os.close(p2c_r)
+            os.close(c2p_w)
+        send = Connection(p2c_w, readable=False)
+        recv = Connection(c2p_r, writable=False)
+        self._proc, self._send, self._recv = proc, send, recv
+        if self._started:
+            self.stats.restarts += 1
+        self._started += 1
+        try:
+            ready = recv.poll(self.start_timeout)
+            msg = recv.recv() if ready else None
+        except (EOFError, OSError):
+            msg = None
+        if msg is None or msg[0] != "ready":
+            self._kill()
+            raise GraderError(
+                f"math-verify worker did not start within {self.start_timeout:.0f}s "
+                f"(verify_fn={self.verify_fn!r}, python={sys.executable})"
+            )
+
+    def _kill(self) -> None:
+        for conn in (self._send, self._recv):
+            if conn is not None:
+                try:
+                    conn.close()
+                except OSError:
+                    pass
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+        self._proc = self._send = self._recv = None
+
+    def _request(self, args: tuple[Any, ...], timeout: float) -> Any:
+        """One worker call; returns None on timeout/crash (worker killed, restarted lazily)."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._kill()
+                self._start()
+            assert self._send is not None and self._recv is not None
+            self.stats.worker_calls += 1
+            t0 = time.perf_counter()
+            try:
+                self._send.send((args, {}))
+                if not self._recv.poll(timeout):
+                    self.stats.timeouts += 1
+                    self._kill()
+                    return None
+                status, value = self._recv.recv()
+            except (EOFError, OSError, BrokenPipeError):
+                self.stats.errors += 1
+                self._kill()
+                return None
+            finally:
+                self.stats.worker_seconds += time.perf_counter() - t0
+            if status != "ok":
+                self.stats.errors += 1
+                return None
+            return value
+
+    def close(self) -> None:
+        """Stop the worker process (a later call starts a fresh one)."""
+        with self._lock:
+            if self._send is not None and self._proc is not None and self._proc.poll() is None:
+                try:
+                    self._send.send(None)
+                    self._proc.wait(timeout=2)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._kill()
+
+    def __enter__(self) -> "Grader":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # best effort: do not leak a child when the owner forgets close()
+        try:
+            if self._proc is not None and self._proc.poll() is None:
+                self._proc.kill()
+                self._proc.wait()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # ------------------------------------------------------------------ equivalence
+    def _cheap(self, a: Canon, b: Canon) -> bool | None:
+        verdict = cheap_equiv(a, b)
+        if verdict is None and self.ordered_bare_lists:
+            verdict = _ordered_list_equiv(a, b)
+        return verdict
+
+    def _mv_pairs(self, gold: str, pred: str, a: Canon, b: Canon) -> list[tuple[str, str]]:
+        """Renderings tried by math-verify: wrapped as written, normalised (bare answers only: on a
+        sentence the space-free normal form glues words to numbers), and raw (plain-expression
+        extractor; reads "1000,99" as a decimal comma)."""
+        gold, pred = gold.strip(), pred.strip()
+        pairs = [(wrap_latex(gold), wrap_latex(pred))]
+        norm = (wrap_latex(a.text), wrap_latex(b.text))
+        if a.text and b.text and not _is_prose(gold) and not _is_prose(pred) and norm not in pairs:
+            pairs.append(norm)
+        return pairs
+
+    def _equiv(self, gold: str, pred: str, timeout: float | None, both_directions: bool,
+               extra_pairs: list[tuple[str, str]] | None = None,
+               a: Canon | None = None, b: Canon | None = None) -> bool:
+        return self._decide(gold, pred, timeout, both_directions, extra_pairs, a, b)[0]
+
+    def _decide(
+        self,
+        gold: str,
+        pred: str,
+        timeout: float | None,
+        both_directions: bool,
+        extra_pairs: list[tuple[str, str]] | None = None,
+        a: Canon | None = None,
+        b: Canon | None = None,
+    ) -> tuple[bool, bool]:
+        """(verdict, whether math-verify was asked)."""
+        self.stats.calls += 1
+        a = canon(gold) if a is None else a
+        b = canon(pred) if b is None else b
+        verdict = self._cheap(a, b)
+        if verdict is not None:
+            self.stats.cheap_hits += 1
+            return verdict, False
+        pairs = self._mv_pairs(gold, pred, a, b) + [p for p in (extra_pairs or []) if p]
+        result = self._request((pairs, both_directions), self.timeout if timeout is None else timeout)
+        return bool(result), True
+
+    def is_equiv(self, gold: str | None, pred: str | None, timeout: float | None = None) -> bool:
+        """True when ``pred`` is mathematically equal to ``gold`` (gold first: math-verify is asymmetric)."""
+        if gold is None or pred is None or not gold.strip() or not pred.strip():
+            return False
+        return self._equiv(gold, pred, timeout, both_directions=False)
+
+    def grade(self, gold: str, completion: str, timeout: float | None = None) -> bool:
+        """Extract the final answer of ``completion`` and compare it with ``gold``."""
+        return self.is_equiv(gold, extract_answer(completion), timeout)
+
+    def grade_pair(self, gold: str, pred: str, timeout: float | None = None) -> bool:
+        """Compare two strings that may each be a whole model output or a bare answer.
+
+        Each side is reduced to its last box when it has one (else kept whole); if that does not
+        show equality, math-verify also sees the two full texts (its own extractor handles
+        "the answer is 5" sentences and multi-box answers).
+        """
+        if not gold.strip() or not pred.strip():
+            return False
+        g, p = answer_or_whole(gold), answer_or_whole(pred)
+        if (g, p) == (gold.strip(), pred.strip()):
+            return self._equiv(g, p, timeout, both_directions=False)
+        verdict, asked = self._decide(g, p, timeout, False, [(gold, pred)])
+        if verdict:
+            return True
+        # The last box is not always the final answer ("... \\boxed{255} ... The final answer is
+        # $10,455$. I hope it is correct."): let math-verify's anchors read the full texts.
+        if not asked:
+            result = self._request(([(gold, pred)], False), self.timeout if timeout is None else timeout)
+            return bool(result)
+        return False
+
+    # ------------------------------------------------------------------ voting
+    def vote(self, answers: list[str | None], timeout: float | None = None) -> Vote:
+        """Cluster equivalent answers; the largest cluster's first-seen answer is the label.
+
+        Two answers share a cluster when their normalised strings match, their numeric values are
+        equal, or math-verify finds them equal in either direction (compared against each
+        cluster's representative, clusters in first-seen order). None/empty answers are counted
+        in ``n`` with cluster -1. Ties between cluster sizes go to the first-seen cluster.
+        """
+        n = len(answers)
+        reps: list[tuple[str, Canon]] = []
+        members: list[list[int]] = []
+        by_text: dict[str, int] = {}
+        raw_of: list[int] = [-1] * n
+        for i, ans in enumerate(answers):
+            if ans is None or not ans.strip():
+                continue
+            c = canon(ans)
+            cid = by_text.get(c.text)
+            if cid is None:
+                for k, (rep, rc) in enumerate(reps):
+                    verdict = self._cheap(rc, c)
+                    if verdict is None and rc.value is not None and c.value is not None:
+                        verdict = False
+                    if verdict is None:
+                        verdict = self._equiv(rep, ans, timeout, both_directions=True, a=rc, b=c)
+                    else:
+                        self.stats.calls += 1
+                        self.stats.cheap_hits += 1
+                    if verdict:
+                        cid = k
+                        break
+                if cid is None:
+                    cid = len(reps)
+                    reps.append((ans, c))
+                    members.append([])
+                by_text[c.text] = cid
+            members[cid].append(i)
+            raw_of[i] = cid
+        order = sorted(range(len(reps)), key=lambda k: (-len(members[k]), k))
+        rank = {k: r for r, k in enumerate(order)}
+        sizes = [len(members[k]) for k in order]
+        cluster_of = [rank[c] if c >= 0 else -1 for c in raw_of]
+        if not sizes or n == 0:
+            return Vote(label=None, p1=0.0, p2=0.0, n=n, cluster_of=cluster_of, sizes=[])
+        label = reps[order[0]][0].strip()
+        p2 = sizes[1] / n if len(sizes) > 1 else 0.0
+        return Vote(label=label, p1=sizes[0] / n, p2=p2, n=n, cluster_of=cluster_of, sizes=sizes)
+
+    # ------------------------------------------------------------------ files
+    def grade_jsonl(
+        self,
+        path: str | Path,
+        out: TextIO | Path | None = None,
+        on_error: Literal["raise", "skip"] = "raise",
+        timeout: float | None = None,
+    ) -> tuple[int, int]:
+        """Grade ``{"gold": ..., "pred": ...}`` lines; write each back with ``"equal"`` added.
+
+        ``out``: a text stream, a file path, or None for stdout. Bad lines (not JSON, not an
+        object, missing/non-string ``gold``/``pred``) raise ``DataError`` naming file and line,
+        or with ``on_error="skip"`` are reported on stderr and skipped. Returns (n_equal, n_graded).
+        """
+        path = Path(path)
+        if on_error not in ("raise", "skip"):
+            raise GraderError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise DataError(f"{path}: cannot read grading file ({exc})") from exc
+        opened: TextIO | None = None
+        if isinstance(out, Path):
+            opened = out.open("w", encoding="utf-8")
+            stream: TextIO = opened
+        else:
+            stream = sys.stdout if out is None else out
+        n_equal = n_total = 0
+        try:
+            for lineno, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = _parse_grade_row(line)
+                except ValueError as exc:
+                    msg = f"{path}:{lineno}: {exc}"
+                    if on_error == "raise":
+                        raise DataError(msg) from None
+                    print(f"skipping {msg}", file=sys.stderr)
+                    continue
+                equal = self.grade_pair(row["gold"], row["pred"], timeout)
+                row["equal"] = equal
+                stream.write(json.dumps(row, ensure_ascii=False) + "\n")
+                n_equal += int(equal)
+                n_total += 1
+        finally:
+            if opened is not None:
+                opened.close()
+        return n_equal, n_total
+
+
+def _parse_grade_row(line: str) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    for key in ("gold", "pred"):
+        if key not in row:
+            raise ValueError(f"missing field {key!r}")
+        if isinstance(row[key], (int, float)) and not isinstance(row[key], bool):
+            row[key] = str(row[key])
+        if not isinstance(row[key], str):
+            raise ValueError(f"field {key!r} must be a string, got {type(row[key]).__name__}")
+    return row

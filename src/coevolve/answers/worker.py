@@ -1,0 +1,102 @@
+"""math-verify running in a persistent child process.
+
+Why a process: math-verify's own timeouts use ``signal.alarm`` (main thread only) and sympy can
+loop for minutes on adversarial LaTeX (R-Zero / EasyR1 report hung runs). The parent talks to
+one child over a pipe and kills + restarts it when a call exceeds its wall-clock budget, so no
+input can hang or crash the trainer, and it works from any thread.
+
+The child runs ``verify_fn`` (a ``"module:function"`` path, resolved in the child) on each
+request. The default is ``verify_any`` below; tests inject a function that never returns.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+DEFAULT_VERIFY_FN = "coevolve.answers.worker:verify_any"
+_DELIMS = ("$", "\\(", "\\[", "\\boxed", "\\fbox")
+
+
+def wrap_latex(s: str) -> str:
+    """Put ``$...$`` around a bare answer so math-verify's LaTeX extractor sees it.
+
+    math-verify only extracts LaTeX inside delimiters (or boxes); a bare ``\\frac34i`` would
+    otherwise fall through to the plain-expression parser and fail.
+    """
+    if any(d in s for d in _DELIMS):
+        return s
+    return "$" + s + "$"
+
+
+def verify_any(pairs: Sequence[tuple[str, str]], both_directions: bool) -> bool:
+    """True when math-verify finds any (gold, pred) candidate pair equal.
+
+    Candidates are alternative renderings of the same two answers (as written, normalised, full
+    text), tried in order. ``both_directions`` also tries verify(pred, gold) (used by the vote:
+    math-verify is asymmetric). The extraction config is the one of math-verify's own test suite
+    (boxed answers first).
+    """
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    cfg = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    for gold, pred in pairs:
+        try:
+            g = parse(gold, extraction_config=cfg)
+            p = parse(pred, extraction_config=cfg)
+            if not g or not p:
+                continue
+            if verify(g, p):
+                return True
+            if both_directions and verify(p, g):
+                return True
+        except Exception:  # noqa: BLE001 - a parse/verify failure means "not shown equal"
+            continue
+    return False
+
+
+def resolve(path: str) -> Callable[..., Any]:
+    """Import ``"package.module:function"``."""
+    mod, _, name = path.partition(":")
+    if not mod or not name:
+        raise ValueError(f"verify_fn must look like 'module:function', got {path!r}")
+    return getattr(importlib.import_module(mod), name)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Child entry point: ``python -c '...main()' <read_fd> <write_fd> <verify_fn>``.
+
+    Runs under ``subprocess`` rather than ``multiprocessing`` so the child never re-imports the
+    parent's ``__main__`` (scripts without a main guard, pytest, notebooks all work).
+    """
+    import logging
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+    logging.getLogger("latex2sympy2_extended").setLevel(logging.CRITICAL)
+    r_fd, w_fd, verify_fn = int(args[0]), int(args[1]), args[2]
+    with Connection(r_fd, writable=False) as rconn, Connection(w_fd, readable=False) as wconn:
+        serve_split(rconn, wconn, verify_fn)
+
+
+def serve_split(rconn: Connection, wconn: Connection, verify_fn: str) -> None:
+    """``serve`` over two one-way connections (the parent holds the other ends)."""
+    fn = resolve(verify_fn)
+    if verify_fn == DEFAULT_VERIFY_FN:
+        import math_verify  # noqa: F401  (warm the sympy/antlr import before "ready")
+    wconn.send(("ready", None))
+    while True:
+        try:
+            msg = rconn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        args, kwargs = msg
+        try:
+            wconn.send(("ok", fn(*args, **kwargs)))
+        except Exception as exc:  # noqa: BLE001 - reported to the parent as an error
+            wconn.send(("err", f"{type(exc).__name__}: {exc}"))

@@ -1,0 +1,264 @@
+"""Tests for coevolve.answers: extraction, normalisation, equivalence, hard timeout, vote, JSONL."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import coevolve.answers as answers
+from coevolve.answers import Grader, extract_answer, normalize
+from coevolve.answers.worker import verify_any
+from coevolve.errors import DataError
+
+CASES = Path(__file__).parent / "data" / "grader_cases.jsonl"
+
+
+def hang_on_marker(pairs: list[tuple[str, str]], both_directions: bool) -> bool:
+    """Worker function for the timeout test: sleeps forever when the gold contains HANG."""
+    if "HANG" in pairs[0][0]:
+        time.sleep(10_000)
+    return verify_any(pairs, both_directions)
+
+
+@pytest.fixture(scope="module")
+def grader():
+    with Grader(timeout=10.0) as g:
+        yield g
+
+
+# ----------------------------------------------------------------------------- extraction
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("so \\boxed{\\frac{1}{2}} done", "\\frac{1}{2}"),
+        ("\\boxed{\\begin{pmatrix}1\\\\2\\end{pmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+        ("first \\boxed{41} then \\boxed{42}.", "42"),
+        ("\\fbox{7}", "7"),
+        ("\\boxed{1} and \\fbox{2}", "2"),
+        ("the result is $\\boxed 5$.", "5"),
+        ("\\boxed{\\{1,2\\}}", "\\{1,2\\}"),
+        ("good \\boxed{3} then truncated \\boxed{\\frac{1}{", "3"),
+        ("Final Answer: The final answer is $28\\%$. I hope it is correct.", "28\\%"),
+        ("blah. The answer is 5.", "5"),
+        ("so the answer is $3.5$.", "3.5"),
+        ("Answer: x = 3\nmore text", "x = 3"),
+        ("<think>1+1</think>\\boxed{2}", "2"),
+    ],
+)
+def test_extract_answer(text: str, expected: str) -> None:
+    assert extract_answer(text) == expected
+
+
+def test_extract_none_and_options() -> None:
+    assert extract_answer("I computed 3 and then 4") is None
+    assert extract_answer("") is None
+    assert extract_answer("\\boxed{}") is None
+    assert extract_answer("I computed 3 and then 4", last_number=True) == "4"
+    assert extract_answer("The answer is 5.", fallback=False) is None
+
+
+# ----------------------------------------------------------------------------- normalisation
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("\\dfrac{1}{2}", "\\frac{1}{2}"),
+        ("\\tfrac12", "\\frac{1}{2}"),
+        ("\\text{Evelyn}", "Evelyn"),
+        ("\\$1,000", "1000"),
+        ("90^\\circ", "90"),
+        ("$ 5 $", "5"),
+        ("x = 3", "3"),
+        ("10\\text{ units}", "10"),
+        ("5 dollars", "5"),
+        ("\\left( 1, 2 \\right)", "(1, 2)"),
+        ("12.", "12"),
+        ("\\sqrt3", "\\sqrt{3}"),
+        ("\\pi r", "\\pi r"),
+        ("32, 349", "32, 349"),
+    ],
+)
+def test_normalize(raw: str, expected: str) -> None:
+    assert normalize(raw) == expected
+
+
+# ----------------------------------------------------------------------------- equivalence
+@pytest.mark.parametrize(
+    "gold,pred,expected",
+    [
+        ("1/2", "0.5", True),
+        ("\\frac{1}{3}", "0.333333", True),
+        ("\\frac{1}{3}", "0.33", False),
+        ("10\\%", "0.1", True),
+        ("1000", "1,000", True),
+        ("7", "8", False),
+        ("1,22", "1.22", True),
+        ("10, 4, -2", "4, 10, -2", False),  # bare lists are ordered (Hendrycks / PRM800K)
+    ],
+)
+def test_cheap_path_needs_no_worker(gold: str, pred: str, expected: bool) -> None:
+    g = Grader()
+    assert g.is_equiv(gold, pred) is expected
+    assert g.stats.worker_calls == 0 and g.stats.cheap_hits == 1
+    assert g._proc is None  # noqa: SLF001 - the worker was never started
+
+
+@pytest.mark.parametrize(
+    "gold,pred,expected",
+    [
+        ("\\sqrt{8}", "2\\sqrt{2}", True),
+        ("(x+1)^2", "x^2+2x+1", True),
+        ("x-1", "1-x", False),
+        ("\\{1,2\\}", "\\{2,1\\}", True),
+        ("(1,2)", "(2,1)", False),
+        ("[0,1)", "[0,1]", False),
+        ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{pmatrix}1&2\\\\3&5\\end{pmatrix}", False),
+        ("\\frac34i", "\\frac{3}{4}i", True),
+    ],
+)
+def test_math_verify_path(grader: Grader, gold: str, pred: str, expected: bool) -> None:
+    assert grader.is_equiv(gold, pred) is expected
+
+
+def test_none_and_empty_are_not_equal(grader: Grader) -> None:
+    assert not grader.is_equiv("5", None)
+    assert not grader.is_equiv("5", "   ")
+    assert not grader.grade("5", "no answer here at all")
+    assert grader.grade("5", "... so \\boxed{5}")
+
+
+def test_grade_pair_full_texts(grader: Grader) -> None:
+    long = "We get \\boxed{255} first. Final Answer: The final answer is $10,455$. I hope it is correct."
+    assert grader.grade_pair("$10455$", long)
+    assert grader.grade_pair("$\\boxed{2-2p}$", "Thus $x-p=\\boxed{2-2p}$.")
+    assert not grader.grade_pair("3", "Thus $x=\\boxed{4}$.")
+
+
+def test_hard_timeout_restarts_worker() -> None:
+    with Grader(timeout=1.0, verify_fn=f"{__name__}:hang_on_marker") as g:
+        assert g.is_equiv("\\sqrt{4}", "2")  # worker up and answering
+        t0 = time.perf_counter()
+        assert g.is_equiv("\\sqrt{HANG}", "\\frac{x}{2}") is False
+        assert time.perf_counter() - t0 < 3.0
+        assert g.stats.timeouts == 1
+        assert g.is_equiv("\\sqrt{9}", "3")  # a fresh worker answers again
+        assert g.stats.restarts == 1
+
+
+def test_timeout_from_a_thread() -> None:
+    results: dict[str, object] = {}
+
+    def run(g: Grader) -> None:
+        t0 = time.perf_counter()
+        results["hang"] = g.is_equiv("\\sqrt{HANG}", "y")
+        results["hang_s"] = time.perf_counter() - t0
+        results["ok"] = g.is_equiv("\\sqrt{16}", "4")
+        results["ok2"] = g.is_equiv("\\sqrt{8}", "2\\sqrt{2}")
+
+    with Grader(timeout=1.0, verify_fn=f"{__name__}:hang_on_marker") as g:
+        t = threading.Thread(target=run, args=(g,))
+        t.start()
+        t.join(timeout=60)
+        assert not t.is_alive()
+        assert results["hang"] is False and results["hang_s"] < 3.0  # type: ignore[operator]
+        assert results["ok"] is True and results["ok2"] is True
+        assert g.stats.timeouts == 1
+
+
+def test_bad_verify_fn_is_a_clear_error() -> None:
+    from coevolve.errors import GraderError
+
+    with Grader(verify_fn="coevolve.answers.worker:no_such_function", start_timeout=30) as g:
+        with pytest.raises(GraderError, match="no_such_function"):
+            g.is_equiv("x^2", "x*x")
+
+
+# ----------------------------------------------------------------------------- vote
+def test_vote_shares_count_none_in_denominator(grader: Grader) -> None:
+    v = grader.vote(["3", "3", None, "4", "3.0", "", "4", "5"])
+    assert v.n == 8
+    assert v.label == "3" and v.p1 == pytest.approx(3 / 8) and v.p2 == pytest.approx(2 / 8)
+    assert v.sizes == [3, 2, 1]
+    assert v.cluster_of == [0, 0, -1, 1, 0, -1, 1, 2]
+    assert v.agrees(4) and not v.agrees(3) and not v.agrees(2)
+
+
+def test_vote_ties_go_to_first_seen(grader: Grader) -> None:
+    v = grader.vote(["7", "9", "9", "7"])
+    assert v.label == "7" and v.sizes == [2, 2] and v.cluster_of == [0, 1, 1, 0]
+    assert v.p1 == v.p2 == 0.5
+
+
+def test_vote_equivalent_forms_cluster(grader: Grader) -> None:
+    v = grader.vote(["\\frac{1}{2}", "0.5", "1/2", "\\dfrac12", "2", None])
+    assert v.label == "\\frac{1}{2}" and v.sizes == [4, 1]
+    assert v.cluster_of == [0, 0, 0, 0, 1, -1]
+    v2 = grader.vote(["\\sqrt{8}", "7", "2\\sqrt{2}"])  # needs math-verify
+    assert v2.cluster_of == [0, 1, 0] and v2.label == "\\sqrt{8}"
+
+
+def test_vote_empty_and_all_none(grader: Grader) -> None:
+    v = grader.vote([None, None])
+    assert v.label is None and v.p1 == 0.0 and v.p2 == 0.0 and v.n == 2 and v.cluster_of == [-1, -1]
+    assert grader.vote([]).n == 0
+
+
+def test_vote_integers_stay_off_the_worker() -> None:
+    g = Grader()
+    v = g.vote([str(i % 5) for i in range(32)] + [None])
+    assert v.sizes == [7, 7, 6, 6, 6] and v.n == 33
+    assert g.stats.worker_calls == 0 and g._proc is None  # noqa: SLF001
+
+
+# ----------------------------------------------------------------------------- JSONL
+def test_grade_jsonl_round_trip(tmp_path: Path, grader: Grader) -> None:
+    src = tmp_path / "in.jsonl"
+    rows = [
+        {"gold": "5", "pred": "so \\boxed{5}", "id": 1},
+        {"gold": "\\frac{1}{2}", "pred": "0.5"},
+        {"gold": "3", "pred": "The answer is 4."},
+    ]
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n", encoding="utf-8")
+    buf = io.StringIO()
+    assert grader.grade_jsonl(src, buf) == (2, 3)
+    out = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert [r["equal"] for r in out] == [True, True, False]
+    assert out[0]["id"] == 1
+    dest = tmp_path / "out.jsonl"
+    grader.grade_jsonl(src, dest)
+    assert len(dest.read_text().splitlines()) == 3
+
+
+def test_grade_jsonl_bad_lines(tmp_path: Path, grader: Grader, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "bad.jsonl"
+    src.write_text('{"gold": "1", "pred": "1"}\n{"gold": "1"}\nnot json\n[1]\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad\.jsonl:2: missing field 'pred'"):
+        grader.grade_jsonl(src, io.StringIO())
+    buf = io.StringIO()
+    assert grader.grade_jsonl(src, buf, on_error="skip") == (1, 1)
+    err = capsys.readouterr().err
+    assert "bad.jsonl:3: not valid JSON" in err and "bad.jsonl:4: expected a JSON object" in err
+    with pytest.raises(DataError, match="cannot read"):
+        grader.grade_jsonl(tmp_path / "missing.jsonl", io.StringIO())
+
+
+def test_module_level_functions() -> None:
+    assert answers.is_equiv("2", "2.0")
+    assert answers.grade("4", "\\boxed{4}")
+    assert answers.grade_pair("\\$5", "5 dollars")
+    assert answers.vote(["1", "1", "2"]).label == "1"
+    assert answers.default_grader() is answers.default_grader()
+    answers.close_default_grader()
+
+
+# ----------------------------------------------------------------------------- regression set
+def test_regression_set_agreement(grader: Grader) -> None:
+    cases = [json.loads(line) for line in CASES.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(cases) >= 300
+    assert all({"gold", "pred", "expected", "source"} <= set(c) for c in cases)
+    agree = sum(grader.grade_pair(c["gold"], c["pred"]) == c["expected"] for c in cases)
+    assert agree / len(cases) >= 0.95
