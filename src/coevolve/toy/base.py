@@ -192,7 +192,7 @@ def pretrain(
                 logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), reduction="sum"
             ) / n_tok
             loss.backward()
-            total += float(loss)
+            total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()

@@ -202,7 +202,7 @@ def _no_borrow_diff(a: int, b: int) -> int:
     return sum(abs(x - y) * 10**j for j, (x, y) in enumerate(zip(da, db)))
 
 
-def _classify_step(p: Problem, i: int, bad: str, bad_steps: list[str]) -> str:
+def _classify_step(p: Problem, i: int, bad: str) -> str:
     """Cause id of a wrong step ``bad`` at index ``i`` of problem ``p``."""
     f = p.features
     ref = p.steps[i] if i < len(p.steps) else None
@@ -250,10 +250,8 @@ def _classify_step(p: Problem, i: int, bad: str, bad_steps: list[str]) -> str:
             if gn == [b, c]:
                 return "op_order"
             return "misread"
-        prev = bad_steps[i - 1] if i - 1 < len(bad_steps) else ""
-        prev_n = _nums(prev)
-        if gn[1:] == rn[1:] and gops == rops and (prev_n is None or gn[0] != prev_n[2]):
-            return "wrong_intermediate"
+        # second step with the right operator and operand but another first number: the
+        # (wrong or miscopied) intermediate result was carried into the next step
         if gn[1:] == rn[1:] and gops == rops:
             return "wrong_intermediate"
         return "misread"
@@ -291,7 +289,7 @@ def explain_divergence(question: str, bad: str, good: str) -> Divergence | None:
     # first step of the bad trace that is wrong w.r.t. the correct trace
     for i, s in enumerate(bsteps):
         if i >= len(p.steps) or s != p.steps[i]:
-            return div(i, _classify_step(p, i, s, bsteps))
+            return div(i, _classify_step(p, i, s))
     # every step right (maybe too few): the answer does not follow the working
     if bans != p.answer:
         return div(len(bsteps), "answer_mismatch") if len(bsteps) < len(p.steps) else div(len(bsteps) - 1, "answer_mismatch")
