@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,6 @@ class LearnerConfig:
     lora_dropout: float = 0.0
     lora_target_modules: str | list[str] = "all-linear"
     pad_token_id: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.betas = (float(self.betas[0]), float(self.betas[1]))
