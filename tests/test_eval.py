@@ -148,6 +148,7 @@ def test_no_letter_is_wrong_never_a_guess() -> None:
         ("dog", "The answer is: cat", False),
         ("dog", "\\boxed{\\text{Dog}}", True),
         ("yes", "no idea", False),
+        ("He really cried.", "The answer is: He really cried.", True),  # gold ending in "."
     ],
 )
 def test_bbeh_grading(gold: str, text: str, want: bool) -> None:

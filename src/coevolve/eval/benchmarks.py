@@ -160,9 +160,19 @@ def bbeh_match(prediction: str, reference: str) -> bool:
     return prediction.endswith("?") and prediction[:-1] == reference
 
 
+def bbeh_reference(gold: str) -> str:
+    """Normalised BBEH target: strip, lower-case, ", " -> ",", and one trailing period removed.
+
+    The period rule is our one deviation from bbeh/evaluate.py: the official code strips the
+    period from the prediction only, which makes the 11 targets ending in "." (bbeh_linguini)
+    impossible to match.
+    """
+    return gold.strip().lower().replace(", ", ",").removesuffix(".")
+
+
 def grade_bbeh(gold: str, text: str) -> bool:
     """BBEH verdict: official-style normalisation of both sides, then ``bbeh_match``."""
-    return bbeh_match(bbeh_extract(text), gold.strip().lower().replace(", ", ","))
+    return bbeh_match(bbeh_extract(text), bbeh_reference(gold))
 
 
 def grade_math(gold: str, text: str) -> bool:
