@@ -194,6 +194,13 @@ def test_sequence_logprobs_padded_equals_unpadded():
             ref = torch.log_softmax(logits, -1)[torch.arange(len(p) - 1, len(p) + len(c) - 1), torch.tensor(c)]
             assert torch.allclose(lp[i, : len(c)], ref, atol=1e-5)
             assert (lp[i, len(c):] == 0).all()
+        lp2, ent = sequence_logprobs(model, ids, attn, cm, return_entropy=True)
+        assert torch.equal(lp2, lp)
+        for i, (p, c) in enumerate(zip(prompts, comps)):
+            probs = torch.softmax(model(input_ids=torch.tensor([p + c])).logits[0].double(), -1)
+            h = [-(probs[len(p) - 1 + j] * probs[len(p) - 1 + j].log()).sum().item() for j in range(len(c))]
+            assert ent[i, : len(c)].tolist() == pytest.approx(h, abs=1e-5)
+            assert (ent[i, len(c):] == 0).all()
 
 
 # ---------------------------------------------------------------- learner
@@ -229,8 +236,9 @@ def test_step_changes_all_trainable_params_and_metrics():
     assert m["grad_norm"] > 0 and math.isfinite(m["loss"])
     assert m["ratio_mean"] == pytest.approx(1.0) and m["clip_frac"] == 0.0
     assert m["reward_mean"] == pytest.approx((4 + 2 + 2) / 12)
+    assert 0 < m["entropy"] <= math.log(V) + 1e-6
     for k in ("loss", "grad_norm", "frac_zero_std", "reward_mean", "reward_std", "n_tokens", "clip_frac",
-              "kl", "completion_len_mean", "adv_abs_mean"):
+              "kl", "completion_len_mean", "adv_abs_mean", "entropy"):
         assert k in m
 
 

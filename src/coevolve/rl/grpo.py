@@ -76,9 +76,24 @@ def selective_log_softmax(logits_NTV: Tensor, index_NT: Tensor) -> Tensor:
     return torch.stack(rows)  # (N, T)
 
 
+def token_entropy(logits_NTV: Tensor) -> Tensor:
+    """Entropy (nats) of each next-token distribution, no grad; half-precision rows are upcast
+    one sequence at a time (same memory reasoning as ``selective_log_softmax``)."""
+    with torch.no_grad():
+        rows = []
+        for row_TV in logits_NTV.detach():
+            lp_TV = torch.log_softmax(row_TV.float(), dim=-1)  # (T, V)
+            rows.append(-(lp_TV.exp() * lp_TV).sum(-1))  # (T,)
+        return torch.stack(rows)  # (N, T)
+
+
 def sequence_logprobs(
-    model: Any, input_ids: Tensor, attention_mask: Tensor, completion_mask: Tensor
-) -> Tensor:
+    model: Any,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    completion_mask: Tensor,
+    return_entropy: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Per-token log-probs (raw model distribution, no temperature) of the completion tokens.
 
     Layout: ``input_ids`` / ``attention_mask`` are (N, L) = [left-padded prompt | completion
@@ -86,7 +101,9 @@ def sequence_logprobs(
     Position ids are ``cumsum(mask) - 1`` so left padding does not shift positions (this is what
     makes batched log-probs equal unbatched ones). Only the last T+1 logits are computed
     (``logits_to_keep``). Returns (N, T) log-probs, zeroed where ``completion_mask`` is 0.
-    Gradients flow when called outside ``torch.no_grad``.
+    Gradients flow when called outside ``torch.no_grad``. With ``return_entropy`` also returns
+    the (N, T) detached entropies of the same distributions (entropy collapse is the main GRPO
+    failure mode to watch), zeroed outside the mask.
     """
     if input_ids.shape != attention_mask.shape:
         raise RLInputError(
@@ -111,7 +128,10 @@ def sequence_logprobs(
     logits_NTV = out.logits[:, -(T + 1) : -1, :]  # (N, T, V): logits at j predict token j+1
     targets_NT = input_ids[:, L - T :]  # (N, T)
     logp_NT = selective_log_softmax(logits_NTV, targets_NT)  # (N, T)
-    return logp_NT * completion_mask.to(logp_NT.dtype)
+    m_NT = completion_mask.to(logp_NT.dtype)
+    if return_entropy:
+        return logp_NT * m_NT, token_entropy(logits_NTV) * m_NT.detach()
+    return logp_NT * m_NT
 
 
 def policy_loss(

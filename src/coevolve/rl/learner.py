@@ -277,7 +277,7 @@ class Learner:
             "adv_abs_mean": sum(abs(s[2]) for s in seqs) / len(seqs) if seqs else 0.0,
             "lr": cfg.lr,
             "loss": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "clip_frac_low": 0.0,
-            "clip_frac_high": 0.0, "ratio_mean": 1.0, "kl": 0.0,
+            "clip_frac_high": 0.0, "ratio_mean": 1.0, "kl": 0.0, "entropy": 0.0,
         }
         if not seqs or n_tokens == 0:
             metrics.update(skipped=1.0, step=float(self.step_count))
@@ -301,7 +301,8 @@ class Learner:
             if need_ref:
                 for b in mbs:
                     b.ref_logp = self._ref_logprobs(b)
-            sums = {k: 0.0 for k in ("loss", "grad_norm", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "kl")}
+            sums = {k: 0.0 for k in ("loss", "grad_norm", "entropy", "clip_frac", "clip_frac_low", "clip_frac_high",
+                                     "ratio_mean", "kl")}
             for _epoch in range(cfg.epochs_per_batch):
                 ep = self._one_update(mbs, n_tokens)
                 for k in sums:
@@ -318,8 +319,13 @@ class Learner:
         self._zero_grads()
         total_loss = 0.0
         acc = {"clip_frac": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "ratio_mean": 0.0, "kl": 0.0}
+        ent_sum = 0.0
         for b in mbs:
-            logp = sequence_logprobs(self.model, b.input_ids, b.attention_mask, b.completion_mask).float()  # (B, T)
+            logp, ent = sequence_logprobs(
+                self.model, b.input_ids, b.attention_mask, b.completion_mask, return_entropy=True
+            )
+            logp = logp.float()  # (B, T)
+            ent_sum += float(ent.sum())
             old = b.old_logp if b.old_logp is not None else logp.detach()
             loss, st = policy_loss(
                 logp, old, b.adv, b.completion_mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
@@ -355,7 +361,7 @@ class Learner:
                 for p, m in zip(self.params, self.master):
                     p.copy_(m)
         self.step_count += 1
-        return {"loss": total_loss, "grad_norm": float(grad_norm), **acc}
+        return {"loss": total_loss, "grad_norm": float(grad_norm), "entropy": ent_sum / n_tokens, **acc}
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, out_dir: str | Path, tokenizer: Any = None) -> Path:
