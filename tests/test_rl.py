@@ -397,3 +397,18 @@ def test_lora_trains_only_adapters():
     for n, p in lr.model.named_parameters():
         if not p.requires_grad:
             assert torch.equal(p, base_before[n]), n
+
+
+def test_lora_save_load_round_trip(tmp_path):
+    pytest.importorskip("peft")
+    cfg = LearnerConfig(lr=1e-2, lora=True, lora_r=4, lora_alpha=8)
+    a = Learner(make_model(), cfg)
+    a.step(make_groups(seed=1))
+    a.save(tmp_path / "ck")
+    b = Learner(make_model(), cfg)  # same base, fresh adapters
+    b.load(tmp_path / "ck")
+    g2 = make_groups(seed=2)
+    a.step(g2)
+    b.step(g2)
+    for pa, pb in zip(a.params, b.params):
+        assert torch.equal(pa, pb)

@@ -105,7 +105,7 @@ def eval_cmd(
     model: Optional[str] = typer.Option(None, "--model", help="HF model folder ('toy' = the cached toy base)"),
     bench: str = typer.Option("math7", "--bench", help="Comma-separated benchmarks or groups: toy, math7, general, all, names"),
     limit: Optional[int] = typer.Option(None, "--limit", help="First N items per benchmark"),
-    samples: int = typer.Option(0, "--samples", help="k for mean@k (0 = greedy pass@1 only)"),
+    samples: int = typer.Option(0, "--samples", help="k for mean@k (0 = greedy pass@1 only; -1 = each benchmark's default, e.g. mean@32 for AIME/AMC)"),
     max_new_tokens: int = typer.Option(1024, "--max-new-tokens"),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (results.json, items_*.jsonl)"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder with the large benchmark files (or $COEVOLVE_DATA)"),
