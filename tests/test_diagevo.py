@@ -29,7 +29,8 @@ from coevolve.run import RunDir
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "diagevo_smoke.yaml"
 # extra shrinking for the many smoke runs of this file (one round is enough to exercise a switch)
-TINY = ["rounds=1", "memory.embedder=hash", "eval.heldout_size=20", "pool.size=32", "solver.steps=1"]
+SMALL = ["memory.embedder=hash", "eval.heldout_size=20", "pool.size=32", "solver.steps=1"]
+TINY = ["rounds=1", *SMALL]
 
 
 @pytest.fixture(scope="session")
@@ -104,7 +105,7 @@ def test_memory_command(tmp_path):
 
 def test_smoke_run_artefacts_and_metrics(tmp_path, toy_model_overrides):
     rd = tmp_path / "run"
-    summary = _run(rd, toy_model_overrides + ["memory.embedder=hash"])
+    summary = _run(rd, toy_model_overrides + SMALL)
     assert summary["recipe"] == "diagevo" and len(summary["rounds"]) == 2
     for t in (1, 2):
         d = rd / f"round_{t:02d}"
@@ -163,7 +164,7 @@ def _state_done(rd: Path) -> list[str]:
 
 
 def test_kill9_resume_matches_uninterrupted_run(tmp_path, toy_model_overrides):
-    ovs = toy_model_overrides + ["memory.embedder=hash", "eval.heldout_size=20", "pool.size=32"]
+    ovs = toy_model_overrides + SMALL
     ref = tmp_path / "ref"
     _run(ref, ovs)
     victim = tmp_path / "victim"

@@ -209,8 +209,20 @@ def config_cmd(
     typer.echo(dump_yaml(load_config(recipe, config, overrides or [])), nl=False)
 
 
+def _quiet_libraries() -> None:
+    """Keep the console for our own progress: no per-file 'Loading weights' bars."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover
+        pass
+
+
 def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _quiet_libraries()
     try:
         app()
     except CoevolveError as e:

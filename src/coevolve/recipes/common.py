@@ -28,7 +28,7 @@ def say(msg: str) -> None:
     try:
         from rich.console import Console
 
-        Console(stderr=True).print(msg, highlight=False)
+        Console(stderr=True).print(msg, highlight=False, markup=False)
     except ImportError:  # pragma: no cover
         print(msg, flush=True)
 

@@ -442,7 +442,7 @@ def phase_memory(c: Ctx, t: int) -> dict[str, Any]:
         diag.stats = DiagnoserStats()
         res = maintain_memory(mem, kept, diag, c.embedder(), t, maintenance_config(cfg), targeted,
                               np.random.default_rng(seed), c.confirm_fn(seed))
-        if is_toy(cfg):  # how often the diagnosis names the cause the oracle trace shows
+        if is_toy(cfg) and c.diagnoser_kind() == "llm":  # does the model name the cause the oracle trace shows?
             from coevolve.toy import explain_divergence
 
             truth = [r for r in res.records if r["diagnosis"] is not None]

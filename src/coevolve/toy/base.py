@@ -162,6 +162,8 @@ def pretrain(
     warmup: int = 30,
     mix: MixConfig = MixConfig(),
     progress: bool = True,
+    betas: tuple[float, float] = (0.9, 0.95),
+    weight_decay: float = 0.0,
 ) -> list[float]:
     """Supervised completion-only pretraining; AdamW, linear warm-up then linear decay to 0.
     Budgeted in steps (not seconds) so the result does not depend on machine load.
@@ -169,7 +171,7 @@ def pretrain(
     rng = random.Random(seed)
     torch.manual_seed(seed)
     banned = heldout_questions()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup)))
     )
