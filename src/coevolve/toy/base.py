@@ -56,7 +56,7 @@ class MixConfig:
     """Shares of the pretraining mix (the rest is solver traces)."""
 
     questioner: float = 0.15  # D2Evo anchor -> similar new problem
-    challenger: float = 0.10  # DiagEvo free / focus / stitched focus
+    challenger: float = 0.05  # DiagEvo free / focus / stitched focus (10% measured: weaker solver)
     direct: float = 0.5  # share of solver traces answered directly (no steps)
     challenger_free: float = 0.3
     challenger_stitched: float = 0.2  # (the remaining challenger share is single-cause focus)

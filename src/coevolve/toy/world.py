@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from coevolve.errors import DataError
 from coevolve.types import Task
 
-WORLD_VERSION = 1
+WORLD_VERSION = 2
 """Bump when problems, traces or prompt formats change: cached base models are keyed by it."""
 
 LEVELS: tuple[int, ...] = (1, 2, 3, 4)
