@@ -91,3 +91,17 @@ def test_every_shipped_config_loads():
             load_config(None, f)
         else:  # ablation files: {name: {recipe:..., overrides: [...]}} lists
             assert isinstance(data, dict), f
+
+
+def test_diagevo_flat_ablation_aliases(tmp_path):
+    cfg = load_config(
+        "diagevo", None, ["challenger_frozen=true", "schedule=explore_only", "filter=none", "stitching=off", "diagnoser=llm"]
+    )
+    assert cfg.challenger.frozen is True and cfg.memory.schedule == "explore_only"
+    assert cfg.pool.filter == "none" and cfg.memory.stitching == "off" and cfg.diagnoser.kind == "llm"
+    p = tmp_path / "c.yaml"
+    p.write_text("recipe: diagevo\nfilter: absolute\ndiagnoser:\n  max_new_tokens: 9\n")
+    cfg = load_config(None, p)
+    assert cfg.pool.filter == "absolute" and cfg.diagnoser.max_new_tokens == 9
+    with pytest.raises(ConfigError, match="pool.filter"):
+        load_config("diagevo", None, ["filter=sometimes"])

@@ -9,7 +9,7 @@ that names the field instead of crashing an hour into a run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -96,7 +96,12 @@ class RunSection(Strict):
 
 
 class RecipeConfig(Strict):
-    """Fields every recipe has. Recipes subclass this and add their own sections."""
+    """Fields every recipe has. Recipes subclass this and add their own sections.
+
+    ``ALIASES`` maps flat names (the papers' ablation names, e.g. ``challenger_frozen``) to the
+    dotted field they set, so ``challenger_frozen=true`` works on the command line and in YAML."""
+
+    ALIASES: ClassVar[dict[str, str]] = {}
 
     recipe: str
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -186,8 +191,25 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def resolve_aliases(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """Rewrite flat alias keys (YAML top level and overrides) to their dotted targets."""
+    data = dict(data)
+    out_over = list(overrides)
+    for alias, target in cls.ALIASES.items():
+        if alias in data and not isinstance(data[alias], dict):
+            value = data.pop(alias)
+            node = data
+            *parents, leaf = target.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        out_over = [target + ov[len(alias):] if ov.split("=", 1)[0].strip() == alias else ov for ov in out_over]
+    return data, out_over
+
+
 def build_config(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[str], origin: str) -> RecipeConfig:
-    data = apply_overrides(dict(data), overrides, cls)
+    data, overrides = resolve_aliases(cls, data, overrides)
+    data = apply_overrides(data, overrides, cls)
     try:
         return cls.model_validate(data)
     except ValidationError as e:

@@ -11,6 +11,9 @@ Ablation switches of the paper (Qwen3-8B math avg, full 72.3), each one field:
 | no filter (69.4) / absolute only (70.9)| ``pool.filter=none`` / ``pool.filter=absolute`` |
 | random pairing (-1.0 vs same node)    | ``memory.stitching=random_pair`` (``off``: no stitching) |
 | diagnosis model                       | ``diagnoser.kind=llm|trace``, ``diagnoser.model_path`` |
+
+The flat names ``challenger_frozen``, ``schedule``, ``filter``, ``stitching`` and ``diagnoser``
+(``diagnoser=llm``) are accepted as aliases of these fields.
 """
 
 from __future__ import annotations
@@ -111,6 +114,15 @@ class DiagnoserSection(Strict):
 
 
 class DiagEvoConfig(RecipeConfig):
+    # The issue's / paper's flat ablation names, as aliases of the section fields.
+    ALIASES = {
+        "challenger_frozen": "challenger.frozen",
+        "schedule": "memory.schedule",
+        "filter": "pool.filter",
+        "stitching": "memory.stitching",
+        "diagnoser": "diagnoser.kind",
+    }
+
     recipe: Literal["diagevo"] = "diagevo"
     rounds: int = Field(5, ge=1, description="Self-evolution rounds t (paper: best at round 5).")
     challenger: ChallengerSection = Field(default_factory=ChallengerSection)
