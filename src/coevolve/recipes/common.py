@@ -319,12 +319,34 @@ def evaluate_solver(
             seed=seed,
             progress=cfg.run.progress,
         )
-        out[bench] = {"greedy": res.greedy, "sampled": res.sampled}
+        out[bench] = {"greedy": res.greedy, "sampled": res.sampled, "n": res.n}
         if out_dir is not None:
             from coevolve.run import atomic_write_jsonl
 
             atomic_write_jsonl(out_dir / f"eval_{bench}.jsonl", res.records)
     return out
+
+
+def phase_eval(
+    run: RunDir, cfg: RecipeConfig, solver: Role, prompter: Prompter, key: str, round: int | None, last_round: int | None = None
+) -> dict[str, Any]:
+    """The evaluation phase every recipe shares: held-out (toy) or benchmark accuracy of the
+    current solver, saved per item in ``base/`` or ``round_NN/``. With ``eval.every_round=false``
+    only the base and the last round (``last_round``) are evaluated."""
+    if round is not None and not cfg.eval.every_round and last_round is not None and round != last_round:
+        return {}
+
+    def fn(seed: int) -> dict[str, Any]:
+        out_dir = run.round_dir(round) if round else run.path / "base"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        # The same eval seed in every round: sampled accuracy is compared on identical draws.
+        res = evaluate_solver(solver, prompter, cfg, seed=derive_seed(cfg.run.seed, "eval"), out_dir=out_dir)
+        run.log(eval_metrics(res), round=round, phase="eval")
+        say(f"[eval] {key}: {fmt_eval(res)}")
+        rollouts = sum(int(r.get("n") or 0) * (1 + cfg.eval.samples) for r in res.values())
+        return {"eval": res, "rollouts": rollouts}
+
+    return run.run_phase(key, fn, master_seed=cfg.run.seed, round=round, log_fn=say)
 
 
 def _bench_tasks(cfg: RecipeConfig, prompter: Prompter, tokenizer: Any):
@@ -350,7 +372,7 @@ def eval_metrics(res: dict[str, dict[str, float | None]]) -> dict[str, float]:
     out = {}
     for bench, r in res.items():
         for k, v in r.items():
-            if v is not None:
+            if v is not None and k != "n":
                 out[f"eval/{bench}/{k}"] = v
     return out
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 import copy
 import random
 import time
-from pathlib import Path
-from typing import Any, Callable, Sequence
+
+from typing import Any, Sequence
 
 from coevolve.config.d2evo import D2EvoConfig
 from coevolve.curriculum import (
@@ -58,7 +58,8 @@ from coevolve.recipes.common import (
     say,
     write_summary,
 )
-from coevolve.recipes.grpo import phase_eval, solver_reward_fn
+from coevolve.recipes.common import phase_eval
+from coevolve.recipes.grpo import solver_reward_fn
 from coevolve.rewards import questioner_rewards, rzero_rewards
 from coevolve.run import RunDir, derive_seed
 from coevolve.types import Completion, SamplingParams, Task
@@ -529,7 +530,7 @@ def run(cfg: D2EvoConfig, run: RunDir) -> dict[str, Any]:
         questioner = solver if cfg.share_weights else build_role("questioner", cfg, run)
     prompter = build_prompter(cfg, solver.tokenizer)
     pool = load_pool(cfg)
-    phase_eval(run, cfg, solver, prompter, "base/eval", None)  # type: ignore[arg-type]
+    phase_eval(run, cfg, solver, prompter, "base/eval", None)
     for t in range(1, cfg.rounds + 1):
         phase_difficulty(run, cfg, solver, prompter, pool, f"{t:02d}/difficulty", f"round_{t:02d}/difficulty.jsonl", t)
         phase_anchors(run, cfg, t)
@@ -538,7 +539,7 @@ def run(cfg: D2EvoConfig, run: RunDir) -> dict[str, Any]:
         phase_buffer(run, cfg, solver, questioner, prompter, t)
         phase_solver(run, cfg, solver, prompter, t)
         if cfg.eval.every_round or t == cfg.rounds:
-            phase_eval(run, cfg, solver, prompter, f"{t:02d}/eval", t)  # type: ignore[arg-type]
+            phase_eval(run, cfg, solver, prompter, f"{t:02d}/eval", t, last_round=cfg.rounds)
     if cfg.difficulty.measure_final:
         phase_difficulty(run, cfg, solver, prompter, pool, "final/difficulty", "final/difficulty.jsonl", None)
     rows = round_report(run, cfg)

@@ -38,11 +38,9 @@ from coevolve.recipes.common import (
     Role,
     build_prompter,
     build_role,
-    eval_metrics,
-    evaluate_solver,
-    fmt_eval,
     grpo_train,
     is_toy,
+    phase_eval as common_phase_eval,
     round_,
     sampling_params,
     say,
@@ -466,19 +464,7 @@ def phase_memory(c: Ctx, t: int) -> dict[str, Any]:
 
 
 def phase_eval(c: Ctx, key: str, t: int | None) -> dict[str, Any]:
-    cfg, run = c.cfg, c.run
-
-    def fn(seed: int) -> dict[str, Any]:
-        out_dir = run.round_dir(t) if t else run.path / "base"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        res = evaluate_solver(c.solver, c.prompter, cfg, seed=derive_seed(cfg.run.seed, "eval"), out_dir=out_dir)
-        run.log(eval_metrics(res), round=t, phase="eval")
-        say(f"[eval] {key}: {fmt_eval(res)}")
-        return {"eval": res}
-
-    if t is not None and not cfg.eval.every_round and t != cfg.rounds:
-        return {}
-    return run.run_phase(key, fn, master_seed=cfg.run.seed, round=t, log_fn=say)
+    return common_phase_eval(c.run, c.cfg, c.solver, c.prompter, key, t, last_round=c.cfg.rounds)
 
 
 def run(cfg: DiagEvoConfig, run: RunDir) -> dict[str, Any]:

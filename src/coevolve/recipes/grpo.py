@@ -18,15 +18,13 @@ from coevolve.recipes.common import (
     build_prompter,
     build_role,
     build_task_source,
-    eval_metrics,
-    evaluate_solver,
-    fmt_eval,
     grpo_train,
+    phase_eval,
     sampling_params,
     say,
     write_summary,
 )
-from coevolve.run import RunDir, derive_seed
+from coevolve.run import RunDir
 from coevolve.types import Completion, Task
 
 
@@ -47,18 +45,6 @@ def solver_reward_fn(alpha: float, timeout: float):
         return rewards, {"acc_mean": sum(acc) / n, "format_mean": sum(fmt) / n}
 
     return fn
-
-
-def phase_eval(run: RunDir, cfg: GRPOConfig, solver: Role, prompter, key: str, round: int | None) -> dict[str, Any]:
-    def fn(seed: int) -> dict[str, Any]:
-        out_dir = run.round_dir(round) if round else run.path / "base"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        res = evaluate_solver(solver, prompter, cfg, seed=derive_seed(cfg.run.seed, "eval"), out_dir=out_dir)
-        run.log(eval_metrics(res), round=round, phase="eval")
-        say(f"[eval] {key}: {fmt_eval(res)}")
-        return {"eval": res}
-
-    return run.run_phase(key, fn, master_seed=cfg.run.seed, round=round, log_fn=say)
 
 
 def phase_solver(run: RunDir, cfg: GRPOConfig, solver: Role, prompter, source, round: int) -> dict[str, Any]:
