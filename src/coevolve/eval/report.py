@@ -249,6 +249,9 @@ def _save(fig: Any, path: Path) -> Path:
 def _round_lines(ax: Any, series: dict[str, dict[int, float]], ylabel: str, title: str) -> None:
     for label, s in series.items():
         ax.plot(list(s.keys()), list(s.values()), marker="o", label=label)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
