@@ -1,5 +1,6 @@
 """Run the D²Evo ablations (configs/d2evo_ablations.yaml) one after another, one seed each, and
-print / save a comparison table (held-out greedy and sampled accuracy, base -> final, wall time).
+print / save a comparison table (held-out greedy and sampled accuracy per round, anchors, buffer
+real/generated, pseudo-label accuracy, wall time, rollouts per phase kind) as ablations.json / .md.
 
     python scripts/d2evo_ablations.py --config configs/d2evo.yaml --out runs/d2evo_ablations
     python scripts/d2evo_ablations.py --config configs/d2evo_smoke.yaml --only full,no_questioner
@@ -13,8 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -34,12 +35,13 @@ def load_variants(path: Path) -> dict[str, list[str]]:
     return {str(k): [str(x) for x in v] for k, v in variants.items()}
 
 
-def run_variant(name: str, config: Path, overrides: list[str], out: Path) -> dict:
+def run_variant(name: str, config: Path, overrides: list[str], out: Path) -> Path:
+    """Run (or resume, or skip when finished) one variant in ``out/name``; returns the folder."""
     from coevolve.recipes import d2evo
 
     path = out / name
     if (path / "summary.json").exists() and json.loads((path / "state.json").read_text()).get("status") == "finished":
-        return json.loads((path / "summary.json").read_text())
+        return path
     cfg = load_config("d2evo", config, overrides)
     if cfg.run.threads:
         import torch
@@ -47,9 +49,67 @@ def run_variant(name: str, config: Path, overrides: list[str], out: Path) -> dic
         torch.set_num_threads(cfg.run.threads)
     run = RunDir.open(path) if (path / "state.json").exists() else RunDir.create(path, dump_yaml(cfg), "d2evo")
     run.set_status("running")
-    summary = d2evo.run(cfg, run)
+    try:
+        d2evo.run(cfg, run)
+    except BaseException:
+        run.set_status("failed")
+        raise
     run.set_status("finished")
-    return summary
+    return path
+
+
+def variant_row(name: str, path: Path) -> dict[str, Any]:
+    """One table row from a finished run folder: held-out accuracy per round, curriculum figures,
+    wall time and rollouts per phase kind (from state.json, base eval and final re-measure included)."""
+    s = json.loads((path / "summary.json").read_text())
+    state = json.loads((path / "state.json").read_text())  # read-only: no RunDir.open (it may truncate)
+    ev = s["eval"]
+    bench = next(iter(ev.get("final") or ev.get("base") or {}), None)
+    acc = lambda e: {"greedy": (e or {}).get(bench, {}).get("greedy"), "sampled": (e or {}).get(bench, {}).get("sampled")}  # noqa: E731
+    rounds = s["d2evo"]["rounds"]
+    rollouts: dict[str, int] = {}
+    for key, ph in state["phases"].items():
+        kind = key.split("/", 1)[1]
+        rollouts[kind] = rollouts.get(kind, 0) + int(ph.get("result", {}).get("rollouts") or 0)
+    total = sum(rollouts.values())
+    return {
+        "variant": name,
+        "bench": bench,
+        "base": acc(ev.get("base")),
+        "rounds": {str(r["round"]): acc((ev.get("rounds") or {}).get(str(r["round"]))) for r in rounds},
+        "final": acc(ev.get("final")),
+        "anchors": [r.get("anchors/anchors") for r in rounds],
+        "buffer_real": [r.get("buffer/buffer_real") for r in rounds],
+        "buffer_generated": [r.get("buffer/buffer_generated") for r in rounds],
+        "pseudo_label_acc": [r.get("buffer/pseudo_label_acc") for r in rounds],
+        "wall_seconds": s.get("wall_seconds"),
+        "rollouts": rollouts,
+        "rollouts_total": total,
+        "difficulty_share": round(rollouts.get("difficulty", 0) / total, 4) if total else None,
+    }
+
+
+def _f(x: Any, nd: int = 3) -> str:
+    return "-" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: one line per variant; per-round lists are written r1/r2/r3."""
+    n = max((len(r["rounds"]) for r in rows), default=0)
+    head = (["variant", "base g/s"] + [f"r{t} g/s" for t in range(1, n + 1)]
+            + ["final greedy", "final sampled", "anchors", "buffer real/gen", "pseudo-label acc", "wall s",
+               "rollouts (difficulty share)"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["variant"], f"{_f(r['base']['greedy'])} / {_f(r['base']['sampled'])}"]
+        cells += [f"{_f(r['rounds'].get(str(t), {}).get('greedy'))} / {_f(r['rounds'].get(str(t), {}).get('sampled'))}"
+                  for t in range(1, n + 1)]
+        cells += [_f(r["final"]["greedy"]), _f(r["final"]["sampled"]), "/".join(_f(a) for a in r["anchors"]),
+                  " ".join(f"{_f(a)}/{_f(b)}" for a, b in zip(r["buffer_real"], r["buffer_generated"])),
+                  "/".join(_f(x, 2) for x in r["pseudo_label_acc"]), _f(r["wall_seconds"], 0),
+                  f"{r['rollouts_total']} ({_f(r['difficulty_share'], 2)})"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -68,21 +128,14 @@ def main() -> None:
         raise SystemExit(f"unknown variants {unknown}; known: {list(variants)}")
     rows = []
     for n in names:
-        t0 = time.time()
-        s = run_variant(n, a.config, [*a.overrides, *variants[n], f"run.seed={a.seed}", "run.progress=false"], a.out)
-        bench = next(iter(s["eval"].get("final", {})), None)
-        base = s["eval"].get("base", {}).get(bench, {})
-        fin = s["eval"].get("final", {}).get(bench, {})
-        rows.append({"variant": n, "bench": bench, "base_greedy": base.get("greedy"), "final_greedy": fin.get("greedy"),
-                     "base_sampled": base.get("sampled"), "final_sampled": fin.get("sampled"),
-                     "wall_seconds": s.get("wall_seconds"), "session_seconds": round(time.time() - t0, 1)})
+        path = run_variant(n, a.config, [*a.overrides, *variants[n], f"run.seed={a.seed}", "run.progress=false"], a.out)
+        rows.append(variant_row(n, path))
         print(json.dumps(rows[-1]), flush=True)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "ablations.json").write_text(json.dumps(rows, indent=2) + "\n")
-    lines = ["| variant | base greedy | final greedy | base sampled | final sampled | wall s |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['variant']} | {r['base_greedy']} | {r['final_greedy']} | {r['base_sampled']} | {r['final_sampled']} | {r['wall_seconds']} |" for r in rows]
-    (a.out / "ablations.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    text = table(rows)
+    (a.out / "ablations.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":
