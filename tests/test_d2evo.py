@@ -44,6 +44,16 @@ def _run(tmp: Path, name: str, overrides: list[str]) -> tuple[dict, RunDir]:
     return d2evo.run(cfg, run), run
 
 
+# The smoke run doubles as the uninterrupted reference of the kill -9 test (same config, same
+# seeds; solver.steps=4 so that there is a step to kill the process in): one run, two tests.
+REF = ["solver.steps=4"]
+
+
+@pytest.fixture(scope="module")
+def ref(tmp_path_factory) -> tuple[dict, RunDir]:
+    return _run(tmp_path_factory.mktemp("d2evo_ref"), "ref", REF)
+
+
 def test_config_defaults_are_the_papers() -> None:
     cfg = load_config("d2evo")
     assert cfg.rounds == 3
@@ -61,16 +71,18 @@ def test_config_defaults_are_the_papers() -> None:
             load_config("d2evo", None, bad)
 
 
-def test_smoke_run_artefacts_metrics_report(tmp_path: Path) -> None:
-    summary, run = _run(tmp_path, "smoke", ["run.progress=false"])
-    rounds = load_config("d2evo", SMOKE).rounds
+def test_smoke_run_artefacts_metrics_report(ref: tuple[dict, RunDir]) -> None:
+    summary, run = ref
+    cfg = load_config("d2evo", SMOKE, REF)
+    rounds, pool, n = cfg.rounds, cfg.difficulty.pool_size, cfg.difficulty.n_samples
+    assert rounds == 2
     for t in range(1, rounds + 1):
         rd = run.path / f"round_{t:02d}"
         for f in ("difficulty.jsonl", "anchors.jsonl", "pool_histogram.json", "questioner_generated.jsonl",
                   "questioner_rollouts.jsonl", "generated.jsonl", "buffer.jsonl", "solver_rollouts.jsonl", "eval_toy.jsonl"):
             assert (rd / f).exists(), f
         diff = run.read_jsonl(f"round_{t:02d}/difficulty.jsonl")
-        assert len(diff) == 24 and all(r["n"] == 8 and r["difficulty"] == pytest.approx((1 - r["correct"] / 8) * 100) for r in diff)
+        assert len(diff) == pool and all(r["n"] == n and r["difficulty"] == pytest.approx((1 - r["correct"] / n) * 100) for r in diff)
         anchors = run.read_jsonl(f"round_{t:02d}/anchors.jsonl")
         assert all(0.4 <= a["pass_rate"] <= 0.8 for a in anchors)
         gen = run.read_jsonl(f"round_{t:02d}/questioner_generated.jsonl")
@@ -91,7 +103,7 @@ def test_smoke_run_artefacts_metrics_report(tmp_path: Path) -> None:
         assert k in keys, k
     rows = summary["d2evo"]["rounds"]
     assert len(rows) == rounds and rows[0]["pool_histogram"] and "buffer/pseudo_label_acc" in rows[0]
-    assert rows[0]["phase/difficulty/rollouts"] == 24 * 8
+    assert rows[0]["phase/difficulty/rollouts"] == pool * n
     assert summary["eval"]["base"]["toy"]["greedy"] is not None and "final" in summary["eval"]
     report = (run.path / "report.md").read_text()
     assert "after last round" in report and "| round 2 |" in report
@@ -161,19 +173,19 @@ def _cli(args: list[str], **kw) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
 
 
-def test_kill9_mid_phase_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
-    ov = TINY + ["solver.steps=6"]
-    ref = _cli(["run", "d2evo", "-c", str(SMOKE), "--run-dir", str(tmp_path / "ref"), *ov])
-    assert ref.wait(timeout=240) == 0
+def test_kill9_mid_phase_then_resume_equals_uninterrupted(tmp_path: Path, ref: tuple[dict, RunDir]) -> None:
+    """The CLI run is killed with SIGKILL inside 01/solver, resumed with `coevolve resume`, and must
+    equal the uninterrupted in-process reference run (the smoke run) file for file."""
+    _, ref_run = ref
     victim = tmp_path / "victim"
-    p = _cli(["run", "d2evo", "-c", str(SMOKE), "--run-dir", str(victim), *ov])
+    p = _cli(["run", "d2evo", "-c", str(SMOKE), "--run-dir", str(victim), *REF])
     killed_in = None
     deadline = time.time() + 240
     while time.time() < deadline and p.poll() is None:
         m = victim / "metrics.jsonl"
         if m.exists():
             lines = [json.loads(x) for x in m.read_text().splitlines() if x.strip().endswith("}")]
-            if any(x.get("phase") == "solver" and x.get("step", -1) >= 1 for x in lines):
+            if any(x.get("phase") == "solver" and x.get("round") == 1 and x.get("step", -1) >= 0 for x in lines):
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait()
                 killed_in = "01/solver"
@@ -181,18 +193,20 @@ def test_kill9_mid_phase_then_resume_equals_uninterrupted(tmp_path: Path) -> Non
         time.sleep(0.02)
     assert killed_in is not None, "run finished before it could be killed"
     state = json.loads((victim / "state.json").read_text())
-    assert killed_in not in state["done"]  # really killed mid-phase
+    assert killed_in not in state["done"] and "01/buffer" in state["done"]  # really killed mid-phase
+    assert (victim / "config.yaml").read_text() == (ref_run.path / "config.yaml").read_text()
     r = _cli(["resume", str(victim)])
     assert r.wait(timeout=240) == 0
-    a = json.loads((tmp_path / "ref" / "summary.json").read_text())
+    a = json.loads((ref_run.path / "summary.json").read_text())
     b = json.loads((victim / "summary.json").read_text())
     assert a["eval"] == b["eval"]
-    strip = lambda rows: [{k: v for k, v in x.items() if "seconds" not in k} for x in rows]
+    strip = lambda rows: [{k: v for k, v in x.items() if "seconds" not in k} for x in rows]  # noqa: E731
     assert strip(a["d2evo"]["rounds"]) == strip(b["d2evo"]["rounds"])
-    for f in ("round_01/buffer.jsonl", "round_01/questioner_generated.jsonl", "round_01/solver_rollouts.jsonl",
-              "round_01/eval_toy.jsonl"):
-        assert (tmp_path / "ref" / f).read_text() == (victim / f).read_text(), f
-    ma = [{k: v for k, v in x.items() if k != "time" and "seconds" not in k} for x in RunDir.open(tmp_path / "ref").metrics()]
+    for t in (1, 2):
+        for f in ("buffer.jsonl", "questioner_generated.jsonl", "solver_rollouts.jsonl", "eval_toy.jsonl"):
+            rel = f"round_{t:02d}/{f}"
+            assert (ref_run.path / rel).read_text() == (victim / rel).read_text(), rel
+    ma = [{k: v for k, v in x.items() if k != "time" and "seconds" not in k} for x in ref_run.metrics()]
     mb = [{k: v for k, v in x.items() if k != "time" and "seconds" not in k} for x in RunDir.open(victim).metrics()]
     assert ma == mb  # no duplicated or missing metric lines after the resume
 
