@@ -23,6 +23,8 @@ from coevolve.memory import (
     epsilon,
     maintain_memory,
     render_tree,
+    targeted_p1_by_cause,
+    targeted_questions,
 )
 
 
@@ -240,6 +242,69 @@ def test_maintenance_end_to_end():
     res2 = maintain_memory(m, [], diag, emb, 3, cfg, {carry.id: [0.85, 0.9]}, np.random.default_rng(0))
     assert res2.stats["promotions"] == 1 and m.causes[carry.id].state == "mastered"
     assert res2.stats["F_t"] == 3
+
+
+def _pool_row(i: str, p1: float, cause_ids: list[str]) -> dict:
+    return {"id": i, "question": f"question {i}", "label": "1", "p1": p1, "kept": True,
+            "meta": {"mode": "targeted" if cause_ids else "explore", "cause_ids": cause_ids}}
+
+
+def test_promotion_source_construction_vs_updated():
+    """The promotion evidence is the round's targeted candidate questions; 'construction' reads
+    the pool's p1 (frozen solver, before the update), 'updated' the re-measured one."""
+    rows = [_pool_row("q1", 0.6, ["c0001"]), _pool_row("q2", 0.7, ["c0001", "c0003"]),
+            _pool_row("q3", 0.75, ["c0001"]), _pool_row("q4", 0.2, []), _pool_row("q5", 0.5, ["c0002"])]
+    assert [r["id"] for r in targeted_questions(rows)] == ["q1", "q2", "q3", "q5"]  # explore rows excluded
+    cons = targeted_p1_by_cause(rows, "construction")
+    assert cons == {"c0001": [0.6, 0.7, 0.75], "c0003": [0.7], "c0002": [0.5]}
+    upd = targeted_p1_by_cause(rows, "updated", {"q1": 0.9, "q2": 0.85, "q3": 1.0, "q5": 0.4, "q4": 0.0})
+    assert upd == {"c0001": [0.9, 0.85, 1.0], "c0003": [0.85], "c0002": [0.4]}
+    with pytest.raises(KeyError, match="q3"):  # a partial re-measurement never promotes silently
+        targeted_p1_by_cause(rows, "updated", {"q1": 0.9, "q2": 0.85, "q5": 0.4})
+    with pytest.raises(KeyError):
+        targeted_p1_by_cause(rows, "updated", None)
+    with pytest.raises(ValueError, match="updated|construction"):
+        targeted_p1_by_cause(rows, "frozen")  # type: ignore[arg-type]
+    # the same round promotes c0001 on the updated p1 (mean 0.917) but not on construction (0.683)
+    emb = HashEmbedder()
+    for source, expect in (("construction", []), ("updated", ["c0001"])):
+        m = ErrorMemory()
+        n = m.add_node("addition")
+        for text in ("wrong single-digit sum", "copied a digit wrongly", "dropped the carry"):
+            m.record_failure(m.add_cause(text, n.id).id, 1, count=2)
+        tp = targeted_p1_by_cause(rows, source, None if source == "construction" else
+                                  {"q1": 0.9, "q2": 0.85, "q3": 1.0, "q5": 0.4})
+        res = maintain_memory(m, [], FakeDiagnoser({}), emb, 1, MaintenanceConfig(theta_up=0.8, min_targeted=3),
+                              tp, np.random.default_rng(0), reference_p1=cons)
+        assert res.promoted == expect and res.stats["promotions"] == len(expect)
+        h = m.causes["c0001"].history[-1]
+        assert h["targeted_n"] == 3 and h["reference_mean_p1"] == pytest.approx((0.6 + 0.7 + 0.75) / 3)
+        assert m.causes["c0003"].state == "active"  # mean 0.85 but only one question < min_targeted
+
+
+def test_reactivation_is_counted_and_not_undone_in_the_same_round():
+    emb = HashEmbedder()
+    m = ErrorMemory()
+    n = m.add_node("subtraction")
+    borrow = m.add_cause("forgot to borrow", n.id)
+    diff = m.add_cause("wrong single-digit difference", n.id)
+    m.record_failure(borrow.id, 1, count=3)
+    m.record_failure(diff.id, 1, count=5)
+    assert m.update_promotions({borrow.id: [0.9, 0.9, 0.9]}, 1, 0.8, 3) == [borrow.id]
+    m.fix_reference(1)
+    # round 2: a stitched question [diff, borrow] fails and is diagnosed as the Mastered cause
+    kept = [KeptQuestion("q1", "3", [diff.id, borrow.id], ["bad", "good"], [False, True], id="x1")]
+    diag = FakeDiagnoser({"q1": Diagnosis(1, "forgot to borrow", "subtraction")})
+    res = maintain_memory(m, kept, diag, emb, 2, MaintenanceConfig(theta_up=0.8, min_targeted=1),
+                          {diff.id: [0.5], borrow.id: [0.95]}, np.random.default_rng(0))
+    assert res.stats["reactivations"] == 1 and res.reactivated == [borrow.id]
+    assert res.promoted == []  # its stitched question's p1 0.95 does not undo the re-activation
+    c = m.causes[borrow.id]
+    assert c.state == "active" and c.freq == 1 and c.history[-1]["state_change"] == "reactivated"
+    # a later round can promote it again
+    res3 = maintain_memory(m, [], diag, emb, 3, MaintenanceConfig(theta_up=0.8, min_targeted=1),
+                           {borrow.id: [0.9]}, np.random.default_rng(0))
+    assert res3.promoted == [borrow.id] and m.causes[borrow.id].freq == 0
 
 
 def test_maintenance_caps_and_confirm():

@@ -11,6 +11,7 @@ Ablation switches of the paper (Qwen3-8B math avg, full 72.3), each one field:
 | no filter (69.4) / absolute only (70.9)| ``pool.filter=none`` / ``pool.filter=absolute`` |
 | random pairing (-1.0 vs same node)    | ``memory.stitching=random_pair`` (``off``: no stitching) |
 | diagnosis model                       | ``diagnoser.kind=llm|trace``, ``diagnoser.model_path`` |
+| R-Zero-style baseline (no memory)     | ``configs/rzero.yaml`` (``memory.enabled=false``, rzero reward, absolute filter) |
 
 The flat names ``challenger_frozen``, ``schedule``, ``filter``, ``stitching`` and ``diagnoser``
 (``diagnoser=llm``) are accepted as aliases of these fields.
@@ -72,6 +73,10 @@ class SolverSection(Strict):
 class MemorySection(Strict):
     """Stage 4 and the scheduling of the next round (METHODS §2)."""
 
+    enabled: bool = Field(
+        True, description="Stage 4 on/off. false: no diagnosis, no re-measurement, the memory stays empty (so every "
+        "schedule explores freely) - the R-Zero-style baseline (configs/rzero.yaml), where diagnosis would be pure cost."
+    )
     schedule: Literal["mixed", "explore_only", "targeted_only"] = Field(
         "mixed", description="'mixed' (ε-scheduled, paper), 'explore_only' (ablation 69.5), 'targeted_only' (ablation 70.1)."
     )
@@ -81,6 +86,12 @@ class MemorySection(Strict):
     k: float = Field(1.0, gt=0, description="ε_{t+1} = F_1/(F_1 + F_t/k); the paper finds k insensitive (our default 1).")
     theta_up: float = Field(0.8, gt=0, le=1, description="Promotion: Active -> Mastered when targeted questions reach mean p1 >= θ_up (our default 0.8).")
     min_targeted: int = Field(3, ge=1, description="Targeted candidate questions a cause needs in a round before it can be promoted (our default).")
+    promotion_p1: Literal["updated", "construction"] = Field(
+        "updated",
+        description="Which p1 of the round's targeted candidate questions promotion compares with θ_up: 'updated' (default; "
+        "re-measured in the memory phase with the solver AFTER this round's GRPO, pool.construction_samples answers each: "
+        "the solver has reached θ_up) or 'construction' (the pool's p1 from the frozen solver BEFORE the update; cheaper).",
+    )
     embedder: Literal["minilm", "hash"] = Field(
         "minilm", description="Cause embeddings: all-MiniLM-L6-v2 offline (needs the 'embed' extra) or 'hash' (a char-n-gram hash, for tests only)."
     )

@@ -10,12 +10,19 @@ from coevolve.memory.diagnose import (
     strip_surface,
 )
 from coevolve.memory.embed import Embedder, HashEmbedder, MiniLMEmbedder, cosine_top_k, make_embedder
-from coevolve.memory.maintain import KeptQuestion, MaintenanceConfig, MaintenanceResult, maintain_memory
+from coevolve.memory.maintain import (
+    KeptQuestion,
+    MaintenanceConfig,
+    MaintenanceResult,
+    maintain_memory,
+    targeted_p1_by_cause,
+    targeted_questions,
+)
 from coevolve.memory.store import Cause, ErrorMemory, Plan, SkillNode, epsilon, render_tree
 
 __all__ = [
     "Cause", "Diagnoser", "DiagnoserStats", "Diagnosis", "Embedder", "ErrorMemory", "HashEmbedder",
     "KeptQuestion", "LLMDiagnoser", "MaintenanceConfig", "MaintenanceResult", "MiniLMEmbedder",
     "Plan", "SkillNode", "TraceDiagnoser", "cosine_top_k", "epsilon", "maintain_memory",
-    "make_embedder", "render_tree", "strip_surface",
+    "make_embedder", "render_tree", "strip_surface", "targeted_p1_by_cause", "targeted_questions",
 ]

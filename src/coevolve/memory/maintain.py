@@ -19,7 +19,7 @@ of redundant skill nodes, and the F_1 reference once a round saw failures.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -63,10 +63,13 @@ class MaintenanceConfig:
 
 @dataclass
 class MaintenanceResult:
-    """``stats`` (flat numbers for metrics.jsonl) and one record per diagnosis attempt."""
+    """``stats`` (flat numbers for metrics.jsonl), one record per diagnosis attempt, and the
+    ids promoted / re-activated this round."""
 
     stats: dict[str, float]
     records: list[dict[str, Any]] = field(default_factory=list)
+    promoted: list[str] = field(default_factory=list)
+    reactivated: list[str] = field(default_factory=list)
 
 
 def select_pairs(
@@ -88,6 +91,43 @@ def select_pairs(
             b = bad.pop(int(rng.integers(len(bad))))
             g = good.pop(int(rng.integers(len(good))))
             out.append((qi, b, g))
+    return out
+
+
+PromotionSource = Literal["updated", "construction"]
+
+
+def targeted_questions(pool_rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The candidate-pool rows that were written for at least one cause (targeted or stitched
+    plans; ``row["meta"]["cause_ids"]`` non-empty), in pool order: the promotion evidence."""
+    return [r for r in pool_rows if (r.get("meta") or {}).get("cause_ids")]
+
+
+def targeted_p1_by_cause(
+    pool_rows: Sequence[Mapping[str, Any]],
+    source: PromotionSource,
+    updated_p1: Mapping[str, float] | None = None,
+) -> dict[str, list[float]]:
+    """Cause id -> the p1 of every candidate question targeted at it this round (promotion input).
+
+    ``source="construction"``: the p1 stored in the pool row, measured by the frozen solver
+    *before* this round's solver update (what the challenger wrote against). ``"updated"``: the
+    p1 re-measured with the solver *after* this round's update, ``updated_p1[row id]`` (METHODS
+    §2: a cause is Mastered once the solver has *reached* mean p1 >= θ_up on its questions).
+    Raises ``KeyError`` naming the question when an updated measurement is missing, so a
+    partial re-measurement can never promote silently on fewer questions."""
+    if source not in ("updated", "construction"):
+        raise ValueError(f"promotion p1 source must be updated|construction, got {source!r}")
+    out: dict[str, list[float]] = {}
+    for r in targeted_questions(pool_rows):
+        if source == "construction":
+            p1 = float(r["p1"])
+        else:
+            if updated_p1 is None or r["id"] not in updated_p1:
+                raise KeyError(f"no re-measured p1 for targeted question {r['id']!r}")
+            p1 = float(updated_p1[r["id"]])
+        for cid in r["meta"]["cause_ids"]:
+            out.setdefault(cid, []).append(p1)
     return out
 
 
@@ -161,9 +201,11 @@ def maintain_memory(
     targeted_p1: Mapping[str, Sequence[float]],
     rng: np.random.Generator,
     confirm: Callable[[str, str], bool] | None = None,
+    reference_p1: Mapping[str, Sequence[float]] | None = None,
 ) -> MaintenanceResult:
     """Run stage 4 on ``memory`` in place (see the module docstring). ``targeted_p1`` maps a
-    cause id to the p1 of every candidate question targeted at it this round (promotion input).
+    cause id to the p1 of every candidate question targeted at it this round (promotion input,
+    see ``targeted_p1_by_cause``); ``reference_p1`` (optional, same shape) is only logged.
     """
     pairs = select_pairs(kept, rng, cfg.max_pairs_per_question, cfg.max_diagnoses_per_round)
     requests = [(kept[q].question, kept[q].label, kept[q].responses[b], kept[q].responses[g])
@@ -189,7 +231,8 @@ def maintain_memory(
                                 "skill": d.skill, "source_id": d.source_id}
             rec.update(res)
         records.append(rec)
-    promoted = memory.update_promotions(dict(targeted_p1), round_, cfg.theta_up, cfg.min_targeted)
+    promoted = memory.update_promotions(dict(targeted_p1), round_, cfg.theta_up, cfg.min_targeted,
+                                        None if reference_p1 is None else dict(reference_p1))
     merged = memory.merge_redundant_nodes(embedder, cfg.merge_threshold, round_)
     memory.fix_reference(round_)
     s = memory.stats(cfg.k)
@@ -205,4 +248,5 @@ def maintain_memory(
         "mastered": s["mastered"], "F_t": s["F_t"], "F_1": s["F_1"],
         "next_epsilon": s["next_epsilon"],
     }
-    return MaintenanceResult(stats=stats, records=records)
+    reactivated = sorted({r["cause_id"] for r in records if r.get("reactivated")})
+    return MaintenanceResult(stats=stats, records=records, promoted=promoted, reactivated=reactivated)

@@ -214,11 +214,17 @@ class ErrorMemory:
         round_: int,
         theta_up: float = 0.8,
         min_questions: int = 1,
+        reference_p1: dict[str, Sequence[float]] | None = None,
     ) -> list[str]:
         """Promote every Active cause whose targeted questions this round reached a mean p1 >=
         ``theta_up`` (with at least ``min_questions`` of them): state Mastered, freq reset to 0.
-        The mean is logged in the history of every cause that had targeted questions.
-        Returns the promoted ids."""
+        The mean is logged in the history of every cause that had targeted questions
+        (``reference_p1``, when given, is logged beside it as ``reference_mean_p1``: e.g. the
+        construction-time p1 when promotion uses the re-measured one).
+
+        A cause re-activated in this same round is not promoted again: it has just failed, so
+        mastery must be shown in a later round (otherwise a stitched question's high p1 could
+        undo the re-activation at once). Returns the promoted ids."""
         promoted: list[str] = []
         for cid, p1s in sorted(targeted_p1.items()):
             if cid not in self.causes or len(p1s) == 0:
@@ -228,6 +234,11 @@ class ErrorMemory:
             e = c._entry(round_)
             e["targeted_mean_p1"] = mean
             e["targeted_n"] = len(p1s)
+            ref = (reference_p1 or {}).get(cid)
+            if ref:
+                e["reference_mean_p1"] = float(np.mean(np.asarray(ref, dtype=float)))
+            if e.get("state_change") == "reactivated":
+                continue
             if c.state == "active" and len(p1s) >= min_questions and mean >= theta_up:
                 c.state = "mastered"
                 c.freq = 0

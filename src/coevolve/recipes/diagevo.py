@@ -32,7 +32,13 @@ import numpy as np
 from coevolve.config.diagevo import DiagEvoConfig
 from coevolve.memory.cli import MEMORY_FILE
 from coevolve.memory.diagnose import DiagnoserStats, LLMDiagnoser, TraceDiagnoser
-from coevolve.memory.maintain import KeptQuestion, MaintenanceConfig, maintain_memory
+from coevolve.memory.maintain import (
+    KeptQuestion,
+    MaintenanceConfig,
+    maintain_memory,
+    targeted_p1_by_cause,
+    targeted_questions,
+)
 from coevolve.memory.store import ErrorMemory, Plan
 from coevolve.recipes.common import (
     Role,
@@ -423,23 +429,57 @@ def maintenance_config(cfg: DiagEvoConfig) -> MaintenanceConfig:
     )
 
 
+def remeasure_targeted(c: Ctx, t: int, seed: int, pool_rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Promotion evidence under ``memory.promotion_p1=updated``: re-answer every targeted
+    candidate question of round ``t`` with the solver as it is *after* this round's GRPO
+    (``pool.construction_samples`` answers each, batched, seeded from the memory phase's seed so
+    a resumed run measures exactly the same) and vote again. Writes
+    ``round_TT/promotion_p1.jsonl`` (construction vs updated p1 and label per question) and
+    returns question id -> updated p1."""
+    from coevolve.curriculum import label_questions
+
+    cfg = c.cfg
+    rows = targeted_questions(pool_rows)
+    votes = label_questions(c.solver.sampler, c.prompter, [r["question"] for r in rows], cfg.pool.construction_samples,
+                            sampling_params(cfg, derive_seed(seed, "promotion")), vote_fn=_vote_fn(cfg))
+    out = [{"id": r["id"], "cause_ids": r["meta"]["cause_ids"], "mode": r["meta"].get("mode"), "kept": r.get("kept"),
+            "question": r["question"], "p1_construction": r["p1"], "label_construction": r["label"],
+            "p1_updated": v.p1, "p2_updated": v.p2, "label_updated": v.label}
+           for r, v in zip(rows, votes)]
+    c.run.write_jsonl(f"round_{t:02d}/promotion_p1.jsonl", out)
+    return {r["id"]: float(r["p1_updated"]) for r in out}
+
+
 def phase_memory(c: Ctx, t: int) -> dict[str, Any]:
     """Stage 4: diagnose, file causes, promote, merge; save ``round_TT/memory.json``."""
     cfg, run = c.cfg, c.run
 
     def fn(seed: int) -> dict[str, Any]:
         mem = load_memory(run, t - 1)
+        if not cfg.memory.enabled:  # R-Zero-style baseline: no diagnosis, the memory stays empty
+            run.write_jsonl(f"round_{t:02d}/diagnoses.jsonl", [])
+            mem.save(run.path / f"round_{t:02d}" / MEMORY_FILE)
+            say("[memory] disabled (memory.enabled=false): no diagnosis")
+            return {"skipped": True, "rollouts": 0, **mem.stats(cfg.memory.k)}
         opt = run.read_jsonl(f"round_{t:02d}/optimisation.jsonl")
         kept = [KeptQuestion(r["question"], r["label"], list(r["targets"]), r["responses"], r["matches"], id=r["id"])
                 for r in opt]
-        targeted: dict[str, list[float]] = {}
-        for r in run.read_jsonl(f"round_{t:02d}/pool.jsonl"):
-            for cid in r["meta"].get("cause_ids", []):
-                targeted.setdefault(cid, []).append(float(r["p1"]))
+        pool_rows = run.read_jsonl(f"round_{t:02d}/pool.jsonl")
+        construction = targeted_p1_by_cause(pool_rows, "construction")
+        remeasured = remeasure_targeted(c, t, seed, pool_rows) if cfg.memory.promotion_p1 == "updated" else None
+        targeted = targeted_p1_by_cause(pool_rows, cfg.memory.promotion_p1, remeasured)
         diag = c.diagnoser()
         diag.stats = DiagnoserStats()
         res = maintain_memory(mem, kept, diag, c.embedder(), t, maintenance_config(cfg), targeted,
-                              np.random.default_rng(seed), c.confirm_fn(seed))
+                              np.random.default_rng(seed), c.confirm_fn(seed),
+                              reference_p1=construction if remeasured is not None else None)
+        flat = [p for r in targeted_questions(pool_rows)
+                for p in ([remeasured[r["id"]]] if remeasured is not None else [float(r["p1"])])]
+        res.stats["targeted_questions"] = len(flat)
+        if flat:
+            res.stats["targeted_p1_mean"] = _mean(flat) or 0.0
+            res.stats["targeted_p1_construction_mean"] = _mean(
+                [float(r["p1"]) for r in targeted_questions(pool_rows)]) or 0.0
         if is_toy(cfg) and c.diagnoser_kind() == "llm":  # does the model name the cause the oracle trace shows?
             from coevolve.toy import explain_divergence
 
@@ -454,11 +494,19 @@ def phase_memory(c: Ctx, t: int) -> dict[str, Any]:
                  **{f"diagnoser_{k}": v for k, v in diag.stats.as_dict().items()}}
         run.log({f"memory/{k}": v for k, v in stats.items() if isinstance(v, (int, float))}, round=t, phase="memory")
         rollouts = diag.stats.calls if c.diagnoser_kind() == "llm" else 0
+        if remeasured is not None:
+            rollouts += len(remeasured) * cfg.pool.construction_samples
+        p1_note = ""
+        if flat:
+            p1_note = (f"; targeted p1 ({cfg.memory.promotion_p1}) {stats['targeted_p1_mean']:.3f} on {len(flat)} questions"
+                       + (f" (construction {stats['targeted_p1_construction_mean']:.3f})" if remeasured is not None else ""))
         say(f"[memory] {stats['diagnoses_ok']}/{stats['diagnoses_attempted']} diagnoses ok, "
-            f"{stats['new_causes']} new causes, {stats['promotions']} promoted, {stats['reactivations']} re-activated; "
+            f"{stats['new_causes']} new causes, {stats['promotions']} promoted {res.promoted}, "
+            f"{stats['reactivations']} re-activated {res.reactivated}{p1_note}; "
             f"{stats['causes']} causes under {stats['nodes']} nodes ({stats['active']} active / {stats['mastered']} mastered), "
             f"next ε={stats['next_epsilon']:.3f}")
-        return {**stats, "rollouts": rollouts}
+        return {**stats, "promoted_ids": ",".join(res.promoted), "reactivated_ids": ",".join(res.reactivated),
+                "rollouts": rollouts}
 
     return run.run_phase(f"{t:02d}/memory", fn, master_seed=cfg.run.seed, round=t, log_fn=say)
 
