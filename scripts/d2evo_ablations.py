@@ -67,11 +67,14 @@ def variant_row(name: str, path: Path) -> dict[str, Any]:
     bench = next(iter(ev.get("final") or ev.get("base") or {}), None)
     acc = lambda e: {"greedy": (e or {}).get(bench, {}).get("greedy"), "sampled": (e or {}).get(bench, {}).get("sampled")}  # noqa: E731
     rounds = s["d2evo"]["rounds"]
+    # rollouts per phase kind over rounds 1..T (the method's own cost); held-out evals and the
+    # report-only final re-measure of the pool are counted apart
     rollouts: dict[str, int] = {}
     for key, ph in state["phases"].items():
-        kind = key.split("/", 1)[1]
+        where, kind = key.split("/", 1)
+        kind = kind if where.isdigit() else f"{where}/{kind}"
         rollouts[kind] = rollouts.get(kind, 0) + int(ph.get("result", {}).get("rollouts") or 0)
-    total = sum(rollouts.values())
+    total = sum(v for k, v in rollouts.items() if "/" not in k and k != "eval")
     return {
         "variant": name,
         "bench": bench,
@@ -84,7 +87,8 @@ def variant_row(name: str, path: Path) -> dict[str, Any]:
         "pseudo_label_acc": [r.get("buffer/pseudo_label_acc") for r in rounds],
         "wall_seconds": s.get("wall_seconds"),
         "rollouts": rollouts,
-        "rollouts_total": total,
+        "rollouts_total": total,  # rounds 1..T without held-out eval
+        "rollouts_eval": sum(v for k, v in rollouts.items() if k.endswith("eval")),
         "difficulty_share": round(rollouts.get("difficulty", 0) / total, 4) if total else None,
     }
 
@@ -98,7 +102,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     n = max((len(r["rounds"]) for r in rows), default=0)
     head = (["variant", "base g/s"] + [f"r{t} g/s" for t in range(1, n + 1)]
             + ["final greedy", "final sampled", "anchors", "buffer real/gen", "pseudo-label acc", "wall s",
-               "rollouts (difficulty share)"])
+               "rollouts r1..T (difficulty share)"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["variant"], f"{_f(r['base']['greedy'])} / {_f(r['base']['sampled'])}"]
