@@ -1,5 +1,8 @@
 """Run the DiagEvo ablation grid (configs/diagevo_ablations.yaml) one after another, one seed,
-and print a table: held-out greedy/sampled accuracy, memory size, pseudo-label oracle agreement.
+and print a table: held-out greedy/sampled accuracy, memory size (causes / nodes / mastered,
+promotions and re-activations over the run), mean pseudo-label oracle agreement of the kept
+questions, wall time. ``ablations.json`` also holds, per run and round, the oracle agreement of
+the three filters (none / absolute / dual) on the same candidate pool.
 
     PYTHONPATH=src python scripts/diagevo_ablations.py [--base configs/diagevo.yaml] \
         [--grid configs/diagevo_ablations.yaml] [--out runs/diagevo_ablations] [--seed 0] \
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         ev = summary["eval"]
         last = summary["rounds"][-1] if summary["rounds"] else {}
         pool_acc = [r.get("pool/oracle_acc_kept") for r in summary["rounds"] if r.get("pool/oracle_acc_kept") is not None]
+        filt = {m: [r.get(f"pool/oracle_acc_{m}") for r in summary["rounds"]] for m in ("none", "absolute", "dual")}
         rows.append({
             "name": name,
             "base": ev.get("base", {}).get("toy", {}).get("greedy"),
@@ -66,11 +70,16 @@ def main(argv: list[str] | None = None) -> int:
             "nodes": summary.get("memory", {}).get("nodes"),
             "mastered": summary.get("memory", {}).get("mastered"),
             "label_acc": sum(pool_acc) / len(pool_acc) if pool_acc else None,
+            "promotions": sum(int(r.get("memory/promotions") or 0) for r in summary["rounds"]),
+            "reactivations": sum(int(r.get("memory/reactivations") or 0) for r in summary["rounds"]),
             "seconds": summary.get("wall_seconds"),
             "kept_last": last.get("pool/kept"),
+            "rounds": len(summary["rounds"]),
+            "oracle_acc_by_filter": filt,
         })
     fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
-    cols = ["name", "base", "greedy", "sampled", "label_acc", "causes", "nodes", "mastered", "kept_last", "seconds"]
+    cols = ["name", "rounds", "base", "greedy", "sampled", "label_acc", "causes", "nodes", "mastered", "promotions",
+            "reactivations", "kept_last", "seconds"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:

@@ -50,10 +50,10 @@ def toy_model_overrides(tmp_path_factory) -> list[str]:
     return [f"model.toy_cache={cache}", "model.toy_steps=30"]
 
 
-def _run(run_dir: Path, overrides: list[str]) -> dict:
+def _run(run_dir: Path, overrides: list[str], base: Path = SMOKE) -> dict:
     from coevolve.recipes import diagevo
 
-    cfg = load_config("diagevo", SMOKE, overrides)
+    cfg = load_config("diagevo", base, overrides)
     run = RunDir.create(run_dir, dump_yaml(cfg), "diagevo")
     return diagevo.run(cfg, run)
 
@@ -103,9 +103,16 @@ def test_memory_command(tmp_path):
         memory_command(tmp_path, 7)
 
 
-def test_smoke_run_artefacts_and_metrics(tmp_path, toy_model_overrides):
-    rd = tmp_path / "run"
-    summary = _run(rd, toy_model_overrides + SMALL)
+@pytest.fixture(scope="session")
+def smoke_ref(tmp_path_factory, toy_model_overrides) -> tuple[Path, dict]:
+    """One uninterrupted 2-round smoke run, shared by the artefact checks and as the reference
+    of the kill -9 test (same overrides), so the file pays for it once."""
+    rd = tmp_path_factory.mktemp("smoke") / "run"
+    return rd, _run(rd, toy_model_overrides + SMALL)
+
+
+def test_smoke_run_artefacts_and_metrics(smoke_ref):
+    rd, summary = smoke_ref
     assert summary["recipe"] == "diagevo" and len(summary["rounds"]) == 2
     for t in (1, 2):
         d = rd / f"round_{t:02d}"
@@ -125,14 +132,31 @@ def test_smoke_run_artefacts_and_metrics(tmp_path, toy_model_overrides):
     assert any("phase/challenger/rollouts" in m for m in metrics)
     assert any("memory/F_t" in m for m in metrics)
     assert "final" in summary["eval"] and "base" in summary["eval"]
+    # promotion evidence (memory.promotion_p1=updated, the default): every targeted candidate of
+    # the round re-measured with the solver after the round's update, the mean logged
+    for t in (1, 2):
+        pool = [json.loads(x) for x in (rd / f"round_{t:02d}" / "pool.jsonl").read_text().splitlines()]
+        targeted = [p for p in pool if p["meta"]["cause_ids"]]
+        rem = [json.loads(x) for x in (rd / f"round_{t:02d}" / "promotion_p1.jsonl").read_text().splitlines()]
+        assert [r["id"] for r in rem] == [p["id"] for p in targeted]
+        assert all(r["p1_construction"] == p["p1"] and 0.0 <= r["p1_updated"] <= 1.0 for r, p in zip(rem, targeted))
+        rt = summary["rounds"][t - 1]
+        assert rt["memory/targeted_questions"] == len(rem)
+        assert rt["memory/promotions"] == len([x for x in rt["memory/promoted_ids"].split(",") if x])
+        if rem:
+            assert rt["memory/targeted_p1_mean"] == pytest.approx(sum(r["p1_updated"] for r in rem) / len(rem), abs=1e-3)
+            assert any("memory/targeted_p1_mean" in m and m["round"] == t for m in metrics)
+    assert summary["rounds"][0]["memory/targeted_questions"] == 0  # round 1 plans from an empty memory
+    assert summary["rounds"][1]["memory/targeted_questions"] > 0, "round 2 should target round-1 causes"
 
 
+# Several switches per run (each switch still runs and is checked; 3 runs instead of 6). One
+# round is enough to exercise a switch; the LLM diagnoser run doubles as the 'construction'
+# promotion-source run.
 ABLATIONS = [
-    ["challenger.frozen=true"],
-    ["memory.schedule=explore_only"],
-    ["memory.schedule=targeted_only", "memory.stitching=random_pair"],
-    ["pool.filter=none", "memory.stitching=off"],
-    ["pool.filter=absolute", "challenger.reward=rzero"],
+    ["challenger.frozen=true", "memory.schedule=explore_only"],
+    ["memory.schedule=targeted_only", "memory.stitching=random_pair", "pool.filter=none"],
+    ["pool.filter=absolute", "challenger.reward=rzero", "memory.stitching=off"],
 ]
 
 
@@ -142,18 +166,48 @@ def test_ablations_run(tmp_path, toy_model_overrides, ovs):
     r = s["rounds"][0]
     if "challenger.frozen=true" in ovs:
         assert r["challenger/skipped"] is True and r["challenger/rollouts"] == 0
+    else:
+        assert r["challenger/rollouts"] > 0
     if "memory.schedule=explore_only" in ovs:
         assert r["pool/targeted_share"] == 0.0
+    pool = [json.loads(x) for x in (tmp_path / "run" / "round_01" / "pool.jsonl").read_text().splitlines()]
+    kept = sum(p["kept"] for p in pool)
+    if "pool.filter=none" in ovs:
+        assert kept == r["pool/kept_none"] == sum(p["label"] is not None for p in pool)
+    if "pool.filter=absolute" in ovs:
+        assert kept == r["pool/kept_absolute"] and all(0.3 <= p["p1"] <= 0.8 for p in pool if p["kept"])
 
 
 def test_llm_diagnoser_end_to_end_on_toy_model(tmp_path, toy_model_overrides):
     """The tiny model cannot write JSON: every diagnosis is garbage, parsed, counted, skipped."""
     rd = tmp_path / "run"
-    s = _run(rd, toy_model_overrides + TINY + ["diagnoser.kind=llm", "diagnoser.max_new_tokens=40"])
+    s = _run(rd, toy_model_overrides + TINY + ["diagnoser.kind=llm", "diagnoser.max_new_tokens=40",
+                                               "memory.promotion_p1=construction"])
     r = s["rounds"][0]
-    assert r["memory/diagnoser_calls"] == r["memory/diagnoses_attempted"]
+    assert r["memory/diagnoser_calls"] == r["memory/diagnoses_attempted"] > 0
     assert r["memory/diagnoser_ok"] + r["memory/diagnoser_garbage"] == r["memory/diagnoser_calls"]
     assert r["memory/causes"] == r["memory/diagnoser_ok"] - r["memory/duplicates"] - r["memory/matched_known"]
+    assert not (rd / "round_01" / "promotion_p1.jsonl").exists()  # construction p1: nothing re-measured
+
+
+# the smoke sizes of configs/diagevo_smoke.yaml (+ TINY), for presets that start from full sizes
+SMOKE_SIZES = ["challenger.steps=1", "challenger.prompts_per_step=8", "challenger.group_size=2",
+               "challenger.solver_samples=4", "pool.construction_samples=4", "solver.prompts_per_step=8",
+               "solver.group_size=4", "eval.samples=0", "run.progress=false", "run.threads=1", *TINY]
+
+
+def test_rzero_preset_loads_and_runs_without_memory(tmp_path, toy_model_overrides):
+    cfg = load_config("diagevo", ROOT / "configs" / "rzero.yaml")
+    assert (cfg.challenger.reward, cfg.memory.schedule, cfg.pool.filter, cfg.rounds) == ("rzero", "explore_only", "absolute", 3)
+    assert (cfg.pool.p_low, cfg.pool.p_high, cfg.memory.enabled) == (0.3, 0.8, False)
+    rd = tmp_path / "run"
+    s = _run(rd, toy_model_overrides + SMOKE_SIZES, base=ROOT / "configs" / "rzero.yaml")
+    r = s["rounds"][0]
+    assert r["memory/skipped"] is True and r["memory/causes"] == 0 and r["memory/rollouts"] == 0
+    assert r["pool/targeted_share"] == 0.0 and r["challenger/rollouts"] > 0
+    assert (rd / "round_01" / "diagnoses.jsonl").read_text() == ""
+    assert not (rd / "round_01" / "promotion_p1.jsonl").exists()
+    assert ErrorMemory.load(rd / "round_01" / "memory.json").causes == {}
 
 
 def _state_done(rd: Path) -> list[str]:
@@ -163,10 +217,9 @@ def _state_done(rd: Path) -> list[str]:
         return []
 
 
-def test_kill9_resume_matches_uninterrupted_run(tmp_path, toy_model_overrides):
+def test_kill9_resume_matches_uninterrupted_run(tmp_path, toy_model_overrides, smoke_ref):
     ovs = toy_model_overrides + SMALL
-    ref = tmp_path / "ref"
-    _run(ref, ovs)
+    ref = smoke_ref[0]
     victim = tmp_path / "victim"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     cmd = [sys.executable, "-m", "coevolve", "run", "diagevo", "-c", str(SMOKE), *ovs, "--run-dir", str(victim)]
@@ -186,7 +239,8 @@ def test_kill9_resume_matches_uninterrupted_run(tmp_path, toy_model_overrides):
     cfg = load_config("diagevo", victim / "config.yaml")
     diagevo.run(cfg, run)
     for t in (1, 2):
-        for f in ("kept.jsonl", "optimisation.jsonl", "diagnoses.jsonl", "memory.json", "eval_toy.jsonl"):
+        for f in ("kept.jsonl", "optimisation.jsonl", "promotion_p1.jsonl", "diagnoses.jsonl", "memory.json",
+                  "eval_toy.jsonl"):
             a = (ref / f"round_{t:02d}" / f).read_text()
             b = (victim / f"round_{t:02d}" / f).read_text()
             assert a == b, f"round {t} {f} differs after kill -9 + resume (killed after {done_at_kill})"
