@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(args.out) / name
         try:
             cfg = load_config("diagevo", args.base, ovs)
+            if cfg.run.threads:  # as the CLI does; 1 thread avoids thrashing on shared cores
+                import torch
+
+                torch.set_num_threads(cfg.run.threads)
             if (path / "summary.json").is_file() and RunDir.open(path).state.get("status") == "finished":
                 summary = json.loads((path / "summary.json").read_text())
             else:
