@@ -75,7 +75,11 @@ class LearnerSection(Strict):
 
 
 class EvalConfig(Strict):
-    benches: list[str] = Field(default_factory=lambda: ["toy"], description="Benchmarks or groups (toy, math7, general, all, or names).")
+    benches: list[str] | None = Field(
+        None,
+        description="Benchmarks or groups (toy, math7, general, all, or names). None = 'toy' in the toy world, "
+        "'math7' (the papers' seven math sets) for a real model.path.",
+    )
     heldout_size: int = Field(500, ge=1, description="Size of the toy held-out set (fixed, seeded).")
     samples: int = Field(8, ge=0, description="T=1 samples per item for the 'sampled' (mean@k) accuracy; 0 = greedy only.")
     max_new_tokens: int = Field(64, ge=1, description="Completion cap at evaluation.")

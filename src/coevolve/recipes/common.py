@@ -350,7 +350,8 @@ def phase_eval(
 
 
 def _bench_tasks(cfg: RecipeConfig, prompter: Prompter, tokenizer: Any):
-    for name in cfg.eval.benches:
+    benches = cfg.eval.benches if cfg.eval.benches is not None else (["toy"] if is_toy(cfg) else ["math7"])
+    for name in benches:
         if name == "toy":
             from coevolve.toy import heldout_tasks
 
