@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from coevolve.errors import DataError, RunStateError
 
@@ -55,6 +55,19 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+def _json_lines(path: Path, bad: list[str]) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) of each non-blank line; a line that is not JSON is recorded
+    in ``bad`` as ``path:line`` and skipped (a killed run can leave a half-written last line)."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError:
+                bad.append(f"{path}:{lineno}")
+
+
 def load_run(run_dir: Path) -> RunData:
     """Read metrics.jsonl, summary.json and round_NN/difficulty.jsonl from ``run_dir``.
 
@@ -68,19 +81,11 @@ def load_run(run_dir: Path) -> RunData:
     rows: list[dict[str, Any]] = []
     bad: list[str] = []
     if mpath.exists():
-        with open(mpath, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    bad.append(f"{mpath}:{lineno}")
-                    continue
-                if isinstance(obj, dict):
-                    rows.append(obj)
-                else:
-                    bad.append(f"{mpath}:{lineno}")
+        for lineno, obj in _json_lines(mpath, bad):
+            if isinstance(obj, dict):
+                rows.append(obj)
+            else:
+                bad.append(f"{mpath}:{lineno}")
     summary: dict[str, Any] = {}
     if spath.exists():
         try:
@@ -96,18 +101,10 @@ def load_run(run_dir: Path) -> RunData:
         if not (m and (d / "difficulty.jsonl").is_file()):
             continue
         rates: list[float] = []
-        with open(d / "difficulty.jsonl", encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    bad.append(f"{d / 'difficulty.jsonl'}:{lineno}")
-                    continue
-                v = _num(obj.get("pass_rate")) if isinstance(obj, dict) else None
-                if v is not None:
-                    rates.append(v)
+        for _, obj in _json_lines(d / "difficulty.jsonl", bad):
+            v = _num(obj.get("pass_rate")) if isinstance(obj, dict) else None
+            if v is not None:
+                rates.append(v)
         if rates:
             difficulty[int(m.group(1))] = rates
     return RunData(run_dir, rows, summary, difficulty, bad)
