@@ -29,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from coevolve.answers.extract import last_boxed
 from coevolve.errors import ConfigError, DataError
 from coevolve.types import Task
 
@@ -41,24 +42,7 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 # ----------------------------------------------------------------------------------------------
-# answer extraction
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` with nested braces, else None.
-
-    Kept here (rather than only in ``coevolve.answers``) so multiple-choice and BBEH scoring do
-    not need the math-verify worker.
-    """
-    best: str | None = None
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            best = text[m.end() : i - 1]
-    return best
+# answer extraction (last_boxed is the answer pipeline's: pure text, no math-verify worker)
 
 
 _WRAPPER = re.compile(r"^\\(?:text|textbf|mathrm|mathbf|texttt|textrm)\s*\{(.*)\}$", re.S)
