@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Literal, Protocol, Sequence, TypeVar, runtime_checkable
 
 from coevolve.errors import CoevolveError, ConfigError
@@ -71,7 +71,7 @@ def _chunk_params(params: SamplingParams, chunk: int) -> SamplingParams:
     different chunks do not replay the same random stream."""
     if params.seed is None:
         return params
-    return SamplingParams(**{**asdict(params), "seed": params.seed + chunk})
+    return replace(params, seed=params.seed + chunk)
 
 
 def _sample_batched(

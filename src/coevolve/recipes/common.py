@@ -8,7 +8,7 @@ import json
 import logging
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -241,7 +241,7 @@ def grpo_train(
             t0 = time.perf_counter()
             tasks = next_batch(step)
             prompts = [prompt_fn(t) for t in tasks]
-            p = SamplingParams(**{**params.__dict__, "seed": derive_seed(seed, "rollout", step)})
+            p = replace(params, seed=derive_seed(seed, "rollout", step))
             comps = role.sampler.sample(prompts, group_size, p)
             t_gen = time.perf_counter() - t0
             rewards, breakdown = reward_fn(tasks, comps)

@@ -24,6 +24,7 @@ resumed run follows exactly the same path as one that was never killed. A final
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 import random
 import time
 
@@ -104,7 +105,7 @@ def _sample_chunked(
     """One completion per prompt, one Sampler call per chunk (seeded per chunk)."""
     out: list[Completion] = []
     for c, start in enumerate(range(0, len(prompts), batch_prompts)):
-        p = SamplingParams(**{**params.__dict__, "seed": derive_seed(seed, "chunk", c)})
+        p = replace(params, seed=derive_seed(seed, "chunk", c))
         out.extend(g[0] for g in sampler.sample(list(prompts[start : start + batch_prompts]), 1, p))
     return out
 
