@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from coevolve.errors import RunStateError
 
@@ -229,9 +229,6 @@ class RunDir:
     def read_jsonl(self, rel: str | Path) -> list[dict[str, Any]]:
         return read_jsonl(self.path / rel)
 
-    def read_json(self, rel: str | Path) -> Any:
-        return json.loads((self.path / rel).read_text(encoding="utf-8"))
-
     # -- metrics ---------------------------------------------------------------------------
     def _metrics_size(self) -> int:
         p = self.path / METRICS_FILE
@@ -285,13 +282,13 @@ class RunDir:
         result = fn(seed) or {}
         seconds = time.perf_counter() - t0
         name = key.split("/")[-1]
-        self.log({f"phase/{name}/seconds": float(f"{seconds:.3f}"), **{f"phase/{name}/{k}": v for k, v in result.items() if k == "rollouts"}}, round=round, phase=name)
+        phase_metrics = {f"phase/{name}/seconds": float(f"{seconds:.3f}")}
+        if "rollouts" in result:
+            phase_metrics[f"phase/{name}/rollouts"] = result["rollouts"]
+        self.log(phase_metrics, round=round, phase=name)
         ckpts = {r: str(Path(p).resolve().relative_to(self.path.resolve())) for r, p in result.pop("checkpoints", {}).items()}
         self.mark_done(key, result, seconds, checkpoints=ckpts, keep=keep_checkpoints)
         return result
-
-    def iter_done(self) -> Iterator[str]:
-        yield from self._state["done"]
 
 
 def default_run_path(root: str | Path, recipe: str, name: str | None) -> Path:
