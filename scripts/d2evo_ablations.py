@@ -22,9 +22,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from coevolve.config import dump_yaml, load_config  # noqa: E402
+from coevolve.config import load_config  # noqa: E402
 from coevolve.errors import ConfigError  # noqa: E402
-from coevolve.run import RunDir  # noqa: E402
+from coevolve.recipes import execute  # noqa: E402
 
 
 def load_variants(path: Path) -> dict[str, list[str]]:
@@ -37,43 +37,25 @@ def load_variants(path: Path) -> dict[str, list[str]]:
 
 def run_variant(name: str, config: Path, overrides: list[str], out: Path) -> Path:
     """Run (or resume, or skip when finished) one variant in ``out/name``; returns the folder."""
-    from coevolve.recipes import d2evo
-
-    path = out / name
-    if (path / "summary.json").exists() and json.loads((path / "state.json").read_text()).get("status") == "finished":
-        return path
-    cfg = load_config("d2evo", config, overrides)
-    if cfg.run.threads:
-        import torch
-
-        torch.set_num_threads(cfg.run.threads)
-    run = RunDir.open(path) if (path / "state.json").exists() else RunDir.create(path, dump_yaml(cfg), "d2evo")
-    run.set_status("running")
-    try:
-        d2evo.run(cfg, run)
-    except BaseException:
-        run.set_status("failed")
-        raise
-    run.set_status("finished")
-    return path
+    execute(load_config("d2evo", config, overrides), out / name, skip_finished=True)
+    return out / name
 
 
 def variant_row(name: str, path: Path) -> dict[str, Any]:
     """One table row from a finished run folder: held-out accuracy per round, curriculum figures,
     wall time and rollouts per phase kind (from state.json, base eval and final re-measure included)."""
     s = json.loads((path / "summary.json").read_text())
-    state = json.loads((path / "state.json").read_text())  # read-only: no RunDir.open (it may truncate)
+    state = json.loads((path / "state.json").read_text())  # read-only: no Run.open (it may truncate)
     ev = s["eval"]
     bench = next(iter(ev.get("final") or ev.get("base") or {}), None)
     acc = lambda e: {"greedy": (e or {}).get(bench, {}).get("greedy"), "sampled": (e or {}).get(bench, {}).get("sampled")}  # noqa: E731
-    rounds = s["d2evo"]["rounds"]
+    rounds = s["rounds"]
     # rollouts per phase kind over rounds 1..T (the method's own cost); held-out evals and the
     # report-only final re-measure of the pool are counted apart
     rollouts: dict[str, int] = {}
-    for key, ph in state["phases"].items():
-        where, kind = key.split("/", 1)
-        kind = kind if where.isdigit() else f"{where}/{kind}"
-        rollouts[kind] = rollouts.get(kind, 0) + int(ph.get("result", {}).get("rollouts") or 0)
+    for ph in state["phases"]:
+        kind = ph["name"] if ph["round"] is not None else f"{ph['stage']}/{ph['name']}"
+        rollouts[kind] = rollouts.get(kind, 0) + int(ph["rollouts"])
     total = sum(v for k, v in rollouts.items() if "/" not in k and k != "eval")
     return {
         "variant": name,
@@ -84,7 +66,7 @@ def variant_row(name: str, path: Path) -> dict[str, Any]:
         "anchors": [r.get("anchors/anchors") for r in rounds],
         "buffer_real": [r.get("buffer/buffer_real") for r in rounds],
         "buffer_generated": [r.get("buffer/buffer_generated") for r in rounds],
-        "pseudo_label_acc": [r.get("buffer/pseudo_label_acc") for r in rounds],
+        "pseudo_label_acc": [r.get("buffer/oracle_acc_kept") for r in rounds],
         "wall_seconds": s.get("wall_seconds"),
         "rollouts": rollouts,
         "rollouts_total": total,  # rounds 1..T without held-out eval

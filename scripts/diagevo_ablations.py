@@ -31,10 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = ap.parse_args(argv)
 
-    from coevolve.config import dump_yaml, load_config
+    from coevolve.config import load_config
     from coevolve.errors import CoevolveError
-    from coevolve.recipes import diagevo
-    from coevolve.run import RunDir
+    from coevolve.recipes import execute
 
     grid = yaml.safe_load(Path(args.grid).read_text(encoding="utf-8"))
     if not isinstance(grid, dict):
@@ -46,18 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         ovs = [*(grid[name] or []), f"run.seed={args.seed}", "run.progress=false", *args.overrides]
         path = Path(args.out) / name
         try:
-            cfg = load_config("diagevo", args.base, ovs)
-            if cfg.run.threads:  # as the CLI does; 1 thread avoids thrashing on shared cores
-                import torch
-
-                torch.set_num_threads(cfg.run.threads)
-            if (path / "summary.json").is_file() and RunDir.open(path).state.get("status") == "finished":
-                summary = json.loads((path / "summary.json").read_text())
-            else:
-                run = RunDir.open(path) if (path / "state.json").is_file() else RunDir.create(path, dump_yaml(cfg), "diagevo")
-                run.set_status("running")
-                summary = diagevo.run(cfg, run)
-                run.set_status("finished")
+            summary = execute(load_config("diagevo", args.base, ovs), path, skip_finished=True)
         except CoevolveError as e:
             print(f"error in {name}: {e}", file=sys.stderr)
             return 2

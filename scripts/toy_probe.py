@@ -29,7 +29,7 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from coevolve.toy.base import build_base, measure
+    from coevolve.toy.pretrain import build_base, measure
 
     if args.build is not None:
         t0 = time.time()

@@ -32,7 +32,8 @@ def test_overrides_dotted_and_typed():
         ("solver.stepz=5", "solver.stepz"),
         ("solverr.steps=5", "solverr"),
         ("solver.steps=abc", "solver.steps"),
-        ("solver.steps=0", "solver.steps"),
+        ("solver.steps=-1", "solver.steps"),
+        ("solver.group_size=1", "solver.group_size"),
         ("solver.alpha=1.5", "solver.alpha"),
         ("data.on_error=ignore", "data.on_error"),
         ("nokeyvalue", "key=value"),
@@ -98,10 +99,43 @@ def test_diagevo_flat_ablation_aliases(tmp_path):
         "diagevo", None, ["challenger_frozen=true", "schedule=explore_only", "filter=none", "stitching=off", "diagnoser=llm"]
     )
     assert cfg.challenger.frozen is True and cfg.memory.schedule == "explore_only"
-    assert cfg.pool.filter == "none" and cfg.memory.stitching == "off" and cfg.diagnoser.kind == "llm"
+    assert cfg.pool.voting.filter == "none" and cfg.memory.stitching == "off" and cfg.diagnoser.kind == "llm"
     p = tmp_path / "c.yaml"
     p.write_text("recipe: diagevo\nfilter: absolute\ndiagnoser:\n  max_new_tokens: 9\n")
     cfg = load_config(None, p)
-    assert cfg.pool.filter == "absolute" and cfg.diagnoser.max_new_tokens == 9
-    with pytest.raises(ConfigError, match="pool.filter"):
+    assert cfg.pool.voting.filter == "absolute" and cfg.diagnoser.max_new_tokens == 9
+    with pytest.raises(ConfigError, match="pool.voting.filter"):
         load_config("diagevo", None, ["filter=sometimes"])
+
+
+def test_d2evo_flat_ablation_aliases_reach_the_same_fields():
+    cfg = load_config("d2evo", None, ["questioner=false", "share_weights=false", "synthesis=false",
+                                      "anchor_selection=random", "questioner_reward=rzero", "label_verifier=oracle"])
+    assert (cfg.questioner.enabled, cfg.questioner.share_weights, cfg.buffer.synthesis) == (False, False, False)
+    assert cfg.difficulty.selection == "random" and cfg.questioner.reward.kind == "rzero"
+    assert cfg.buffer.verifier == "oracle"
+    # the alias and the section share a name: a mapping is the section, a scalar the switch
+    assert load_config("d2evo", None, ["questioner.steps=3"]).questioner.steps == 3
+
+
+def test_partial_section_keeps_the_recipe_defaults(tmp_path):
+    """A YAML section that sets one key keeps the recipe's values for the others (not the
+    generic section defaults): the questioner phase stays 32 prompts x 4, the band 0.4-0.8."""
+    p = tmp_path / "c.yaml"
+    p.write_text("recipe: d2evo\nquestioner:\n  steps: 2\nbuffer:\n  voting: {samples: 3}\n")
+    cfg = load_config(None, p)
+    assert (cfg.questioner.steps, cfg.questioner.prompts_per_step, cfg.questioner.group_size) == (2, 32, 4)
+    assert cfg.buffer.voting.samples == 3 and cfg.buffer.voting.filter == "absolute"
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("difficulty.band.low=0.9", "difficulty.band"),
+    ("pool.voting.band.high=0.1", "pool.voting.band"),
+    ("questioner.reward.band.low=0.9", "questioner.reward.band"),
+    ("challenger.reward.band.low=0", "challenger.reward"),
+])
+def test_bands_are_validated_once_with_the_field_named(override, needle):
+    recipe = "d2evo" if override.startswith(("difficulty", "questioner")) else "diagevo"
+    with pytest.raises(ConfigError) as e:
+        load_config(recipe, None, [override])
+    assert needle in str(e.value) and "band" in str(e.value)

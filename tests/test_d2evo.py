@@ -19,7 +19,7 @@ import torch
 from coevolve.config import load_config
 from coevolve.config.base import dump_yaml
 from coevolve.errors import ConfigError
-from coevolve.run import RunDir
+from coevolve.run import Phase, Run
 
 torch.set_num_threads(1)
 
@@ -28,19 +28,19 @@ SMOKE = ROOT / "configs" / "d2evo_smoke.yaml"
 MATH12K = ROOT.parent / "shared" / "data" / "math_train12k" / "train.jsonl.gz"
 
 TINY = [  # one round, minimal sizes: each ablation run takes a few seconds
-    "rounds=1", "difficulty.pool_size=16", "difficulty.n_samples=4", "difficulty.low=0.25", "difficulty.high=0.75",
-    "questioner_train.steps=1", "questioner_train.prompts_per_step=4", "questioner_train.group_size=2",
-    "questioner_train.n_verify=4", "buffer.n_generate=8", "buffer.n_label=4", "solver.steps=1",
+    "rounds=1", "difficulty.pool_size=16", "difficulty.samples=4", "difficulty.band.low=0.25", "difficulty.band.high=0.75",
+    "questioner.steps=1", "questioner.prompts_per_step=4", "questioner.group_size=2",
+    "questioner.reward.solver_samples=4", "buffer.generate=8", "buffer.voting.samples=4", "solver.steps=1",
     "solver.prompts_per_step=4", "solver.group_size=2", "eval.heldout_size=16", "eval.samples=0",
     "run.progress=false", "run.threads=1", "difficulty.measure_final=false",
 ]
 
 
-def _run(tmp: Path, name: str, overrides: list[str]) -> tuple[dict, RunDir]:
+def _run(tmp: Path, name: str, overrides: list[str]) -> tuple[dict, Run]:
     from coevolve.recipes import d2evo
 
     cfg = load_config("d2evo", SMOKE, overrides)
-    run = RunDir.create(tmp / name, dump_yaml(cfg), "d2evo")
+    run = Run.create(tmp / name, dump_yaml(cfg), "d2evo")
     return d2evo.run(cfg, run), run
 
 
@@ -50,36 +50,37 @@ REF = ["solver.steps=4"]
 
 
 @pytest.fixture(scope="module")
-def ref(tmp_path_factory) -> tuple[dict, RunDir]:
+def ref(tmp_path_factory) -> tuple[dict, Run]:
     return _run(tmp_path_factory.mktemp("d2evo_ref"), "ref", REF)
 
 
 def test_config_defaults_are_the_papers() -> None:
     cfg = load_config("d2evo")
     assert cfg.rounds == 3
-    assert (cfg.difficulty.n_samples, cfg.difficulty.low, cfg.difficulty.high) == (32, 0.4, 0.8)
-    q = cfg.questioner_train
-    assert (q.tau_l, q.tau_u, q.a, q.n_verify) == (0.4, 0.8, 2.0, 8)
-    assert cfg.solver.alpha == 0.9 and cfg.buffer.n_label == 8
-    assert cfg.questioner and cfg.share_weights and cfg.synthesis and cfg.anchor_selection == "band"
-    assert cfg.questioner_reward == "plateau" and cfg.label_verifier == "none"
+    d, q = cfg.difficulty, cfg.questioner
+    assert (d.samples, d.band.low, d.band.high) == (32, 0.4, 0.8)
+    assert (q.reward.band.low, q.reward.band.high, q.reward.a, q.reward.solver_samples) == (0.4, 0.8, 2.0, 8)
+    assert cfg.solver.alpha == 0.9 and cfg.buffer.voting.samples == 8 and cfg.buffer.voting.filter == "absolute"
+    assert q.enabled and q.share_weights and cfg.buffer.synthesis and d.selection == "band"
+    assert q.reward.kind == "plateau" and cfg.buffer.verifier == "none"
     file_cfg = load_config("d2evo", ROOT / "configs" / "d2evo.yaml")
     assert file_cfg.model_dump() == cfg.model_dump()  # the YAML writes the defaults out
-    for bad in (["difficulty.low=0.9"], ["questioner_train.tau_l=0.9"], ["anchor_selection=best"],
-                ["questioner_reward=foo"], ["questioner_train.a=0.5"], ["buffer.keep_low=0.9"]):
+    for bad in (["difficulty.band.low=0.9"], ["questioner.reward.band.low=0.9"], ["anchor_selection=best"],
+                ["questioner_reward=foo"], ["questioner.reward.a=0.5"], ["buffer.voting.band.low=0.9"]):
         with pytest.raises(ConfigError):
             load_config("d2evo", None, bad)
 
 
-def test_smoke_run_artefacts_metrics_report(ref: tuple[dict, RunDir]) -> None:
+def test_smoke_run_artefacts_metrics_report(ref: tuple[dict, Run]) -> None:
     summary, run = ref
     cfg = load_config("d2evo", SMOKE, REF)
-    rounds, pool, n = cfg.rounds, cfg.difficulty.pool_size, cfg.difficulty.n_samples
+    rounds, pool, n = cfg.rounds, cfg.difficulty.pool_size, cfg.difficulty.samples
     assert rounds == 2
     for t in range(1, rounds + 1):
         rd = run.path / f"round_{t:02d}"
         for f in ("difficulty.jsonl", "anchors.jsonl", "pool_histogram.json", "questioner_generated.jsonl",
-                  "questioner_rollouts.jsonl", "generated.jsonl", "buffer.jsonl", "solver_rollouts.jsonl", "eval_toy.jsonl"):
+                  "questioner_rollouts.jsonl", "candidates.jsonl", "pool.jsonl", "buffer.jsonl", "solver_rollouts.jsonl",
+                  "eval/items_toy.jsonl", "eval/results.json"):
             assert (rd / f).exists(), f
         diff = run.read_jsonl(f"round_{t:02d}/difficulty.jsonl")
         assert len(diff) == pool and all(r["n"] == n and r["difficulty"] == pytest.approx((1 - r["correct"] / n) * 100) for r in diff)
@@ -95,18 +96,21 @@ def test_smoke_run_artefacts_metrics_report(ref: tuple[dict, RunDir]) -> None:
             if b["features"]["origin"] == "generated":
                 assert 0.4 <= b["features"]["p1"] <= 0.8 and b["answer"] is not None
     assert (run.path / "final" / "difficulty.jsonl").exists()
-    keys = {k for m in run.metrics() for k in m}
+    keys = {k for m in run.metrics.rows() for k in m}
     for k in ("curriculum/pool_size", "curriculum/hist/=0", "curriculum/anchors", "questioner/reward_mean",
-              "questioner/well_formed", "curriculum/buffer/buffer_generated", "solver/acc_mean",
-              "eval/toy/greedy", "eval/toy/sampled", "phase/difficulty/seconds", "phase/difficulty/rollouts",
-              "phase/questioner/rollouts", "phase/solver/rollouts", "phase/buffer/rollouts"):
+              "questioner/well_formed", "questioner/copies", "curriculum/buffer/buffer_generated", "solver/acc_mean",
+              "curriculum/buffer/oracle_acc_kept", "eval/toy/greedy", "eval/toy/sampled", "phase/difficulty/seconds",
+              "phase/difficulty/rollouts", "phase/questioner/rollouts", "phase/solver/rollouts", "phase/buffer/rollouts"):
         assert k in keys, k
-    rows = summary["d2evo"]["rounds"]
-    assert len(rows) == rounds and rows[0]["pool_histogram"] and "buffer/pseudo_label_acc" in rows[0]
-    assert rows[0]["phase/difficulty/rollouts"] == pool * n
+    rows = summary["rounds"]
+    assert len(rows) == rounds and "buffer/oracle_acc_kept" in rows[0] and "anchors/anchors" in rows[0]
+    assert rows[0]["difficulty/rollouts"] == pool * n
+    assert summary["final"]["difficulty/pool_size"] == pool
+    q = run.result(Phase("questioner", 1))
+    assert q.rollouts == q.values["rollouts_generate"] + q.values["rollouts_verify"] > 0
     assert summary["eval"]["base"]["toy"]["greedy"] is not None and "final" in summary["eval"]
-    report = (run.path / "report.md").read_text()
-    assert "after last round" in report and "| round 2 |" in report
+    report = (run.path / "report" / "report.md").read_text()
+    assert "after last round" in report and "| round 2 |" in report and "## Per round" in report
 
 
 @pytest.mark.parametrize(
@@ -117,32 +121,32 @@ def test_smoke_run_artefacts_metrics_report(ref: tuple[dict, RunDir]) -> None:
 )
 def test_ablations_run(tmp_path: Path, ablation: list[str]) -> None:
     summary, run = _run(tmp_path, "abl", TINY + ablation)
-    assert run.is_done("01/solver") and run.is_done("01/eval")
-    buf = run.phase_result("01/buffer")
-    anchors = run.phase_result("01/anchors")
+    assert run.done(Phase("solver", 1)) and run.done(Phase("eval", 1))
+    buf = run.result(Phase("buffer", 1)).values
+    anchors = run.result(Phase("anchors", 1)).values
     if ablation[0] in ("questioner=false", "synthesis=false"):
         assert buf["buffer_generated"] == 0 and buf["buffer_real"] == anchors["anchors"]
     if ablation[0] == "questioner=false":
-        assert not run.is_done("01/questioner")
+        assert not run.done(Phase("questioner", 1))
     if ablation[0] == "share_weights=false":
-        assert run.state["checkpoints"]["questioner"].endswith("questioner_r01q")
-        assert run.state["checkpoints"]["solver"].endswith("solver_r01")
+        assert run.state.checkpoint("questioner").endswith("questioner_r01q")
+        assert run.state.checkpoint("solver").endswith("solver_r01")
     if ablation[0] == "anchor_selection=random":
         assert anchors["anchors"] == anchors["band"]
     if ablation[0] == "label_verifier=oracle":
-        rows = run.read_jsonl("round_01/generated.jsonl")
-        labelled = [r for r in rows if r["status"] in ("kept", "out_of_band", "no_label")]
-        assert all("verdict" in r and "label_correct" in r for r in labelled)
-        # in-band labels get an oracle verdict equal to the label check; measure-only: nothing is rejected
-        assert all(r["verdict"] == r["label_correct"] for r in labelled if r["status"] == "kept")
-        assert not any(r["status"] == "rejected_by_verifier" for r in rows)
-        assert buf["buffer_generated"] == sum(r["status"] == "kept" for r in rows)
+        rows = run.read_jsonl("round_01/pool.jsonl")
+        assert rows and all("verdict" in r and "label_correct" in r for r in rows)
+        # kept labels get an oracle verdict equal to the label check; measure-only: nothing is rejected
+        assert all(r["verdict"] == r["label_correct"] for r in rows if r["kept"])
+        cands = run.read_jsonl("round_01/candidates.jsonl")
+        assert not any(c["status"] == "rejected" for c in cands)
+        assert buf["buffer_generated"] == sum(r["kept"] for r in rows)
 
 
 def test_malformed_questioner_output_scores_zero_and_is_saved(tmp_path: Path, monkeypatch) -> None:
-    from coevolve.recipes import common, d2evo
+    from coevolve.recipes import common
 
-    real = common.build_prompter
+    real = common.make_world
 
     class Flaky:
         """Every other completion is unparseable (as a broken questioner would write)."""
@@ -157,14 +161,19 @@ def test_malformed_questioner_output_scores_zero_and_is_saved(tmp_path: Path, mo
             self.calls += 1
             return None if self.calls % 2 else self.inner.parse_question(completion)
 
-    monkeypatch.setattr(d2evo, "build_prompter", lambda cfg, tok: Flaky(real(cfg, tok)))
+    def flaky_world(cfg, tok, say):
+        world = real(cfg, tok, say)
+        world.prompter = Flaky(world.prompter)
+        return world
+
+    monkeypatch.setattr(common, "make_world", flaky_world)
     _, run = _run(tmp_path, "flaky", TINY)
     gen = run.read_jsonl("round_01/questioner_generated.jsonl")
     bad = [g for g in gen if not g["well_formed"]]
     assert bad and all(g["reward"] == 0.0 and g["completion"] is not None for g in bad)
-    rows = run.read_jsonl("round_01/generated.jsonl")
+    rows = run.read_jsonl("round_01/candidates.jsonl")
     assert any(r["status"] == "malformed" for r in rows)
-    assert run.is_done("01/eval")
+    assert run.done(Phase("eval", 1))
 
 
 def _cli(args: list[str], **kw) -> subprocess.Popen:
@@ -173,7 +182,7 @@ def _cli(args: list[str], **kw) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
 
 
-def test_kill9_mid_phase_then_resume_equals_uninterrupted(tmp_path: Path, ref: tuple[dict, RunDir]) -> None:
+def test_kill9_mid_phase_then_resume_equals_uninterrupted(tmp_path: Path, ref: tuple[dict, Run]) -> None:
     """The CLI run is killed with SIGKILL inside 01/solver, resumed with `coevolve resume`, and must
     equal the uninterrupted in-process reference run (the smoke run) file for file."""
     _, ref_run = ref
@@ -192,8 +201,8 @@ def test_kill9_mid_phase_then_resume_equals_uninterrupted(tmp_path: Path, ref: t
                 break
         time.sleep(0.02)
     assert killed_in is not None, "run finished before it could be killed"
-    state = json.loads((victim / "state.json").read_text())
-    assert killed_in not in state["done"] and "01/buffer" in state["done"]  # really killed mid-phase
+    done = [p["key"] for p in json.loads((victim / "state.json").read_text())["phases"]]
+    assert killed_in not in done and "01/buffer" in done  # really killed mid-phase
     assert (victim / "config.yaml").read_text() == (ref_run.path / "config.yaml").read_text()
     r = _cli(["resume", str(victim)])
     assert r.wait(timeout=240) == 0
@@ -201,13 +210,13 @@ def test_kill9_mid_phase_then_resume_equals_uninterrupted(tmp_path: Path, ref: t
     b = json.loads((victim / "summary.json").read_text())
     assert a["eval"] == b["eval"]
     strip = lambda rows: [{k: v for k, v in x.items() if "seconds" not in k} for x in rows]  # noqa: E731
-    assert strip(a["d2evo"]["rounds"]) == strip(b["d2evo"]["rounds"])
+    assert strip(a["rounds"]) == strip(b["rounds"]) and a["final"] == b["final"]
     for t in (1, 2):
-        for f in ("buffer.jsonl", "questioner_generated.jsonl", "solver_rollouts.jsonl", "eval_toy.jsonl"):
+        for f in ("buffer.jsonl", "pool.jsonl", "questioner_generated.jsonl", "solver_rollouts.jsonl", "eval/items_toy.jsonl"):
             rel = f"round_{t:02d}/{f}"
             assert (ref_run.path / rel).read_text() == (victim / rel).read_text(), rel
-    ma = [{k: v for k, v in x.items() if k != "time" and "seconds" not in k} for x in ref_run.metrics()]
-    mb = [{k: v for k, v in x.items() if k != "time" and "seconds" not in k} for x in RunDir.open(victim).metrics()]
+    ma = [{k: v for k, v in x.items() if k != "time" and "seconds" not in k} for x in ref_run.metrics.rows()]
+    mb = [{k: v for k, v in x.items() if k != "time" and "seconds" not in k} for x in Run.open(victim).metrics.rows()]
     assert ma == mb  # no duplicated or missing metric lines after the resume
 
 
@@ -226,8 +235,8 @@ def test_real_model_path_with_toy_model_as_hf_folder(tmp_path: Path) -> None:
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary, run = _run(tmp_path, "real", TINY + [
         f"model.path={base}", f"data.source={data}", "difficulty.pool_size=null", "sampling.max_new_tokens=24",
-        "eval.max_new_tokens=24", "eval.limit=4", "questioner_train.max_new_tokens=24",
-        "difficulty.low=0.0", "difficulty.high=1.0",  # the toy model solves none: keep every row as an anchor
+        "eval.max_new_tokens=24", "eval.limit=4", "questioner.max_new_tokens=24",
+        "difficulty.band.low=0.0", "difficulty.band.high=1.0",  # the toy model solves none: keep every row as an anchor
     ])
     diff = run.read_jsonl("round_01/difficulty.jsonl")
     assert {d["task_id"] for d in diff} == {r["id"] for r in rows}
@@ -235,5 +244,5 @@ def test_real_model_path_with_toy_model_as_hf_folder(tmp_path: Path) -> None:
     assert gen and all(g["reward"] == 0.0 for g in gen if not g["well_formed"])
     first = run.read_jsonl("round_01/questioner_rollouts.jsonl")[0]
     assert "expert competition-math problem setter" in first["prompt"] and "Reference answer:" in first["prompt"]
-    assert run.phase_result("01/buffer")["pseudo_label_acc"] is None  # no oracle for real data
-    assert run.is_done("01/eval")
+    assert run.result(Phase("buffer", 1)).values["oracle_acc_kept"] is None  # no oracle for real data
+    assert run.done(Phase("eval", 1))

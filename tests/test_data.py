@@ -51,3 +51,22 @@ def test_real_math_train_rows():
         pytest.skip("shared data not present")
     tasks, rep = load_tasks(p, limit=5)
     assert len(tasks) == 5 and all(t.answer for t in tasks)
+
+
+def test_one_bad_byte_costs_one_line_not_the_file(tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_bytes(b'{"question": "q1", "answer": "1"}\n{"question": "q\xff2", "answer": "2"}\n{"question": "q3", "answer": "3"}\n')
+    with pytest.raises(DataError, match=r"d.jsonl:2: not UTF-8"):
+        load_tasks(p)
+    tasks, rep = load_tasks(p, on_error="skip")
+    assert [t.question for t in tasks] == ["q1", "q3"] and len(rep.problems) == 1 and ":2:" in rep.problems[0]
+
+
+def test_truncated_gzip_and_folder_are_clear_errors(tmp_path):
+    p = tmp_path / "d.jsonl.gz"
+    blob = gzip.compress(b"".join(json.dumps({"question": f"q{i}", "answer": str(i)}).encode() + b"\n" for i in range(2000)))
+    p.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(DataError, match="truncated"):
+        load_tasks(p, on_error="skip")
+    with pytest.raises(DataError, match="folder"):
+        load_tasks(tmp_path)

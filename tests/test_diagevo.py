@@ -24,7 +24,7 @@ from coevolve.config import dump_yaml, load_config
 from coevolve.errors import ConfigError, RunStateError
 from coevolve.memory import ErrorMemory
 from coevolve.memory.cli import memory_command
-from coevolve.run import RunDir
+from coevolve.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "diagevo_smoke.yaml"
@@ -37,7 +37,7 @@ TINY = ["rounds=1", *SMALL]
 def toy_model_overrides(tmp_path_factory) -> list[str]:
     torch.set_num_threads(1)
     from coevolve.toy import default_cache_dir
-    from coevolve.toy.base import _is_built
+    from coevolve.toy.pretrain import _is_built
     from coevolve.toy.world import WORLD_VERSION
 
     cached = default_cache_dir() / f"base-w{WORLD_VERSION}-steps600-seed0"
@@ -54,14 +54,15 @@ def _run(run_dir: Path, overrides: list[str], base: Path = SMOKE) -> dict:
     from coevolve.recipes import diagevo
 
     cfg = load_config("diagevo", base, overrides)
-    run = RunDir.create(run_dir, dump_yaml(cfg), "diagevo")
+    run = Run.create(run_dir, dump_yaml(cfg), "diagevo")
     return diagevo.run(cfg, run)
 
 
 def test_shipped_configs_load_and_document_paper_defaults():
     cfg = load_config("diagevo", ROOT / "configs" / "diagevo.yaml")
-    assert cfg.rounds == 5 and cfg.pool.tau == 1.6 and (cfg.pool.p_low, cfg.pool.p_high) == (0.3, 0.8)
-    assert cfg.memory.theta_up == 0.8 and cfg.memory.k == 1.0 and cfg.challenger.reward == "plateau"
+    v = cfg.pool.voting
+    assert cfg.rounds == 5 and v.tau == 1.6 and (v.band.low, v.band.high) == (0.3, 0.8) and v.filter == "dual"
+    assert cfg.memory.theta_up == 0.8 and cfg.memory.k == 1.0 and cfg.challenger.reward.kind == "plateau"
     assert cfg.sampling.max_new_tokens == 48  # toy solver cap (prototype GRPO: max_new 48)
     load_config("diagevo", SMOKE)
     grid = yaml.safe_load((ROOT / "configs" / "diagevo_ablations.yaml").read_text())
@@ -76,10 +77,10 @@ def test_shipped_configs_load_and_document_paper_defaults():
 
 
 def test_bad_config_names_the_field():
-    with pytest.raises(ConfigError, match="pool.filter"):
-        load_config("diagevo", None, ["pool.filter=sometimes"])
-    with pytest.raises(ConfigError, match="p_low"):
-        load_config("diagevo", None, ["pool.p_low=0.9", "pool.p_high=0.5"])
+    with pytest.raises(ConfigError, match="pool.voting.filter"):
+        load_config("diagevo", None, ["pool.voting.filter=sometimes"])
+    with pytest.raises(ConfigError, match="pool.voting.band"):
+        load_config("diagevo", None, ["pool.voting.band.low=0.9", "pool.voting.band.high=0.5"])
     with pytest.raises(ConfigError, match="unknown key"):
         load_config("diagevo", None, ["memory.nope=1"])
 
@@ -116,16 +117,18 @@ def test_smoke_run_artefacts_and_metrics(smoke_ref):
     assert summary["recipe"] == "diagevo" and len(summary["rounds"]) == 2
     for t in (1, 2):
         d = rd / f"round_{t:02d}"
-        for f in ("pool.jsonl", "kept.jsonl", "optimisation.jsonl", "diagnoses.jsonl", "memory.json",
-                  "challenger_questions.jsonl", "eval_toy.jsonl"):
+        for f in ("candidates.jsonl", "pool.jsonl", "kept.jsonl", "optimisation.jsonl", "diagnoses.jsonl", "memory.json",
+                  "challenger_questions.jsonl", "eval/items_toy.jsonl"):
             assert (d / f).is_file(), f
         ErrorMemory.load(d / "memory.json").check()
     r1 = summary["rounds"][0]
-    for key in ("challenger/epsilon", "pool/candidates", "pool/kept", "memory/causes", "memory/next_epsilon",
+    for key in ("challenger/epsilon", "pool/labelled", "pool/kept", "memory/causes", "memory/next_epsilon",
                 "memory/diagnoser_success_rate", "phase/solver/seconds"):
         assert key in r1, key
     pool = [json.loads(x) for x in (rd / "round_01" / "pool.jsonl").read_text().splitlines()]
-    assert r1["pool/candidates"] == len(pool) and r1["pool/kept"] == sum(p["kept"] for p in pool)
+    assert r1["pool/labelled"] == len(pool) and r1["pool/kept"] == sum(p["kept"] for p in pool)
+    cands = [json.loads(x) for x in (rd / "round_01" / "candidates.jsonl").read_text().splitlines()]
+    assert len(cands) == 32 and r1["pool/generated"] == 32
     if pool:  # the dual filter keeps a subset of the absolute one on the same pool
         assert r1["pool/kept_dual"] <= r1["pool/kept_absolute"] <= r1["pool/kept_none"]
     metrics = [json.loads(x) for x in (rd / "metrics.jsonl").read_text().splitlines()]
@@ -155,8 +158,8 @@ def test_smoke_run_artefacts_and_metrics(smoke_ref):
 # promotion-source run.
 ABLATIONS = [
     ["challenger.frozen=true", "memory.schedule=explore_only"],
-    ["memory.schedule=targeted_only", "memory.stitching=random_pair", "pool.filter=none"],
-    ["pool.filter=absolute", "challenger.reward=rzero", "memory.stitching=off"],
+    ["memory.schedule=targeted_only", "memory.stitching=random_pair", "pool.voting.filter=none"],
+    ["filter=absolute", "challenger.reward.kind=rzero", "memory.stitching=off"],
 ]
 
 
@@ -172,9 +175,9 @@ def test_ablations_run(tmp_path, toy_model_overrides, ovs):
         assert r["pool/targeted_share"] == 0.0
     pool = [json.loads(x) for x in (tmp_path / "run" / "round_01" / "pool.jsonl").read_text().splitlines()]
     kept = sum(p["kept"] for p in pool)
-    if "pool.filter=none" in ovs:
+    if "pool.voting.filter=none" in ovs:
         assert kept == r["pool/kept_none"] == sum(p["label"] is not None for p in pool)
-    if "pool.filter=absolute" in ovs:
+    if "filter=absolute" in ovs:
         assert kept == r["pool/kept_absolute"] and all(0.3 <= p["p1"] <= 0.8 for p in pool if p["kept"])
 
 
@@ -192,14 +195,15 @@ def test_llm_diagnoser_end_to_end_on_toy_model(tmp_path, toy_model_overrides):
 
 # the smoke sizes of configs/diagevo_smoke.yaml (+ TINY), for presets that start from full sizes
 SMOKE_SIZES = ["challenger.steps=1", "challenger.prompts_per_step=8", "challenger.group_size=2",
-               "challenger.solver_samples=4", "pool.construction_samples=4", "solver.prompts_per_step=8",
+               "challenger.reward.solver_samples=4", "pool.voting.samples=4", "solver.prompts_per_step=8",
                "solver.group_size=4", "eval.samples=0", "run.progress=false", "run.threads=1", *TINY]
 
 
 def test_rzero_preset_loads_and_runs_without_memory(tmp_path, toy_model_overrides):
     cfg = load_config("diagevo", ROOT / "configs" / "rzero.yaml")
-    assert (cfg.challenger.reward, cfg.memory.schedule, cfg.pool.filter, cfg.rounds) == ("rzero", "explore_only", "absolute", 3)
-    assert (cfg.pool.p_low, cfg.pool.p_high, cfg.memory.enabled) == (0.3, 0.8, False)
+    v = cfg.pool.voting
+    assert (cfg.challenger.reward.kind, cfg.memory.schedule, v.filter, cfg.rounds) == ("rzero", "explore_only", "absolute", 3)
+    assert (v.band.low, v.band.high, cfg.memory.enabled) == (0.3, 0.8, False)
     rd = tmp_path / "run"
     s = _run(rd, toy_model_overrides + SMOKE_SIZES, base=ROOT / "configs" / "rzero.yaml")
     r = s["rounds"][0]
@@ -212,7 +216,7 @@ def test_rzero_preset_loads_and_runs_without_memory(tmp_path, toy_model_override
 
 def _state_done(rd: Path) -> list[str]:
     try:
-        return json.loads((rd / "state.json").read_text())["done"]
+        return [p["key"] for p in json.loads((rd / "state.json").read_text())["phases"]]
     except (OSError, json.JSONDecodeError, KeyError):
         return []
 
@@ -235,16 +239,16 @@ def test_kill9_resume_matches_uninterrupted_run(tmp_path, toy_model_overrides, s
     assert "02/eval" not in done_at_kill
     from coevolve.recipes import diagevo
 
-    run = RunDir.open(victim)
+    run = Run.open(victim)
     cfg = load_config("diagevo", victim / "config.yaml")
     diagevo.run(cfg, run)
     for t in (1, 2):
         for f in ("kept.jsonl", "optimisation.jsonl", "promotion_p1.jsonl", "diagnoses.jsonl", "memory.json",
-                  "eval_toy.jsonl"):
+                  "eval/items_toy.jsonl"):
             a = (ref / f"round_{t:02d}" / f).read_text()
             b = (victim / f"round_{t:02d}" / f).read_text()
             assert a == b, f"round {t} {f} differs after kill -9 + resume (killed after {done_at_kill})"
     strip = lambda ms: [{k: v for k, v in m.items() if k != "time" and "seconds" not in k} for m in ms]  # noqa: E731
-    ref_m = strip(RunDir.open(ref).metrics())
-    vic_m = strip(RunDir.open(victim).metrics())
+    ref_m = strip(Run.open(ref).metrics.rows())
+    vic_m = strip(Run.open(victim).metrics.rows())
     assert ref_m == vic_m  # nothing logged twice, nothing lost

@@ -9,14 +9,13 @@ from dataclasses import dataclass
 import pytest
 
 from coevolve.memory.diagnose import (
-    DEFAULT_LLM_TEMPLATE,
     LLMDiagnoser,
     TraceDiagnoser,
     extract_json_object,
-    fill_template,
     parse_diagnosis,
     strip_surface,
 )
+from coevolve.prompts.chat import ChatPrompter
 from coevolve.types import Completion, SamplingParams
 
 
@@ -81,7 +80,7 @@ def test_llm_diagnoser_scripted_sampler_valid_and_garbage():
         "{not json",
     ])
     params = SamplingParams(temperature=0.0, max_new_tokens=64)
-    diag = LLMDiagnoser(sampler, params, template="Q={question} y={label}\nBAD={bad}\nGOOD={good}\nJSON:")
+    diag = LLMDiagnoser(sampler, lambda q, y, b, g: f"Q={q} y={y}\nBAD={b}\nGOOD={g}\nJSON:", params)
     reqs = [("57+68=", "125", "<think>a</think>\\boxed{115}", "<think>b</think>\\boxed{125}"),
             ("1+1=", "2", "x", "y")]
     out = diag.diagnose_batch(reqs)
@@ -96,13 +95,16 @@ def test_llm_diagnoser_scripted_sampler_valid_and_garbage():
     assert diag.last_outputs == ["{not json"]
 
 
-def test_default_template_and_wrap():
-    p = fill_template(DEFAULT_LLM_TEMPLATE, "Q?", "L", "B", "G")
-    assert "Problem: Q?" in p and '{"divergence_step"' in p and "{question}" not in p
+def test_world_diagnosis_prompt_through_the_chat_template():
+    class Tok:
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            return "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in messages)
+
+    prompter = ChatPrompter(Tok(), use_chat_template=True)
     s = ScriptedSampler(['{"divergence_step": 0, "cause": "sign error", "skill": "algebra"}'])
-    diag = LLMDiagnoser(s, wrap=lambda t: f"<chat>{t}</chat>")
+    diag = LLMDiagnoser(s, prompter.diagnoser)
     assert diag.diagnose("Q?", "L", "B", "G").cause == "sign error"
-    assert s.prompts[0].startswith("<chat>") and s.prompts[0].endswith("</chat>")
+    assert s.prompts[0].startswith("<user>") and "Problem: Q?" in s.prompts[0] and '{"divergence_step"' in s.prompts[0]
 
 
 @dataclass

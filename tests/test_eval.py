@@ -41,6 +41,10 @@ class EchoPrompter:
         return f"Q:{question}\nA:"
 
 
+def _prompts(tasks: Sequence[Task]) -> list[str]:
+    return [EchoPrompter().solver(t.question) for t in tasks]
+
+
 def _exact_grader(gold: str, text: str) -> bool:
     return text.strip() == f"\\boxed{{{gold}}}"
 
@@ -62,8 +66,8 @@ def test_greedy_and_mean_at_k_by_level() -> None:
         "Q:3*3\nA:": ["\\boxed{9}", "\\boxed{9}", "x", "x"],
     }
     s = ScriptedSampler(greedy, sampled)
-    r = evaluate_tasks(s, EchoPrompter(), tasks, samples=4, max_new_tokens=7, seed=3,
-                       grader=_exact_grader, extract=_extract)
+    r = evaluate_tasks(s, tasks, _prompts(tasks), samples=4, max_new_tokens=7, seed=3,
+                       grade=_exact_grader, extract=_extract)
     assert isinstance(r, EvalResult)
     assert r.n == 3
     assert r.greedy == pytest.approx(2 / 3)
@@ -84,16 +88,14 @@ def test_greedy_and_mean_at_k_by_level() -> None:
 def test_greedy_only_and_chunking() -> None:
     tasks = [Task(str(i), str(i), str(i)) for i in range(5)]
     s = ScriptedSampler({f"Q:{i}\nA:": f"\\boxed{{{i}}}" for i in range(5)})
-    r = evaluate_tasks(s, EchoPrompter(), tasks, grader=_exact_grader, extract=_extract,
-                       batch_size=2)
+    r = evaluate_tasks(s, tasks, _prompts(tasks), grade=_exact_grader, extract=_extract, batch_size=2)
     assert r.greedy == 1.0 and r.sampled is None and r.by_group == {}
     assert [c[0] for c in s.calls] == [2, 2, 1]
 
 
 def test_missing_gold_is_data_error() -> None:
     with pytest.raises(DataError, match="'x'"):
-        evaluate_tasks(ScriptedSampler({}), EchoPrompter(), [Task("x", "q", None)],
-                       grader=_exact_grader, extract=_extract)
+        evaluate_tasks(ScriptedSampler({}), [Task("x", "q", None)], ["q"], grade=_exact_grader, extract=_extract)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,7 +107,15 @@ from pathlib import Path
 
 from coevolve.errors import ConfigError
 from coevolve.eval import benchmarks as B
-from coevolve.eval.harness import compare, evaluate_suite, format_table, load_results, run_eval
+from coevolve.eval.suite import compare, evaluate_benchmark, evaluate_model, evaluate_suite, format_table, load_results
+from coevolve.prompts.chat import ChatPrompter
+
+
+class BoxedGrader:
+    """Math grading by exact last-box match (no math-verify), with the grader interface."""
+
+    def grade(self, gold: str, text: str) -> bool:
+        return B.last_boxed(text) == gold
 
 
 @pytest.mark.parametrize(
@@ -175,7 +185,7 @@ def test_loader_broken_line_names_file_and_line(tmp_path: Path) -> None:
     p = _write_jsonl(tmp_path / "gpqa_diamond" / "test.jsonl",
                      [{"id": "1", "question": "q", "choices": ["a", "b"], "answer": "A"}, "",
                       "{not json"])
-    with pytest.raises(DataError, match=r"gpqa_diamond/test.jsonl:3: invalid JSON"):
+    with pytest.raises(DataError, match=r"gpqa_diamond/test.jsonl:3: not valid JSON"):
         B.load_tasks("gpqa_diamond", tmp_path)
     _write_jsonl(p, [{"id": "1", "question": "q", "choices": ["a", "b"], "answer": "C"}], gz=False)
     with pytest.raises(DataError, match=r"test.jsonl:1: field 'answer' must be a letter A-B"):
@@ -229,15 +239,14 @@ def test_mc_prompt_lists_choices_and_chat_template() -> None:
 
         def apply_chat_template(self, msgs, tokenize, add_generation_prompt):
             assert tokenize is False and add_generation_prompt is True
-            return f"<user>{msgs[0]['content']}</user><assistant>"
+            return "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in msgs) + "<assistant>"
 
-    p = B.EvalPrompter(Tok(), None)
+    p = ChatPrompter(Tok(), use_chat_template=True)
     task = Task("1", "Which?", "B", features={"choices": ["red", "blue"]})
     (prompt,) = B.build_prompts(B.BENCHMARKS["gpqa_diamond"], [task], p)
-    assert prompt.startswith("<user>Which?\n\nA. red\nB. blue\n\n") and "\\boxed{}" in prompt
-    assert B.EvalPrompter(Tok(), False).solver("q") == f"q\n{B.MATH_SUFFIX}"
-    with pytest.raises(ConfigError):
-        B.EvalPrompter(None, True)
+    assert "<user>Which?\n\nA. red\nB. blue\n\n" in prompt and "\\boxed{}" in prompt
+    (math_prompt,) = B.build_prompts(B.BENCHMARKS["math500"], [Task("2", "1+1?", "2")], p)
+    assert math_prompt == p.solver("1+1?")  # the training prompt, unchanged
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,10 +273,6 @@ class KeywordSampler:
         return out
 
 
-def _boxed_exact(gold: str, text: str) -> bool:
-    return B.last_boxed(text) == gold
-
-
 def _fixture_data(root: Path) -> None:
     _write_jsonl(root / "gpqa_diamond" / "test.jsonl", [
         {"id": "g1", "question": "QG1", "choices": ["a", "b", "c", "d"], "answer": "A"},
@@ -285,9 +290,7 @@ def _fixture_data(root: Path) -> None:
     ])
 
 
-def test_suite_results_group_averages_and_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(B, "grade_math", _boxed_exact)
-    monkeypatch.setattr(B, "extract_math", B.last_boxed)
+def test_suite_results_group_averages_and_files(tmp_path: Path) -> None:
     data = tmp_path / "data"
     _fixture_data(data)
     sampler = KeywordSampler(
@@ -298,8 +301,9 @@ def test_suite_results_group_averages_and_files(tmp_path: Path, monkeypatch: pyt
         sampled={"QM1": ["\\boxed{27}"] * 16 + ["\\boxed{1}"] * 16, "QM2": ["\\boxed{5}"] * 8 + ["x"] * 24},
     )
     out = tmp_path / "run_a"
-    res = evaluate_suite(sampler, ["gpqa_diamond", "bbeh", "amc23"], samples=-1, data_dir=data,
-                         max_new_tokens=9, seed=1, out_dir=out)
+    res = evaluate_suite(sampler, ChatPrompter(), ["gpqa_diamond", "bbeh", "amc23"], grader=BoxedGrader(), samples=-1,
+                         data_dir=data, max_new_tokens=9, seed=1, out_dir=out)
+    assert res["rollouts"] == 2 + 4 + 2 * 33
     bm = res["benchmarks"]
     assert bm["gpqa_diamond"]["score"] == 0.5 and bm["gpqa_diamond"]["metric"] == "greedy"
     assert bm["bbeh"]["score"] == 0.75 and bm["bbeh"]["by_group"]["t2"]["greedy"] == pytest.approx(2 / 3)
@@ -322,7 +326,7 @@ def test_suite_results_group_averages_and_files(tmp_path: Path, monkeypatch: pyt
     # a second run: everything right on gpqa, compare side by side
     sampler2 = KeywordSampler({**sampler.table, "QG2": "\\boxed{B}"})
     out_b = tmp_path / "run_b"
-    evaluate_suite(sampler2, ["gpqa_diamond"], data_dir=data, out_dir=out_b)
+    evaluate_suite(sampler2, ChatPrompter(), ["gpqa_diamond"], grader=BoxedGrader(), data_dir=data, out_dir=out_b)
     cmp = compare([out, out_b])
     assert cmp.splitlines()[0] == "| benchmark | run_a | run_b | Δ last−first |"
     assert "| gpqa_diamond | 50.0 | 100.0 | +50.0 |" in cmp
@@ -331,46 +335,36 @@ def test_suite_results_group_averages_and_files(tmp_path: Path, monkeypatch: pyt
         compare([tmp_path / "nowhere"])
 
 
-def test_run_eval_loads_model_through_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_evaluate_model_loads_through_the_engine_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import coevolve.engine as engine
 
-    monkeypatch.setattr(B, "grade_math", _boxed_exact)
-    monkeypatch.setattr(B, "extract_math", B.last_boxed)
     _fixture_data(tmp_path / "data")
     seen: dict = {}
 
-    def fake_load(path):
-        seen["path"] = path
-        return "MODEL", None
+    def fake_load_sampler(cfg, path, device="auto", dtype="auto"):
+        seen.update(path=path, max_batch=cfg.max_batch)
+        return KeywordSampler({"QM1": "\\boxed{27}", "QM2": "\\boxed{5}"})
 
-    class FakeHF(KeywordSampler):
-        def __init__(self, model, tokenizer, max_batch=256):
-            seen["max_batch"] = max_batch
-            super().__init__({"QM1": "\\boxed{27}", "QM2": "\\boxed{5}"})
-
-    monkeypatch.setattr(engine, "load_model", fake_load, raising=False)
-    monkeypatch.setattr(engine, "HFSampler", FakeHF, raising=False)
-    res = run_eval("some/model", ["amc23"], limit=1, samples=0, max_new_tokens=8,
-                   out_dir=tmp_path / "o", data_dir=tmp_path / "data", chat_template=None,
-                   seed=0, batch_size=7, progress=False)
+    monkeypatch.setattr(engine, "load_sampler", fake_load_sampler)
+    res = evaluate_model("some/model", ["amc23"], limit=1, samples=0, max_new_tokens=8, out_dir=tmp_path / "o",
+                         data_dir=tmp_path / "data", seed=0, batch_size=7, progress=False)
     assert seen == {"path": "some/model", "max_batch": 7}
     assert res["benchmarks"]["amc23"]["n"] == 1 and res["benchmarks"]["amc23"]["score"] == 1.0
-    assert res["config"]["model"] == "some/model"
+    assert res["config"]["model"] == "some/model" and res["config"]["world"] == "real"
     with pytest.raises(ConfigError):
-        run_eval("x", ["nope"], limit=1, samples=0, max_new_tokens=8, out_dir=tmp_path / "p",
-                 data_dir=None, chat_template=None, seed=0, batch_size=1)
+        evaluate_model("x", ["nope"], out_dir=tmp_path / "p")
 
 
-def test_bench_prompter_carries_protocol_into_evaluate_tasks(tmp_path: Path) -> None:
-    """The recipes' path: evaluate_tasks(sampler, bench_prompter(b), b.load()) scores MC right."""
+def test_benchmark_protocol_scores_multiple_choice(tmp_path: Path) -> None:
+    """evaluate_benchmark builds the benchmark's prompt form and applies its metric."""
     _fixture_data(tmp_path)
     bench = B.get("gpqa_diamond")
     tasks = bench.load(data_dir=tmp_path)
     sampler = KeywordSampler({"QG1": "Answer: A", "QG2": "\\boxed{B}"})
-    r = evaluate_tasks(sampler, B.bench_prompter(bench, None, None), tasks)
+    r = evaluate_benchmark(sampler, bench, tasks, ChatPrompter(), BoxedGrader())
     assert r.greedy == 1.0 and [x["extracted"] for x in r.records] == ["A", "B"]
     assert "A. a" in r.records[0]["prompt"]
-    assert B.expand("general") == ["mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh"]
+    assert [b.name for b in B.resolve_benches(["general"])] == ["mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh"]
     with pytest.raises(ConfigError):
         B.get("nope")
 
@@ -380,26 +374,26 @@ def test_real_math_grader_on_shipped_math500(monkeypatch: pytest.MonkeyPatch) ->
     if not hasattr(answers, "is_equiv"):
         pytest.skip("coevolve.answers not written yet")
     monkeypatch.delenv("COEVOLVE_DATA", raising=False)
-    from coevolve.eval.harness import evaluate_benchmark
-
     tasks = B.load_tasks("math500", None, limit=4)
     table = {t.question[:60]: f"so the result is \\boxed{{{t.answer}}}." for t in tasks[:3]}
     table[tasks[3].question[:60]] = "no boxed answer here"
-    res = evaluate_benchmark(KeywordSampler(table), "math500", tasks=tasks, max_new_tokens=8)
+    with answers.Grader() as grader:
+        res = evaluate_benchmark(KeywordSampler(table), B.get("math500"), tasks, ChatPrompter(), grader, max_new_tokens=8)
     assert [r["correct"] for r in res.records] == [True, True, True, False]
     assert res.records[3]["extracted"] is None
 
 
-def test_toy_benchmark_uses_toy_prompter() -> None:
-    toy = pytest.importorskip("coevolve.toy")
-    if not hasattr(toy, "heldout_tasks") or not hasattr(toy, "ToyPrompter"):
-        pytest.skip("coevolve.toy does not export heldout_tasks/ToyPrompter yet")
-    from coevolve.eval.harness import evaluate_benchmark
+def test_toy_benchmark_comes_from_the_toy_world() -> None:
+    from coevolve.world.toy import ToyWorld
 
-    tasks = B.load_tasks("toy", None, limit=12)
-    prompter = toy.ToyPrompter()
-    good = {prompter.solver(t.question): f"<think></think>\\boxed{{{t.answer}}}" for t in tasks[::2]}
-    bad = {prompter.solver(t.question): "<think></think>\\boxed{?}" for t in tasks[1::2]}
-    res = evaluate_benchmark(KeywordSampler({**good, **bad}), "toy", tasks=tasks, max_new_tokens=8)
-    assert res.greedy == pytest.approx(0.5)
-    assert set(res.by_group) <= {"1", "2", "3", "4"} and sum(g["n"] for g in res.by_group.values()) == 12
+    world = ToyWorld(heldout_size=12)
+    tasks = world.bench_tasks("toy", None, None)
+    assert len(tasks) == 12 and world.bench_tasks("math500", None, None) is None
+    good = {world.prompter.solver(t.question): f"<think></think>\\boxed{{{t.answer}}}" for t in tasks[::2]}
+    bad = {world.prompter.solver(t.question): "<think></think>\\boxed{?}" for t in tasks[1::2]}
+    res = evaluate_suite(KeywordSampler({**good, **bad}), world.prompter, ["toy"], grader=BoxedGrader(),
+                         bench_tasks=world.bench_tasks, max_new_tokens=8)
+    toy = res["benchmarks"]["toy"]
+    assert toy["greedy"] == pytest.approx(0.5) and toy["n"] == 12
+    assert set(toy["by_group"]) <= {"1", "2", "3", "4"} and sum(g["n"] for g in toy["by_group"].values()) == 12
+    assert len(B.load_tasks("toy", limit=3)) == 3  # any world can be scored on the toy set

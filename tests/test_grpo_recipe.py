@@ -11,7 +11,7 @@ import torch
 
 from coevolve.config import dump_yaml, load_config
 from coevolve.errors import DataError
-from coevolve.run import RunDir
+from coevolve.run import Phase, Run
 
 torch.set_num_threads(1)
 
@@ -28,11 +28,11 @@ def tiny_cache(tmp_path_factory) -> Path:
     return cache
 
 
-def _run(tmp: Path, cache: Path, extra: list[str]) -> tuple[dict, RunDir]:
+def _run(tmp: Path, cache: Path, extra: list[str]) -> tuple[dict, Run]:
     from coevolve.recipes import grpo
 
     cfg = load_config("grpo", None, TINY + [f"model.toy_cache={cache}", "model.toy_steps=30"] + extra)
-    run = RunDir.create(tmp, dump_yaml(cfg), "grpo")
+    run = Run.create(tmp, dump_yaml(cfg), "grpo")
     return grpo.run(cfg, run), run
 
 
@@ -45,17 +45,22 @@ def test_grpo_toy_artefacts_and_resume(tmp_path, tiny_cache):
     rows = run.read_jsonl("round_01/solver_rollouts.jsonl")
     assert len(rows) == 2 * 4 and all(len(r["completions"]) == 4 and len(r["rewards"]) == 4 for r in rows)
     assert all(r["label"] is not None for r in rows)
-    assert (run.latest_checkpoint("solver") / "config.json").exists()
-    steps = [m for m in run.metrics() if m.get("phase") == "solver" and "step" in m]
+    ckpt = run.checkpoint("solver")
+    assert (ckpt / "config.json").exists() and (ckpt / "tokenizer.json").exists()
+    assert json.loads((ckpt / "coevolve.json").read_text())["world"] == "toy"
+    steps = [m for m in run.metrics.rows() if m.get("phase") == "solver" and "step" in m]
     assert [m["step"] for m in steps] == [0, 1]
-    assert all("solver/frac_zero_std" in m and "solver/loss" in m for m in steps)
-    assert run.state["done"] == ["base/eval", "01/solver", "01/eval"]
+    assert all("solver/frac_zero_std" in m and "solver/loss" in m and "solver/acc_mean" in m for m in steps)
+    assert [r.key for r in run.state.records()] == ["base/eval", "01/solver", "01/eval"]
+    items = run.read_jsonl("round_01/eval/items_toy.jsonl")
+    assert len(items) == 12 and (run.path / "round_01" / "eval" / "results.json").exists()
+    assert (run.path / "report" / "report.md").exists() and summary["rollouts"] > 0
     # resuming a finished run does nothing and returns the same summary
     from coevolve.recipes import grpo
 
-    again = grpo.run(load_config("grpo", run.path / "config.yaml"), RunDir.open(run.path))
+    again = grpo.run(load_config("grpo", run.path / "config.yaml"), Run.open(run.path))
     assert again["eval"] == summary["eval"]
-    assert len(RunDir.open(run.path).metrics()) == len(run.metrics())
+    assert len(Run.open(run.path).metrics.rows()) == len(run.metrics.rows())
 
 
 def test_grpo_on_jsonl_with_broken_rows(tmp_path, tiny_cache):
@@ -77,3 +82,8 @@ def test_grpo_real_model_path(tmp_path, tiny_cache):
     data.write_text("".join(json.dumps({"question": f"{a}+{a}", "answer": str(2 * a)}) + "\n" for a in range(1, 9)))
     summary, run = _run(tmp_path / "r", tiny_cache, [f"model.path={folder}", f"data.source={data}", "eval.benches=[toy]"])
     assert "toy" in summary["eval"]["final"]
+    assert run.done(Phase("solver", 1)) and run.done(Phase("eval", 1))
+    first = run.read_jsonl("round_01/solver_rollouts.jsonl")[0]
+    assert first["prompt"].startswith("Please reason step by step")  # the papers' prompt, not the toy's
+    items = run.read_jsonl("round_01/eval/items_toy.jsonl")
+    assert items[0]["prompt"] == first["prompt"].replace(first["prompt"].split("\n\n")[1], items[0]["question"])

@@ -18,7 +18,7 @@ from coevolve.memory import (
     ErrorMemory,
     HashEmbedder,
     KeptQuestion,
-    MaintenanceConfig,
+    MemoryConfig,
     cosine_top_k,
     epsilon,
     maintain_memory,
@@ -199,6 +199,9 @@ class FakeDiagnoser:
         self.stats.calls += 1
         return self.script[question]
 
+    def diagnose_batch(self, requests):
+        return [self.diagnose(*r) for r in requests]
+
 
 def test_maintenance_end_to_end():
     emb = HashEmbedder()
@@ -225,7 +228,7 @@ def test_maintenance_end_to_end():
         KeptQuestion("q6", "3", [], ["good", "good"], [True, True], id="x6"),  # nothing failed
     ]
     diag = FakeDiagnoser(script)
-    cfg = MaintenanceConfig(match_threshold=0.8, dup_threshold=0.9, node_threshold=0.5, merge_threshold=0.95)
+    cfg = MemoryConfig(match_threshold=0.8, dup_threshold=0.9, node_threshold=0.5, merge_threshold=0.95, min_targeted=1)
     res = maintain_memory(m, kept, diag, emb, 2, cfg, {carry.id: [0.3, 0.4]}, np.random.default_rng(0))
     s = res.stats
     assert s["diagnoses_attempted"] == 5 and s["diagnoses_ok"] == 4 and s["diagnoses_garbage"] == 1
@@ -274,7 +277,7 @@ def test_promotion_source_construction_vs_updated():
             m.record_failure(m.add_cause(text, n.id).id, 1, count=2)
         tp = targeted_p1_by_cause(rows, source, None if source == "construction" else
                                   {"q1": 0.9, "q2": 0.85, "q3": 1.0, "q5": 0.4})
-        res = maintain_memory(m, [], FakeDiagnoser({}), emb, 1, MaintenanceConfig(theta_up=0.8, min_targeted=3),
+        res = maintain_memory(m, [], FakeDiagnoser({}), emb, 1, MemoryConfig(theta_up=0.8, min_targeted=3),
                               tp, np.random.default_rng(0), reference_p1=cons)
         assert res.promoted == expect and res.stats["promotions"] == len(expect)
         h = m.causes["c0001"].history[-1]
@@ -295,14 +298,14 @@ def test_reactivation_is_counted_and_not_undone_in_the_same_round():
     # round 2: a stitched question [diff, borrow] fails and is diagnosed as the Mastered cause
     kept = [KeptQuestion("q1", "3", [diff.id, borrow.id], ["bad", "good"], [False, True], id="x1")]
     diag = FakeDiagnoser({"q1": Diagnosis(1, "forgot to borrow", "subtraction")})
-    res = maintain_memory(m, kept, diag, emb, 2, MaintenanceConfig(theta_up=0.8, min_targeted=1),
+    res = maintain_memory(m, kept, diag, emb, 2, MemoryConfig(theta_up=0.8, min_targeted=1),
                           {diff.id: [0.5], borrow.id: [0.95]}, np.random.default_rng(0))
     assert res.stats["reactivations"] == 1 and res.reactivated == [borrow.id]
     assert res.promoted == []  # its stitched question's p1 0.95 does not undo the re-activation
     c = m.causes[borrow.id]
     assert c.state == "active" and c.freq == 1 and c.history[-1]["state_change"] == "reactivated"
     # a later round can promote it again
-    res3 = maintain_memory(m, [], diag, emb, 3, MaintenanceConfig(theta_up=0.8, min_targeted=1),
+    res3 = maintain_memory(m, [], diag, emb, 3, MemoryConfig(theta_up=0.8, min_targeted=1),
                            {borrow.id: [0.9]}, np.random.default_rng(0))
     assert res3.promoted == [borrow.id] and m.causes[borrow.id].freq == 0
 
@@ -320,7 +323,7 @@ def test_maintenance_caps_and_confirm():
         asked.append((new, known))
         return True
 
-    cfg = MaintenanceConfig(max_pairs_per_question=2, max_diagnoses_per_round=7, dup_threshold=0.99,
+    cfg = MemoryConfig(max_pairs_per_question=2, max_diagnoses_per_round=7, dup_threshold=0.99,
                             confirm_min_sim=0.0)
     res = maintain_memory(m, kept, FakeDiagnoser(script), emb, 1, cfg, {}, np.random.default_rng(0), confirm)
     assert res.stats["diagnoses_attempted"] == 7

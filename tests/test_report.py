@@ -25,10 +25,10 @@ def _write_run(root: Path, broken_tail: bool = False) -> Path:
             rows.append({"round": r, "phase": "solver", "step": s, "time": 3.0,
                          "solver/reward_mean": 0.3 + 0.05 * r, "solver/frac_zero_std": 0.4 - 0.05 * r})
         rows.append({"round": r, "phase": "curate", "step": 0, "time": 4.0,
-                     "curriculum/anchors": 10 * r, "curriculum/pseudo_label_acc": 0.8 + 0.02 * r,
+                     "curriculum/anchors": 10 * r, "curriculum/buffer/oracle_acc_kept": 0.8 + 0.02 * r,
                      "curriculum/pass_rate_hist": [r, 2, 3, 4], "curriculum/hist_edges": [0, 0.25, 0.5, 0.75, 1.0],
                      "memory/causes": 3 * r, "memory/nodes": 5 * r, "memory/active": 2 * r,
-                     "memory/mastered": r - 1, "memory/epsilon": 0.5 / r,
+                     "memory/mastered": r - 1, "memory/next_epsilon": 0.5 / r,
                      "phase/curate/seconds": 1.5, "phase/curate/rollouts": 64})
         rows.append({"round": r, "phase": "eval", "step": 0, "time": 5.0,
                      "eval/toy/greedy": 0.40 + 0.05 * r, "phase/eval/seconds": 2.0})
@@ -40,7 +40,8 @@ def _write_run(root: Path, broken_tail: bool = False) -> Path:
         "recipe": "d2evo", "wall_seconds": 600,
         "eval": {"base": {"toy": {"greedy": 0.4, "sampled": 0.3}},
                  "final": {"toy": {"greedy": 0.55, "sampled": 0.5}}, "rounds": {}},
-        "rounds": [{"round": 1}],
+        "rounds": [{"round": 1, "anchors/anchors": 12, "solver/reward_mean": 0.42},
+                   {"round": 2, "anchors/anchors": 9, "solver/reward_mean": 0.5}],
     }))
     (run / "round_01").mkdir()
     (run / "round_01" / "difficulty.jsonl").write_text(
@@ -71,6 +72,10 @@ def test_report_writes_all_plots_and_key_numbers(tmp_path: Path) -> None:
     assert "| toy/sampled | 30.0% (r0) | 50.0% (r3) | +20.0 |" in md
     assert "recipe **d2evo**" in md and "metrics.jsonl:" in md  # broken tail line listed
     assert "| curate | 4.5 | 192 |" in md
+    # the pool histogram from difficulty.jsonl (never-solved / always-solved bins apart) and the
+    # per-round figures of summary.json
+    assert "| round 4 | 1 | 1 | 0 | 1 | 0 | 0 | 1 |" in md
+    assert "| `anchors/anchors` | 12 | 9 |" in md and "| `solver/reward_mean` | 0.42 | 0.5 |" in md
 
 
 def test_series_helpers(tmp_path: Path) -> None:

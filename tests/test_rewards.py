@@ -42,19 +42,18 @@ def test_format_ok(text: str, ok: bool) -> None:
     assert R.format_ok(text) is ok
 
 
-def test_solver_rewards_alpha_mix_and_none_label() -> None:
-    grade = lambda gold, text: ("{" + gold + "}") in text
+def test_solver_rewards_alpha_mix() -> None:
     comps = ["<think>x</think>\\boxed{5}", "\\boxed{5}", "<think>x</think>\\boxed{6}", "<think>x</think>\\boxed{5}"]
-    r, b = R.solver_rewards(comps, ["5", "5", "5", None], alpha=0.9, grade_fn=grade)
+    r, b = R.solver_rewards(comps, [True, True, False, False], alpha=0.9)
     assert r == pytest.approx([1.0, 0.9, 0.1, 0.1])
-    assert b["acc"] == [1.0, 1.0, 0.0, 0.0]
+    assert b["acc"] == [1.0, 1.0, 0.0, 0.0] and b["format"] == [1.0, 0.0, 1.0, 1.0]
     assert b["mean"] == pytest.approx(sum(r) / 4)
-    r1, _ = R.solver_rewards(comps, ["5"] * 4, alpha=1.0, grade_fn=grade)
+    r1, _ = R.solver_rewards(comps, [True, True, False, True], alpha=1.0)
     assert r1 == [1.0, 1.0, 0.0, 1.0]
     with pytest.raises(ConfigError):
-        R.solver_rewards(comps, ["5"] * 4, alpha=1.5, grade_fn=grade)
+        R.solver_rewards(comps, [True] * 4, alpha=1.5)
     with pytest.raises(CoevolveError):
-        R.solver_rewards(comps, ["5"] * 3, grade_fn=grade)
+        R.solver_rewards(comps, [True] * 3)
 
 
 def test_signed_match() -> None:

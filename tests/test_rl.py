@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+from pydantic import ValidationError
 import torch
 
 from coevolve.errors import ConfigError, RunStateError
@@ -370,13 +371,15 @@ def test_kl_with_reference_model():
 
 
 def test_config_and_input_errors():
-    with pytest.raises(ConfigError, match="LearnerConfig.lr"):
+    with pytest.raises(ValidationError, match="lr"):
         LearnerConfig(lr=0)
-    with pytest.raises(ConfigError, match="micro_batch_size"):
+    with pytest.raises(ValidationError, match="micro_batch_size"):
         LearnerConfig(micro_batch_size=0)
-    with pytest.raises(ConfigError, match="unknown"):
-        LearnerConfig.from_dict({"lr": 1e-3, "typo": 1})
-    assert LearnerConfig.from_dict(LearnerConfig(lr=2e-3).to_dict()) == LearnerConfig(lr=2e-3)
+    with pytest.raises(ValidationError, match="typo"):
+        LearnerConfig.model_validate({"lr": 1e-3, "typo": 1})
+    with pytest.raises(ValidationError, match="betas"):
+        LearnerConfig(betas=(0.9, 1.0))
+    assert LearnerConfig.model_validate(LearnerConfig(lr=2e-3).model_dump()) == LearnerConfig(lr=2e-3)
     lr = Learner(make_model(), LearnerConfig())
     with pytest.raises(RLInputError, match="2 completions but 3 rewards"):
         lr.step([RolloutGroup([1, 4], [[5], [6]], [1.0, 0.0, 1.0])])

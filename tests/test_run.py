@@ -7,62 +7,88 @@ import json
 import pytest
 
 from coevolve.errors import RunStateError
-from coevolve.run import RunDir, derive_seed
+from coevolve.run import Phase, PhaseResult, Run, derive_seed
+
+
+def _create(tmp_path, name: str = "r") -> Run:
+    return Run.create(tmp_path / name, "recipe: grpo\n", "grpo", seed=0, say=lambda m: None)
 
 
 def test_phases_run_once_and_results_persist(tmp_path):
-    run = RunDir.create(tmp_path / "r", "recipe: grpo\n", "grpo")
+    run = _create(tmp_path)
     calls = []
 
-    def fn(seed):
-        calls.append(seed)
-        run.log({"x/y": 1}, round=1, phase="p")
-        return {"n": 3}
+    def fn(ctx):
+        calls.append(ctx.seed)
+        ctx.log({"x/y": 1}, step=0)
+        assert ctx.dir == tmp_path / "r" / "round_01" and ctx.dir.is_dir()
+        return PhaseResult({"n": 3}, rollouts=7)
 
-    assert run.run_phase("01/p", fn, master_seed=0) == {"n": 3}
-    run2 = RunDir.open(tmp_path / "r")
-    assert run2.is_done("01/p")
-    assert run2.run_phase("01/p", fn, master_seed=0) == {"n": 3}
-    assert len(calls) == 1
-    assert calls[0] == derive_seed(0, "01/p")
+    rec = run.phase(Phase("p", 1), fn)
+    assert rec.values == {"n": 3} and rec.rollouts == 7 and rec.key == "01/p"
+    run2 = Run.open(tmp_path / "r", seed=0, say=lambda m: None)
+    assert run2.done(Phase("p", 1))
+    assert run2.phase(Phase("p", 1), fn).values == {"n": 3}
+    assert len(calls) == 1 and calls[0] == derive_seed(0, "01/p")
+    rows = run2.metrics.rows()
+    assert rows[0] == {"round": 1, "phase": "p", "step": 0, "time": rows[0]["time"], "x/y": 1}
+    assert rows[1]["phase/p/rollouts"] == 7 and "phase/p/seconds" in rows[1]
+
+
+def test_stages_outside_rounds(tmp_path):
+    run = _create(tmp_path)
+    rec = run.phase(Phase.base("eval"), lambda ctx: PhaseResult({"dir": ctx.dir.name}))
+    assert rec.key == "base/eval" and rec.values == {"dir": "base"} and rec.round is None and rec.stage == "base"
+    assert run.phase(Phase.final("difficulty"), lambda ctx: PhaseResult({"dir": ctx.dir.name})).values == {"dir": "final"}
 
 
 def test_interrupted_phase_metrics_are_cut_on_resume(tmp_path):
-    run = RunDir.create(tmp_path / "r", "recipe: grpo\n", "grpo")
-    run.run_phase("01/a", lambda s: {"k": 1}, master_seed=0)
-    n_before = len(run.metrics())
+    run = _create(tmp_path)
+    run.phase(Phase("a", 1), lambda ctx: PhaseResult({"k": 1}))
+    n_before = len(run.metrics.rows())
 
-    def crash(seed):
-        run.log({"half/done": 1})
+    def crash(ctx):
+        ctx.log({"half/done": 1})
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run.run_phase("01/b", crash, master_seed=0)
-    assert len(run.metrics()) == n_before + 1
-    run2 = RunDir.open(tmp_path / "r")
-    assert len(run2.metrics()) == n_before
-    assert not run2.is_done("01/b")
+        run.phase(Phase("b", 1), crash)
+    assert len(run.metrics.rows()) == n_before + 1
+    run2 = Run.open(tmp_path / "r")
+    assert len(run2.metrics.rows()) == n_before
+    assert not run2.done(Phase("b", 1))
 
 
 def test_checkpoint_pointer_moves_only_with_phase(tmp_path):
-    run = RunDir.create(tmp_path / "r", "recipe: grpo\n", "grpo")
+    run = _create(tmp_path)
+    run.keep_checkpoints = 2
     for i in range(4):
-        ck = run.checkpoint_path("solver", f"r{i}")
+        ck = run.checkpoint_dir("solver", f"r{i}")
         ck.mkdir(parents=True)
-        run.run_phase(f"{i:02d}/s", lambda s, ck=ck: {"checkpoints": {"solver": str(ck)}}, master_seed=0, keep_checkpoints=2)
-    assert run.latest_checkpoint("solver") == run.checkpoint_path("solver", "r3")
+        run.phase(Phase("s", i + 1), lambda ctx, ck=ck: PhaseResult(checkpoints={"solver": ck}))
+    assert run.checkpoint("solver") == run.checkpoint_dir("solver", "r3")
     left = sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir())
     assert left == ["solver_r2", "solver_r3"]
     state = json.loads((tmp_path / "r" / "state.json").read_text())
-    assert "checkpoints" not in state["phases"]["03/s"]["result"]
+    assert state["checkpoints"] == {"solver": "checkpoints/solver_r3"}
+    assert all("checkpoints" not in p["values"] for p in state["phases"])
 
 
-def test_create_refuses_existing_and_open_refuses_non_runs(tmp_path):
-    RunDir.create(tmp_path / "r", "x: 1\n", "grpo")
+def test_create_refuses_existing_files_and_old_formats(tmp_path):
+    _create(tmp_path)
     with pytest.raises(RunStateError, match="resume"):
-        RunDir.create(tmp_path / "r", "x: 1\n", "grpo")
+        _create(tmp_path)
     with pytest.raises(RunStateError, match="not a coevolve run folder"):
-        RunDir.open(tmp_path / "nothing")
+        Run.open(tmp_path / "nothing")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(RunStateError, match="existing file"):
+        _create(tmp_path, "afile")
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "config.yaml").write_text("recipe: grpo\n")
+    (old / "state.json").write_text(json.dumps({"done": [], "phases": {}}))
+    with pytest.raises(RunStateError, match="format 1"):
+        Run.open(old)
 
 
 def test_derive_seed_stable():

@@ -29,7 +29,7 @@ from coevolve.toy import (
     sample_tasks,
     shows_cause,
 )
-from coevolve.toy.base import MixConfig, _microbatches, build_base, ensure_base, sample_example
+from coevolve.toy.pretrain import MixConfig, _microbatches, build_base, ensure_base, sample_example
 from coevolve.toy.causes import parse_trace
 from coevolve.toy.world import WORLD_VERSION, heldout_questions
 
@@ -222,7 +222,9 @@ def test_toy_prompter_formats() -> None:
     for bad in ["41+29", "<question>51-99</question>", "<question>41+29</question><question>3+4</question>",
                 "<question>41+29", "<question>01+29</question>", "<question><question>41+29</question>"]:
         assert p.parse_question(bad) is None, bad
-    assert p.oracle("41+29") == "70" and p.oracle("hello") is None
+    from coevolve.world.toy import ToyWorld
+
+    assert ToyWorld().oracle("41+29") == "70" and ToyWorld().oracle("hello") is None
 
 
 # ------------------------------------------------------------------ build

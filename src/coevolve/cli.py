@@ -25,35 +25,17 @@ def _err(msg: str) -> None:
     typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
 
 
-def _setup_threads(n: int | None) -> None:
-    if n:
-        import torch
-
-        torch.set_num_threads(n)
-
-
 def _execute(cfg, run_dir: Path, resumed: bool) -> None:
-    from coevolve.config import recipe_runner
-    from coevolve.recipes.common import say
+    from coevolve.recipes import execute
+    from coevolve.run import say
 
-    runner = recipe_runner(cfg.recipe)
-    from coevolve.run import RunDir
-
-    run = RunDir.open(run_dir)
-    run.set_status("running")
-    _setup_threads(cfg.run.threads)
     say(f"{'resuming' if resumed else 'running'} {cfg.recipe} in {run_dir}")
     t0 = time.time()
     try:
-        summary = runner(cfg, run)
+        summary = execute(cfg, run_dir)
     except KeyboardInterrupt:
-        run.set_status("interrupted")
         _err(f"interrupted; the run folder is resumable: coevolve resume {run_dir}")
         raise typer.Exit(130)
-    except BaseException:
-        run.set_status("failed")
-        raise
-    run.set_status("finished")
     say(f"done in {time.time() - t0:.1f} s; summary: {run_dir / 'summary.json'}")
     ev = summary.get("eval", {})
     for tag in ("base", "final"):
@@ -71,14 +53,13 @@ def run(
 ) -> None:
     """Run a recipe (the toy world by default: no model or data needed)."""
     from coevolve.config import dump_yaml, load_config
-    from coevolve.run import RunDir, default_run_path
-
     from coevolve.recipes.common import preflight
+    from coevolve.run import Run, default_run_path
 
     cfg = load_config(recipe, config, overrides or [])
     preflight(cfg)
     path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
-    RunDir.create(path, dump_yaml(cfg), cfg.recipe)
+    Run.create(path, dump_yaml(cfg), cfg.recipe)
     _execute(cfg, path, resumed=False)
 
 
@@ -90,35 +71,37 @@ def resume(
     """Continue a run from its last completed phase (exactly as if never interrupted)."""
     from coevolve.config import load_config
     from coevolve.errors import ConfigError
-    from coevolve.run import CONFIG_FILE, RunDir
+    from coevolve.run import CONFIG_FILE, Run
 
-    run = RunDir.open(run_dir)
+    run = Run.open(run_dir)
     bad = [o for o in (overrides or []) if not o.startswith("run.")]
     if bad:
         raise ConfigError(f"resume accepts only run.* overrides (the recipe must not change): {bad}")
-    cfg = load_config(run.recipe, run_dir / CONFIG_FILE, overrides or [])
+    cfg = load_config(run.state.recipe, run_dir / CONFIG_FILE, overrides or [])
     _execute(cfg, run_dir, resumed=True)
 
 
 @app.command("eval")
 def eval_cmd(
-    model: Optional[str] = typer.Option(None, "--model", help="HF model folder ('toy' = the cached toy base)"),
-    bench: str = typer.Option("math7", "--bench", help="Comma-separated benchmarks or groups: toy, math7, general, all, names"),
+    model: Optional[str] = typer.Option(None, "--model", help="HF model folder or checkpoint ('toy' = the cached toy base)"),
+    bench: Optional[str] = typer.Option(None, "--bench", help="Comma-separated benchmarks or groups: toy, math7, general, "
+                                        "all, names (default: the model's world: toy, or math7)"),
     limit: Optional[int] = typer.Option(None, "--limit", help="First N items per benchmark"),
     samples: int = typer.Option(0, "--samples", help="k for mean@k (0 = greedy pass@1 only; -1 = each benchmark's default, e.g. mean@32 for AIME/AMC)"),
     max_new_tokens: int = typer.Option(1024, "--max-new-tokens"),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (results.json, items_*.jsonl)"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder with the large benchmark files (or $COEVOLVE_DATA)"),
-    chat_template: Optional[bool] = typer.Option(None, "--chat-template/--no-chat-template"),
+    chat_template: Optional[bool] = typer.Option(None, "--chat-template/--no-chat-template",
+                                                 help="Default: as the checkpoint was trained; off for other models"),
     seed: int = typer.Option(0, "--seed"),
     batch_size: int = typer.Option(256, "--batch-size"),
     compare: Optional[list[Path]] = typer.Option(None, "--compare", help="Put result folders side by side"),
 ) -> None:
     """Evaluate a model on named benchmarks, or compare result folders."""
-    from coevolve.eval import harness
+    from coevolve.eval import suite
 
     if compare:
-        typer.echo(harness.compare(list(compare)))
+        typer.echo(suite.compare(list(compare)))
         return
     if not model:
         raise CoevolveError("--model is required (or use --compare DIR ...)")
@@ -127,19 +110,11 @@ def eval_cmd(
 
         model = str(ensure_base())
     out_dir = out or Path("eval_results") / time.strftime("%Y%m%d-%H%M%S")
-    results = harness.run_eval(
-        model,
-        [b.strip() for b in bench.split(",") if b.strip()],
-        limit=limit,
-        samples=samples,
-        max_new_tokens=max_new_tokens,
-        out_dir=out_dir,
-        data_dir=data_dir,
-        chat_template=chat_template,
-        seed=seed,
-        batch_size=batch_size,
-    )
-    typer.echo(harness.format_table(results))
+    results = suite.evaluate_model(
+        model, [b.strip() for b in bench.split(",") if b.strip()] if bench else None, out_dir=out_dir, limit=limit,
+        samples=samples, max_new_tokens=max_new_tokens, data_dir=data_dir, chat_template=chat_template, seed=seed,
+        batch_size=batch_size)
+    typer.echo(suite.format_table(results))
     typer.echo(f"results: {out_dir / 'results.json'}")
 
 
@@ -155,12 +130,12 @@ def report(run_dir: Path = typer.Argument(..., help="A run folder")) -> None:
 @app.command()
 def memory(
     run_dir: Path = typer.Argument(..., help="A DiagEvo run folder"),
-    round: Optional[int] = typer.Option(None, "--round", help="Round (default: latest)"),
+    round_number: Optional[int] = typer.Option(None, "--round", help="Round (default: latest)"),
 ) -> None:
     """Print the error-cause memory tree with states, frequencies, and the next round's eps / p(e)."""
     from coevolve.memory.cli import memory_command
 
-    typer.echo(memory_command(run_dir, round))
+    typer.echo(memory_command(run_dir, round_number))
 
 
 @toy_app.command("build")

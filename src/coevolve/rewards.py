@@ -9,7 +9,7 @@ decides *how to score it*. Every batch-level function has the same shape::
 where ``Breakdown`` maps a component name to its per-item values (same length as the rewards)
 or to a batch scalar (``"mean"``). The recipes log the breakdown under their metric namespace.
 
-Why these shapes (see METHODS.md §1, §2 and peers.md §1):
+Why these shapes (D²Evo, arXiv 2605.17037; DiagEvo; R-Zero, Chengsong-Huang/R-Zero @ 5699329):
 
 * solver: ``R = α·acc + (1-α)·fmt`` (D²Evo = R-Zero ``math.py``, α = 0.9);
 * D²Evo questioner: format gate × plateau ``r_diff(x)`` — flat 1 inside the band
@@ -28,6 +28,7 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 
 from coevolve.errors import CoevolveError, ConfigError
+from coevolve.schema import in_band
 
 Breakdown = dict[str, "list[float] | float"]
 """Per-component values of a reward batch: lists aligned with the rewards, or batch scalars."""
@@ -35,8 +36,6 @@ Breakdown = dict[str, "list[float] | float"]
 Tokenizer = Callable[[str], list[str]]
 """``tokenize(text) -> tokens`` used by BLEU."""
 
-GradeFn = Callable[[str, str], bool]
-"""``grade(gold, completion_text) -> correct`` (same convention as ``coevolve.answers.grade``)."""
 
 
 class RewardInputError(CoevolveError, ValueError):
@@ -100,28 +99,19 @@ def format_ok(text: str) -> bool:
 # solver
 
 
-def _default_grade() -> GradeFn:
-    # Lazy: coevolve.answers owns a math-verify worker process that toy callers never need.
-    from coevolve.answers import grade
-
-    return lambda gold, text: bool(grade(gold, text))
-
-
 def solver_rewards(
     completions: Sequence[str],
-    labels: Sequence[str | None],
+    correct: Sequence[bool],
     alpha: float = 0.9,
-    grade_fn: GradeFn | None = None,
 ) -> tuple[list[float], Breakdown]:
-    """``R = α·acc + (1-α)·fmt`` per completion (D²Evo §1 step 4, R-Zero ``math.py``).
+    """``R = α·acc + (1-α)·fmt`` per completion (D²Evo step 4, R-Zero ``math.py``).
 
-    ``labels[i]`` is the gold answer (anchors) or the pseudo-label (generated questions) for
-    ``completions[i]``; a ``None`` label scores acc = 0 (nothing to match). ``grade_fn(gold, text)``
-    defaults to ``coevolve.answers.grade`` (extract ``\\boxed{}`` + symbolic equivalence).
+    ``correct[i]`` says whether completion i's final answer matches its label (the gold answer
+    for anchors, the pseudo-label for generated questions), as graded by the caller
+    (``coevolve.answers.Grader.grade_batch``); a question without a label is never correct.
 
-    >>> g = lambda gold, text: text.endswith("{" + gold + "}")
     >>> r, b = solver_rewards(["<think>a</think>\\\\boxed{3}", "\\\\boxed{3}", "<think></think>\\\\boxed{4}"],
-    ...                       ["3", "3", "3"], alpha=0.9, grade_fn=g)
+    ...                       [True, True, False], alpha=0.9)
     >>> [round(v, 2) for v in r]
     [1.0, 0.9, 0.1]
     >>> b["acc"], b["format"]
@@ -129,12 +119,9 @@ def solver_rewards(
     """
     if not 0.0 <= alpha <= 1.0:
         raise ConfigError(f"solver reward: alpha must be in [0, 1], got {alpha}")
-    if len(completions) != len(labels):
-        raise RewardInputError(
-            f"solver_rewards: {len(completions)} completions but {len(labels)} labels"
-        )
-    grade = grade_fn if grade_fn is not None else _default_grade()
-    acc = [float(lab is not None and bool(grade(lab, c))) for c, lab in zip(completions, labels)]
+    if len(completions) != len(correct):
+        raise RewardInputError(f"solver_rewards: {len(completions)} completions but {len(correct)} verdicts")
+    acc = [float(bool(c)) for c in correct]
     fmt = [float(format_ok(c)) for c in completions]
     rewards = [alpha * a + (1.0 - alpha) * f for a, f in zip(acc, fmt)]
     return rewards, {
@@ -171,7 +158,7 @@ def _check_band(tau_l: float, tau_u: float, a: float) -> None:
 
 
 def plateau(x: float, tau_l: float = 0.4, tau_u: float = 0.8, a: float = 2.0) -> float:
-    """D²Evo difficulty reward r_diff(x) (METHODS §1 step 2).
+    """D²Evo difficulty reward r_diff(x) (step 2).
 
     1 on [τ_l, τ_u]; ``(x/τ_l)^a`` below; ``((1-x)/(1-τ_u))^a`` above. Flat inside the band so
     the questioner is not pushed to one "ideal" pass rate, continuous at both edges so GRPO still
@@ -225,7 +212,7 @@ def questioner_rewards(
         if xi is None:
             raise RewardInputError("questioner_rewards: a well-formed question has no pass rate")
         rewards.append(plateau(float(xi), tau_l, tau_u, a))
-        band.append(float(in_band_value(float(xi), tau_l, tau_u)))
+        band.append(float(in_band(float(xi), tau_l, tau_u)))
     fmt = [float(bool(ok)) for ok in parsed_ok]
     return rewards, {
         "format": fmt,
@@ -233,11 +220,6 @@ def questioner_rewards(
         "mean": _mean(rewards),
         "format_mean": _mean(fmt),
     }
-
-
-def in_band_value(x: float, lo: float, hi: float, eps: float = 1e-9) -> bool:
-    """``lo <= x <= hi`` with a float tolerance (2/5 must count as 0.4 however it was computed)."""
-    return lo - eps <= x <= hi + eps
 
 
 # --------------------------------------------------------------------------------------------
@@ -414,7 +396,7 @@ def rzero_rewards(
     tokenizer: Literal["whitespace", "char"] | Tokenizer = "whitespace",
     threshold: float = 0.5,
 ) -> tuple[list[float], Breakdown]:
-    """R-Zero challenger reward exactly as coded (peers.md §1.3), no clamp at 0:
+    """R-Zero challenger reward exactly as coded (``caller_penalty.py``), no clamp at 0:
 
     ``r_i = min(p̂_i, 1-p̂_i) − r_rep(x_i)`` when parsed, else ``−1 − r_rep(x_i)``.
 

@@ -1,13 +1,15 @@
 """Typed records shared by every layer.
 
 These are plain dataclasses with no behaviour beyond (de)serialisation, so that rollout,
-curriculum, memory and recipes can pass data to each other without importing one another.
+curriculum, memory and recipes can pass data to each other without importing one another, and
+the two interfaces they meet through: ``Sampler`` (rollouts) and ``AnswerGrader`` (grading and
+voting).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, Sequence, runtime_checkable
 
 
 @dataclass
@@ -91,3 +93,43 @@ class Vote:
     def agrees(self, i: int) -> bool:
         """True when answer ``i`` is in the majority cluster."""
         return self.label is not None and self.cluster_of[i] == 0
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """Generates ``n`` completions for each prompt: the one rollout interface.
+
+    Backends: ``coevolve.engine.HFSampler`` (and, behind the same protocol, other engines), built
+    by ``coevolve.engine.make_sampler``. ``tokenizer`` is the Hugging Face tokenizer the sampler
+    encodes prompts with. ``sync_weights(model)`` makes the sampler serve ``model``'s current
+    weights: an explicit call after each learner step (a no-op where sampler and learner share
+    the module).
+    """
+
+    tokenizer: Any
+
+    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        """Return one list per prompt (same order), each holding ``n`` completions."""
+        ...
+
+    def sync_weights(self, model: Any) -> None: ...
+
+
+@runtime_checkable
+class AnswerGrader(Protocol):
+    """Answer equivalence, grading and voting (``coevolve.answers.Grader``).
+
+    ``grade(gold, completion)`` extracts the completion's final answer and compares it with the
+    gold; ``vote`` clusters answers and returns the majority (None counts in the denominator).
+    The batch forms exist so that a pool of grading processes can work on many at once.
+    """
+
+    def is_equiv(self, gold: str | None, pred: str | None) -> bool: ...
+
+    def grade(self, gold: str, completion: str) -> bool: ...
+
+    def vote(self, answers: list[str | None]) -> Vote: ...
+
+    def grade_batch(self, golds: Sequence[str], completions: Sequence[str]) -> list[bool]: ...
+
+    def vote_batch(self, groups: Sequence[list[str | None]]) -> list[Vote]: ...

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, Sequence, TextIO
 
 from coevolve.errors import DataError, GraderError
 from coevolve.types import Vote
@@ -280,6 +280,12 @@ class Grader:
         """Extract the final answer of ``completion`` and compare it with ``gold``."""
         return self.is_equiv(gold, extract_answer(completion), timeout)
 
+    def grade_batch(self, golds: Sequence[str], completions: Sequence[str], timeout: float | None = None) -> list[bool]:
+        """``grade`` over aligned lists (one worker: in order; a pool can spread the work)."""
+        if len(golds) != len(completions):
+            raise GraderError(f"grade_batch: {len(golds)} golds but {len(completions)} completions")
+        return [self.grade(g, c, timeout) for g, c in zip(golds, completions)]
+
     def grade_pair(self, gold: str, pred: str, timeout: float | None = None) -> bool:
         """Compare two strings that may each be a whole model output or a bare answer.
 
@@ -350,6 +356,10 @@ class Grader:
         label = reps[order[0]][0].strip()
         p2 = sizes[1] / n if len(sizes) > 1 else 0.0
         return Vote(label=label, p1=sizes[0] / n, p2=p2, n=n, cluster_of=cluster_of, sizes=sizes)
+
+    def vote_batch(self, groups: Sequence[list[str | None]], timeout: float | None = None) -> list[Vote]:
+        """``vote`` over many answer groups."""
+        return [self.vote(list(g), timeout) for g in groups]
 
     # ------------------------------------------------------------------ files
     def grade_jsonl(

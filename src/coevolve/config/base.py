@@ -12,15 +12,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from coevolve.errors import ConfigError
-
-
-class Strict(BaseModel):
-    """Base for every config section: unknown keys are errors, assignments are validated."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+from coevolve.rl.learner import LearnerConfig
+from coevolve.schema import Strict
 
 
 class ModelConfig(Strict):
@@ -29,7 +25,7 @@ class ModelConfig(Strict):
         description="Local Hugging Face causal-LM folder. None = the built-in toy base model "
         "(built once and cached; see toy_steps/toy_seed).",
     )
-    toy_steps: int = Field(600, ge=1, description="Pretraining steps of the toy base model (toy_world_prototype.md: 600).")
+    toy_steps: int = Field(600, ge=1, description="Pretraining steps of the toy base model (600: partial competence).")
     toy_seed: int = Field(0, description="Seed of the toy base model's pretraining.")
     toy_cache: str | None = Field(None, description="Cache folder for the toy base (default $COEVOLVE_CACHE or ~/.cache/coevolve).")
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N'.")
@@ -46,42 +42,38 @@ class DataConfig(Strict):
     )
     limit: int | None = Field(None, ge=1, description="Use at most this many rows of a JSONL source (first N).")
     toy_levels: list[int] = Field(default_factory=lambda: [1, 2, 3, 4], description="Toy levels to draw problems from.")
+    exclude_heldout: bool = Field(
+        True, description="Drop generated questions that are evaluation items (the toy held-out set), so no "
+        "training question is a test question.")
 
 
 class SamplingConfig(Strict):
-    temperature: float = Field(1.0, ge=0.0, description="Rollout temperature (prototype: T=1).")
+    """Decoding defaults of every rollout (phases may override temperature / max_new_tokens)."""
+
+    temperature: float = Field(1.0, ge=0.0, description="Rollout temperature (T=1).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling; 1.0 = off.")
     top_k: int = Field(0, ge=0, description="Top-k sampling; 0 = off (pure temperature sampling).")
     max_new_tokens: int = Field(64, ge=1, description="Completion length cap for rollouts.")
+    batch_prompts: int = Field(64, ge=1, description="Prompts per sampler call when a phase samples many questions "
+                               "(difficulty, labelling, generation); each chunk gets its own seed.")
+
+
+class EngineConfig(Strict):
+    """The rollout backend every phase samples through (``coevolve.engine.make_sampler``)."""
+
+    kind: Literal["hf"] = Field("hf", description="'hf' = Hugging Face generate (CPU default, the bit-exact reference).")
     max_batch: int = Field(256, ge=1, description="Max sequences per generate call (larger batches are chunked).")
-
-
-class LearnerSection(Strict):
-    """GRPO learner (TRL loss_type='dapo' / verl token-mean formulation)."""
-
-    lr: float = Field(3e-5, gt=0, description="AdamW learning rate (toy: 3e-5; 3e-4 collapses, 1e-4 degrades; real 4B: ~1e-6).")
-    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip.")
-    eps_low: float = Field(0.2, ge=0, lt=1, description="Lower PPO clip (1-eps_low).")
-    eps_high: float = Field(0.28, ge=0, description="Upper PPO clip (1+eps_high), DAPO clip-higher.")
-    beta_kl: float = Field(0.0, ge=0, description="k3 KL coefficient to the reference model (0 = no reference).")
-    scale_std: bool = Field(True, description="Divide advantages by the group std (False = Dr. GRPO).")
-    micro_batch_size: int = Field(64, ge=1, description="Sequences per forward/backward micro-batch.")
-    epochs_per_batch: int = Field(1, ge=1, description="GRPO inner epochs (mu) over each rollout batch.")
-    lora: bool = Field(False, description="Train LoRA adapters (needs the 'lora' extra: peft).")
-    lora_r: int = Field(16, ge=1, description="LoRA rank.")
-    lora_alpha: int = Field(32, ge=1, description="LoRA alpha.")
 
 
 class EvalConfig(Strict):
     benches: list[str] | None = Field(
         None,
-        description="Benchmarks or groups (toy, math7, general, all, or names). None = 'toy' in the toy world, "
-        "'math7' (the papers' seven math sets) for a real model.path.",
+        description="Benchmarks or groups (toy, math7, general, all, or names). None = the world's default: "
+        "'toy' in the toy world, 'math7' (the papers' seven math sets) for a real model.path.",
     )
-    heldout_size: int = Field(500, ge=1, description="Size of the toy held-out set (fixed, seeded).")
-    samples: int = Field(8, ge=0, description="T=1 samples per item for the 'sampled' (mean@k) accuracy; 0 = greedy only.")
+    heldout_size: int = Field(500, ge=4, le=2000, description="Size of the toy held-out set (fixed, seeded, balanced over levels).")
+    samples: int = Field(8, ge=-1, description="T=1 samples per item for mean@k; 0 = greedy only; -1 = each "
+                         "benchmark's default (mean@32 on AIME/AMC, greedy elsewhere).")
     max_new_tokens: int = Field(64, ge=1, description="Completion cap at evaluation.")
     limit: int | None = Field(None, ge=1, description="Evaluate on the first N items of each benchmark.")
     data_dir: str | None = Field(None, description="Folder with the large benchmark files (default $COEVOLVE_DATA).")
@@ -103,7 +95,8 @@ class RecipeConfig(Strict):
     """Fields every recipe has. Recipes subclass this and add their own sections.
 
     ``ALIASES`` maps flat names (the papers' ablation names, e.g. ``challenger_frozen``) to the
-    dotted field they set, so ``challenger_frozen=true`` works on the command line and in YAML."""
+    dotted field they set, so ``challenger_frozen=true`` works on the command line and in YAML.
+    Both method recipes reach their ablation switches this way."""
 
     ALIASES: ClassVar[dict[str, str]] = {}
 
@@ -111,7 +104,8 @@ class RecipeConfig(Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
-    learner: LearnerSection = Field(default_factory=LearnerSection)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     run: RunSection = Field(default_factory=RunSection)
 
@@ -211,11 +205,22 @@ def resolve_aliases(cls: type[RecipeConfig], data: dict[str, Any], overrides: li
     return data, out_over
 
 
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``top`` over ``base``, recursing into dicts present in both (neither is modified)."""
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def build_config(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[str], origin: str) -> RecipeConfig:
+    """Defaults <- ``data`` <- ``overrides``, validated. The recipe's own defaults (e.g. a
+    questioner phase of 5 steps) are merged under the file, so a YAML section that sets one key
+    keeps the recipe's values for the others rather than the generic section defaults."""
     data, overrides = resolve_aliases(cls, data, overrides)
     data = apply_overrides(data, overrides, cls)
     try:
-        return cls.model_validate(data)
+        return cls.model_validate(deep_merge(cls(recipe=data.get("recipe", "")).model_dump(), data))
     except ValidationError as e:
         raise ConfigError(validation_message(e, origin)) from None
 

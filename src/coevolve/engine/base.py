@@ -1,37 +1,17 @@
-"""The sampling interface every rollout backend implements.
+"""What every rollout backend shares: argument checks and its error type.
 
-Recipes, curriculum and evaluation only talk to a ``Sampler``: an HF ``generate`` backend for the
-CPU/toy default (``coevolve.engine.hf.HFSampler``) and, later, a vLLM backend on GPU. Keeping the
-protocol this small is what makes the backends swappable.
+The ``Sampler`` protocol itself is defined once, in ``coevolve.types``; recipes, curriculum and
+evaluation only talk to it, which is what makes the backends swappable.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, runtime_checkable
-
 from coevolve.errors import CoevolveError
-from coevolve.types import Completion, SamplingParams
+from coevolve.types import SamplingParams
 
 
 class SamplerError(CoevolveError):
     """Bad arguments to a sampler (e.g. ``n < 1``, negative temperature)."""
-
-
-@runtime_checkable
-class Sampler(Protocol):
-    """Generates ``n`` completions for each prompt.
-
-    ``tokenizer`` is the Hugging Face tokenizer the sampler encodes prompts with; callers use it
-    to build training batches from the returned ``prompt_ids`` / ``token_ids``.
-    """
-
-    tokenizer: Any
-
-    def sample(
-        self, prompts: Sequence[str], n: int, params: SamplingParams
-    ) -> list[list[Completion]]:
-        """Return one list per prompt (same order), each holding ``n`` completions."""
-        ...
 
 
 def validate_params(n: int, params: SamplingParams) -> None:

@@ -42,32 +42,49 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
     return table[dtype]
 
 
-def load_model(
-    path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto"
-) -> tuple[Any, Any]:
-    """Load a causal LM and its tokenizer from a local Hugging Face folder.
-
-    The tokenizer is set to left padding (needed for batched generation) and gets EOS as pad
-    token when it has none. Raises ``ModelLoadError`` naming the path for a missing folder, a
-    folder without ``config.json`` or any loading failure.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _model_folder(path: str | Path) -> Path:
     p = Path(path)
     if not p.exists():
         raise ModelLoadError(f"model path {p} does not exist")
     if not p.is_dir() or not (p / "config.json").is_file():
         raise ModelLoadError(f"{p} is not a Hugging Face model folder (no config.json)")
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
+    return p
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    """The folder's tokenizer, set to left padding (batched generation) with EOS as pad token
+    when it has none. Raises ``ModelLoadError`` naming the path."""
+    from transformers import AutoTokenizer
+
+    p = _model_folder(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(p))
-        model = AutoModelForCausalLM.from_pretrained(str(p), dtype=dt)
     except Exception as e:  # noqa: BLE001 - re-raised as a clear, user-facing error
-        raise ModelLoadError(f"could not load model from {p}: {type(e).__name__}: {e}") from e
+        raise ModelLoadError(f"could not load the tokenizer of {p}: {type(e).__name__}: {e}") from e
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(
+    path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto"
+) -> tuple[Any, Any]:
+    """Load a causal LM and its tokenizer (``load_tokenizer``) from a local Hugging Face folder.
+
+    Raises ``ModelLoadError`` naming the path for a missing folder, a folder without
+    ``config.json`` or any loading failure.
+    """
+    from transformers import AutoModelForCausalLM
+
+    p = _model_folder(path)
+    tokenizer = load_tokenizer(p)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(p), dtype=dt)
+    except Exception as e:  # noqa: BLE001 - re-raised as a clear, user-facing error
+        raise ModelLoadError(f"could not load model from {p}: {type(e).__name__}: {e}") from e
     model.to(dev)
     return model, tokenizer
 
@@ -142,9 +159,10 @@ class HFSampler:
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
 
-    def sync_weights(self, model: Any | None = None) -> None:
-        """Make the sampler use the learner's current weights. No-op: the module is shared."""
-        if model is not None and model is not self.model:
+    def sync_weights(self, model: Any) -> None:
+        """Make the sampler use the learner's current weights. No-op when the module is shared
+        (the usual case); a different module (e.g. the learner wrapped it) is adopted."""
+        if model is not self.model:
             self.model = model
 
     # ------------------------------------------------------------------ helpers

@@ -1,31 +1,14 @@
-"""Evaluation: greedy pass@1 / mean@k on held-out sets, benchmark registry, result tables and
-the run report. See docs/CONTRACTS.md (eval)."""
+"""Evaluation: greedy pass@1 / mean@k on held-out sets (``core``), the benchmark registry
+(``benchmarks``), the one suite driver used by recipes and ``coevolve eval`` (``suite``), and the
+run report (``report``)."""
 
 from __future__ import annotations
 
 from coevolve.eval.benchmarks import BENCHMARKS, GROUPS, Benchmark, load_tasks, resolve_benches
 from coevolve.eval.core import EvalResult, evaluate_tasks
-from coevolve.eval.harness import (
-    compare,
-    evaluate_benchmark,
-    evaluate_suite,
-    format_table,
-    rich_table,
-    run_eval,
-)
+from coevolve.eval.suite import compare, evaluate_benchmark, evaluate_suite, format_table, load_results
 
 __all__ = [
-    "BENCHMARKS",
-    "GROUPS",
-    "Benchmark",
-    "EvalResult",
-    "compare",
-    "evaluate_benchmark",
-    "evaluate_suite",
-    "evaluate_tasks",
-    "format_table",
-    "load_tasks",
-    "resolve_benches",
-    "rich_table",
-    "run_eval",
+    "BENCHMARKS", "GROUPS", "Benchmark", "EvalResult", "compare", "evaluate_benchmark", "evaluate_suite",
+    "evaluate_tasks", "format_table", "load_results", "load_tasks", "resolve_benches",
 ]

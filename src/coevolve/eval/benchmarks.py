@@ -5,22 +5,21 @@ OlympiadBench, AIME24, AIME25; general = MMLU-Pro, SuperGPQA, GPQA-Diamond, BBEH
 numbers are only comparable when every run uses the same prompt, the same answer extraction and
 the same metric. Three answer styles exist:
 
-* ``math``  – the last ``\\boxed{}`` is compared to the gold answer with
-  ``coevolve.answers.is_equiv`` (symbolic/numeric equivalence);
+* ``math``  – the last ``\\boxed{}`` is compared to the gold answer by the run's grader
+  (``coevolve.answers``: symbolic/numeric equivalence);
 * ``mc``    – multiple choice: the option letter from ``\\boxed{}`` or from "answer is (C)" /
   "Answer: C"; when no letter can be found the item is WRONG (never a random guess, unlike some
   official scripts, so that a model that stops answering cannot score 1/N by luck);
 * ``bbeh``  – BIG-Bench Extra Hard's own normalised fuzzy exact match (re-implemented after
   google-deepmind/bbeh ``bbeh/evaluate.py``), with ``\\boxed{}`` taken first because our prompt
   asks for it.
-The ``toy`` benchmark is the toy world's held-out set, prompted with its ``ToyPrompter``.
+The ``toy`` benchmark is the toy world's held-out set. Prompts come from the world's
+``Prompter`` (``solver`` / ``choice``): the prompt a model is evaluated with is the one it was
+trained with.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
-import json
 import os
 import random
 import re
@@ -29,16 +28,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from coevolve.answers import extract_answer
 from coevolve.answers.extract import last_boxed
+from coevolve.data.jsonl import iter_jsonl
 from coevolve.errors import ConfigError, DataError
-from coevolve.types import Task
-
-MATH_SUFFIX = "Please reason step by step, and put your final answer within \\boxed{}."
-MC_SUFFIX = (
-    "Please reason step by step, and put only the letter of the correct option "
-    "within \\boxed{} (for example \\boxed{A})."
-)
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+from coevolve.prompts import Prompter
+from coevolve.prompts.chat import LETTERS
+from coevolve.types import AnswerGrader, Task
 
 
 # ----------------------------------------------------------------------------------------------
@@ -159,88 +155,8 @@ def grade_bbeh(gold: str, text: str) -> bool:
     return bbeh_match(bbeh_extract(text), bbeh_reference(gold))
 
 
-def grade_math(gold: str, text: str) -> bool:
-    """Math verdict: last ``\\boxed{}`` (``coevolve.answers.extract_answer``) is_equiv gold."""
-    from coevolve.answers import extract_answer, is_equiv
-
-    pred = extract_answer(text)
-    return pred is not None and bool(is_equiv(gold, pred))
-
-
-def extract_math(text: str) -> str | None:
-    from coevolve.answers import extract_answer
-
-    return extract_answer(text)
-
-
-# ----------------------------------------------------------------------------------------------
-# prompts
-
-
-class EvalPrompter:
-    """Paper-style solver prompt for real models, optionally wrapped in the chat template.
-
-    ``chat_template=None`` means: use the tokenizer's template when it has one. Without a
-    template the user text is used as is (base models continue it).
-    """
-
-    def __init__(self, tokenizer: Any | None = None, chat_template: bool | None = None) -> None:
-        has = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
-        if chat_template and not has:
-            raise ConfigError("chat_template=True but the tokenizer has no chat template")
-        self.tokenizer = tokenizer
-        self.use_chat = has if chat_template is None else bool(chat_template)
-
-    def wrap(self, content: str) -> str:
-        """Apply the chat template (user turn + generation prompt) when enabled."""
-        if not self.use_chat:
-            return content
-        return str(
-            self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
-            )
-        )
-
-    def solver(self, question: str) -> str:
-        return self.wrap(f"{question}\n{MATH_SUFFIX}")
-
-
-def mc_content(question: str, choices: Sequence[str]) -> str:
-    """Multiple-choice user text: question, then one "A. option" line per choice, then the ask."""
-    lines = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))
-    return f"{question}\n\n{lines}\n\n{MC_SUFFIX}"
-
-
 # ----------------------------------------------------------------------------------------------
 # loading
-
-
-def read_jsonl(path: Path | str, data: bytes | None = None) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every non-blank line of a JSONL or JSONL.gz file.
-
-    Raises ``DataError`` naming ``path:line`` for invalid JSON or a non-object line, and the
-    path when the file cannot be read (``data`` lets package resources pass their bytes).
-    """
-    name = str(path)
-    try:
-        raw = Path(path).read_bytes() if data is None else data
-        if name.endswith(".gz"):
-            raw = gzip.decompress(raw)
-        text = raw.decode("utf-8")
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise DataError(f"{name}: cannot read: {e}") from e
-    rows: list[tuple[int, dict[str, Any]]] = []
-    for lineno, line in enumerate(io.StringIO(text), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{name}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from e
-        if not isinstance(obj, dict):
-            raise DataError(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-        rows.append((lineno, obj))
-    return rows
 
 
 def rows_to_tasks(
@@ -411,14 +327,14 @@ def load_tasks(bench: Benchmark | str, data_dir: Path | None = None,
     b = BENCHMARKS[bench] if isinstance(bench, str) else bench
     if limit is not None and limit < 0:
         raise ConfigError(f"limit must be >= 0, got {limit}")
-    if b.kind == "toy":
+    if b.kind == "toy":  # the toy world's held-out set (the toy world itself sizes it: eval.heldout_size)
         from coevolve.toy import heldout_tasks
 
-        tasks = list(heldout_tasks())
+        tasks = heldout_tasks()
         return tasks if limit is None else tasks[:limit]
     path = find_data_file(b, data_dir)
     if path is not None:
-        tasks = rows_to_tasks(read_jsonl(path), str(path), b.multiple_choice)
+        tasks = rows_to_tasks(iter_jsonl(path), str(path), b.multiple_choice)
     elif b.shipped is not None:
         res = resources.files("coevolve").joinpath("bench_data", b.shipped)
         where = f"coevolve/bench_data/{b.shipped}"
@@ -426,7 +342,7 @@ def load_tasks(bench: Benchmark | str, data_dir: Path | None = None,
             data = res.read_bytes()
         except OSError as e:
             raise DataError(f"{where}: shipped data missing ({e})") from e
-        tasks = rows_to_tasks(read_jsonl(where, data=data), where, b.multiple_choice)
+        tasks = rows_to_tasks(iter_jsonl(where, data=data), where, b.multiple_choice)
     else:
         tasks = _load_hub(b, data_dir)
     return tasks if limit is None else tasks[:limit]
@@ -486,53 +402,23 @@ def _hub_rows(b: Benchmark) -> Iterable[dict[str, Any]]:
 # per-benchmark prompt and grader
 
 
-def build_prompts(bench: Benchmark, tasks: Sequence[Task], prompter: Any) -> list[str]:
-    """Prompt per task: ``prompter.solver`` for math/bbeh/toy; lettered options for MC.
-
-    For MC the prompter must offer ``wrap(content)`` (``EvalPrompter``) so the options block
-    gets the same chat template as every other prompt.
-    """
+def build_prompts(bench: Benchmark, tasks: Sequence[Task], prompter: Prompter) -> list[str]:
+    """Prompt per task: the world's solver prompt, or its multiple-choice form (lettered options)."""
     if bench.kind == "mc":
-        wrap: Callable[[str], str] = getattr(prompter, "wrap", lambda s: s)
-        return [wrap(mc_content(t.question, t.features["choices"])) for t in tasks]
+        return [prompter.choice(t.question, t.features["choices"]) for t in tasks]
     return [prompter.solver(t.question) for t in tasks]
 
 
-def grader_for(bench: Benchmark) -> tuple[Callable[[str, str], bool], Callable[[str], Any]]:
-    """(grader(gold, completion_text) -> bool, extractor(text) -> recorded answer)."""
+def grader_for(bench: Benchmark, grader: AnswerGrader) -> tuple[Callable[[str, str], bool], Callable[[str], Any]]:
+    """(grade(gold, completion_text) -> bool, extract(text) -> recorded answer) of a benchmark;
+    math answers go through ``grader`` (the run's, with its timeout)."""
     if bench.kind == "mc":
         return grade_choice, extract_choice
     if bench.kind == "bbeh":
         return grade_bbeh, bbeh_extract
     if bench.kind in ("math", "toy"):
-        return grade_math, extract_math
+        return grader.grade, extract_answer
     raise ConfigError(f"benchmark {bench.name!r}: unknown kind {bench.kind!r}")
-
-
-class BenchPrompter:
-    """A prompter that carries one benchmark's protocol into ``evaluate_tasks``.
-
-    ``task_prompt(task)`` builds the benchmark's prompt (lettered options for MC), and
-    ``grade`` / ``extract`` apply its metric, so ``evaluate_tasks(sampler, bench_prompter(...),
-    tasks)`` scores MC and BBEH correctly without extra arguments.
-    """
-
-    def __init__(self, bench: Benchmark, base: Any) -> None:
-        self.bench = bench
-        self.base = base
-        self._grade, self._extract = grader_for(bench)
-
-    def solver(self, question: str) -> str:
-        return str(self.base.solver(question))
-
-    def task_prompt(self, task: Task) -> str:
-        return build_prompts(self.bench, [task], self.base)[0]
-
-    def grade(self, gold: str, text: str) -> bool:
-        return bool(self._grade(gold, text))
-
-    def extract(self, text: str) -> Any:
-        return self._extract(text)
 
 
 def get(name: str) -> Benchmark:
@@ -541,23 +427,3 @@ def get(name: str) -> Benchmark:
         raise ConfigError(f"unknown benchmark {name!r}; benchmarks: {', '.join(BENCHMARKS)}; "
                           f"groups: {', '.join(GROUPS)}")
     return BENCHMARKS[name]
-
-
-def expand(name: str) -> list[str]:
-    """Benchmark names of a group or comma list (``resolve_benches`` for one string)."""
-    return [b.name for b in resolve_benches([name])]
-
-
-def bench_prompter(bench: Benchmark | str, tokenizer: Any | None = None,
-                   chat_template: bool | None = None, base: Any | None = None) -> BenchPrompter:
-    """``BenchPrompter`` for a benchmark: ``ToyPrompter`` for toy, ``EvalPrompter`` otherwise
-    (``base`` overrides the underlying solver prompter)."""
-    b = get(bench) if isinstance(bench, str) else bench
-    if base is None:
-        if b.kind == "toy":
-            from coevolve.toy import ToyPrompter
-
-            base = ToyPrompter()
-        else:
-            base = EvalPrompter(tokenizer, chat_template)
-    return BenchPrompter(b, base)

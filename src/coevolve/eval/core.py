@@ -1,7 +1,8 @@
 """Core evaluation loop: greedy pass@1 and seeded mean@k over a list of tasks.
 
-Every benchmark (toy held-out set, MATH-500, GPQA, BBEH, ...) goes through this one function so
-that recipes, the CLI and the tests measure accuracy the same way. All generation goes through
+Every benchmark (toy held-out set, MATH-500, GPQA, BBEH, ...) goes through this one function (via
+``coevolve.eval.suite.evaluate_suite``) so that recipes, the CLI and the tests measure accuracy
+the same way. All generation goes through
 the ``Sampler`` protocol in as few calls as possible (one greedy call and one sampling call per
 task list, optionally chunked for a progress bar), because per-item calls waste the batching that
 makes evaluation affordable.
@@ -11,26 +12,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 from coevolve.errors import DataError
-from coevolve.types import Completion, SamplingParams, Task
+from coevolve.types import Completion, Sampler, SamplingParams, Task
 
 Grader = Callable[[str, str], bool]
-"""``grader(gold, completion_text) -> correct``."""
+"""``grade(gold, completion_text) -> correct``."""
 
-Extractor = Callable[[str], "str | None"]
+Extractor = Callable[[str], Any]
 """``extract(completion_text) -> answer or None`` (only used to record what was parsed)."""
-
-
-class _Sampler(Protocol):
-    def sample(
-        self, prompts: Sequence[str], n: int, params: SamplingParams
-    ) -> list[list[Completion]]: ...
-
-
-class _SolverPrompter(Protocol):
-    def solver(self, question: str) -> str: ...
 
 
 @dataclass
@@ -55,47 +46,15 @@ class EvalResult:
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready numbers without the per-item records (for results.json / metrics)."""
-        return {
-            "n": self.n,
-            "greedy": self.greedy,
-            "sampled": self.sampled,
-            "samples": self.samples,
-            "sampled_any": self.sampled_any,
-            "by_group": self.by_group,
-        }
+        return {"n": self.n, "greedy": self.greedy, "sampled": self.sampled, "samples": self.samples,
+                "sampled_any": self.sampled_any, "by_group": self.by_group}
 
 
-def _default_grader() -> Grader:
-    # Imported lazily: coevolve.answers owns the math-verify worker process, which callers
-    # that pass their own grader (toy tests, multiple-choice benchmarks) never need.
-    from coevolve.answers import grade
-
-    return lambda gold, text: bool(grade(gold, text))
-
-
-def _default_extractor() -> Extractor:
-    from coevolve.answers import extract_answer
-
-    return extract_answer
-
-
-def _chunks(n: int, size: int | None) -> list[tuple[int, int]]:
-    if not size or size <= 0 or size >= n:
-        return [(0, n)]
-    return [(i, min(i + size, n)) for i in range(0, n, size)]
-
-
-def _generate(
-    sampler: _Sampler,
-    prompts: list[str],
-    n: int,
-    params: SamplingParams,
-    batch_size: int | None,
-    progress: bool,
-    desc: str,
-) -> list[list[Completion]]:
-    """Call the sampler once (or once per chunk) and check the shape of what comes back."""
-    spans = _chunks(len(prompts), batch_size)
+def _generate(sampler: Sampler, prompts: list[str], n: int, params: SamplingParams, batch_size: int | None,
+              progress: bool, desc: str) -> list[list[Completion]]:
+    """Call the sampler once (or once per chunk, for a progress bar) and check the shape."""
+    size = batch_size if batch_size and 0 < batch_size < len(prompts) else len(prompts)
+    spans = [(i, min(i + size, len(prompts))) for i in range(0, len(prompts), size)]
     it: Any = spans
     if progress and len(spans) > 1:
         from tqdm.auto import tqdm
@@ -105,93 +64,63 @@ def _generate(
     for lo, hi in it:
         got = sampler.sample(prompts[lo:hi], n, params)
         if len(got) != hi - lo or any(len(g) != n for g in got):
-            raise ValueError(
-                f"sampler returned {len(got)} groups of sizes {[len(g) for g in got][:8]}... "
-                f"for {hi - lo} prompts x n={n}"
-            )
+            raise ValueError(f"sampler returned {len(got)} groups of sizes {[len(g) for g in got][:8]}... "
+                             f"for {hi - lo} prompts x n={n}")
         out.extend(got)
     return out
 
 
 def evaluate_tasks(
-    sampler: _Sampler,
-    prompter: _SolverPrompter,
+    sampler: Sampler,
     tasks: Sequence[Task],
+    prompts: Sequence[str],
     *,
+    grade: Grader,
+    extract: Extractor,
     samples: int = 0,
     max_new_tokens: int = 64,
     seed: int = 0,
-    grader: Grader | None = None,
     progress: bool = False,
-    extract: Extractor | None = None,
     group_key: str = "level",
     batch_size: int | None = None,
-    prompts: Sequence[str] | None = None,
 ) -> EvalResult:
     """Greedy pass@1 on every task, plus mean@``samples`` of T=1 samples when ``samples > 0``.
 
-    ``prompter.solver(question)`` builds each prompt unless ``prompts`` (same length as
-    ``tasks``) is given. Optional prompter hooks let a benchmark carry its own protocol
-    (``coevolve.eval.benchmarks.BenchPrompter``): ``task_prompt(task)`` (e.g. lettered options),
-    ``grade(gold, text)`` and ``extract(text)``; explicit arguments win over hooks.
-    ``grader(gold, completion_text)`` defaults to ``coevolve.answers.grade``; ``extract``
-    (default ``coevolve.answers.extract_answer``) only fills the ``extracted`` record field.
-    Sampling is seeded with ``seed`` so the same model gives the same mean@k.
-    ``batch_size`` splits the prompts into several sampler calls (for a progress bar); by
-    default everything goes in one call and the sampler batches internally.
+    ``prompts[i]`` is task i's prompt; ``grade(gold, completion_text)`` decides correctness and
+    ``extract`` only fills the ``extracted`` record field (the benchmark supplies both). Sampling
+    is seeded with ``seed`` so the same model gives the same mean@k. ``batch_size`` splits the
+    prompts into several sampler calls (a progress bar); by default everything goes in one
+    call and the sampler batches internally.
 
     Records: ``{"id", "question", "gold", "prompt", "output", "extracted", "correct",
-    "finish_reason", "sampled_correct" (list[bool], only with samples), "sampled_acc",
-    "group"}``.
+    "finish_reason", "sampled_correct" (list[bool], only with samples), "sampled_acc", "group"}``.
     Raises ``DataError`` when a task has no gold answer (an evaluation set must be labelled).
     """
     tasks = list(tasks)
+    prompt_list = list(prompts)
     for t in tasks:
         if t.answer is None:
             raise DataError(f"task {t.id!r} (source {t.source or '?'}) has no gold answer")
     if samples < 0:
         raise ValueError(f"samples must be >= 0, got {samples}")
+    if len(prompt_list) != len(tasks):
+        raise ValueError(f"{len(prompt_list)} prompts for {len(tasks)} tasks")
     if not tasks:
-        return EvalResult(greedy=0.0, sampled=None if samples == 0 else 0.0, n=0, records=[],
-                          samples=samples)
-    if prompts is None:
-        task_prompt = getattr(prompter, "task_prompt", None)
-        prompt_list = [
-            task_prompt(t) if task_prompt is not None else prompter.solver(t.question)
-            for t in tasks
-        ]
-    else:
-        prompt_list = list(prompts)
-        if len(prompt_list) != len(tasks):
-            raise ValueError(f"{len(prompt_list)} prompts for {len(tasks)} tasks")
-    grade = grader or getattr(prompter, "grade", None) or _default_grader()
-    extractor = extract or getattr(prompter, "extract", None) or _default_extractor()
-
-    greedy_params = SamplingParams(
-        temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed
-    )
+        return EvalResult(greedy=0.0, sampled=None if samples == 0 else 0.0, n=0, records=[], samples=samples)
+    greedy_params = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed)
     greedy_out = _generate(sampler, prompt_list, 1, greedy_params, batch_size, progress, "greedy")
     sampled_out: list[list[Completion]] | None = None
     if samples > 0:
-        sample_params = SamplingParams(
-            temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed
-        )
-        sampled_out = _generate(
-            sampler, prompt_list, samples, sample_params, batch_size, progress, f"mean@{samples}"
-        )
+        sample_params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed)
+        sampled_out = _generate(sampler, prompt_list, samples, sample_params, batch_size, progress, f"mean@{samples}")
 
     records: list[dict[str, Any]] = []
     for i, (task, prompt) in enumerate(zip(tasks, prompt_list)):
         gold = str(task.answer)
         comp = greedy_out[i][0]
         rec: dict[str, Any] = {
-            "id": task.id,
-            "question": task.question,
-            "gold": gold,
-            "prompt": prompt,
-            "output": comp.text,
-            "extracted": extractor(comp.text),
-            "correct": bool(grade(gold, comp.text)),
+            "id": task.id, "question": task.question, "gold": gold, "prompt": prompt, "output": comp.text,
+            "extracted": extract(comp.text), "correct": bool(grade(gold, comp.text)),
             "finish_reason": comp.finish_reason,
             "group": None if group_key not in task.features else str(task.features[group_key]),
         }
@@ -202,18 +131,13 @@ def evaluate_tasks(
         records.append(rec)
 
     n = len(records)
-    greedy = sum(r["correct"] for r in records) / n
-    sampled = None if sampled_out is None else sum(r["sampled_acc"] for r in records) / n
-    sampled_any = (
-        None if sampled_out is None else sum(any(r["sampled_correct"]) for r in records) / n
-    )
     return EvalResult(
-        greedy=greedy,
-        sampled=sampled,
+        greedy=sum(r["correct"] for r in records) / n,
+        sampled=None if sampled_out is None else sum(r["sampled_acc"] for r in records) / n,
         n=n,
         records=records,
         samples=samples,
-        sampled_any=sampled_any,
+        sampled_any=None if sampled_out is None else sum(any(r["sampled_correct"]) for r in records) / n,
         by_group=_by_group(records, sampled_out is not None),
     )
 

@@ -14,13 +14,17 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
+from coevolve.curriculum.difficulty import histogram_labels, pass_rate_histogram
+from coevolve.data.jsonl import iter_jsonl
 from coevolve.errors import DataError, RunStateError
+from coevolve.run import METRICS_FILE, SUMMARY_FILE
+from coevolve.run.files import atomic_write_text
 
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
 _ROUND_DIR = re.compile(r"^round_(\d+)$")
+FINAL = -1
+"""Key of the pass rates measured after the last round (``final/difficulty.jsonl``)."""
 
 
 @dataclass
@@ -30,7 +34,7 @@ class RunData:
     ``rows`` are the metrics.jsonl objects in file order; ``bad_lines`` the ``file:line`` of
     lines that were not JSON objects (e.g. the partial last line of a killed run), which the
     report lists instead of failing; ``difficulty`` maps round -> pass rates read from
-    ``round_NN/difficulty.jsonl``.
+    ``round_NN/difficulty.jsonl`` (``FINAL`` for ``final/difficulty.jsonl``).
     """
 
     path: Path
@@ -55,19 +59,6 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _json_lines(path: Path, bad: list[str]) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed value) of each non-blank line; a line that is not JSON is recorded
-    in ``bad`` as ``path:line`` and skipped (a killed run can leave a half-written last line)."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield lineno, json.loads(line)
-            except json.JSONDecodeError:
-                bad.append(f"{path}:{lineno}")
-
-
 def load_run(run_dir: Path) -> RunData:
     """Read metrics.jsonl, summary.json and round_NN/difficulty.jsonl from ``run_dir``.
 
@@ -78,14 +69,8 @@ def load_run(run_dir: Path) -> RunData:
     mpath, spath = run_dir / METRICS_FILE, run_dir / SUMMARY_FILE
     if not run_dir.is_dir() or (not mpath.exists() and not spath.exists()):
         raise RunStateError(f"{run_dir}: not a run folder (no {METRICS_FILE} or {SUMMARY_FILE})")
-    rows: list[dict[str, Any]] = []
     bad: list[str] = []
-    if mpath.exists():
-        for lineno, obj in _json_lines(mpath, bad):
-            if isinstance(obj, dict):
-                rows.append(obj)
-            else:
-                bad.append(f"{mpath}:{lineno}")
+    rows = [obj for _, obj in iter_jsonl(mpath, on_error="skip", problems=bad)] if mpath.exists() else []
     summary: dict[str, Any] = {}
     if spath.exists():
         try:
@@ -96,17 +81,14 @@ def load_run(run_dir: Path) -> RunData:
             raise DataError(f"{spath}: expected a JSON object")
         summary = loaded
     difficulty: dict[int, list[float]] = {}
-    for d in sorted(run_dir.iterdir()):
-        m = _ROUND_DIR.match(d.name)
-        if not (m and (d / "difficulty.jsonl").is_file()):
+    folders = [(int(m.group(1)), d) for d in sorted(run_dir.iterdir()) if (m := _ROUND_DIR.match(d.name))]
+    for rnd, d in folders + [(FINAL, run_dir / "final")]:
+        if not (d / "difficulty.jsonl").is_file():
             continue
-        rates: list[float] = []
-        for _, obj in _json_lines(d / "difficulty.jsonl", bad):
-            v = _num(obj.get("pass_rate")) if isinstance(obj, dict) else None
-            if v is not None:
-                rates.append(v)
+        rates = [v for _, obj in iter_jsonl(d / "difficulty.jsonl", on_error="skip", problems=bad)
+                 if (v := _num(obj.get("pass_rate"))) is not None]
         if rates:
-            difficulty[int(m.group(1))] = rates
+            difficulty[rnd] = rates
     return RunData(run_dir, rows, summary, difficulty, bad)
 
 
@@ -310,7 +292,7 @@ def make_plots(data: RunData, out_dir: Path) -> list[Plot]:
             ax = axes[i // cols][i % cols]
             widths = [edges[j + 1] - edges[j] for j in range(len(counts))]
             ax.bar(edges[:-1], counts, width=widths, align="edge", edgecolor="black")
-            ax.set_title(f"round {rnd}", fontsize=9)
+            ax.set_title("after the last round" if rnd == FINAL else f"round {rnd}", fontsize=9)
             ax.set_xlabel("solver pass rate", fontsize=8)
         for j in range(n, nrows * cols):
             axes[j // cols][j % cols].axis("off")
@@ -322,13 +304,13 @@ def make_plots(data: RunData, out_dir: Path) -> list[Plot]:
 
     per_round_specs = [
         ("anchors.png", "Anchors per round", ["curriculum/anchors"], "last", "count"),
-        ("in_band.png", "Share of generated questions inside the band", ["questioner/in_band"],
-         "mean", "share"),
+        ("in_band.png", "Share of generated questions inside the band",
+         ["questioner/in_band", "challenger/in_band"], "mean", "share"),
         ("pseudo_label_acc.png", "Pseudo-label accuracy vs oracle",
-         ["curriculum/pseudo_label_acc"], "mean", "accuracy"),
+         ["curriculum/buffer/oracle_acc_kept", "curriculum/oracle_acc_kept"], "mean", "accuracy"),
         ("memory.png", "Error-cause memory", ["memory/causes", "memory/nodes", "memory/active",
                                               "memory/mastered"], "last", "count"),
-        ("epsilon.png", "Exploration rate ε per round", ["memory/epsilon"], "last", "ε"),
+        ("epsilon.png", "Exploration rate ε for the next round", ["memory/next_epsilon"], "last", "ε"),
     ]
     for file, title, keys, agg, ylabel in per_round_specs:
         series = {k: per_round(rows, k, agg) for k in keys if k in present}
@@ -422,10 +404,11 @@ def render_markdown(data: RunData, plots: list[Plot]) -> str:
     else:
         lines += ["No plottable series found.", ""]
 
+    lines += _histogram_table(data) + _rounds_table(s)
     last_keys = ["solver/reward_mean", "solver/frac_zero_std", "questioner/reward_mean",
                  "challenger/reward_mean", "questioner/in_band", "curriculum/anchors",
-                 "curriculum/pseudo_label_acc", "memory/causes", "memory/nodes", "memory/active",
-                 "memory/mastered", "memory/epsilon"]
+                 "curriculum/buffer/oracle_acc_kept", "curriculum/oracle_acc_kept", "memory/causes",
+                 "memory/nodes", "memory/active", "memory/mastered", "memory/next_epsilon"]
     key_rows = []
     for k in last_keys:
         _, ys, _ = per_step(data.rows, k)
@@ -448,6 +431,31 @@ def render_markdown(data: RunData, plots: list[Plot]) -> str:
     return "\n".join(lines)
 
 
+def _histogram_table(data: RunData) -> list[str]:
+    """Pool pass-rate histogram per round (measured by the solver entering the round) and after
+    the last round, with the never-solved and always-solved bins apart."""
+    if not data.difficulty:
+        return []
+    labels = histogram_labels()
+    out = ["## Pool pass-rate histogram", "", "| when | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+    for rnd, rates in data.difficulty.items():
+        h = pass_rate_histogram(min(1.0, max(0.0, r)) for r in rates)
+        out.append(f"| {'after last round' if rnd == FINAL else f'round {rnd}'} | " + " | ".join(str(h[k]) for k in labels) + " |")
+    return out + [""]
+
+
+def _rounds_table(summary: dict[str, Any]) -> list[str]:
+    """Every scalar figure the phases recorded, one column per round (summary.json ``rounds``)."""
+    rows = [r for r in summary.get("rounds", []) if isinstance(r, dict)]
+    keys = sorted({k for r in rows for k, v in r.items() if k != "round" and (_num(v) is not None)})
+    if not rows or not keys:
+        return []
+    out = ["## Per round", "", "| figure | " + " | ".join(f"round {r.get('round')}" for r in rows) + " |",
+           "|---|" + "---:|" * len(rows)]
+    out += [f"| `{k}` | " + " | ".join(_fmt(_num(r.get(k))) for r in rows) + " |" for k in keys]
+    return out + [""]
+
+
 def write_report(run_dir: Path) -> Path:
     """Write ``run_dir/report/`` (PNG plots + ``report.md``) and return the report.md path.
 
@@ -458,5 +466,5 @@ def write_report(run_dir: Path) -> Path:
     out = Path(run_dir) / "report"
     plots = make_plots(data, out)
     md = out / "report.md"
-    md.write_text(render_markdown(data, plots), encoding="utf-8")
+    atomic_write_text(md, render_markdown(data, plots))
     return md

@@ -12,7 +12,7 @@ from coevolve.memory.diagnose import (
 from coevolve.memory.embed import Embedder, HashEmbedder, MiniLMEmbedder, cosine_top_k, make_embedder
 from coevolve.memory.maintain import (
     KeptQuestion,
-    MaintenanceConfig,
+    MemoryConfig,
     MaintenanceResult,
     maintain_memory,
     targeted_p1_by_cause,
@@ -22,7 +22,7 @@ from coevolve.memory.store import Cause, ErrorMemory, Plan, SkillNode, epsilon, 
 
 __all__ = [
     "Cause", "Diagnoser", "DiagnoserStats", "Diagnosis", "Embedder", "ErrorMemory", "HashEmbedder",
-    "KeptQuestion", "LLMDiagnoser", "MaintenanceConfig", "MaintenanceResult", "MiniLMEmbedder",
+    "KeptQuestion", "LLMDiagnoser", "MaintenanceResult", "MemoryConfig", "MiniLMEmbedder",
     "Plan", "SkillNode", "TraceDiagnoser", "cosine_top_k", "epsilon", "maintain_memory",
     "make_embedder", "render_tree", "strip_surface", "targeted_p1_by_cause", "targeted_questions",
 ]

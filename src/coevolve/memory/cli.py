@@ -41,8 +41,8 @@ def _k_from_config(run_dir: Path) -> float:
         return 1.0
 
 
-def memory_command(run_dir: str | Path, round: int | None = None) -> str:
-    """The rendered memory of round ``round`` (default: the latest round that has one).
+def memory_command(run_dir: str | Path, round_number: int | None = None) -> str:
+    """The rendered memory of round ``round_number`` (default: the latest round that has one).
     Raises ``RunStateError`` naming the folder when there is no memory to show."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -51,7 +51,7 @@ def memory_command(run_dir: str | Path, round: int | None = None) -> str:
     if not rounds:
         raise RunStateError(f"{run_dir}: no round_NN/{MEMORY_FILE} yet (not a DiagEvo run, or round 1 "
                             "has not finished its memory phase)")
-    r = rounds[-1] if round is None else round
+    r = rounds[-1] if round_number is None else round_number
     if r not in rounds:
         raise RunStateError(f"{run_dir}: round {r} has no memory (available: {', '.join(map(str, rounds))})")
     mem = ErrorMemory.load(run_dir / f"round_{r:02d}" / MEMORY_FILE)

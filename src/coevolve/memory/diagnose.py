@@ -1,4 +1,4 @@
-"""Diagnosers: ``e_new = D_ext(x, ŷ, r⁻, r⁺)`` (METHODS §2, stage 4).
+"""Diagnosers: ``e_new = D_ext(x, ŷ, r⁻, r⁺)`` (DiagEvo stage 4).
 
 Given a question, its pseudo-label, one failed response r⁻ and one successful response r⁺, a
 diagnoser finds the earliest step where the two traces diverge and states a *transferable*
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-from coevolve.types import SamplingParams
+from coevolve.types import Sampler, SamplingParams
 
 
 @dataclass
@@ -53,6 +53,8 @@ class Diagnoser(Protocol):
     stats: DiagnoserStats
 
     def diagnose(self, question: str, label: str, bad: str, good: str) -> Diagnosis | None: ...
+
+    def diagnose_batch(self, requests: Sequence[tuple[str, str, str, str]]) -> list[Diagnosis | None]: ...
 
 
 # ------------------------------------------------------------------------------------------
@@ -138,49 +140,24 @@ def parse_diagnosis(text: str, question: str, label: str = "", max_cause_chars: 
     return Diagnosis(divergence_step=int(step_f), cause=cause, skill=skill)
 
 
-DEFAULT_LLM_TEMPLATE = """You compare two solutions of the same problem to find why one failed.
-Problem: {question}
-Reference answer (majority vote): {label}
-Failed solution:
-{bad}
-Successful solution:
-{good}
-Find the earliest step where the failed solution departs from the successful one and state the underlying error as a transferable cause: a general error pattern without any numbers or wording from this problem, plus the short name of the skill it belongs to.
-Reply with JSON only: {"divergence_step": <step index, 0-based>, "cause": "<one sentence>", "skill": "<skill name>"}
-"""
-"""Paper-style diagnosis prompt; placeholders {question} {label} {bad} {good} are substituted
-literally (so the JSON braces need no escaping)."""
-
-
-def fill_template(template: str, question: str, label: str, bad: str, good: str) -> str:
-    """Substitute the four placeholders literally (no ``str.format``: templates contain JSON)."""
-    for key, val in (("{question}", question), ("{label}", label), ("{bad}", bad), ("{good}", good)):
-        template = template.replace(key, val)
-    return template
-
-
-class _Sampler(Protocol):
-    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Any]]: ...
+PromptFn = Callable[[str, str, str, str], str]
+"""``prompt(question, label, bad, good) -> model input`` (the world's ``Prompter.diagnoser``)."""
 
 
 @dataclass
 class LLMDiagnoser:
     """Prompt-based diagnoser on any ``Sampler`` (one completion per request, batched).
 
-    ``wrap`` turns the filled template into the model's input (e.g. a chat template);
-    identity by default. ``last_outputs`` keeps the raw texts of the last batch for auditing.
+    ``prompt`` builds the model input from a request (the world's diagnosis prompt, through the
+    model's chat template where it has one). ``last_outputs`` keeps the raw texts of the last
+    batch for auditing.
     """
 
-    sampler: _Sampler
+    sampler: Sampler
+    prompt: PromptFn
     params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0, max_new_tokens=256))
-    template: str = DEFAULT_LLM_TEMPLATE
-    wrap: Callable[[str], str] | None = None
     stats: DiagnoserStats = field(default_factory=DiagnoserStats)
     last_outputs: list[str] = field(default_factory=list)
-
-    def prompt(self, question: str, label: str, bad: str, good: str) -> str:
-        p = fill_template(self.template, question, label, bad, good)
-        return self.wrap(p) if self.wrap is not None else p
 
     def diagnose_batch(self, requests: Sequence[tuple[str, str, str, str]]) -> list[Diagnosis | None]:
         """Diagnose ``(question, label, bad, good)`` requests in one sampler call."""
@@ -206,23 +183,15 @@ class LLMDiagnoser:
 
 @dataclass
 class TraceDiagnoser:
-    """Toy-world diagnosis from the step traces (``coevolve.toy.explain_divergence``, imported
-    lazily; ``explain`` can be injected). Its causes are already transferable (a fixed
-    catalogue), and carry the world's cause id as ``source_id``."""
+    """Diagnosis from step traces (the toy world's ``explain_divergence``). Its causes are
+    already transferable (a fixed catalogue), and carry the world's cause id as ``source_id``."""
 
-    explain: Callable[[str, str, str], Any] | None = None
+    explain: Callable[[str, str, str], Any]
     stats: DiagnoserStats = field(default_factory=DiagnoserStats)
-
-    def _fn(self) -> Callable[[str, str, str], Any]:
-        if self.explain is None:
-            from coevolve.toy import explain_divergence
-
-            self.explain = explain_divergence
-        return self.explain
 
     def diagnose(self, question: str, label: str, bad: str, good: str) -> Diagnosis | None:
         self.stats.calls += 1
-        div = self._fn()(question, bad, good)
+        div = self.explain(question, bad, good)
         if div is None:
             self.stats.none += 1
             return None

@@ -1,4 +1,4 @@
-"""One round of DiagEvo memory maintenance (METHODS §2, stage 4) as a single function.
+"""One round of DiagEvo memory maintenance (stage 4) as a single function.
 
 For every kept question x (pseudo-label ŷ, the causes it was targeted at E_known(x), and its G
 optimisation responses with their agree-with-ŷ flags), pair a failed response r⁻ with a
@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
+from pydantic import Field, field_validator
 
 from coevolve.memory.diagnose import Diagnosis, Diagnoser
 from coevolve.memory.embed import Embedder, cosine_top_k
-from coevolve.memory.store import ErrorMemory
+from coevolve.memory.store import ErrorMemory, Schedule, Stitching
+from coevolve.schema import Strict
 
 
 @dataclass
@@ -40,25 +42,55 @@ class KeptQuestion:
     id: str = ""
 
 
-@dataclass
-class MaintenanceConfig:
-    """Thresholds of the maintenance step (our defaults; the paper gives no values).
+PromotionSource = Literal["updated", "construction"]
 
-    Calibrated with all-MiniLM-L6-v2 on the toy cause catalogue: distinct catalogue causes reach
-    at most cosine 0.79 (dup 0.9 keeps them apart), distinct skill names at most 0.54 (node 0.7),
-    distinct skill-node centroids at most 0.61 (merge 0.85)."""
 
-    match_threshold: float = 0.85
-    retrieve_k: int = 5
-    dup_threshold: float = 0.9
-    confirm_min_sim: float = 0.6
-    node_threshold: float = 0.7
-    merge_threshold: float = 0.85
-    theta_up: float = 0.8
-    min_targeted: int = 1
-    max_pairs_per_question: int = 1
-    max_diagnoses_per_round: int = 64
-    k: float = 1.0
+class MemoryConfig(Strict):
+    """DiagEvo stage 4 and the scheduling of the next round (the ``memory`` config section).
+
+    Thresholds are our defaults (the paper gives none), calibrated with all-MiniLM-L6-v2 on the
+    toy cause catalogue: distinct catalogue causes reach at most cosine 0.79 (dup 0.9 keeps them
+    apart), distinct skill names at most 0.54 (node 0.7), distinct node centroids at most 0.61
+    (merge 0.85)."""
+
+    enabled: bool = Field(
+        True, description="Stage 4 on/off. false: no diagnosis, no re-measurement, the memory stays empty (so every "
+        "schedule explores freely) - the R-Zero-style baseline (configs/rzero.yaml), where diagnosis would be pure cost.")
+    schedule: Schedule = Field(
+        "mixed", description="'mixed' (ε-scheduled, paper), 'explore_only' (ablation 69.5), 'targeted_only' (ablation 70.1).")
+    stitching: Stitching = Field(
+        "same_node", description="Cross-state stitching: Mastered sibling of the same node (paper), random Mastered cause "
+        "(ablation, -1.0), or none.")
+    k: float = Field(1.0, gt=0, description="ε_{t+1} = F_1/(F_1 + F_t/k); the paper finds k insensitive (our default 1).")
+    theta_up: float = Field(0.8, gt=0, le=1, description="Promotion: Active -> Mastered when targeted questions reach "
+                            "mean p1 >= θ_up (our default 0.8).")
+    min_targeted: int = Field(3, ge=1, description="Targeted candidate questions a cause needs in a round before it can be "
+                              "promoted (our default).")
+    promotion_p1: PromotionSource = Field(
+        "updated", description="Which p1 of the round's targeted candidate questions promotion compares with θ_up: "
+        "'updated' (default; re-measured in the memory phase with the solver AFTER this round's GRPO, pool.voting.samples "
+        "answers each: the solver has reached θ_up) or 'construction' (the pool's p1 from the frozen solver BEFORE the "
+        "update; cheaper).")
+    embedder: Literal["minilm", "hash"] = Field(
+        "minilm", description="Cause embeddings: all-MiniLM-L6-v2 offline (needs the 'embed' extra) or 'hash' (a "
+        "char-n-gram hash, for tests only).")
+    match_threshold: float = Field(0.85, ge=-1, le=1, description="Cosine for e_new to match a cause in E_known(x).")
+    retrieve_k: int = Field(5, ge=1, description="Similar known causes retrieved for duplicate confirmation.")
+    dup_threshold: float = Field(0.9, ge=-1, le=1, description="Cosine above which a retrieved cause is a duplicate.")
+    confirm_duplicates: bool = Field(False, description="Ask the diagnoser model yes/no for candidates above "
+                                     "confirm_min_sim (llm diagnoser only).")
+    confirm_min_sim: float = Field(0.6, ge=-1, le=1, description="Lowest cosine of a candidate the diagnoser model is asked about.")
+    node_threshold: float = Field(0.7, ge=-1, le=1, description="Cosine (skill name vs node name) to file a new cause under "
+                                  "an existing node.")
+    merge_threshold: float = Field(0.85, ge=-1, le=1, description="Round-end merge of skill nodes whose centroids reach this cosine.")
+    max_pairs_per_question: int = Field(1, ge=1, description="(r-, r+) pairs diagnosed per kept question (paper: one).")
+    max_diagnoses_per_round: int = Field(64, ge=1, description="Diagnosis budget per round (cost grows linearly with calls).")
+
+    @field_validator("stitching", mode="before")
+    @classmethod
+    def _off(cls, v: object) -> object:
+        """YAML reads a bare ``off`` as False; ``memory.stitching=off`` must still mean 'off'."""
+        return "off" if v is False else v
 
 
 @dataclass
@@ -94,9 +126,6 @@ def select_pairs(
     return out
 
 
-PromotionSource = Literal["updated", "construction"]
-
-
 def targeted_questions(pool_rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The candidate-pool rows that were written for at least one cause (targeted or stitched
     plans; ``row["meta"]["cause_ids"]`` non-empty), in pool order: the promotion evidence."""
@@ -112,8 +141,8 @@ def targeted_p1_by_cause(
 
     ``source="construction"``: the p1 stored in the pool row, measured by the frozen solver
     *before* this round's solver update (what the challenger wrote against). ``"updated"``: the
-    p1 re-measured with the solver *after* this round's update, ``updated_p1[row id]`` (METHODS
-    §2: a cause is Mastered once the solver has *reached* mean p1 >= θ_up on its questions).
+    p1 re-measured with the solver *after* this round's update, ``updated_p1[row id]`` (DiagEvo:
+    a cause is Mastered once the solver has *reached* mean p1 >= θ_up on its questions).
     Raises ``KeyError`` naming the question when an updated measurement is missing, so a
     partial re-measurement can never promote silently on fewer questions."""
     if source not in ("updated", "construction"):
@@ -131,20 +160,13 @@ def targeted_p1_by_cause(
     return out
 
 
-def _diagnose_all(diagnoser: Diagnoser, requests: list[tuple[str, str, str, str]]) -> list[Diagnosis | None]:
-    batch = getattr(diagnoser, "diagnose_batch", None)
-    if batch is not None:
-        return list(batch(requests))
-    return [diagnoser.diagnose(*r) for r in requests]
-
-
 def file_diagnosis(
     memory: ErrorMemory,
     d: Diagnosis,
     emb: np.ndarray,
     known: Sequence[str],
     embedder: Embedder,
-    cfg: MaintenanceConfig,
+    cfg: MemoryConfig,
     round_: int,
     confirm: Callable[[str, str], bool] | None = None,
 ) -> dict[str, Any]:
@@ -197,7 +219,7 @@ def maintain_memory(
     diagnoser: Diagnoser,
     embedder: Embedder,
     round_: int,
-    cfg: MaintenanceConfig,
+    cfg: MemoryConfig,
     targeted_p1: Mapping[str, Sequence[float]],
     rng: np.random.Generator,
     confirm: Callable[[str, str], bool] | None = None,
@@ -210,7 +232,7 @@ def maintain_memory(
     pairs = select_pairs(kept, rng, cfg.max_pairs_per_question, cfg.max_diagnoses_per_round)
     requests = [(kept[q].question, kept[q].label, kept[q].responses[b], kept[q].responses[g])
                 for q, b, g in pairs]
-    diags = _diagnose_all(diagnoser, requests)
+    diags = diagnoser.diagnose_batch(requests)
     valid = [d for d in diags if d is not None]
     embs = embedder.encode([d.cause for d in valid]) if valid else np.zeros((0, 1))  # (V, d)
     counts = {"known": 0, "duplicate": 0, "new_cause": 0, "new_node": 0, "reactivated": 0}

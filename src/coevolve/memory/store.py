@@ -1,4 +1,4 @@
-"""Hierarchical error-cause memory of DiagEvo (METHODS §2): skill nodes -> error causes.
+"""Hierarchical error-cause memory of DiagEvo (DiagEvo): skill nodes -> error causes.
 
 The memory is a state machine that schedules the curriculum, not a flat list:
 
@@ -11,15 +11,13 @@ The memory is a state machine that schedules the curriculum, not a flat list:
   ``ε_{t+1} = F_1 / (F_1 + F_t / k)``;
 * the challenger plan of the next round samples explore / targeted / stitched prompts from it.
 
-Persistence is one JSON document written atomically (temp file + ``os.replace``) so a run killed
+Persistence is one JSON document written atomically so a run killed
 at any instant leaves either the old or the new memory on disk, never half of one.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Sequence
@@ -124,7 +122,7 @@ class Plan:
 
 
 def epsilon(F1: float | None, Ft: float, k: float = 1.0) -> float:
-    """Exploration probability ``ε_{t+1} = F_1 / (F_1 + F_t / k)`` (METHODS §2).
+    """Exploration probability ``ε_{t+1} = F_1 / (F_1 + F_t / k)`` (DiagEvo).
 
     Few remaining failures (F_t small vs the reference F_1) -> explore more. Edge cases, chosen
     so the schedule is always defined: no reference yet (``F1`` None or <= 0: the memory has
@@ -421,20 +419,11 @@ class ErrorMemory:
         return m
 
     def save(self, path: str | Path) -> Path:
-        """Write the memory as JSON atomically (temp file in the same folder + ``os.replace``)."""
+        """Write the memory as one JSON document, atomically (``coevolve.run.files``)."""
+        from coevolve.run.files import atomic_write_text
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(), f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1))
         return path
 
     @classmethod

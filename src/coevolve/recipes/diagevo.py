@@ -1,6 +1,6 @@
-"""Recipe ``diagevo``: DiagEvo, diagnosis-guided self-evolution via a hierarchical error memory
-(METHODS §2). Label-free: no labelled data enters training; labels exist only for evaluation
-and, in the toy world, for the oracle metrics (pseudo-label accuracy, target hits).
+"""Recipe ``diagevo``: DiagEvo, diagnosis-guided self-evolution via a hierarchical error memory.
+Label-free: no labelled data enters training; labels exist only for evaluation and, where the
+world has an oracle (the toy world), for measuring pseudo-label accuracy and target hits.
 
 Two separate models, one frozen while the other trains: the challenger writes questions, the
 solver answers them. Every round t = 1..rounds runs five resumable phases (``coevolve.run``):
@@ -23,513 +23,327 @@ reproduces an uninterrupted run exactly and the memory is never half-updated.
 
 from __future__ import annotations
 
+import functools
 import random
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
+from coevolve.answers import Grader
 from coevolve.config.diagevo import DiagEvoConfig
+from coevolve.curriculum import label_questions, parse_yes_no, propose_questions, score_writer_batch
+from coevolve.engine import load_sampler
+from coevolve.loop import Observed, RewardFn, Role, ShuffledPasses, grpo_train, sampling_params
 from coevolve.memory.cli import MEMORY_FILE
-from coevolve.memory.diagnose import DiagnoserStats, LLMDiagnoser, TraceDiagnoser
-from coevolve.memory.maintain import (
-    KeptQuestion,
-    MaintenanceConfig,
-    maintain_memory,
-    targeted_p1_by_cause,
-    targeted_questions,
-)
-from coevolve.memory.store import ErrorMemory, Plan
-from coevolve.recipes.common import (
-    Role,
-    build_prompter,
-    build_role,
-    grpo_train,
-    is_toy,
-    phase_eval as common_phase_eval,
-    round_,
-    sampling_params,
-    say,
-    write_summary,
-)
-from coevolve.run import RunDir, derive_seed
+from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser
+from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
+from coevolve.memory.store import ErrorMemory
+from coevolve.recipes.common import Setup, eval_due, finish, phase_eval, setup
+from coevolve.rewards import signed_match_rewards
+from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
+from coevolve.errors import RunStateError
 from coevolve.types import Completion, SamplingParams, Task
 
-TOY_DIAGNOSER_TEMPLATE = "DIAG:{question}={label}\nBAD:{bad}\nGOOD:{good}\nJSON:"
-"""Short diagnosis prompt for the toy model (its context is 256 characters)."""
 
-CONFIRM_TEMPLATE = "Do these two descriptions name the same error?\nA: {a}\nB: {b}\nAnswer yes or no:"
-
-
-# ------------------------------------------------------------------------------------------
-# helpers
-
-
-@dataclass
-class Ctx:
-    """What every phase needs; the embedder and diagnoser are built on first use (the MiniLM
-    import costs ~5 s, and a resumed run may not reach a memory phase)."""
-
-    cfg: DiagEvoConfig
-    run: RunDir
-    solver: Role
-    challenger: Role
-    prompter: Any
-    _embedder: Any = None
-    _diagnoser: Any = None
-    _diag_sampler: Any = field(default=None)
-
-    def embedder(self):
-        if self._embedder is None:
-            from coevolve.memory.embed import make_embedder
-
-            self._embedder = make_embedder(self.cfg.memory.embedder, device="cpu")
-        return self._embedder
-
-    def diagnoser_kind(self) -> str:
-        k = self.cfg.diagnoser.kind
-        return ("trace" if is_toy(self.cfg) else "llm") if k == "auto" else k
-
-    def diagnoser(self):
-        if self._diagnoser is None:
-            d = self.cfg.diagnoser
-            if self.diagnoser_kind() == "trace":
-                if not is_toy(self.cfg):
-                    from coevolve.errors import ConfigError
-
-                    raise ConfigError("diagnoser.kind=trace needs the toy world (step traces); use diagnoser.kind=llm")
-                self._diagnoser = TraceDiagnoser()
-            else:
-                sampler, tok = self.solver.sampler, self.solver.tokenizer
-                if d.model_path:
-                    from coevolve.engine import HFSampler, load_model
-
-                    model, tok = load_model(d.model_path, device=self.cfg.model.device, dtype=self.cfg.model.dtype)
-                    sampler = HFSampler(model, tok, max_batch=self.cfg.sampling.max_batch)
-                template = d.template or (TOY_DIAGNOSER_TEMPLATE if is_toy(self.cfg) and not d.model_path else None)
-                wrap = None
-                if self.cfg.model.chat_template and getattr(tok, "chat_template", None):
-                    wrap = lambda p: tok.apply_chat_template(  # noqa: E731
-                        [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-                params = SamplingParams(temperature=d.temperature, max_new_tokens=d.max_new_tokens)
-                kw = {"template": template} if template else {}
-                self._diagnoser = LLMDiagnoser(sampler, params, wrap=wrap, **kw)
-                self._diag_sampler = sampler
-        return self._diagnoser
-
-    def confirm_fn(self, seed: int) -> Callable[[str, str], bool] | None:
-        """Yes/no duplicate confirmation by the diagnoser model (llm diagnoser, when enabled)."""
-        if not self.cfg.memory.confirm_duplicates or self.diagnoser_kind() != "llm":
-            return None
-        from coevolve.curriculum import parse_yes_no
-
-        self.diagnoser()
-        sampler = self._diag_sampler
-        params = SamplingParams(temperature=0.0, max_new_tokens=8, seed=seed)
-
-        def confirm(a: str, b: str) -> bool:
-            out = sampler.sample([CONFIRM_TEMPLATE.replace("{a}", a).replace("{b}", b)], 1, params)
-            return parse_yes_no(out[0][0].text) is True
-
-        return confirm
-
-
-def load_memory(run: RunDir, t: int) -> ErrorMemory:
+def load_memory(run: Run, t: int) -> ErrorMemory:
     """The memory after round ``t`` (empty before round 1)."""
     if t <= 0:
         return ErrorMemory()
     p = run.path / f"round_{t:02d}" / MEMORY_FILE
     if not p.is_file():
-        from coevolve.errors import RunStateError
-
         raise RunStateError(f"{p}: missing memory of round {t} although its phase is done")
     return ErrorMemory.load(p)
 
 
-def _vote_fn(cfg: DiagEvoConfig):
-    from coevolve.answers import vote
-
-    return lambda answers: vote(answers, timeout=cfg.run.grader_timeout)
-
-
-def _target_checker(cfg: DiagEvoConfig, mem: ErrorMemory) -> Callable[[str, list[str]], list[bool] | None]:
-    """Toy world: for a generated question, whether it shows each targeted cause's feature
-    (the memory cause's world id, from the trace diagnoser or an exact catalogue text); None
-    when the world cannot tell (real data, or a free-form LLM cause)."""
-    if not is_toy(cfg):
-        return lambda q, ids: None
-    from coevolve.toy import cause_by_text, features, shows_cause
-
-    def check(q: str, cause_ids: list[str]) -> list[bool] | None:
-        out = []
-        for cid in cause_ids:
-            c = mem.causes[cid]
-            ref = c.source_id or (getattr(cause_by_text(c.text), "id", None))
-            if ref is None:
-                return None
-            out.append(bool(shows_cause(ref, features(q))))
-        return out
-
-    return check
-
-
 def _mean(v: list[float]) -> float | None:
-    return float(sum(v) / len(v)) if v else None
+    return sum(v) / len(v) if v else None
 
 
-# ------------------------------------------------------------------------------------------
-# phases
+def _fmt(v: Any) -> str:
+    return "-" if v is None else f"{v:.3f}"
 
 
-def phase_challenger(c: Ctx, t: int) -> dict[str, Any]:
-    """Stage 1: challenger GRPO against the frozen solver (skipped when challenger.frozen)."""
-    cfg, run, ch = c.cfg, c.run, c.cfg.challenger
+class Diagnosis:
+    """The diagnosis model of stage 4 and the embedder of the memory, built on first use (the
+    MiniLM import costs ~5 s, and a resumed run may not reach a memory phase)."""
 
-    def fn(seed: int) -> dict[str, Any]:
-        mem = load_memory(run, t - 1)
-        eps = {"mixed": mem.epsilon(cfg.memory.k), "explore_only": 1.0, "targeted_only": 0.0}[cfg.memory.schedule]
-        if ch.frozen or ch.steps == 0:
-            say("[challenger] frozen (ablation): no update")
-            return {"skipped": True, "rollouts": 0, "epsilon": eps}
-        rng = np.random.default_rng(seed)
-        check = _target_checker(cfg, mem)
-        records: list[dict[str, Any]] = []
-        solver_rollouts = [0]
-        tok = ch.rzero_tokenizer if ch.rzero_tokenizer != "auto" else ("char" if is_toy(cfg) else "whitespace")
-        vote_fn = _vote_fn(cfg)
+    def __init__(self, s: Setup, solver: Role) -> None:
+        self.s, self.solver = s, solver
 
-        def next_batch(step: int) -> list[Task]:
-            plans = mem.sample_plan(rng, ch.prompts_per_step, cfg.memory.stitching, cfg.memory.schedule, cfg.memory.k)
-            return [Task(id=f"r{t:02d}-ch{step:03d}-{i:03d}", question=c.prompter.challenger(p.cause_texts),
-                         features={"plan": p.to_dict(), "step": step}) for i, p in enumerate(plans)]
+    @property
+    def kind(self) -> str:
+        k = self.s.cfg.diagnoser.kind
+        return self.s.world.default_diagnoser if k == "auto" else k
 
-        def reward_fn(tasks: list[Task], comps: list[list[Completion]]):
-            from coevolve.curriculum import label_questions
-            from coevolve.rewards import questioner_rewards, rzero_rewards
+    @functools.cached_property
+    def embedder(self) -> Any:
+        from coevolve.memory.embed import make_embedder
 
-            step = int(tasks[0].features["step"]) if tasks else 0
-            parsed = [[c.prompter.parse_question(x.text) for x in cs] for cs in comps]
-            uniq = sorted({q for row in parsed for q in row if q is not None})
-            votes = label_questions(c.solver.sampler, c.prompter, uniq, ch.solver_samples,
-                                    sampling_params(cfg, derive_seed(seed, "solve", step)), vote_fn=vote_fn)
-            solver_rollouts[0] += len(uniq) * ch.solver_samples
-            p1 = {v.question: v.p1 for v in votes}
-            flat_q = [q for row in parsed for q in row]
-            ok = [q is not None for q in flat_q]
-            x = [p1[q] if q is not None else None for q in flat_q]
-            if ch.reward == "plateau":
-                r, bd = questioner_rewards(ok, x, ch.tau_l, ch.tau_u, ch.a)
-            else:
-                r, bd = rzero_rewards(ok, x, flat_q, tok, ch.rzero_threshold)
-            rewards, hits, i = [], [], 0
-            for task, row in zip(tasks, parsed):
-                plan = task.features["plan"]
-                rewards.append(r[i:i + len(row)])
-                for q in row:
-                    shows = check(q, plan["cause_ids"]) if (q is not None and plan["cause_ids"]) else None
-                    if shows is not None:
-                        hits.append(float(shows[0]))
-                    records.append({"step": step, "mode": plan["mode"], "cause_ids": plan["cause_ids"],
-                                    "question": q, "p1": x[i], "reward": r[i], "shows_target": shows})
-                    i += 1
-            out = {"reward_mean": bd["mean"], "valid_rate": _mean([float(o) for o in ok]),
-                   "p1_mean": _mean([v for v in x if v is not None]),
-                   "targeted_share": _mean([float(bool(tk.features["plan"]["cause_ids"])) for tk in tasks])}
-            if hits:
-                out["target_hit_rate"] = _mean(hits)
-            return rewards, {k: v for k, v in out.items() if v is not None}
+        return make_embedder(self.s.cfg.memory.embedder, device="cpu")
 
-        summary = grpo_train(
-            role=c.challenger, prompt_fn=lambda task: task.question, next_batch=next_batch, reward_fn=reward_fn,
-            steps=ch.steps, group_size=ch.group_size,
-            params=sampling_params(cfg, seed, temperature=ch.temperature, max_new_tokens=ch.max_new_tokens),
-            run=run, round=t, phase="challenger", ns="challenger", seed=seed,
-            save_rollouts=cfg.run.save_rollouts, progress=cfg.run.progress,
-            rollouts_file=run.round_dir(t) / "challenger_rollouts.jsonl",
-        )
-        run.write_jsonl(f"round_{t:02d}/challenger_questions.jsonl", records)
+    @functools.cached_property
+    def sampler_prompter(self) -> tuple[Any, Any]:
+        d, s = self.s.cfg.diagnoser, self.s
+        if d.model_path is None:
+            return self.solver.sampler, s.world.prompter
+        sampler = load_sampler(s.cfg.engine, d.model_path, s.cfg.model.device, s.cfg.model.dtype)
+        return sampler, s.world.prompter_for(sampler.tokenizer)
+
+    @functools.cached_property
+    def diagnoser(self) -> Diagnoser:
+        d = self.s.cfg.diagnoser
+        if self.kind == "trace":
+            return self.s.world.trace_diagnoser()
+        sampler, prompter = self.sampler_prompter
+        return LLMDiagnoser(sampler, lambda q, lab, bad, good: prompter.diagnoser(q, lab, bad, good, d.template),
+                            SamplingParams(temperature=d.temperature, max_new_tokens=d.max_new_tokens))
+
+    def confirm(self, seed: int) -> Callable[[str, str], bool] | None:
+        """Yes/no duplicate confirmation by the diagnosis model (llm diagnoser, when enabled)."""
+        if not self.s.cfg.memory.confirm_duplicates or self.kind != "llm":
+            return None
+        sampler, prompter = self.sampler_prompter
+        params = SamplingParams(temperature=0.0, max_new_tokens=8, seed=seed)
+        return lambda a, b: parse_yes_no(sampler.sample([prompter.confirm(a, b)], 1, params)[0][0].text) is True
+
+
+def _epsilon(cfg: DiagEvoConfig, mem: ErrorMemory) -> float:
+    return {"mixed": mem.epsilon(cfg.memory.k), "explore_only": 1.0, "targeted_only": 0.0}[cfg.memory.schedule]
+
+
+def challenger_reward(s: Setup, solver: Role, mem: ErrorMemory, seed: int) -> RewardFn:
+    """The writer reward on the frozen solver's p1 (``score_writer_batch``), plus per question
+    whether it exercises the cause it was targeted at (where the world can tell)."""
+    ch, prompter = s.cfg.challenger, s.world.prompter
+
+    def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
+        wb = score_writer_batch(comps, parse=prompter.parse_question, scorer=solver.sampler, prompter=prompter,
+                                reward=ch.reward, grader=s.grader,
+                                params=sampling_params(s.cfg.sampling, derive_seed(seed, "solve", step)),
+                                batch_prompts=s.cfg.sampling.batch_prompts, rep_tokenizer=s.rep_tokenizer(ch.reward))
+        records = []
+        for task, qs, xs, rs in zip(tasks, wb.questions, wb.x, wb.rewards):
+            plan = task.features["plan"]
+            for q, x, r in zip(qs, xs, rs):
+                shows = s.world.shows_causes(q, [mem.causes[c] for c in plan["cause_ids"]]) if q and plan["cause_ids"] else None
+                records.append({"mode": plan["mode"], "cause_ids": plan["cause_ids"], "question": q, "p1": x,
+                                "reward": r, "shows_target": shows})
         hits = [float(r["shows_target"][0]) for r in records if r["shows_target"] is not None]
-        res = {
-            "reward_mean": round_(summary["reward_mean"]), "epsilon": round_(eps),
-            "valid_rate": round_(_mean([float(r["question"] is not None) for r in records]) or 0.0),
-            "target_hit_rate": None if not hits else round_(_mean(hits) or 0.0),
-            "rollouts": summary["rollouts"] + solver_rollouts[0],
-            "challenger_rollouts": summary["rollouts"], "solver_rollouts": solver_rollouts[0],
-        }
-        say(f"[challenger] ε={eps:.3f} reward {res['reward_mean']:.3f}, valid {res['valid_rate']:.2f}"
-            + (f", target hit {res['target_hit_rate']:.2f}" if hits else ""))
-        return {**res, "checkpoints": c.challenger.save(run, f"r{t:02d}")}
+        extra = {"targeted_share": _mean([float(bool(t.features["plan"]["cause_ids"])) for t in tasks]) or 0.0,
+                 **({"target_hit_rate": _mean(hits)} if hits else {})}
+        return wb.rewards, Observed({**wb.metrics(), **extra}, records, wb.rollouts)
 
-    return run.run_phase(f"{t:02d}/challenger", fn, master_seed=cfg.run.seed, round=t, log_fn=say,
-                         keep_checkpoints=cfg.run.keep_checkpoints)
+    return reward
 
 
-def write_pool(c: Ctx, t: int, seed: int, mem: ErrorMemory) -> dict[str, Any]:
-    """Candidate pool -> votes -> the three filters; writes pool.jsonl and kept.jsonl."""
-    from coevolve.curriculum import dual_confidence_filter, label_questions, normalize_question, pseudo_label_accuracy
+def phase_challenger(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseRecord:
+    """Stage 1: challenger GRPO against the frozen solver (skipped when challenger.frozen)."""
+    cfg, ch = s.cfg, s.cfg.challenger
 
-    cfg, run, pc = c.cfg, c.run, c.cfg.pool
-    rng = np.random.default_rng(seed)
-    plans: list[Plan] = mem.sample_plan(rng, pc.size, cfg.memory.stitching, cfg.memory.schedule, cfg.memory.k)
-    comps = c.challenger.sampler.sample(
-        [c.prompter.challenger(p.cause_texts) for p in plans], 1,
-        sampling_params(cfg, derive_seed(seed, "write"), temperature=cfg.challenger.temperature,
-                        max_new_tokens=cfg.challenger.max_new_tokens))
-    banned: frozenset[str] = frozenset()
-    if is_toy(cfg) and pc.drop_heldout:
-        from coevolve.toy import heldout_questions
+    def fn(ctx: PhaseContext) -> PhaseResult:
+        mem = load_memory(s.run, t - 1)
+        eps = _epsilon(cfg, mem)
+        if ch.frozen or ch.steps == 0:
+            ctx.say("[challenger] frozen (ablation): no update")
+            return PhaseResult({"skipped": True, "epsilon": eps})
+        rng = np.random.default_rng(ctx.seed)
 
-        banned = frozenset(normalize_question(q) for q in heldout_questions(cfg.eval.heldout_size))
-    check = _target_checker(cfg, mem)
-    seen: set[str] = set()
-    qs: list[str] = []
-    meta: list[dict[str, Any]] = []
-    invalid = dup = held = 0
-    for plan, cs in zip(plans, comps):
-        q = c.prompter.parse_question(cs[0].text)
-        if q is None:
-            invalid += 1
-            continue
-        key = normalize_question(q)
-        if key in banned:
-            held += 1
-            continue
-        if key in seen:
-            dup += 1
-            continue
-        seen.add(key)
-        qs.append(q)
-        meta.append({"mode": plan.mode, "cause_ids": plan.cause_ids,
-                     "shows_target": check(q, plan.cause_ids) if plan.cause_ids else None})
-    votes = label_questions(c.solver.sampler, c.prompter, qs, pc.construction_samples,
-                            sampling_params(cfg, derive_seed(seed, "construct")), vote_fn=_vote_fn(cfg))
-    for i, (v, m) in enumerate(zip(votes, meta)):
-        v.id = f"r{t:02d}-q{i:05d}"
-        v.meta = {**m, "round": t, "oracle": c.prompter.oracle(v.question)}
-    sets = {mode: dual_confidence_filter(votes, pc.p_low, pc.p_high, pc.tau, mode)
-            for mode in ("none", "absolute", "dual")}
-    kept = sets[pc.filter]
-    kept_ids = {v.id for v in kept}
-    from coevolve.answers import is_equiv
+        def batches(step: int) -> list[Task]:
+            plans = mem.sample_plan(rng, ch.prompts_per_step, cfg.memory.stitching, cfg.memory.schedule, cfg.memory.k)
+            return [Task(f"r{t:02d}-ch{step:03d}-{i:03d}", s.world.prompter.challenger(p.cause_texts),
+                         features={"plan": p.to_dict()}) for i, p in enumerate(plans)]
 
-    equiv = lambda g, p: bool(is_equiv(g, p, timeout=cfg.run.grader_timeout))  # noqa: E731
-    rows = []
-    for v in votes:
-        d = v.to_dict()
-        d["kept"] = v.id in kept_ids
-        gold = v.meta["oracle"]
-        d["label_correct"] = None if gold is None or v.label is None else equiv(gold, v.label)
-        rows.append(d)
-    run.write_jsonl(f"round_{t:02d}/pool.jsonl", rows)
-    run.write_jsonl(f"round_{t:02d}/kept.jsonl", [r for r in rows if r["kept"]])
-    res: dict[str, Any] = {"prompts": len(plans), "invalid": invalid, "duplicates": dup, "heldout_dropped": held,
-                           "candidates": len(votes), "kept": len(kept),
-                           "kept_none": len(sets["none"]), "kept_absolute": len(sets["absolute"]),
-                           "kept_dual": len(sets["dual"]),
-                           "rollouts": len(plans) + len(qs) * pc.construction_samples}
-    for mode, recs in sets.items():
-        acc = pseudo_label_accuracy(recs, c.prompter.oracle, equiv)
-        if acc is not None:
-            res[f"oracle_acc_{mode}"] = round_(acc)
-    acc = pseudo_label_accuracy(kept, c.prompter.oracle, equiv)
-    if acc is not None:
-        res["oracle_acc_kept"] = round_(acc)
-    hits = [float(m["shows_target"][0]) for m in meta if m["shows_target"] is not None]
-    if hits:
-        res["target_hit_rate"] = round_(_mean(hits) or 0.0)
-    res["targeted_share"] = round_(_mean([float(bool(p.cause_ids)) for p in plans]) or 0.0)
-    return res
+        res = grpo_train(challenger, ch, batches=batches, prompt=lambda task: task.question,
+                         reward=challenger_reward(s, solver, mem, ctx.seed), params=sampling_params(cfg.sampling, ctx.seed, ch),
+                         ctx=ctx, ns="challenger", progress=cfg.run.progress,
+                         rollouts_file=ctx.dir / "challenger_rollouts.jsonl" if cfg.run.save_rollouts else None)
+        s.run.write_jsonl(ctx.dir / "challenger_questions.jsonl", res.records)
+        hits = [float(r["shows_target"][0]) for r in res.records if r["shows_target"] is not None]
+        values = {"reward_mean": round(res.reward_mean, 4), "epsilon": round(eps, 4),
+                  "well_formed": round(_mean([float(r["question"] is not None) for r in res.records]) or 0.0, 4),
+                  "target_hit_rate": None if not hits else round(_mean(hits) or 0.0, 4),
+                  "challenger_rollouts": res.rollouts, "solver_rollouts": res.reward_rollouts}
+        ctx.say(f"[challenger] ε={eps:.3f} reward {values['reward_mean']:.3f}, well-formed {values['well_formed']:.2f}"
+                + (f", target hit {values['target_hit_rate']:.2f}" if hits else ""))
+        return PhaseResult(values, res.rollouts + res.reward_rollouts, s.save(challenger, f"r{t:02d}"))
+
+    return s.run.phase(Phase("challenger", t), fn)
 
 
-def phase_pool(c: Ctx, t: int) -> dict[str, Any]:
-    """Stage 2: candidate pool, pseudo-labels, dual-confidence filter."""
-    cfg, run = c.cfg, c.run
+def phase_pool(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseRecord:
+    """Stage 2: the challenger writes the candidate pool from memory plans; N construction
+    answers vote ŷ, p1, p2; the dual-confidence filter keeps the training set."""
+    cfg, pc = s.cfg, s.cfg.pool
 
-    def fn(seed: int) -> dict[str, Any]:
-        res = write_pool(c, t, seed, load_memory(run, t - 1))
-        run.log({f"curriculum/{k}": v for k, v in res.items() if isinstance(v, (int, float))}, round=t, phase="pool")
-        say(f"[pool] {res['prompts']} prompts -> {res['candidates']} candidates -> kept {res['kept']} "
-            f"({cfg.pool.filter}); oracle agreement none/absolute/dual: "
-            + "/".join(f"{res.get(f'oracle_acc_{m}', float('nan')):.3f}" for m in ("none", "absolute", "dual")))
-        return res
+    def fn(ctx: PhaseContext) -> PhaseResult:
+        mem = load_memory(s.run, t - 1)
+        plans = mem.sample_plan(np.random.default_rng(ctx.seed), pc.size, cfg.memory.stitching, cfg.memory.schedule,
+                                cfg.memory.k)
+        pool = propose_questions(
+            challenger.sampler, [s.world.prompter.challenger(p.cause_texts) for p in plans],
+            [{"mode": p.mode, "cause_ids": p.cause_ids, "round": t} for p in plans], prompter=s.world.prompter,
+            solver=solver.sampler, voting=pc.voting, grader=s.grader,
+            write_params=sampling_params(cfg.sampling, derive_seed(ctx.seed, "write"), cfg.challenger),
+            vote_params=sampling_params(cfg.sampling, derive_seed(ctx.seed, "construct")),
+            batch_prompts=cfg.sampling.batch_prompts, id_prefix=f"r{t:02d}-q", excluded=s.world.excluded(),
+            oracle=s.world.oracle)
+        for v in pool.votes:
+            ids = v.meta["cause_ids"]
+            v.meta["shows_target"] = s.world.shows_causes(v.question, [mem.causes[c] for c in ids]) if ids else None
+        s.run.write_jsonl(ctx.dir / "candidates.jsonl", [c.to_dict() for c in pool.candidates])
+        s.run.write_jsonl(ctx.dir / "pool.jsonl", pool.rows())
+        s.run.write_jsonl(ctx.dir / "kept.jsonl", [r for r in pool.rows() if r["kept"]])
+        hits = [float(v.meta["shows_target"][0]) for v in pool.votes if v.meta["shows_target"] is not None]
+        values = {**{k: v for k, v in pool.stats().items() if k != "rollouts"},
+                  "targeted_share": round(_mean([float(bool(p.cause_ids)) for p in plans]) or 0.0, 4),
+                  "target_hit_rate": None if not hits else round(_mean(hits) or 0.0, 4)}
+        ctx.log({f"curriculum/{k}": v for k, v in values.items() if isinstance(v, (int, float))})
+        ctx.say(f"[pool] {len(plans)} prompts -> {values['labelled']} candidates -> kept {values['kept']} "
+                f"({pc.voting.filter}); oracle agreement none/absolute/dual: "
+                + "/".join(_fmt(values[f"oracle_acc_{m}"]) for m in ("none", "absolute", "dual")))
+        return PhaseResult(values, pool.rollouts)
 
-    return run.run_phase(f"{t:02d}/pool", fn, master_seed=cfg.run.seed, round=t, log_fn=say)
+    return s.run.phase(Phase("pool", t), fn)
 
 
-def phase_solver(c: Ctx, t: int) -> dict[str, Any]:
-    """Stage 3: solver GRPO on the kept questions (reward +1 if the answer matches ŷ, else -1)."""
-    cfg, run, sc = c.cfg, c.run, c.cfg.solver
+def match_reward(grader: Grader) -> RewardFn:
+    """DiagEvo solver reward: +1 when the answer matches the pseudo-label ŷ, else -1; records the
+    G responses and their matches per question (the diagnosis input) and, where the world knows
+    the truth, how often the responses are actually correct."""
 
-    def fn(seed: int) -> dict[str, Any]:
-        from coevolve.answers import grade
-        from coevolve.rewards import signed_match_rewards
+    def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
+        texts = [[c.text for c in g] for g in comps]
+        match = grader.grade_batch([t.answer or "" for t, g in zip(tasks, texts) for _ in g], [x for g in texts for x in g])
+        with_oracle = [(t, g) for t, g in zip(tasks, texts) if t.features.get("oracle") is not None]
+        truth = grader.grade_batch([t.features["oracle"] for t, g in with_oracle for _ in g],
+                                   [x for _, g in with_oracle for x in g])
+        rewards, records, i = [], [], 0
+        for task, g in zip(tasks, texts):
+            m = [bool(v) for v in match[i : i + len(g)]]
+            i += len(g)
+            rewards.append(signed_match_rewards(m)[0])
+            records.append({"id": task.id, "question": task.question, "label": task.answer,
+                            "targets": task.features["targets"], "responses": g, "matches": m})
+        metrics = {"match_rate": _mean([float(v) for v in match]) or 0.0}
+        if truth:
+            metrics["oracle_acc"] = _mean([float(v) for v in truth]) or 0.0
+        return rewards, Observed(metrics, records)
 
-        kept = run.read_jsonl(f"round_{t:02d}/kept.jsonl")
-        tasks = [Task(id=r["id"], question=r["question"], answer=r["label"], source="generated",
-                      features={"oracle": r["meta"].get("oracle"), "targets": r["meta"].get("cause_ids", [])})
-                 for r in kept]
+    return reward
+
+
+def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
+    """Stage 3: solver GRPO on the kept questions in shuffled passes (reward ±1 for ŷ)."""
+    cfg, sc = s.cfg, s.cfg.solver
+
+    def fn(ctx: PhaseContext) -> PhaseResult:
+        tasks = [Task(r["id"], r["question"], r["label"], "generated",
+                      {"oracle": r["meta"].get("oracle"), "targets": r["meta"].get("cause_ids", [])})
+                 for r in s.run.read_jsonl(ctx.dir / "kept.jsonl")]
         if not tasks or sc.steps == 0:
-            run.write_jsonl(f"round_{t:02d}/optimisation.jsonl", [])
-            say("[solver] nothing kept: no update")
-            return {"skipped": True, "rollouts": 0}
-        rng = random.Random(seed)
-        queue: list[Task] = []
+            s.run.write_jsonl(ctx.dir / "optimisation.jsonl", [])
+            ctx.say("[solver] nothing kept: no update")
+            return PhaseResult({"skipped": True})
+        passes = ShuffledPasses(tasks, random.Random(ctx.seed))
+        res = grpo_train(solver, sc, batches=lambda step: passes.take(min(sc.prompts_per_step, len(tasks))),
+                         prompt=lambda task: s.world.prompter.solver(task.question), reward=match_reward(s.grader),
+                         params=sampling_params(cfg.sampling, ctx.seed, sc), ctx=ctx, ns="solver", progress=cfg.run.progress,
+                         rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)
         first: dict[str, dict[str, Any]] = {}
-        to = cfg.run.grader_timeout
+        for r in res.records:  # the G fresh responses of a question's first batch feed the diagnosis
+            first.setdefault(r["id"], {k: v for k, v in r.items() if k != "step"})
+        s.run.write_jsonl(ctx.dir / "optimisation.jsonl", [first[k] for k in sorted(first)])
+        ctx.say(f"[solver] mean reward {res.reward_mean:.3f} over {res.steps} steps on {len(tasks)} kept questions")
+        return PhaseResult({"reward_mean": round(res.reward_mean, 4), "questions_trained": len(first)}, res.rollouts,
+                           s.save(solver, f"r{t:02d}"))
 
-        def next_batch(step: int) -> list[Task]:
-            out = []
-            while len(out) < min(sc.prompts_per_step, len(tasks)):
-                if not queue:
-                    queue.extend(rng.sample(tasks, len(tasks)))  # shuffled passes over the kept set
-                out.append(queue.pop())
-            return out
-
-        def reward_fn(batch: list[Task], comps: list[list[Completion]]):
-            rewards, match, oracle_ok = [], [], []
-            for task, cs in zip(batch, comps):
-                m = [bool(grade(task.answer or "", x.text, timeout=to)) for x in cs]
-                r, _ = signed_match_rewards(m)
-                rewards.append(r)
-                match.extend(float(v) for v in m)
-                gold = task.features.get("oracle")
-                if gold is not None:
-                    oracle_ok.extend(float(grade(gold, x.text, timeout=to)) for x in cs)
-                if task.id not in first:  # G fresh optimisation responses, kept for the diagnosis
-                    first[task.id] = {"id": task.id, "question": task.question, "label": task.answer,
-                                      "targets": task.features["targets"], "responses": [x.text for x in cs],
-                                      "matches": m}
-            bd = {"match_rate": _mean(match) or 0.0}
-            if oracle_ok:
-                bd["oracle_acc"] = _mean(oracle_ok) or 0.0
-            return rewards, bd
-
-        summary = grpo_train(
-            role=c.solver, prompt_fn=lambda task: c.prompter.solver(task.question), next_batch=next_batch,
-            reward_fn=reward_fn, steps=sc.steps, group_size=sc.group_size, params=sampling_params(cfg, seed),
-            run=run, round=t, phase="solver", ns="solver", seed=seed, save_rollouts=cfg.run.save_rollouts,
-            progress=cfg.run.progress, rollouts_file=run.round_dir(t) / "solver_rollouts.jsonl",
-        )
-        run.write_jsonl(f"round_{t:02d}/optimisation.jsonl", [first[k] for k in sorted(first)])
-        say(f"[solver] mean reward {summary['reward_mean']:.3f} over {sc.steps} steps on {len(tasks)} kept questions")
-        return {"reward_mean": round_(summary["reward_mean"]), "rollouts": summary["rollouts"],
-                "questions_trained": len(first), "checkpoints": c.solver.save(run, f"r{t:02d}")}
-
-    return run.run_phase(f"{t:02d}/solver", fn, master_seed=cfg.run.seed, round=t, log_fn=say,
-                         keep_checkpoints=cfg.run.keep_checkpoints)
+    return s.run.phase(Phase("solver", t), fn)
 
 
-def maintenance_config(cfg: DiagEvoConfig) -> MaintenanceConfig:
-    m = cfg.memory
-    return MaintenanceConfig(
-        match_threshold=m.match_threshold, retrieve_k=m.retrieve_k, dup_threshold=m.dup_threshold,
-        confirm_min_sim=m.confirm_min_sim, node_threshold=m.node_threshold, merge_threshold=m.merge_threshold,
-        theta_up=m.theta_up, min_targeted=m.min_targeted, max_pairs_per_question=m.max_pairs_per_question,
-        max_diagnoses_per_round=m.max_diagnoses_per_round, k=m.k,
-    )
-
-
-def remeasure_targeted(c: Ctx, t: int, seed: int, pool_rows: list[dict[str, Any]]) -> dict[str, float]:
+def remeasure_targeted(s: Setup, solver: Role, ctx: PhaseContext, pool_rows: list[dict[str, Any]]) -> dict[str, float]:
     """Promotion evidence under ``memory.promotion_p1=updated``: re-answer every targeted
-    candidate question of round ``t`` with the solver as it is *after* this round's GRPO
-    (``pool.construction_samples`` answers each, batched, seeded from the memory phase's seed so
-    a resumed run measures exactly the same) and vote again. Writes
-    ``round_TT/promotion_p1.jsonl`` (construction vs updated p1 and label per question) and
-    returns question id -> updated p1."""
-    from coevolve.curriculum import label_questions
-
-    cfg = c.cfg
+    candidate of the round with the solver *after* this round's GRPO (``pool.voting.samples``
+    answers each, seeded from the memory phase's seed) and vote again; writes
+    ``promotion_p1.jsonl`` (construction vs updated p1 and label) and returns id -> updated p1."""
     rows = targeted_questions(pool_rows)
-    votes = label_questions(c.solver.sampler, c.prompter, [r["question"] for r in rows], cfg.pool.construction_samples,
-                            sampling_params(cfg, derive_seed(seed, "promotion")), vote_fn=_vote_fn(cfg))
+    votes = label_questions(solver.sampler, s.world.prompter, [r["question"] for r in rows], s.cfg.pool.voting.samples,
+                            sampling_params(s.cfg.sampling, derive_seed(ctx.seed, "promotion")), s.grader,
+                            s.cfg.sampling.batch_prompts)
     out = [{"id": r["id"], "cause_ids": r["meta"]["cause_ids"], "mode": r["meta"].get("mode"), "kept": r.get("kept"),
             "question": r["question"], "p1_construction": r["p1"], "label_construction": r["label"],
-            "p1_updated": v.p1, "p2_updated": v.p2, "label_updated": v.label}
-           for r, v in zip(rows, votes)]
-    c.run.write_jsonl(f"round_{t:02d}/promotion_p1.jsonl", out)
+            "p1_updated": v.p1, "p2_updated": v.p2, "label_updated": v.label} for r, v in zip(rows, votes)]
+    s.run.write_jsonl(ctx.dir / "promotion_p1.jsonl", out)
     return {r["id"]: float(r["p1_updated"]) for r in out}
 
 
-def phase_memory(c: Ctx, t: int) -> dict[str, Any]:
-    """Stage 4: diagnose, file causes, promote, merge; save ``round_TT/memory.json``."""
-    cfg, run = c.cfg, c.run
+def _promotion_stats(rows: list[dict[str, Any]], remeasured: dict[str, float] | None) -> dict[str, float]:
+    """Mean p1 of the round's targeted questions (updated and construction), for the log."""
+    targeted = targeted_questions(rows)
+    construction = [float(r["p1"]) for r in targeted]
+    p1 = [remeasured[r["id"]] for r in targeted] if remeasured is not None else construction
+    out: dict[str, float] = {"targeted_questions": len(p1)}
+    if p1:
+        out.update(targeted_p1_mean=_mean(p1) or 0.0, targeted_p1_construction_mean=_mean(construction) or 0.0)
+    return out
 
-    def fn(seed: int) -> dict[str, Any]:
-        mem = load_memory(run, t - 1)
-        if not cfg.memory.enabled:  # R-Zero-style baseline: no diagnosis, the memory stays empty
-            run.write_jsonl(f"round_{t:02d}/diagnoses.jsonl", [])
-            mem.save(run.path / f"round_{t:02d}" / MEMORY_FILE)
-            say("[memory] disabled (memory.enabled=false): no diagnosis")
-            return {"skipped": True, "rollouts": 0, **mem.stats(cfg.memory.k)}
-        opt = run.read_jsonl(f"round_{t:02d}/optimisation.jsonl")
+
+def phase_memory(s: Setup, solver: Role, diag: Diagnosis, t: int) -> PhaseRecord:
+    """Stage 4: diagnose (r-, r+) pairs, file causes, promote, merge; save ``memory.json``."""
+    cfg, m = s.cfg, s.cfg.memory
+
+    def fn(ctx: PhaseContext) -> PhaseResult:
+        mem = load_memory(s.run, t - 1)
+        if not m.enabled:  # R-Zero-style baseline: no diagnosis, the memory stays empty
+            s.run.write_jsonl(ctx.dir / "diagnoses.jsonl", [])
+            mem.save(ctx.dir / MEMORY_FILE)
+            ctx.say("[memory] disabled (memory.enabled=false): no diagnosis")
+            return PhaseResult({"skipped": True, **mem.stats(m.k)})
         kept = [KeptQuestion(r["question"], r["label"], list(r["targets"]), r["responses"], r["matches"], id=r["id"])
-                for r in opt]
-        pool_rows = run.read_jsonl(f"round_{t:02d}/pool.jsonl")
-        construction = targeted_p1_by_cause(pool_rows, "construction")
-        remeasured = remeasure_targeted(c, t, seed, pool_rows) if cfg.memory.promotion_p1 == "updated" else None
-        targeted = targeted_p1_by_cause(pool_rows, cfg.memory.promotion_p1, remeasured)
-        diag = c.diagnoser()
-        diag.stats = DiagnoserStats()
-        res = maintain_memory(mem, kept, diag, c.embedder(), t, maintenance_config(cfg), targeted,
-                              np.random.default_rng(seed), c.confirm_fn(seed),
-                              reference_p1=construction if remeasured is not None else None)
-        flat = [p for r in targeted_questions(pool_rows)
-                for p in ([remeasured[r["id"]]] if remeasured is not None else [float(r["p1"])])]
-        res.stats["targeted_questions"] = len(flat)
-        if flat:
-            res.stats["targeted_p1_mean"] = _mean(flat) or 0.0
-            res.stats["targeted_p1_construction_mean"] = _mean(
-                [float(r["p1"]) for r in targeted_questions(pool_rows)]) or 0.0
-        if is_toy(cfg) and c.diagnoser_kind() == "llm":  # does the model name the cause the oracle trace shows?
-            from coevolve.toy import explain_divergence
+                for r in s.run.read_jsonl(ctx.dir / "optimisation.jsonl")]
+        rows = s.run.read_jsonl(ctx.dir / "pool.jsonl")
+        remeasured = remeasure_targeted(s, solver, ctx, rows) if m.promotion_p1 == "updated" else None
+        diag.diagnoser.stats = DiagnoserStats()
+        res = maintain_memory(mem, kept, diag.diagnoser, diag.embedder, t, m,
+                              targeted_p1_by_cause(rows, m.promotion_p1, remeasured), np.random.default_rng(ctx.seed),
+                              diag.confirm(ctx.seed),
+                              reference_p1=targeted_p1_by_cause(rows, "construction") if remeasured is not None else None)
+        checkable = s.world.knows_truth and diag.kind == "llm"  # does the model name the cause the trace shows?
+        agree = [float(s.world.true_cause(r["question"], r["bad"], r["good"]) == r["diagnosis"]["cause"])
+                 for r in res.records if checkable and r["diagnosis"] is not None]
+        stats = {**res.stats, **_promotion_stats(rows, remeasured),
+                 **({"diagnosis_oracle_agreement": _mean(agree)} if agree else {}),
+                 **{f"diagnoser_{k}": v for k, v in diag.diagnoser.stats.as_dict().items()}}
+        stats = {k: round(v, 4) if isinstance(v, float) else v for k, v in stats.items()}
+        s.run.write_jsonl(ctx.dir / "diagnoses.jsonl", res.records)
+        mem.save(ctx.dir / MEMORY_FILE)
+        ctx.log({f"memory/{k}": v for k, v in stats.items() if isinstance(v, (int, float))})
+        ctx.say(f"[memory] {stats['diagnoses_ok']}/{stats['diagnoses_attempted']} diagnoses ok, {stats['new_causes']} new "
+                f"causes, promoted {res.promoted}, re-activated {res.reactivated}; {stats['causes']} causes under "
+                f"{stats['nodes']} nodes ({stats['active']} active / {stats['mastered']} mastered), next ε={stats['next_epsilon']:.3f}")
+        rollouts = (diag.diagnoser.stats.calls if diag.kind == "llm" else 0) + len(remeasured or {}) * cfg.pool.voting.samples
+        return PhaseResult({**stats, "promoted_ids": ",".join(res.promoted), "reactivated_ids": ",".join(res.reactivated)},
+                           rollouts)
 
-            truth = [r for r in res.records if r["diagnosis"] is not None]
-            agree = [float(bool((d := explain_divergence(r["question"], r["bad"], r["good"])) is not None
-                                and d.cause == r["diagnosis"]["cause"])) for r in truth]
-            if agree:
-                res.stats["diagnosis_oracle_agreement"] = _mean(agree) or 0.0
-        run.write_jsonl(f"round_{t:02d}/diagnoses.jsonl", res.records)
-        mem.save(run.path / f"round_{t:02d}" / MEMORY_FILE)
-        stats = {**{k: (round_(v) if isinstance(v, float) else v) for k, v in res.stats.items()},
-                 **{f"diagnoser_{k}": v for k, v in diag.stats.as_dict().items()}}
-        run.log({f"memory/{k}": v for k, v in stats.items() if isinstance(v, (int, float))}, round=t, phase="memory")
-        rollouts = diag.stats.calls if c.diagnoser_kind() == "llm" else 0
-        if remeasured is not None:
-            rollouts += len(remeasured) * cfg.pool.construction_samples
-        p1_note = ""
-        if flat:
-            p1_note = (f"; targeted p1 ({cfg.memory.promotion_p1}) {stats['targeted_p1_mean']:.3f} on {len(flat)} questions"
-                       + (f" (construction {stats['targeted_p1_construction_mean']:.3f})" if remeasured is not None else ""))
-        say(f"[memory] {stats['diagnoses_ok']}/{stats['diagnoses_attempted']} diagnoses ok, "
-            f"{stats['new_causes']} new causes, {stats['promotions']} promoted {res.promoted}, "
-            f"{stats['reactivations']} re-activated {res.reactivated}{p1_note}; "
-            f"{stats['causes']} causes under {stats['nodes']} nodes ({stats['active']} active / {stats['mastered']} mastered), "
-            f"next ε={stats['next_epsilon']:.3f}")
-        return {**stats, "promoted_ids": ",".join(res.promoted), "reactivated_ids": ",".join(res.reactivated),
-                "rollouts": rollouts}
-
-    return run.run_phase(f"{t:02d}/memory", fn, master_seed=cfg.run.seed, round=t, log_fn=say)
+    return s.run.phase(Phase("memory", t), fn)
 
 
-def phase_eval(c: Ctx, key: str, t: int | None) -> dict[str, Any]:
-    return common_phase_eval(c.run, c.cfg, c.solver, c.prompter, key, t, last_round=c.cfg.rounds)
-
-
-def run(cfg: DiagEvoConfig, run: RunDir) -> dict[str, Any]:
+def run(cfg: DiagEvoConfig, run: Run) -> dict[str, Any]:
     """Base eval, then ``cfg.rounds`` rounds of challenger -> pool -> solver -> memory -> eval."""
-    solver = build_role("solver", cfg, run)
-    challenger = build_role("challenger", cfg, run)
-    c = Ctx(cfg=cfg, run=run, solver=solver, challenger=challenger, prompter=build_prompter(cfg, solver.tokenizer))
-    phase_eval(c, "base/eval", None)
-    for t in range(1, cfg.rounds + 1):
-        phase_challenger(c, t)
-        phase_pool(c, t)
-        phase_solver(c, t)
-        phase_memory(c, t)
-        phase_eval(c, f"{t:02d}/eval", t)
-    final = load_memory(run, cfg.rounds)
-    run.write_json("memory.json", final.to_dict())
-    return write_summary(run, extra={"memory": final.stats(cfg.memory.k)})
+    with Grader(timeout=cfg.run.grader_timeout) as grader:
+        s = setup(cfg, run, grader)
+        solver, challenger = s.role("solver"), s.role("challenger")
+        diag = Diagnosis(s, solver)
+        phase_eval(s, solver, Phase.base("eval"))
+        for t in range(1, cfg.rounds + 1):
+            phase_challenger(s, challenger, solver, t)
+            phase_pool(s, challenger, solver, t)
+            phase_solver(s, solver, t)
+            phase_memory(s, solver, diag, t)
+            if eval_due(cfg, t, cfg.rounds):
+                phase_eval(s, solver, Phase("eval", t))
+        final = load_memory(run, cfg.rounds)
+        run.write_json("memory.json", final.to_dict())
+        return finish(s, {"memory": final.stats(cfg.memory.k)})
 
 
-__all__ = ["run", "load_memory", "write_pool", "TOY_DIAGNOSER_TEMPLATE"]
+__all__ = ["run", "load_memory"]

@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from pydantic import Field, field_validator
+
 from coevolve.errors import CoevolveError, ConfigError, RunStateError
 from coevolve.rl.grpo import RLInputError, group_advantages, policy_loss, sequence_logprobs
+from coevolve.schema import Strict
 
 STATE_JSON = "learner_state.json"
 OPTIM_FILE = "learner_optim.pt"
@@ -35,64 +38,39 @@ class NonFiniteLossError(CoevolveError):
     """The loss or the gradient became NaN/inf; the weights were left untouched."""
 
 
-@dataclass
-class LearnerConfig:
-    """Optimizer and GRPO-loss settings (defaults: the toy solver setting of the prototype).
+class LearnerConfig(Strict):
+    """Optimizer and GRPO-loss settings (the ``learner`` section of every recipe config).
 
-    ``epochs_per_batch`` is mu: optimizer steps per rollout batch (1 = on-policy, ratio == 1).
-    ``micro_batch_size`` is in sequences. ``lora`` needs the ``peft`` extra.
+    ``epochs_per_batch`` is μ: optimizer steps per rollout batch (1 = on-policy, ratio == 1).
+    ``micro_batch_size`` is in sequences. ``lora`` needs the ``lora`` extra (peft).
     """
 
-    lr: float = 3e-5
-    betas: tuple[float, float] = (0.9, 0.99)
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    beta_kl: float = 0.0
-    scale_std: bool = True
-    adv_eps: float = 1e-4
-    micro_batch_size: int = 64
-    epochs_per_batch: int = 1
-    drop_zero_std: bool = True
-    lora: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_target_modules: str | list[str] = "all-linear"
-    pad_token_id: int = 0
+    lr: float = Field(3e-5, gt=0, allow_inf_nan=False, description="AdamW learning rate (toy: 3e-5; 3e-4 collapses, "
+                      "1e-4 degrades; real 4B: ~1e-6).")
+    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas, each in [0, 1).")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    grad_clip: float = Field(1.0, ge=0, description="Global gradient-norm clip (0 = no clipping).")
+    eps_low: float = Field(0.2, ge=0, lt=1, description="Lower PPO clip (1 - eps_low).")
+    eps_high: float = Field(0.28, ge=0, description="Upper PPO clip (1 + eps_high), DAPO clip-higher.")
+    beta_kl: float = Field(0.0, ge=0, description="k3 KL coefficient to the reference model (0 = no reference).")
+    scale_std: bool = Field(True, description="Divide advantages by the group std (False = Dr. GRPO).")
+    adv_eps: float = Field(1e-4, gt=0, description="Added to the group std (TRL: 1e-4; verl: 1e-6).")
+    drop_zero_std: bool = Field(True, description="Drop zero-variance groups before the update (their tokens never "
+                                "enter the token-mean normaliser).")
+    micro_batch_size: int = Field(64, ge=1, description="Sequences per forward/backward micro-batch.")
+    epochs_per_batch: int = Field(1, ge=1, description="GRPO inner epochs (μ) over each rollout batch.")
+    lora: bool = Field(False, description="Train LoRA adapters (needs the 'lora' extra: peft).")
+    lora_r: int = Field(16, ge=1, description="LoRA rank.")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha.")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
+    lora_target_modules: str | list[str] = Field("all-linear", description="LoRA target modules (peft syntax).")
 
-    def __post_init__(self) -> None:
-        self.betas = (float(self.betas[0]), float(self.betas[1]))
-        checks = [
-            ("lr", self.lr > 0 and math.isfinite(self.lr), "must be a finite number > 0"),
-            ("betas", all(0.0 <= b < 1.0 for b in self.betas), "must be in [0, 1)"),
-            ("weight_decay", self.weight_decay >= 0, "must be >= 0"),
-            ("grad_clip", self.grad_clip >= 0, "must be >= 0 (0 = no clipping)"),
-            ("eps_low", 0 <= self.eps_low < 1, "must be in [0, 1)"),
-            ("eps_high", self.eps_high >= 0, "must be >= 0"),
-            ("beta_kl", self.beta_kl >= 0, "must be >= 0"),
-            ("adv_eps", self.adv_eps > 0, "must be > 0"),
-            ("micro_batch_size", self.micro_batch_size >= 1, "must be >= 1"),
-            ("epochs_per_batch", self.epochs_per_batch >= 1, "must be >= 1"),
-            ("lora_r", self.lora_r >= 1, "must be >= 1"),
-        ]
-        for name, ok, why in checks:
-            if not ok:
-                raise ConfigError(f"LearnerConfig.{name}={getattr(self, name)!r} {why}")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["betas"] = list(self.betas)
-        return d
-
+    @field_validator("betas")
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "LearnerConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"LearnerConfig: unknown field(s) {unknown}")
-        return cls(**d)
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in v):
+            raise ValueError(f"each beta must be in [0, 1), got {list(v)}")
+        return (float(v[0]), float(v[1]))
 
 
 @dataclass
@@ -199,6 +177,8 @@ class Learner:
         self, model: Any, cfg: LearnerConfig | None = None, ref_model: Any = None, tokenizer: Any = None
     ) -> None:
         self.cfg = cfg or LearnerConfig()
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_id = int(pad) if pad is not None else 0  # any id works: padded positions are masked
         if self.cfg.lora:
             model = _wrap_lora(model, self.cfg)
         if self.cfg.beta_kl > 0 and ref_model is None and not self.cfg.lora:
@@ -284,7 +264,7 @@ class Learner:
             return metrics
 
         mbs = [
-            _collate(seqs[i : i + cfg.micro_batch_size], cfg.pad_token_id, self.device)
+            _collate(seqs[i : i + cfg.micro_batch_size], self.pad_id, self.device)
             for i in range(0, len(seqs), cfg.micro_batch_size)
         ]
         was_training = self.model.training
@@ -382,7 +362,7 @@ class Learner:
             d / OPTIM_FILE,
         )
         (d / STATE_JSON).write_text(
-            json.dumps({"step": self.step_count, "config": self.cfg.to_dict()}, indent=2)
+            json.dumps({"step": self.step_count, "config": self.cfg.model_dump(mode="json")}, indent=2)
         )
         return d
 

@@ -21,7 +21,6 @@ from coevolve.toy.world import (
     THINK_OPEN,
     Problem,
     column_add,
-    column_sub,
     digits,
     make_problem,
     parse_toy_question,
@@ -30,7 +29,7 @@ from coevolve.toy.world import (
 
 
 @dataclass(frozen=True)
-class Cause:
+class ToyCause:
     """A transferable error cause: no numbers of any particular question in its text."""
 
     id: str
@@ -50,11 +49,11 @@ class Divergence:
     good_step: str  # the step of the good completion ("" when none)
 
 
-def _c(id_: str, text: str, skill: str) -> tuple[str, Cause]:
-    return id_, Cause(id_, text, skill)
+def _c(id_: str, text: str, skill: str) -> tuple[str, ToyCause]:
+    return id_, ToyCause(id_, text, skill)
 
 
-CAUSES: Mapping[str, Cause] = MappingProxyType(
+CAUSES: Mapping[str, ToyCause] = MappingProxyType(
     dict(
         [
             _c("carry_dropped", "dropped the carry into the next column", "addition"),
@@ -75,7 +74,7 @@ CAUSES: Mapping[str, Cause] = MappingProxyType(
         ]
     )
 )
-"""Cause id -> Cause. Skill nodes: addition, subtraction, multiplication, multi-step, working."""
+"""Cause id -> ToyCause. Skill nodes: addition, subtraction, multiplication, multi-step, working."""
 
 # cause id -> (feature predicate, levels whose problems can show it). A problem "shows" a cause
 # when the mistake is possible on it; the challenger is trained (and rewarded) on this.
@@ -103,7 +102,7 @@ _CAUSE_FEATURE: Mapping[str, tuple[_Pred, tuple[int, ...]]] = MappingProxyType(
 _TEXT_TO_ID: Mapping[str, str] = MappingProxyType({c.text: c.id for c in CAUSES.values()})
 
 
-def cause_by_text(text: str) -> Cause | None:
+def cause_by_text(text: str) -> ToyCause | None:
     """The catalogue cause whose text is ``text`` (exact, stripped), else None."""
     cid = _TEXT_TO_ID.get(text.strip())
     return None if cid is None else CAUSES[cid]
@@ -209,7 +208,7 @@ def _classify_step(p: Problem, i: int, bad: str) -> str:
     got = _nums(bad)
     if ref is None or got is None:
         return "answer_mismatch" if ref is None else "misread"
-    (rn, rops, rr), (gn, gops, gr) = _nums(ref), got  # type: ignore[misc]
+    (rn, rops, _), (gn, gops, gr) = _nums(ref), got  # type: ignore[misc]
     if gn == rn and gops == rops:
         # right operands, wrong result: an arithmetic slip; say which kind
         op = rops[0]

@@ -1,15 +1,19 @@
-"""Paper-style prompts for real chat / base LLMs, implementing ``coevolve.prompts.Prompter``.
+"""The real-model world's prompts (paper-style), implementing ``coevolve.prompts.Prompter``.
 
-The wording follows the papers and R-Zero's code (peers.md §1.3, §1.5) so that a real-model run
-asks the same things the papers asked:
+The wording follows the papers and R-Zero's code (Chengsong-Huang/R-Zero @ 5699329) so that a
+real-model run asks the same things the papers asked:
 
 * solver — R-Zero's system prompt plus the ``<think>…</think>`` request, because the format reward
   (D²Evo R_fmt) checks for ``<think>`` and R-Zero's own prompt never asked for it (its format
-  reward was therefore usually 0, peers.md §1.5);
+  reward was therefore usually 0). The same prompt is used in training and in evaluation, so the
+  benchmark numbers measure the policy that was trained; multiple-choice items add lettered
+  options and ask for the letter in the box;
 * questioner (D²Evo) — anchor question, its answer and its measured difficulty, ask for ONE new
   problem of the same difficulty inside ``<question>…</question>``;
 * challenger (DiagEvo / R-Zero) — R-Zero's "expert competition-math problem setter" prompt for
-  free exploration, with one error cause (targeted) or two (stitched, compound question) added.
+  free exploration, with one error cause (targeted) or two (stitched, compound question) added;
+* judge (D²Evo's optional label check), diagnoser (DiagEvo's ``D_ext``) and the yes/no duplicate
+  confirmation of the memory.
 
 With ``use_chat_template=True`` the messages go through ``tokenizer.apply_chat_template``
 (instruct models); otherwise a plain "system + user" text is returned (base models, and tests).
@@ -21,6 +25,7 @@ import re
 from typing import Any, Sequence
 
 from coevolve.errors import CoevolveError, ConfigError
+from coevolve.prompts import fill_template
 
 SOLVER_SYSTEM = (
     "Please reason step by step inside <think> </think> tags, "
@@ -70,7 +75,38 @@ CHALLENGER_STITCHED = (
     "errors in the same solution. Remember to format the output exactly as instructed."
 )
 
+MC_INSTRUCTION = (
+    "Put only the letter of the correct option within \\boxed{} (for example \\boxed{A})."
+)
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+JUDGE_TEMPLATE = (
+    "Question: {question}\nProposed final answer: {answer}\n"
+    "Is {answer} the correct final answer to the question above? Reply yes or no."
+)
+
+DIAGNOSER_TEMPLATE = """You compare two solutions of the same problem to find why one failed.
+Problem: {question}
+Reference answer (majority vote): {label}
+Failed solution:
+{bad}
+Successful solution:
+{good}
+Find the earliest step where the failed solution departs from the successful one and state the underlying error as a transferable cause: a general error pattern without any numbers or wording from this problem, plus the short name of the skill it belongs to.
+Reply with JSON only: {"divergence_step": <step index, 0-based>, "cause": "<one sentence>", "skill": "<skill name>"}"""
+"""DiagEvo's diagnosis prompt; placeholders are substituted literally (the JSON braces stay)."""
+
+CONFIRM_TEMPLATE = "Do these two descriptions name the same error?\nA: {a}\nB: {b}\nAnswer yes or no."
+
 _QUESTION_RE = re.compile(r"<question>(.*?)</question>", re.DOTALL)
+
+
+def choice_content(question: str, choices: Sequence[str]) -> str:
+    """Multiple-choice user text: the question, one "A. option" line per choice, the ask."""
+    if not 2 <= len(choices) <= len(LETTERS):
+        raise PromptError(f"a multiple-choice item needs 2..26 choices, got {len(choices)}")
+    lines = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))
+    return f"{question}\n\n{lines}\n\n{MC_INSTRUCTION}"
 
 
 class PromptError(CoevolveError, ValueError):
@@ -90,15 +126,29 @@ class ChatPrompter:
         self.tokenizer = tokenizer
         self.use_chat_template = use_chat_template
 
-    def _render(self, system: str, user: str) -> str:
+    def _render(self, system: str | None, user: str) -> str:
         if self.use_chat_template:
-            messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
             return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
-        return f"{system}\n\n{user}\n\n"
+        return f"{system}\n\n{user}\n\n" if system else f"{user}\n\n"
 
     def solver(self, question: str) -> str:
         """R-Zero solver prompt + the ``<think>`` request that the format reward checks."""
         return self._render(SOLVER_SYSTEM, question)
+
+    def choice(self, question: str, choices: Sequence[str]) -> str:
+        """The solver prompt with lettered options; the letter goes in the box."""
+        return self._render(SOLVER_SYSTEM, choice_content(question, choices))
+
+    def judge(self, question: str, answer: str) -> str:
+        return self._render(None, fill_template(JUDGE_TEMPLATE, question=question, answer=answer))
+
+    def diagnoser(self, question: str, label: str, bad: str, good: str, template: str | None = None) -> str:
+        text = fill_template(template or DIAGNOSER_TEMPLATE, question=question, label=label, bad=bad, good=good)
+        return self._render(None, text)
+
+    def confirm(self, a: str, b: str) -> str:
+        return self._render(None, fill_template(CONFIRM_TEMPLATE, a=a, b=b))
 
     def questioner(self, question: str, answer: str, difficulty: float) -> str:
         """D²Evo anchor prompt: (q_anc, y_anc, s) -> one new question of the same difficulty."""
@@ -138,6 +188,3 @@ class ChatPrompter:
         body = m.group(1).strip()
         return body or None
 
-    def oracle(self, question: str) -> str | None:
-        """Real data has no oracle: labels come from the dataset or from votes."""
-        return None

@@ -28,7 +28,7 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config,
 
 from coevolve.errors import ConfigError, ModelLoadError
 from coevolve.toy.causes import CAUSES, _CAUSE_FEATURE, parse_trace, problem_for_causes, shows_cause
-from coevolve.toy.prompter import (
+from coevolve.toy.prompts import (
     challenger_prompt,
     parse_question_block,
     question_completion,

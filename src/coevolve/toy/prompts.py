@@ -1,4 +1,4 @@
-"""Prompt formats of the toy world (solver, D2Evo questioner, DiagEvo challenger).
+"""The toy world's prompts (solver, D²Evo questioner, DiagEvo challenger, judge, diagnoser).
 
 Why one module: pretraining builds its examples with exactly these functions, so the base
 model has seen every prompt the recipes will later send it. Prompts are short because the
@@ -17,10 +17,17 @@ import re
 from typing import Sequence
 
 from coevolve.errors import DataError
-from coevolve.toy.world import oracle as _oracle
+from coevolve.prompts import fill_template
 from coevolve.toy.world import parse_toy_question
 
 QUESTION_OPEN, QUESTION_CLOSE = "<question>", "</question>"
+DIAGNOSER_TEMPLATE = "DIAG:{question}={label}\nBAD:{bad}\nGOOD:{good}\nJSON:"
+"""Short diagnosis prompt (the toy model's context is 256 characters)."""
+JUDGE_TEMPLATE = (
+    "Question: {question}\nProposed final answer: {answer}\n"
+    "Is {answer} the correct final answer to the question above? Reply yes or no.\nReply:"
+)
+CONFIRM_TEMPLATE = "Do these two descriptions name the same error?\nA: {a}\nB: {b}\nAnswer yes or no:"
 _QBLOCK_RE = re.compile(re.escape(QUESTION_OPEN) + r"(.*?)" + re.escape(QUESTION_CLOSE), re.S)
 
 
@@ -74,6 +81,18 @@ class ToyPrompter:
     def solver(self, question: str) -> str:
         return solver_prompt(question)
 
+    def choice(self, question: str, choices: Sequence[str]) -> str:
+        raise DataError("the toy world has no multiple-choice items")
+
+    def judge(self, question: str, answer: str) -> str:
+        return fill_template(JUDGE_TEMPLATE, question=question, answer=answer)
+
+    def diagnoser(self, question: str, label: str, bad: str, good: str, template: str | None = None) -> str:
+        return fill_template(template or DIAGNOSER_TEMPLATE, question=question, label=label, bad=bad, good=good)
+
+    def confirm(self, a: str, b: str) -> str:
+        return fill_template(CONFIRM_TEMPLATE, a=a, b=b)
+
     def questioner(self, question: str, answer: str, difficulty: float) -> str:
         return questioner_prompt(question, answer, difficulty)
 
@@ -82,6 +101,3 @@ class ToyPrompter:
 
     def parse_question(self, completion: str) -> str | None:
         return parse_question_block(completion)
-
-    def oracle(self, question: str) -> str | None:
-        return _oracle(question)

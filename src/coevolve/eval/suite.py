@@ -1,8 +1,9 @@
-"""Run benchmark suites, write ``results.json`` + per-item files, and render result tables.
+"""The one evaluation driver: benchmark suites for the recipes' eval phases and ``coevolve eval``.
 
-``evaluate_suite`` works on any ``Sampler`` (recipes call it with the policy they are training);
-``run_eval`` is what ``coevolve eval`` calls: it loads a saved model first. Scores are stored
-as fractions in [0, 1]; the tables show percentages.
+``evaluate_suite`` works on any ``Sampler`` and the world's ``Prompter`` (recipes call it with
+the policy they are training, the CLI with a loaded model), writes ``results.json`` +
+``items_<bench>.jsonl`` and returns the results dict. Scores are stored as fractions in [0, 1];
+the tables show percentages.
 """
 
 from __future__ import annotations
@@ -10,21 +11,25 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from coevolve.errors import DataError
 from coevolve.eval.benchmarks import (
-    BENCHMARKS,
     Benchmark,
-    bench_prompter,
+    build_prompts,
     find_data_file,
+    grader_for,
     load_tasks,
     resolve_benches,
 )
 from coevolve.eval.core import EvalResult, evaluate_tasks
-from coevolve.types import Task
+from coevolve.prompts import Prompter
+from coevolve.run.files import atomic_write_json, atomic_write_jsonl
+from coevolve.types import AnswerGrader, Sampler, Task
 
 AVERAGE_ORDER = ("math", "general", "toy", "overall")
+BenchTasks = Callable[[str, "Path | None", "int | None"], "list[Task] | None"]
+"""``world.bench_tasks(name, data_dir, limit)``: a world's own benchmark, or None (registry)."""
 
 
 def _samples_for(bench: Benchmark, samples: int, overrides: dict[str, int] | None) -> int:
@@ -34,52 +39,10 @@ def _samples_for(bench: Benchmark, samples: int, overrides: dict[str, int] | Non
     return bench.default_samples if samples < 0 else samples
 
 
-def evaluate_benchmark(
-    sampler: Any,
-    bench: Benchmark | str,
-    *,
-    prompter: Any | None = None,
-    tasks: Sequence[Task] | None = None,
-    data_dir: Path | None = None,
-    limit: int | None = None,
-    samples: int = 0,
-    max_new_tokens: int = 1024,
-    seed: int = 0,
-    batch_size: int | None = None,
-    chat_template: bool | None = None,
-    progress: bool = False,
-) -> EvalResult:
-    """Evaluate one benchmark with its own prompt style, extraction and metric.
-
-    ``prompter`` defaults to ``ToyPrompter()`` for the toy set and to
-    ``EvalPrompter(sampler.tokenizer, chat_template)`` otherwise. ``samples=-1`` uses the
-    benchmark's default k (32 for AIME/AMC, else 0). ``tasks`` overrides loading.
-    """
-    b = BENCHMARKS[bench] if isinstance(bench, str) else bench
-    if tasks is None:
-        tasks = load_tasks(b, data_dir, limit)
-    elif limit is not None:
-        tasks = list(tasks)[:limit]
-    bp = bench_prompter(b, getattr(sampler, "tokenizer", None), chat_template, base=prompter)
-    return evaluate_tasks(
-        sampler,
-        bp,
-        tasks,
-        samples=_samples_for(b, samples, None),
-        max_new_tokens=max_new_tokens,
-        seed=seed,
-        progress=progress,
-        group_key=b.group_key,
-        batch_size=batch_size,
-    )
-
-
 def primary_metric(bench: Benchmark, result: EvalResult) -> tuple[str, float]:
-    """(metric name, score) reported for a benchmark, following the papers' protocol.
-
+    """(metric name, score) reported for a benchmark, following the papers' protocol:
     mean@k for benchmarks whose default protocol samples (AIME/AMC) when samples were drawn;
-    greedy pass@1 everywhere else.
-    """
+    greedy pass@1 everywhere else."""
     if bench.default_samples > 0 and result.sampled is not None:
         return f"mean@{result.samples}", result.sampled
     return "greedy", result.greedy
@@ -102,16 +65,38 @@ def averages(benchmarks: dict[str, dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def evaluate_suite(
-    sampler: Any,
-    benches: Sequence[str],
+def evaluate_benchmark(
+    sampler: Sampler,
+    bench: Benchmark,
+    tasks: Sequence[Task],
+    prompter: Prompter,
+    grader: AnswerGrader,
     *,
-    limit: int | None = None,
     samples: int = 0,
     max_new_tokens: int = 1024,
     seed: int = 0,
+    batch_size: int | None = None,
+    progress: bool = False,
+) -> EvalResult:
+    """One benchmark with its own prompt form, extraction and metric."""
+    grade, extract = grader_for(bench, grader)
+    return evaluate_tasks(sampler, tasks, build_prompts(bench, tasks, prompter), grade=grade, extract=extract,
+                          samples=samples, max_new_tokens=max_new_tokens, seed=seed, progress=progress,
+                          group_key=bench.group_key, batch_size=batch_size)
+
+
+def evaluate_suite(
+    sampler: Sampler,
+    prompter: Prompter,
+    benches: Sequence[str],
+    *,
+    grader: AnswerGrader,
+    samples: int = 0,
+    max_new_tokens: int = 1024,
+    seed: int = 0,
+    limit: int | None = None,
     data_dir: Path | None = None,
-    chat_template: bool | None = None,
+    bench_tasks: BenchTasks | None = None,
     batch_size: int | None = None,
     out_dir: Path | None = None,
     samples_by_bench: dict[str, int] | None = None,
@@ -120,93 +105,42 @@ def evaluate_suite(
 ) -> dict[str, Any]:
     """Evaluate several benchmarks (groups allowed) and return the results dict.
 
-    When ``out_dir`` is given, writes ``results.json`` and ``items_<bench>.jsonl`` there.
-    Result layout: ``{"benchmarks": {name: {"category", "kind", "metric", "score", "n",
-    "greedy", "sampled", "samples", "sampled_any", "by_group", "data", "seconds"}},
-    "averages": {"math"|"general"|"toy"|"overall": score}, "config": {...}, "wall_seconds"}``.
+    ``bench_tasks`` lets the world supply a benchmark it owns (the toy held-out set). When
+    ``out_dir`` is given, writes ``results.json`` and ``items_<bench>.jsonl`` there. Layout:
+    ``{"benchmarks": {name: {"category", "kind", "metric", "score", "n", "greedy", "sampled",
+    "samples", "sampled_any", "by_group", "data", "seconds"}}, "averages": {...}, "config":
+    {...}, "rollouts", "wall_seconds"}``.
     """
     t0 = time.time()
     resolved = resolve_benches(benches)
     rows: dict[str, dict[str, Any]] = {}
-    if out_dir is not None:
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
+    rollouts = 0
     for b in resolved:
         tb = time.time()
         k = _samples_for(b, samples, samples_by_bench)
-        tasks = load_tasks(b, data_dir, limit)
-        res = evaluate_benchmark(
-            sampler, b, tasks=tasks, samples=k, max_new_tokens=max_new_tokens, seed=seed,
-            batch_size=batch_size, chat_template=chat_template, progress=progress,
-        )
+        tasks = bench_tasks(b.name, data_dir, limit) if bench_tasks is not None else None
+        tasks = tasks if tasks is not None else load_tasks(b, data_dir, limit)
+        res = evaluate_benchmark(sampler, b, tasks, prompter, grader, samples=k, max_new_tokens=max_new_tokens,
+                                 seed=seed, batch_size=batch_size, progress=progress)
+        rollouts += res.n * (1 + k)
         metric, score = primary_metric(b, res)
-        src = find_data_file(b, data_dir)
-        rows[b.name] = {
-            "category": b.category,
-            "kind": b.kind,
-            "metric": metric,
-            "score": score,
-            **res.summary(),
-            "data": str(src) if src else ("shipped" if b.shipped else b.kind),
-            "seconds": round(time.time() - tb, 3),
-        }
+        src = find_data_file(b, data_dir) if b.kind != "toy" else None
+        rows[b.name] = {"category": b.category, "kind": b.kind, "metric": metric, "score": score, **res.summary(),
+                        "data": str(src) if src else ("shipped" if b.shipped else b.kind),
+                        "seconds": round(time.time() - tb, 3)}
         if out_dir is not None:
-            with open(out_dir / f"items_{b.name}.jsonl", "w", encoding="utf-8") as f:
-                for rec in res.records:
-                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            atomic_write_jsonl(Path(out_dir) / f"items_{b.name}.jsonl", res.records)
     results: dict[str, Any] = {
         "benchmarks": rows,
         "averages": averages(rows),
-        "config": {
-            **(meta or {}),
-            "benches": [b.name for b in resolved],
-            "limit": limit,
-            "samples": samples,
-            "samples_by_bench": samples_by_bench or {},
-            "max_new_tokens": max_new_tokens,
-            "seed": seed,
-            "chat_template": chat_template,
-        },
+        "config": {**(meta or {}), "benches": [b.name for b in resolved], "limit": limit, "samples": samples,
+                   "samples_by_bench": samples_by_bench or {}, "max_new_tokens": max_new_tokens, "seed": seed},
+        "rollouts": rollouts,
         "wall_seconds": round(time.time() - t0, 3),
     }
     if out_dir is not None:
-        (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        atomic_write_json(Path(out_dir) / "results.json", results)
     return results
-
-
-def run_eval(
-    model_path: str,
-    benches: list[str],
-    *,
-    limit: int | None,
-    samples: int,
-    max_new_tokens: int,
-    out_dir: Path,
-    data_dir: Path | None,
-    chat_template: bool | None,
-    seed: int,
-    batch_size: int,
-    samples_by_bench: dict[str, int] | None = None,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Load a saved model and evaluate it (what ``coevolve eval`` runs).
-
-    Loads via ``coevolve.engine.load_model`` and samples through ``HFSampler`` with
-    ``max_batch=batch_size``; writes ``out_dir/results.json`` and ``items_<bench>.jsonl``;
-    returns the results dict (render it with ``format_table`` or ``rich_table``).
-    ``samples=-1`` means each benchmark's default k (mean@32 on AIME/AMC, greedy elsewhere).
-    """
-    resolve_benches(benches)  # fail on a typo before spending minutes loading a model
-    from coevolve.engine import HFSampler, load_model
-
-    model, tokenizer = load_model(model_path)
-    sampler = HFSampler(model, tokenizer, max_batch=batch_size)
-    return evaluate_suite(
-        sampler, benches, limit=limit, samples=samples, max_new_tokens=max_new_tokens,
-        seed=seed, data_dir=data_dir, chat_template=chat_template, batch_size=None,
-        out_dir=out_dir, samples_by_bench=samples_by_bench, progress=progress,
-        meta={"model": str(model_path)},
-    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -233,24 +167,6 @@ def format_table(results: dict[str, Any]) -> str:
         if cat in results.get("averages", {}):
             lines.append(f"| **avg {cat}** | | | | **{_pct(results['averages'][cat])}** | | |")
     return "\n".join(lines) + "\n"
-
-
-def rich_table(results: dict[str, Any]) -> Any:
-    """The same table as a ``rich.table.Table`` for terminal output."""
-    from rich.table import Table
-
-    t = Table(title="coevolve eval")
-    for col in ("benchmark", "category", "n", "metric", "score", "greedy", "mean@k"):
-        t.add_column(col, justify="right" if col in ("n", "score", "greedy", "mean@k") else "left")
-    for name, r in results["benchmarks"].items():
-        k = f"{_pct(r['sampled'])} (k={r['samples']})" if r.get("sampled") is not None else "–"
-        t.add_row(name, r["category"], str(r["n"]), r["metric"], _pct(r["score"]),
-                  _pct(r["greedy"]), k)
-    for cat in AVERAGE_ORDER:
-        if cat in results.get("averages", {}):
-            t.add_row(f"avg {cat}", "", "", "", _pct(results["averages"][cat]), "", "",
-                      style="bold")
-    return t
 
 
 def load_results(path: Path) -> dict[str, Any]:
@@ -306,3 +222,37 @@ def compare(dirs: list[Path]) -> str:
             cells.append("–" if a is None or z is None else f"{100.0 * (z - a):+.1f}")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
+
+
+def evaluate_model(
+    model: str | Path,
+    benches: Sequence[str] | None,
+    *,
+    out_dir: Path,
+    limit: int | None = None,
+    samples: int = 0,
+    max_new_tokens: int = 1024,
+    data_dir: Path | None = None,
+    chat_template: bool | None = None,
+    seed: int = 0,
+    batch_size: int = 256,
+    samples_by_bench: dict[str, int] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """What ``coevolve eval`` runs: load a saved model (a base model, a checkpoint, an exported
+    folder), prompt it as its world does (``world_of_model``), evaluate, write ``out_dir``."""
+    from coevolve.answers import Grader
+    from coevolve.config.base import EngineConfig
+    from coevolve.engine import load_sampler
+    from coevolve.world import world_of_model
+
+    if benches:
+        resolve_benches(benches)  # fail on a typo before spending minutes loading a model
+    sampler = load_sampler(EngineConfig(max_batch=batch_size), str(model))
+    world = world_of_model(model, sampler.tokenizer, chat_template)
+    with Grader() as grader:
+        return evaluate_suite(
+            sampler, world.prompter, list(benches or world.default_benches), grader=grader, samples=samples,
+            max_new_tokens=max_new_tokens, seed=seed, limit=limit, data_dir=data_dir, bench_tasks=world.bench_tasks,
+            out_dir=out_dir, samples_by_bench=samples_by_bench, progress=progress,
+            meta={"model": str(model), "world": world.name, "chat_template": world.chat_template})

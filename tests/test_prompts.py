@@ -1,4 +1,4 @@
-"""Tests for the paper-style ChatPrompter."""
+"""The prompts of both worlds: the papers' ChatPrompter and the toy world's ToyPrompter."""
 
 from __future__ import annotations
 
@@ -6,14 +6,16 @@ import doctest
 
 import pytest
 
-import coevolve.chat_prompts as CP
-from coevolve.chat_prompts import ChatPrompter
+import coevolve.prompts as P
+import coevolve.prompts.chat as CP
 from coevolve.errors import CoevolveError, ConfigError
 from coevolve.prompts import Prompter
+from coevolve.prompts.chat import ChatPrompter
+from coevolve.toy.prompts import ToyPrompter
 
 
 def test_doctests() -> None:
-    assert doctest.testmod(CP).failed == 0
+    assert doctest.testmod(CP).failed == 0 and doctest.testmod(P).failed == 0
 
 
 def test_is_prompter_and_prompts_follow_papers() -> None:
@@ -32,7 +34,30 @@ def test_is_prompter_and_prompts_follow_papers() -> None:
     assert "forgets to carry" in st and "drops a sign" in st and "compound" in st
     with pytest.raises(CoevolveError):
         p.challenger(["a", "b", "c"])
-    assert p.oracle("What is 2+3?") is None
+
+
+def test_training_and_evaluation_share_the_solver_prompt() -> None:
+    """A multiple-choice item is the solver prompt with lettered options: the same instructions
+    the model was trained with, plus the letter format."""
+    p = ChatPrompter()
+    plain, mc = p.solver("Which is prime?"), p.choice("Which is prime?", ["4", "7"])
+    assert plain.split("Which is prime?")[0] == mc.split("Which is prime?")[0]  # same system text
+    assert "A. 4\nB. 7" in mc and "letter" in mc
+    with pytest.raises(CoevolveError):
+        p.choice("q", ["only one"])
+
+
+def test_judge_diagnoser_confirm_prompts_in_both_worlds() -> None:
+    for p in (ChatPrompter(), ToyPrompter()):
+        assert isinstance(p, Prompter)
+        j = p.judge("2+2", "4")
+        assert "2+2" in j and "4" in j and "yes or no" in j
+        d = p.diagnoser("2+2", "4", "BADTRACE", "GOODTRACE")
+        assert all(x in d for x in ("2+2", "4", "BADTRACE", "GOODTRACE"))
+        custom = p.diagnoser("q", "l", "b", "g", template='{"x": "{question}|{bad}"}')
+        assert '{"x": "q|b"}' in custom  # JSON braces survive, placeholders are filled literally
+        c = p.confirm("cause one", "cause two")
+        assert "cause one" in c and "cause two" in c
 
 
 @pytest.mark.parametrize(
@@ -63,5 +88,6 @@ def test_chat_template_path() -> None:
     p = ChatPrompter(Tok(), use_chat_template=True)
     out = p.solver("Q?")
     assert out.startswith("system:Please reason step by step") and out.endswith("user:Q?|assistant:")
+    assert p.judge("q", "a").startswith("user:")  # no system turn for the yes/no questions
     with pytest.raises(ConfigError):
         ChatPrompter(None, use_chat_template=True)

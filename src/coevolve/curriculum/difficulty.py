@@ -1,0 +1,134 @@
+"""D²Evo step 1-2: difficulty of labelled questions under the frozen solver, and anchor mining.
+
+``Acc_S(q) = correct / N`` over N solver samples; ``Difficulty(q) = (1 - correct/N) · 100`` (the
+paper's scale, shown to the questioner); anchors are the questions with ``low <= Acc_S <= high``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Sequence
+
+from coevolve.answers import extract_answer
+from coevolve.curriculum.sampling import CurriculumError, sample_chunked
+from coevolve.errors import ConfigError
+from coevolve.prompts import Prompter
+from coevolve.schema import Band
+from coevolve.types import AnswerGrader, Sampler, SamplingParams, Task
+
+
+@dataclass
+class PassRecord:
+    """Measured difficulty of one labelled question under the frozen solver.
+
+    ``pass_rate = correct / n``; ``difficulty = (1 - correct/n) * 100``. ``answers`` are the
+    extracted final answers (None = unparseable).
+    """
+
+    task_id: str
+    question: str
+    answer: str
+    n: int
+    correct: int
+    pass_rate: float
+    difficulty: float
+    answers: list[str | None] = field(default_factory=list)
+    features: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_counts(cls, task: Task, correct: int, n: int, answers: list[str | None] | None = None) -> "PassRecord":
+        if task.answer is None:
+            raise CurriculumError(f"task {task.id!r} has no answer: difficulty needs a labelled question")
+        if not 0 <= correct <= n or n < 1:
+            raise CurriculumError(f"task {task.id!r}: correct={correct} out of n={n}")
+        rate = correct / n
+        return cls(task.id, task.question, task.answer, n, correct, rate, (1.0 - rate) * 100.0,
+                   list(answers or []), dict(task.features))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "PassRecord":
+        return cls(**d)
+
+    def to_task(self) -> Task:
+        """The question as a solver task, carrying its measured difficulty and pass rate."""
+        return Task(self.task_id, self.question, self.answer,
+                    features={**self.features, "difficulty": self.difficulty, "pass_rate": self.pass_rate})
+
+
+def estimate_difficulty(
+    sampler: Sampler,
+    prompter: Prompter,
+    tasks: Sequence[Task],
+    n: int,
+    params: SamplingParams,
+    grader: AnswerGrader,
+    batch_prompts: int = 64,
+) -> list[PassRecord]:
+    """Sample ``n`` solver answers per labelled task and count the correct ones
+    (``len(tasks) * n`` rollouts, one sampler call per chunk of ``batch_prompts`` prompts)."""
+    for t in tasks:
+        if t.answer is None:
+            raise CurriculumError(f"task {t.id!r} has no answer: difficulty needs labelled questions")
+    groups = sample_chunked(sampler, [prompter.solver(t.question) for t in tasks], n, params, batch_prompts)
+    texts = [c.text for g in groups for c in g]
+    golds = [str(t.answer) for t, g in zip(tasks, groups) for _ in g]
+    verdicts = grader.grade_batch(golds, texts)
+    records = []
+    for i, (t, g) in enumerate(zip(tasks, groups)):
+        correct = sum(bool(v) for v in verdicts[i * n : (i + 1) * n])
+        records.append(PassRecord.from_counts(t, correct, n, [extract_answer(c.text) for c in g]))
+    return records
+
+
+def mine_anchors(records: Sequence[PassRecord], band: Band) -> list[PassRecord]:
+    """D²Evo anchors D_real^mid: the records whose pass rate lies in ``band`` (inclusive)."""
+    return [r for r in records if band.contains(r.pass_rate)]
+
+
+def random_anchors(records: Sequence[PassRecord], k: int, rng: random.Random) -> list[PassRecord]:
+    """Ablation "w/ random anchor data": ``k`` records drawn uniformly without replacement
+    (all of them when fewer), ignoring their pass rate. ``k`` is normally the band count, so
+    the comparison with band mining holds the anchor count fixed."""
+    if k < 0:
+        raise CurriculumError(f"random_anchors: k must be >= 0, got {k}")
+    return rng.sample(list(records), min(k, len(records)))
+
+
+HIST_EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def histogram_labels(edges: Sequence[float] = HIST_EDGES) -> list[str]:
+    """Bin names of ``pass_rate_histogram``: ``=0, (0,0.2), [0.2,0.4), ..., [0.8,1), =1``."""
+    e = [f"{x:g}" for x in edges]
+    inner = ["[" + a + "," + b + ")" for a, b in zip(e[1:-1], e[2:])]
+    return ["=" + e[0], "(" + e[0] + "," + e[1] + ")", *inner, "=" + e[-1]]
+
+
+def pass_rate_histogram(rates: Iterable[float], edges: Sequence[float] = HIST_EDGES) -> dict[str, int]:
+    """Counts per bin with the exact-0 and exact-1 bins separated (=0, (0,.2), [.2,.4), …,
+    [.8,1), =1): the never-solved and always-solved questions carry no GRPO signal, so they
+    are the two numbers that matter most when watching anchors shift.
+
+    >>> pass_rate_histogram([0, 0.1, 0.2, 0.5, 0.8, 0.99, 1.0])
+    {'=0': 1, '(0,0.2)': 1, '[0.2,0.4)': 1, '[0.4,0.6)': 1, '[0.6,0.8)': 0, '[0.8,1)': 2, '=1': 1}
+    """
+    e = [float(x) for x in edges]
+    if len(e) < 2 or any(b <= a for a, b in zip(e, e[1:])):
+        raise ConfigError(f"histogram edges must be >= 2 increasing values, got {list(edges)}")
+    labels = histogram_labels(e)
+    counts = dict.fromkeys(labels, 0)
+    for r in rates:
+        if not e[0] <= r <= e[-1]:
+            raise CurriculumError(f"pass rate {r} outside the histogram range [{e[0]}, {e[-1]}]")
+        if r == e[0]:
+            counts[labels[0]] += 1
+        elif r == e[-1]:
+            counts[labels[-1]] += 1
+        else:
+            k = max(i for i in range(len(e) - 1) if r >= e[i])  # bin [e_k, e_k+1); k=0 is (e0, e1)
+            counts[labels[k + 1]] += 1
+    return counts

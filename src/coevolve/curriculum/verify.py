@@ -1,0 +1,114 @@
+"""A second, independent check of pseudo-labels (D²Evo step 3: optional, off by default).
+
+Verifiers return per record True (confirmed), False (rejected) or None (unknown); ``enforce``
+says whether the recipe drops rejected records (False = measure only).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, Protocol, Sequence, runtime_checkable
+
+from coevolve.curriculum.sampling import sample_chunked
+from coevolve.curriculum.voting import OracleFn, VoteRecord, label_correct
+from coevolve.errors import ConfigError
+from coevolve.prompts import Prompter
+from coevolve.types import AnswerGrader, Sampler, SamplingParams
+
+
+@runtime_checkable
+class LabelVerifier(Protocol):
+    enforce: bool
+    rollouts: int  # model calls made so far (0 for checks that sample nothing)
+
+    def verify(self, records: Sequence[VoteRecord]) -> list[bool | None]: ...
+
+
+class NoVerifier:
+    """The paper's default: every label is 'unknown' and nothing is dropped."""
+
+    enforce = False
+    rollouts = 0
+
+    def verify(self, records: Sequence[VoteRecord]) -> list[bool | None]:
+        return [None] * len(records)
+
+
+class OracleVerifier:
+    """Compares pseudo-labels with the world's exact answer (toy world only).
+
+    Measure-only (``enforce=False``): dropping by oracle would leak ground truth into a
+    label-free method; it exists to report how often a perfect checker would disagree.
+    """
+
+    enforce = False
+    rollouts = 0
+
+    def __init__(self, oracle: OracleFn, grader: AnswerGrader):
+        self.oracle = oracle
+        self.grader = grader
+
+    def verify(self, records: Sequence[VoteRecord]) -> list[bool | None]:
+        return [label_correct(r, self.oracle, self.grader) for r in records]
+
+
+def parse_yes_no(text: str) -> bool | None:
+    """First yes/no word in the reply; anything else is unknown.
+
+    >>> parse_yes_no(" Yes, it is."), parse_yes_no("no"), parse_yes_no("maybe"), parse_yes_no("yes or no")
+    (True, False, None, None)
+    """
+    words = re.findall(r"[a-z]+", text.lower())
+    has_yes, has_no = "yes" in words, "no" in words
+    if has_yes == has_no:
+        return None
+    return has_yes
+
+
+class JudgeVerifier:
+    """Asks a model (a stronger one, or the solver itself) whether the pseudo-label is the
+    correct final answer, with the world's judge prompt; greedy, batched. Garbage -> None."""
+
+    enforce = True
+
+    def __init__(self, sampler: Sampler, prompter: Prompter, max_new_tokens: int = 8, batch_prompts: int = 64):
+        self.sampler = sampler
+        self.prompter = prompter
+        self.max_new_tokens = max_new_tokens
+        self.batch_prompts = batch_prompts
+        self.rollouts = 0
+
+    def verify(self, records: Sequence[VoteRecord]) -> list[bool | None]:
+        idx = [i for i, r in enumerate(records) if r.label is not None]
+        prompts = [self.prompter.judge(records[i].question, str(records[i].label)) for i in idx]
+        out: list[bool | None] = [None] * len(records)
+        if prompts:
+            params = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens)
+            groups = sample_chunked(self.sampler, prompts, 1, params, self.batch_prompts)
+            self.rollouts += len(groups)
+            for i, g in zip(idx, groups):
+                out[i] = parse_yes_no(g[0].text)
+        return out
+
+
+def make_verifier(
+    kind: Literal["none", "oracle", "judge"],
+    *,
+    oracle: OracleFn | None = None,
+    grader: AnswerGrader | None = None,
+    judge: Sampler | None = None,
+    prompter: Prompter | None = None,
+    max_new_tokens: int = 8,
+) -> LabelVerifier:
+    """Config value -> verifier, with a clear error when its dependency is missing."""
+    if kind == "none":
+        return NoVerifier()
+    if kind == "oracle":
+        if oracle is None or grader is None:
+            raise ConfigError("buffer.verifier=oracle needs a world with an oracle (the toy world)")
+        return OracleVerifier(oracle, grader)
+    if kind == "judge":
+        if judge is None or prompter is None:
+            raise ConfigError("buffer.verifier=judge needs a judge sampler and its prompter")
+        return JudgeVerifier(judge, prompter, max_new_tokens)
+    raise ConfigError(f"label verifier must be 'none', 'oracle' or 'judge', got {kind!r}")

@@ -1,0 +1,65 @@
+"""How each role is asked, and how a writer's question is read back: one ``Prompter`` per world.
+
+Every prompt a run sends is built here: the solver prompt (training *and* evaluation use the same
+one), multiple-choice items, the D²Evo questioner, the DiagEvo challenger, the label judge, the
+diagnoser and the duplicate-cause confirmation. Two worlds implement it:
+
+* ``coevolve.toy.prompts.ToyPrompter`` — the toy world's short formats (its base model was
+  pretrained on exactly these strings);
+* ``coevolve.prompts.chat.ChatPrompter`` — the papers' prompts for real models, through the
+  tokenizer's chat template when ``model.chat_template`` is set, plain text otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+
+@runtime_checkable
+class Prompter(Protocol):
+    def solver(self, question: str) -> str:
+        """Prompt asking the solver to reason in <think> then answer in \\boxed{}."""
+        ...
+
+    def choice(self, question: str, choices: Sequence[str]) -> str:
+        """A multiple-choice item: the solver prompt with lettered options, the letter boxed."""
+        ...
+
+    def questioner(self, question: str, answer: str, difficulty: float) -> str:
+        """D²Evo questioner prompt: anchor question, its answer, measured difficulty (0-100)."""
+        ...
+
+    def challenger(self, causes: Sequence[str]) -> str:
+        """DiagEvo challenger prompt: [] free exploration, [c] targeted, [c1, c2] stitched."""
+        ...
+
+    def parse_question(self, completion: str) -> str | None:
+        """The question inside exactly one well-formed <question>...</question>, else None."""
+        ...
+
+    def judge(self, question: str, answer: str) -> str:
+        """Ask whether ``answer`` is the correct final answer (label verifier); reply yes/no."""
+        ...
+
+    def diagnoser(self, question: str, label: str, bad: str, good: str, template: str | None = None) -> str:
+        """DiagEvo diagnosis request (``template`` overrides the world's wording; its
+        placeholders {question} {label} {bad} {good} are substituted literally)."""
+        ...
+
+    def confirm(self, a: str, b: str) -> str:
+        """Ask whether two error-cause descriptions name the same error; reply yes/no."""
+        ...
+
+
+def fill_template(template: str, **values: str) -> str:
+    """Substitute ``{name}`` placeholders literally (no ``str.format``: templates contain JSON).
+
+    >>> fill_template('{"q": "{question}"}', question="2+2")
+    '{"q": "2+2"}'
+    """
+    for key, val in values.items():
+        template = template.replace("{" + key + "}", val)
+    return template
+
+
+__all__ = ["Prompter", "fill_template"]

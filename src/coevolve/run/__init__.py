@@ -1,0 +1,207 @@
+"""The run folder: config snapshot, phase state, metrics log, per-phase artefacts, checkpoints.
+
+Resume model: a recipe is a sequence of named phases (``Phase("difficulty", round=1)`` ->
+``01/difficulty``, ``Phase.base("eval")`` -> ``base/eval``). Each phase is a function of the
+config, the artefacts on disk and the latest checkpoints, with its own seed derived from the
+master seed and the phase key. A phase writes its artefacts atomically, then is marked done in
+``state.json`` (also atomic). A run killed at any moment (even ``kill -9``) therefore resumes at
+the first phase not marked done, from exactly the same inputs, and produces exactly the same
+results as a run that was never interrupted.
+
+Three jobs, three parts: ``PhaseState`` (``state.json``), ``MetricsLog`` (``metrics.jsonl``) and
+the artefact files (``files``); ``Run`` binds them with the master seed and the progress printer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from coevolve.data.jsonl import read_jsonl
+from coevolve.errors import RunStateError
+from coevolve.run.files import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from coevolve.run.metrics import MetricsLog
+from coevolve.run.state import PhaseRecord, PhaseState
+
+STATE_FILE = "state.json"
+METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.yaml"
+SUMMARY_FILE = "summary.json"
+
+Say = Callable[[str], None]
+
+
+def say(msg: str) -> None:
+    """One-line progress message on stderr."""
+    from rich.console import Console
+
+    Console(stderr=True).print(msg, highlight=False, markup=False)
+
+
+def derive_seed(master: int, *parts: Any) -> int:
+    """Stable 31-bit seed from the master seed and a phase key (independent of PYTHONHASHSEED)."""
+    h = hashlib.sha256(repr((master,) + parts).encode()).digest()
+    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Where a phase sits: a round 1..T, or a stage outside the rounds (``base``, ``final``)."""
+
+    name: str
+    round: int | None = None
+    stage: str = ""
+
+    @classmethod
+    def base(cls, name: str) -> "Phase":
+        return cls(name, None, "base")
+
+    @classmethod
+    def final(cls, name: str) -> "Phase":
+        return cls(name, None, "final")
+
+    @property
+    def folder(self) -> str:
+        """Artefact folder of the phase, relative to the run folder."""
+        return f"round_{self.round:02d}" if self.round is not None else self.stage
+
+    @property
+    def key(self) -> str:
+        return f"{self.round:02d}/{self.name}" if self.round is not None else f"{self.stage}/{self.name}"
+
+
+@dataclass
+class PhaseResult:
+    """What a phase returns: small JSON-able figures (kept in state.json and summary.json), the
+    rollouts it drew, and the checkpoints it wrote (``{role: folder}``), which become that role's
+    resume point in the same atomic write that marks the phase done."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    rollouts: int = 0
+    checkpoints: dict[str, Path] = field(default_factory=dict)
+
+
+@dataclass
+class PhaseContext:
+    """Handed to a phase function: its seed, its artefact folder and its metrics logger."""
+
+    phase: Phase
+    seed: int
+    dir: Path
+    metrics: MetricsLog
+    say: Say
+
+    def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """One metrics line tagged with this phase's round and name (and ``step``)."""
+        self.metrics.log(metrics, round=self.phase.round, phase=self.phase.name, step=step)
+
+
+class Run:
+    """A run folder. ``Run.create`` makes one, ``Run.open`` reopens it for resuming."""
+
+    def __init__(self, path: Path, state: PhaseState, *, seed: int = 0, keep_checkpoints: int = 2,
+                 say: Say = say) -> None:
+        self.path = Path(path)
+        self.state = state
+        self.metrics = MetricsLog(self.path / METRICS_FILE)
+        self.seed = seed
+        self.keep_checkpoints = keep_checkpoints
+        self.say = say
+
+    @classmethod
+    def create(cls, path: Path, config_yaml: str, recipe: str, **kw: Any) -> "Run":
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise RunStateError(f"run folder {path} is an existing file; choose another --run-dir")
+        if (path / STATE_FILE).exists():
+            raise RunStateError(f"{path} already holds a run; use `coevolve resume {path}` or choose another --run-dir")
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path / CONFIG_FILE, config_yaml)
+        return cls(path, PhaseState.new(path / STATE_FILE, recipe), **kw)
+
+    @classmethod
+    def open(cls, path: Path, **kw: Any) -> "Run":
+        path = Path(path)
+        if not (path / STATE_FILE).is_file() or not (path / CONFIG_FILE).is_file():
+            raise RunStateError(f"{path} is not a coevolve run folder (no {STATE_FILE} / {CONFIG_FILE})")
+        run = cls(path, PhaseState.load(path / STATE_FILE), **kw)
+        run.metrics.truncate(int(run.state.data.get("metrics_bytes", 0)))
+        return run
+
+    def bind(self, *, seed: int, keep_checkpoints: int, say: Say = say) -> "Run":
+        """Bind the run's master seed, checkpoint budget and printer (from its config)."""
+        self.seed, self.keep_checkpoints, self.say = seed, keep_checkpoints, say
+        return self
+
+    # -- phases ------------------------------------------------------------------------------
+    def done(self, phase: Phase) -> bool:
+        return self.state.record(phase.key) is not None
+
+    def result(self, phase: Phase) -> PhaseRecord | None:
+        return self.state.record(phase.key)
+
+    def phase(self, phase: Phase, fn: Callable[[PhaseContext], PhaseResult]) -> PhaseRecord:
+        """Run ``fn`` unless ``phase`` is already done; return the phase's record either way.
+
+        ``fn`` must write its artefacts (atomically, into ``ctx.dir``) before returning."""
+        rec = self.state.record(phase.key)
+        if rec is not None:
+            self.say(f"[skip] {phase.key} (done)")
+            return rec
+        seed = derive_seed(self.seed, phase.key)
+        seed_everything(seed)
+        self.say(f"[phase] {phase.key}")
+        ctx = PhaseContext(phase, seed, self.path / phase.folder, self.metrics, self.say)
+        ctx.dir.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        res = fn(ctx)
+        seconds = time.perf_counter() - t0
+        ctx.log({f"phase/{phase.name}/seconds": round(seconds, 3), f"phase/{phase.name}/rollouts": res.rollouts})
+        rec = PhaseRecord(phase.key, phase.name, phase.round, phase.stage, res.values, res.rollouts, seconds, time.time())
+        root = self.path.resolve()
+        ckpts = {role: str(Path(p).resolve().relative_to(root)) for role, p in res.checkpoints.items()}
+        for rel in self.state.finish(rec, ckpts, self.keep_checkpoints, self.metrics.size()):
+            shutil.rmtree(self.path / rel, ignore_errors=True)
+        return rec
+
+    def checkpoint(self, role: str) -> Path | None:
+        """The role's latest checkpoint folder (None before its first one)."""
+        rel = self.state.checkpoint(role)
+        return None if rel is None else self.path / rel
+
+    def checkpoint_dir(self, role: str, tag: str) -> Path:
+        return self.path / "checkpoints" / f"{role}_{tag}"
+
+    # -- artefacts ----------------------------------------------------------------------------
+    def write_json(self, rel: str | Path, obj: Any) -> Path:
+        atomic_write_json(self.path / rel, obj)
+        return self.path / rel
+
+    def write_jsonl(self, rel: str | Path, rows: Iterable[Any]) -> Path:
+        atomic_write_jsonl(self.path / rel, rows)
+        return self.path / rel
+
+    def read_jsonl(self, rel: str | Path) -> list[dict[str, Any]]:
+        return read_jsonl(self.path / rel)
+
+
+def default_run_path(root: str | Path, recipe: str, name: str | None) -> Path:
+    return Path(root) / (name or f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+__all__ = ["CONFIG_FILE", "METRICS_FILE", "STATE_FILE", "SUMMARY_FILE", "Phase", "PhaseContext", "PhaseRecord",
+           "PhaseResult", "PhaseState", "Run", "default_run_path", "derive_seed", "say", "seed_everything"]

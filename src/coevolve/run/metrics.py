@@ -1,0 +1,38 @@
+"""``metrics.jsonl``: one JSON object per line, namespaced keys, appended as a run goes.
+
+Resume semantics: the byte length of the log is recorded at every phase boundary; reopening a
+run cuts off what an interrupted phase had written, so nothing is logged twice.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from coevolve.data.jsonl import read_jsonl
+from coevolve.run.files import json_line
+
+
+class MetricsLog:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def size(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def truncate(self, nbytes: int) -> None:
+        """Drop everything after the first ``nbytes`` bytes (lines of an unfinished phase)."""
+        if self.path.exists() and self.path.stat().st_size > nbytes:
+            with open(self.path, "r+b") as f:
+                f.truncate(nbytes)
+
+    def log(self, metrics: dict[str, Any], **context: Any) -> None:
+        """Append ``{context..., time, metrics...}`` (context: round, phase, step)."""
+        row = {**{k: v for k, v in context.items() if v is not None or k == "round"},
+               "time": round(time.time(), 3), **metrics}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json_line(row))
+
+    def rows(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.path) if self.path.exists() else []

@@ -1,0 +1,96 @@
+"""``state.json``: which phases are done, what they produced, where each role resumes from.
+
+One JSON document, rewritten atomically at every phase boundary: a phase's record and the
+checkpoints it produced move in the same write, so a crash can never leave a checkpoint pointer
+ahead of the phase log (or behind it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coevolve.errors import RunStateError
+from coevolve.run.files import atomic_write_json
+
+STATE_FORMAT = 2
+
+
+@dataclass
+class PhaseRecord:
+    """A finished phase: where it sits in the run, its figures, rollouts and wall time."""
+
+    key: str
+    name: str
+    round: int | None
+    stage: str
+    values: dict[str, Any] = field(default_factory=dict)
+    rollouts: int = 0
+    seconds: float = 0.0
+    finished: float = 0.0
+
+
+class PhaseState:
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self.data = data
+
+    @classmethod
+    def new(cls, path: Path, recipe: str) -> "PhaseState":
+        state = cls(path, {"format": STATE_FORMAT, "recipe": recipe, "created": time.time(), "status": "running",
+                           "phases": [], "checkpoints": {}, "checkpoint_history": {}, "metrics_bytes": 0})
+        state.save()
+        return state
+
+    @classmethod
+    def load(cls, path: Path) -> "PhaseState":
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RunStateError(f"{path} is corrupt: {e}") from None
+        if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+            got = data.get("format", 1) if isinstance(data, dict) else "?"
+            raise RunStateError(f"{path}: run state format {got}, this coevolve reads format {STATE_FORMAT}; the run was "
+                                "made by an older coevolve: resume it with that version, or start a new run")
+        return cls(path, data)
+
+    def save(self) -> None:
+        atomic_write_json(self.path, self.data)
+
+    # -- phases ----------------------------------------------------------------------------
+    @property
+    def recipe(self) -> str:
+        return str(self.data.get("recipe", ""))
+
+    def records(self) -> list[PhaseRecord]:
+        """Finished phases in the order they finished."""
+        return [PhaseRecord(**r) for r in self.data["phases"]]
+
+    def record(self, key: str) -> PhaseRecord | None:
+        return next((PhaseRecord(**r) for r in self.data["phases"] if r["key"] == key), None)
+
+    def finish(self, rec: PhaseRecord, checkpoints: dict[str, str], keep: int, metrics_bytes: int) -> list[str]:
+        """Record a finished phase and move the roles' resume points in one atomic write;
+        return checkpoint folders (relative) that fell out of the last ``keep`` per role."""
+        self.data["phases"].append(asdict(rec))
+        self.data["metrics_bytes"] = metrics_bytes
+        stale = []
+        for role, rel in checkpoints.items():
+            hist = self.data["checkpoint_history"].setdefault(role, [])
+            if rel not in hist:
+                hist.append(rel)
+            self.data["checkpoints"][role] = rel
+            while len(hist) > keep:
+                stale.append(hist.pop(0))
+        self.save()
+        return [s for s in stale if s not in self.data["checkpoints"].values()]
+
+    def checkpoint(self, role: str) -> str | None:
+        return self.data["checkpoints"].get(role)
+
+    def set_status(self, status: str) -> None:
+        self.data["status"] = status
+        self.save()

@@ -1,0 +1,119 @@
+"""Config building blocks shared by every layer: the strict base model and the value types that
+several recipes use under one name (a pass-rate band, a GRPO phase, a writer reward, a vote).
+
+Why here and not in ``coevolve.config``: library modules (the learner, the memory, the
+curriculum) take these sections as their typed arguments, and the recipe configs are built from
+them, so they sit below both. One concept, one definition: the band check, for example, exists
+only in ``Band``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+BAND_TOLERANCE = 1e-9
+"""Pass rates are ratios of small integers; 2/5 must count as 0.4 however it was computed."""
+
+
+def in_band(x: float, low: float, high: float) -> bool:
+    """``low <= x <= high`` with ``BAND_TOLERANCE``: the one band test of the project.
+
+    >>> in_band(2 / 5, 0.4, 0.8), in_band(0.81, 0.4, 0.8)
+    (True, False)
+    """
+    return low - BAND_TOLERANCE <= x <= high + BAND_TOLERANCE
+
+
+class Strict(BaseModel):
+    """Base for every config section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Band(Strict):
+    """A closed pass-rate interval ``[low, high]`` (inclusive, with a 1e-9 tolerance).
+
+    Used for D²Evo's anchor band and plateau (τ_l, τ_u), the buffer's keep band and DiagEvo's
+    absolute filter (p_low, p_high).
+
+    >>> Band(low=0.4, high=0.8).contains(2 / 5), Band(low=0.4, high=0.8).contains(0.81)
+    (True, False)
+    """
+
+    low: float = Field(0.4, ge=0, le=1, description="Lower edge (inclusive).")
+    high: float = Field(0.8, ge=0, le=1, description="Upper edge (inclusive).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Band":
+        if self.low > self.high:
+            raise ValueError(f"band low={self.low} must be <= high={self.high}")
+        return self
+
+    def contains(self, x: float) -> bool:
+        return in_band(x, self.low, self.high)
+
+
+class GRPOPhase(Strict):
+    """One GRPO training phase of a role (solver, questioner, challenger).
+
+    ``max_new_tokens`` / ``temperature`` of None inherit the run's ``sampling`` section, so a
+    phase states only where it departs from the rollout defaults (writers write short questions).
+    """
+
+    steps: int = Field(40, ge=0, description="GRPO updates in the phase (0 = skip the phase).")
+    prompts_per_step: int = Field(16, ge=1, description="Prompts per update.")
+    group_size: int = Field(8, ge=2, description="Samples per prompt, the GRPO group G.")
+    max_new_tokens: int | None = Field(None, ge=1, description="Completion cap (None = sampling.max_new_tokens).")
+    temperature: float | None = Field(None, ge=0, description="Sampling temperature (None = sampling.temperature).")
+
+
+class SolverPhase(GRPOPhase):
+    """Solver GRPO with the labelled reward ``R = α·acc + (1-α)·fmt``."""
+
+    alpha: float = Field(0.9, ge=0, le=1, description="R = α·acc + (1-α)·format (D²Evo / R-Zero: α = 0.9).")
+
+
+class WriterReward(Strict):
+    """How a question writer (D²Evo questioner, DiagEvo challenger) is rewarded.
+
+    The frozen solver answers each generated question ``solver_samples`` times; x = p1, the share
+    of answers in the majority cluster (unparseable answers count as disagreeing). ``plateau`` is
+    D²Evo's ``r_diff(x)`` on ``band`` with decay ``a`` behind a format gate; ``rzero`` is R-Zero's
+    ``min(x, 1-x)`` minus a BLEU-cluster repetition penalty.
+    """
+
+    kind: Literal["plateau", "rzero"] = Field("plateau", description="'plateau' (D²Evo) or 'rzero' (R-Zero).")
+    band: Band = Field(default_factory=Band, description="Plateau edges τ_l, τ_u (our default: the anchor band 0.4-0.8).")
+    a: float = Field(2.0, ge=1, description="Plateau decay exponent a >= 1 (our default: 2).")
+    solver_samples: int = Field(8, ge=1, description="Frozen-solver answers per generated question, N_v (our default: 8).")
+    rep_tokenizer: Literal["auto", "whitespace", "char"] = Field(
+        "auto", description="BLEU tokens of the R-Zero repetition penalty; auto = the world's (char for the toy world).")
+    rep_threshold: float = Field(0.5, gt=0, le=1, description="R-Zero BLEU-distance clustering threshold (R-Zero: 0.5).")
+
+    @model_validator(mode="after")
+    def _plateau_band(self) -> "WriterReward":
+        if self.kind == "plateau" and not (0.0 < self.band.low and self.band.high < 1.0):
+            raise ValueError(f"plateau reward needs 0 < band.low and band.high < 1, got {self.band.low}, {self.band.high}")
+        return self
+
+
+FilterMode = Literal["dual", "absolute", "none"]
+
+
+class Voting(Strict):
+    """Pseudo-labels by majority vote and the confidence filter on them.
+
+    The solver answers each generated question ``samples`` times; the majority answer is the
+    label, p1 its share, p2 the runner-up's. ``absolute`` keeps ``p1`` in ``band``; ``dual`` also
+    needs ``p1 >= tau·p2`` (DiagEvo); ``none`` keeps every labelled question.
+    """
+
+    samples: int = Field(8, ge=1, description="Solver answers per question for the vote (N).")
+    filter: FilterMode = Field("dual", description="'dual' (DiagEvo), 'absolute' (band only) or 'none'.")
+    band: Band = Field(default_factory=Band, description="Absolute filter on p1.")
+    tau: float = Field(1.6, ge=0, description="Relative filter: keep when p1 >= tau·p2 (DiagEvo: 1.6).")
+
+
+__all__ = ["BAND_TOLERANCE", "Band", "in_band", "FilterMode", "GRPOPhase", "SolverPhase", "Strict", "Voting", "WriterReward"]

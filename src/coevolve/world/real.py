@@ -1,0 +1,127 @@
+"""A real model's world: labelled questions from a JSONL file (or none: label-free recipes),
+the papers' prompts, the benchmark registry, no oracle."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from coevolve.curriculum.buffer import dedupe, normalize_question
+from coevolve.errors import ConfigError
+from coevolve.memory.diagnose import Diagnoser
+from coevolve.memory.store import Cause
+from coevolve.prompts import Prompter
+from coevolve.prompts.chat import ChatPrompter
+from coevolve.types import Task
+
+
+class RealWorld:
+    name = "real"
+    default_benches = ("math7",)
+    default_diagnoser = "llm"
+    knows_truth = False
+    rep_tokenizer = "whitespace"
+
+    def __init__(self, prompter: Prompter, tasks: Sequence[Task], source: str, chat_template: bool,
+                 excluded_fn: Callable[[], frozenset[str]] | None = None):
+        self.prompter = prompter
+        self.tasks = list(tasks)
+        self.source = source
+        self.chat_template = chat_template
+        self._excluded_fn = excluded_fn
+        self._excluded: frozenset[str] | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> "RealWorld":
+        tasks: list[Task] = []
+        if cfg.data.source != "toy":
+            tasks = load_labelled(cfg.data, say)
+        benches = list(cfg.eval.benches) if cfg.eval.benches is not None else list(cls.default_benches)
+        data_dir = Path(cfg.eval.data_dir) if cfg.eval.data_dir else None
+        excluded = (lambda: benchmark_questions(benches, data_dir)) if cfg.data.exclude_heldout else None
+        prompter = ChatPrompter(tokenizer, use_chat_template=cfg.model.chat_template)
+        return cls(prompter, tasks, cfg.data.source, cfg.model.chat_template, excluded)
+
+    def draw(self, rng: random.Random, n: int) -> list[Task]:
+        return draw_from(labelled(self.tasks), rng, n)
+
+    def pool(self, rng: random.Random, size: int | None) -> list[Task]:
+        return pool_from(labelled(self.tasks), rng, size)
+
+    def excluded(self) -> frozenset[str]:
+        """The evaluation benchmarks' questions (decontamination of generated questions),
+        loaded on first use."""
+        if self._excluded is None:
+            self._excluded = self._excluded_fn() if self._excluded_fn is not None else frozenset()
+        return self._excluded
+
+    def oracle(self, question: str) -> str | None:
+        return None
+
+    def bench_tasks(self, bench: str, data_dir: Path | None, limit: int | None) -> list[Task] | None:
+        return None
+
+    def prompter_for(self, tokenizer: Any) -> Prompter:
+        return ChatPrompter(tokenizer, use_chat_template=self.chat_template)
+
+    def trace_diagnoser(self) -> Diagnoser:
+        raise ConfigError("diagnoser.kind=trace needs the toy world (step traces); use diagnoser.kind=llm")
+
+    def shows_causes(self, question: str, causes: Sequence[Cause]) -> list[bool] | None:
+        return None
+
+    def true_cause(self, question: str, bad: str, good: str) -> str | None:
+        return None
+
+
+def labelled(tasks: list[Task]) -> list[Task]:
+    if not tasks:
+        raise ConfigError("data.source: this recipe needs labelled questions; give a JSONL / JSONL.gz file "
+                          "(e.g. data.source=.../math_train12k/train.jsonl.gz)")
+    return tasks
+
+
+def draw_from(tasks: Sequence[Task], rng: random.Random, n: int) -> list[Task]:
+    """``n`` questions of a fixed set: distinct while the set lasts, then repeats."""
+    if n <= len(tasks):
+        return rng.sample(list(tasks), n)
+    out = list(tasks)
+    rng.shuffle(out)
+    return out + [rng.choice(tasks) for _ in range(n - len(out))]
+
+
+def pool_from(tasks: Sequence[Task], rng: random.Random, size: int | None) -> list[Task]:
+    """A seeded candidate pool of ``size`` questions (all when None), distinct texts."""
+    chosen = list(tasks) if size is None or size >= len(tasks) else rng.sample(list(tasks), size)
+    return dedupe(chosen, key=lambda t: t.question)
+
+
+def load_labelled(data: Any, say: Callable[[str], None]) -> list[Task]:
+    """The ``data`` section's JSONL rows as tasks; broken rows reported (``on_error=skip``)."""
+    from coevolve.data.jsonl import load_tasks
+
+    tasks, report = load_tasks(data.source, question_key=data.question_key, answer_key=data.answer_key,
+                               on_error=data.on_error, limit=data.limit)
+    for p in report.problems[:20]:
+        say(f"[data] skipped: {p}")
+    if len(report.problems) > 20:
+        say(f"[data] ... and {len(report.problems) - 20} more broken rows")
+    say(f"[data] {report.loaded} questions from {data.source} ({len(report.problems)} broken rows skipped)")
+    if not tasks:
+        raise ConfigError(f"data.source {data.source}: no usable rows")
+    return tasks
+
+
+def benchmark_questions(benches: Sequence[str], data_dir: Path | None) -> frozenset[str]:
+    """Normalised questions of the benchmarks (those whose data can be found)."""
+    from coevolve.errors import DataError
+    from coevolve.eval.benchmarks import load_tasks, resolve_benches
+
+    out: set[str] = set()
+    for b in resolve_benches(list(benches)):
+        try:
+            out.update(normalize_question(t.question) for t in load_tasks(b, data_dir))
+        except DataError:
+            continue  # a benchmark without local data cannot leak into training either
+    return frozenset(out)
