@@ -1,6 +1,6 @@
 """Solver GRPO step time: coevolve (HFSampler + Learner) vs TRL ``GRPOTrainer``, same run.
 
-Setting (toy_world_prototype.md §5): 16 prompts x 8 samples, max_new_tokens 48, T=1, top_k=0,
+Setting (the toy-world prototype's GRPO step): 16 prompts x 8 samples, max_new_tokens 48, T=1, top_k=0,
 lr 3e-5, beta 0, eps 0.2/0.28, token-mean (TRL loss_type="dapo"), on the toy base model, fresh
 arithmetic problems each step, reward = exact match of the last ``\\boxed{}`` with the oracle.
 Both trainers start from the same weights and see the same problem pool. Prints generation /

@@ -14,7 +14,7 @@ import coevolve.curriculum as C
 from coevolve.curriculum import difficulty, sampling
 from coevolve.errors import CoevolveError, ConfigError
 from coevolve.schema import Band, Voting, WriterReward
-from coevolve.types import Completion, SamplingParams, Task, Vote
+from coevolve.types import Completion, SamplingParams, Stop, Task, Vote
 
 
 class FakePrompter:
@@ -25,6 +25,9 @@ class FakePrompter:
 
     def judge(self, question: str, answer: str) -> str:
         return f"Question: {question}\nProposed final answer: {answer}\nIs {answer} the correct final answer? yes or no"
+
+    def stop(self, kind):
+        return Stop()
 
     def parse_question(self, completion: str) -> str | None:
         if completion.count("<question>") != 1 or not completion.endswith("</question>"):

@@ -235,3 +235,41 @@ def test_load_model_round_trip(tmp_path, model, tok):
     a = HFSampler(model, tok).sample(PROMPTS, 1, p)
     b = HFSampler(m2, t2).sample(PROMPTS, 1, p)
     assert [g[0].text for g in a] == [g[0].text for g in b]
+
+
+def test_stop_strings_and_stop_ids_cut_where_the_text_says(model, tok):
+    """A stop string ends the completion at the token that completes it (the string is kept, so
+    ``</question>`` can be parsed); a stop id ends it like EOS; both are recorded as the reason.
+    Forced by biasing the logits so the model spells out a known sequence."""
+    from coevolve.types import Stop
+
+    target = tok("ab</question>zz", add_special_tokens=False)["input_ids"]
+
+    def spell(module, inputs, output):
+        pos = min(spell.i, len(target) - 1)
+        output[:, -1, target[pos]] += 1e4
+        spell.i += 1
+        return output
+
+    s = HFSampler(model, tok)
+    for stop, want_text, want_reason in [
+        (Stop(strings=("</question>",)), "ab</question>", "</question>"),
+        (Stop(strings=("b<",)), "ab</question>", "b<"),  # cut at the token that completes it
+        (Stop(strings=("z", "</question>")), "ab</question>", "</question>"),  # the earliest wins
+        (Stop(token_ids=(target[1],)), "ab", target[1]),
+    ]:
+        spell.i = 0
+        h = model.lm_head.register_forward_hook(spell)
+        try:
+            (c,), = s.sample(["Q:1+2=\nA:"], 1, SamplingParams(temperature=0.0, max_new_tokens=12, stop=stop))
+        finally:
+            h.remove()
+        assert c.text == want_text and c.finish_reason == "stop" and c.stop_reason == want_reason, (stop, c)
+        assert c.token_ids == target[: len(c.token_ids)]
+    spell.i = 0
+    h = model.lm_head.register_forward_hook(spell)
+    try:
+        (c,), = s.sample(["Q:1+2=\nA:"], 1, SamplingParams(temperature=0.0, max_new_tokens=4))
+    finally:
+        h.remove()
+    assert c.finish_reason == "length" and c.stop_reason is None and len(c.token_ids) == 4

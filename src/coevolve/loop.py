@@ -20,7 +20,7 @@ from coevolve.rl.learner import Learner, RolloutGroup
 from coevolve.run import PhaseContext, derive_seed
 from coevolve.run.files import json_line
 from coevolve.schema import GRPOPhase
-from coevolve.types import AnswerGrader, Completion, Sampler, SamplingParams, Task
+from coevolve.types import AnswerGrader, Completion, Sampler, SamplingParams, Stop, Task
 
 
 @dataclass
@@ -84,11 +84,12 @@ class ShuffledPasses:
         return out
 
 
-def sampling_params(sampling: Any, seed: int | None, phase: GRPOPhase | None = None, **over: Any) -> SamplingParams:
+def sampling_params(sampling: Any, seed: int | None, phase: GRPOPhase | None = None, stop: Stop | None = None,
+                    **over: Any) -> SamplingParams:
     """Decoding parameters from the ``sampling`` section, with a phase's own temperature /
-    completion cap where it sets them, and explicit overrides last."""
+    completion cap where it sets them, the prompt kind's ``stop``, and explicit overrides last."""
     kw: dict[str, Any] = dict(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                              max_new_tokens=sampling.max_new_tokens, seed=seed)
+                              max_new_tokens=sampling.max_new_tokens, seed=seed, stop=stop or Stop())
     if phase is not None:
         kw.update({k: v for k, v in (("temperature", phase.temperature), ("max_new_tokens", phase.max_new_tokens))
                    if v is not None})

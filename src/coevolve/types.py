@@ -40,12 +40,23 @@ class Task:
         )
 
 
+@dataclass(frozen=True)
+class Stop:
+    """Where a completion ends besides the model's EOS: the first of ``strings`` to appear (kept
+    in the completion, so ``</question>`` can still be parsed) or of ``token_ids`` (a chat
+    template's end-of-turn token)."""
+
+    strings: tuple[str, ...] = ()
+    token_ids: tuple[int, ...] = ()
+
+
 @dataclass
 class SamplingParams:
     """Decoding parameters for one ``Sampler.sample`` call.
 
     ``temperature == 0`` means greedy decoding (then ``n`` must be 1 to be meaningful).
     ``top_k == 0`` and ``top_p == 1.0`` disable those filters (pure temperature sampling).
+    ``stop`` ends a completion early (see ``Stop``); every sampler honours it.
     """
 
     temperature: float = 1.0
@@ -54,6 +65,7 @@ class SamplingParams:
     max_new_tokens: int = 64
     seed: int | None = None
     return_logprobs: bool = False
+    stop: Stop = field(default_factory=Stop)
 
 
 @dataclass
@@ -61,9 +73,11 @@ class Completion:
     """One sampled continuation of one prompt.
 
     ``prompt_ids`` are the exact ids the model was conditioned on (no padding) and
-    ``token_ids`` the generated ids up to and including EOS when it was produced (no padding).
-    ``logprobs[i]`` is log p(token_ids[i]) under the sampling policy *before* temperature /
-    top-k / top-p (i.e. the raw model distribution), present when ``return_logprobs`` was set.
+    ``token_ids`` the generated ids up to and including the token that stopped it (EOS, a stop
+    token, or the last token of a stop string), no padding. ``finish_reason`` is "stop" or
+    "length" (the budget ran out); ``stop_reason`` says what stopped it: the stop string, the
+    token id, or None. ``logprobs[i]`` is log p(token_ids[i]) under the sampling policy *before*
+    temperature / top-k / top-p (the raw model distribution), present with ``return_logprobs``.
     """
 
     text: str
@@ -71,6 +85,7 @@ class Completion:
     prompt_ids: list[int]
     finish_reason: Literal["stop", "length"] = "stop"
     logprobs: list[float] | None = None
+    stop_reason: str | int | None = None
 
 
 @dataclass

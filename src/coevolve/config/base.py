@@ -30,7 +30,10 @@ class ModelConfig(Strict):
     toy_cache: str | None = Field(None, description="Cache folder for the toy base (default $COEVOLVE_CACHE or ~/.cache/coevolve).")
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N'.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="'auto' = bf16 on GPU, fp32 on CPU.")
-    chat_template: bool = Field(False, description="Wrap prompts with the tokenizer's chat template (real chat models).")
+    chat_template: bool = Field(False, description="Wrap prompts with the tokenizer's chat template (instruct / chat "
+                                "models); false = plain text prompts (base models).")
+    enable_thinking: bool | None = Field(None, description="Passed to chat templates that take it (Qwen3); None = the "
+                                         "template's default.")
 
 
 class DataConfig(Strict):

@@ -83,7 +83,7 @@ class JudgeVerifier:
         prompts = [self.prompter.judge(records[i].question, str(records[i].label)) for i in idx]
         out: list[bool | None] = [None] * len(records)
         if prompts:
-            params = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens)
+            params = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens, stop=self.prompter.stop("answer"))
             groups = sample_chunked(self.sampler, prompts, 1, params, self.batch_prompts)
             self.rollouts += len(groups)
             for i, g in zip(idx, groups):

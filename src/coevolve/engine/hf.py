@@ -19,7 +19,7 @@ from torch import Tensor
 from coevolve.engine.base import SamplerError, validate_params
 from coevolve.errors import ModelLoadError
 from coevolve.rl.grpo import sequence_logprobs
-from coevolve.types import Completion, SamplingParams
+from coevolve.types import Completion, SamplingParams, Stop
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -191,13 +191,15 @@ class HFSampler:
     def _generation_config(self, params: SamplingParams) -> Any:
         from transformers import GenerationConfig
 
-        common = dict(
+        common: dict[str, Any] = dict(
             max_new_tokens=params.max_new_tokens,
-            eos_token_id=self.eos_ids,
+            eos_token_id=self.eos_ids + [t for t in params.stop.token_ids if t not in self.eos_ids],
             pad_token_id=self.pad_id,
             num_beams=1,
             repetition_penalty=1.0,
         )
+        if params.stop.strings:  # stop generating early; the exact cut is ``_cut``'s
+            common["stop_strings"] = list(params.stop.strings)
         if params.temperature == 0:
             return GenerationConfig(do_sample=False, **common)
         # transformers 5 defaults top_k/top_p to None and then fills them from the model's
@@ -211,16 +213,36 @@ class HFSampler:
         """Raw generated ids per row (right-padded region, not yet cut)."""
         ids, mask = self._left_pad(prompt_ids)  # (B, L)
         out = self.model.generate(
-            input_ids=ids, attention_mask=mask, generation_config=self._generation_config(params)
+            input_ids=ids, attention_mask=mask, generation_config=self._generation_config(params),
+            tokenizer=self.tokenizer if params.stop.strings else None,
         )  # (B, L + new)
         return out[:, ids.shape[1]:].tolist()
 
-    def _cut(self, gen: list[int]) -> tuple[list[int], str]:
-        eos = set(self.eos_ids)
+    def _cut(self, gen: list[int], stop: Stop) -> tuple[list[int], str, str | int | None]:
+        """(completion ids, finish reason, stop reason): up to and including the first end token
+        (EOS or a stop id), or the shortest prefix whose text holds a stop string, whichever
+        comes first; padding after a finished row is dropped."""
+        end = set(self.eos_ids) | set(stop.token_ids)
+        ids, reason, why = gen, "length", None
         for j, t in enumerate(gen):
-            if t in eos:
-                return gen[: j + 1], "stop"
-        return gen, "length"
+            if t in end:
+                ids, reason, why = gen[: j + 1], "stop", t
+                break
+        if stop.strings:
+            body = ids[:-1] if reason == "stop" else ids
+            text = self.decode(body)
+            hits = [(text.find(s), s) for s in stop.strings if s in text]
+            if hits:
+                first = min(hits)[1]
+                lo, hi = 1, len(body)  # the shortest prefix whose text contains ``first``
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if first in self.decode(body[:mid]):
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                return body[:lo], "stop", first
+        return ids, reason, why
 
     def completion_logprobs(self, prompt_ids: list[list[int]], comp_ids: list[list[int]]) -> list[list[float]]:
         """log p(completion token) under the raw model distribution, by one batched forward
@@ -268,15 +290,15 @@ class HFSampler:
                 outs = self._generate_chunk([encoded[rows[r][0]] for r in chunk], params)
                 for r, g in zip(chunk, outs):
                     gen_rows[r] = g
-            cut = [self._cut(gen_rows[r]) for r in range(len(rows))]
+            cut = [self._cut(gen_rows[r], params.stop) for r in range(len(rows))]
             logprobs: list[list[float]] | None = None
             if params.return_logprobs and rows:
                 logprobs = self.completion_logprobs(
-                    [encoded[pi] for pi, _ in rows], [c for c, _ in cut]
+                    [encoded[pi] for pi, _ in rows], [c[0] for c in cut]
                 )
         result: list[list[Completion]] = [[] for _ in prompts]
         for r, (pi, _) in enumerate(rows):
-            ids, reason = cut[r]
+            ids, reason, why = cut[r]
             result[pi].append(
                 Completion(
                     text=self.decode(ids),
@@ -284,6 +306,7 @@ class HFSampler:
                     prompt_ids=list(encoded[pi]),
                     finish_reason=reason,  # type: ignore[arg-type]
                     logprobs=None if logprobs is None else logprobs[r],
+                    stop_reason=why,
                 )
             )
         return result

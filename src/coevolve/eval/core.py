@@ -11,13 +11,13 @@ makes evaluation affordable.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from coevolve.errors import DataError
-from coevolve.types import Completion, Sampler, SamplingParams, Task
+from coevolve.types import Completion, Sampler, SamplingParams, Stop, Task
 
-Grader = Callable[[str, str], bool]
+GradeFn = Callable[[str, str], bool]
 """``grade(gold, completion_text) -> correct``."""
 
 Extractor = Callable[[str], Any]
@@ -75,7 +75,7 @@ def evaluate_tasks(
     tasks: Sequence[Task],
     prompts: Sequence[str],
     *,
-    grade: Grader,
+    grade: GradeFn,
     extract: Extractor,
     samples: int = 0,
     max_new_tokens: int = 64,
@@ -83,11 +83,13 @@ def evaluate_tasks(
     progress: bool = False,
     group_key: str = "level",
     batch_size: int | None = None,
+    stop: Stop | None = None,
 ) -> EvalResult:
     """Greedy pass@1 on every task, plus mean@``samples`` of T=1 samples when ``samples > 0``.
 
     ``prompts[i]`` is task i's prompt; ``grade(gold, completion_text)`` decides correctness and
-    ``extract`` only fills the ``extracted`` record field (the benchmark supplies both). Sampling
+    ``extract`` only fills the ``extracted`` record field (the benchmark supplies both); ``stop``
+    ends completions as in training (the world's answer stops). Sampling
     is seeded with ``seed`` so the same model gives the same mean@k. ``batch_size`` splits the
     prompts into several sampler calls (a progress bar); by default everything goes in one
     call and the sampler batches internally.
@@ -107,11 +109,12 @@ def evaluate_tasks(
         raise ValueError(f"{len(prompt_list)} prompts for {len(tasks)} tasks")
     if not tasks:
         return EvalResult(greedy=0.0, sampled=None if samples == 0 else 0.0, n=0, records=[], samples=samples)
-    greedy_params = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed)
+    greedy_params = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed,
+                                   stop=stop or Stop())
     greedy_out = _generate(sampler, prompt_list, 1, greedy_params, batch_size, progress, "greedy")
     sampled_out: list[list[Completion]] | None = None
     if samples > 0:
-        sample_params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed)
+        sample_params = replace(greedy_params, temperature=1.0)
         sampled_out = _generate(sampler, prompt_list, samples, sample_params, batch_size, progress, f"mean@{samples}")
 
     records: list[dict[str, Any]] = []

@@ -82,7 +82,7 @@ def evaluate_benchmark(
     grade, extract = grader_for(bench, grader)
     return evaluate_tasks(sampler, tasks, build_prompts(bench, tasks, prompter), grade=grade, extract=extract,
                           samples=samples, max_new_tokens=max_new_tokens, seed=seed, progress=progress,
-                          group_key=bench.group_key, batch_size=batch_size)
+                          group_key=bench.group_key, batch_size=batch_size, stop=prompter.stop("answer"))
 
 
 def evaluate_suite(

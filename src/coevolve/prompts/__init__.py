@@ -12,7 +12,12 @@ diagnoser and the duplicate-cause confirmation. Two worlds implement it:
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Literal, Protocol, Sequence, runtime_checkable
+
+from coevolve.types import Stop
+
+StopKind = Literal["answer", "question"]
+"""``question``: a writer's output (ends at ``</question>``); ``answer``: everything else."""
 
 
 @runtime_checkable
@@ -50,6 +55,10 @@ class Prompter(Protocol):
         """Ask whether two error-cause descriptions name the same error; reply yes/no."""
         ...
 
+    def stop(self, kind: StopKind) -> Stop:
+        """Where a completion of this kind ends besides EOS (end-of-turn tokens, stop strings)."""
+        ...
+
 
 def fill_template(template: str, **values: str) -> str:
     """Substitute ``{name}`` placeholders literally (no ``str.format``: templates contain JSON).
@@ -62,4 +71,4 @@ def fill_template(template: str, **values: str) -> str:
     return template
 
 
-__all__ = ["Prompter", "fill_template"]
+__all__ = ["Prompter", "StopKind", "fill_template"]

@@ -25,7 +25,8 @@ import re
 from typing import Any, Sequence
 
 from coevolve.errors import CoevolveError, ConfigError
-from coevolve.prompts import fill_template
+from coevolve.prompts import StopKind, fill_template
+from coevolve.types import Stop
 
 SOLVER_SYSTEM = (
     "Please reason step by step inside <think> </think> tags, "
@@ -100,6 +101,13 @@ CONFIRM_TEMPLATE = "Do these two descriptions name the same error?\nA: {a}\nB: {
 
 _QUESTION_RE = re.compile(r"<question>(.*?)</question>", re.DOTALL)
 
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>")
+"""Special tokens that end a chat turn in the common templates (ChatML, Llama 3, Gemma, Phi)."""
+
+BASE_ANSWER_STOPS = ("\n\nPlease reason step by step", "\n\nQuestion:", "\n\nProblem:")
+"""Without a chat template a base model runs on after its answer, usually into a new prompt of
+the same shape; the last ``\\boxed{}`` would then grade a made-up follow-up problem."""
+
 
 def choice_content(question: str, choices: Sequence[str]) -> str:
     """Multiple-choice user text: the question, one "A. option" line per choice, the ask."""
@@ -120,17 +128,29 @@ class ChatPrompter:
     ``apply_chat_template``); the recipes pass the loaded model's tokenizer.
     """
 
-    def __init__(self, tokenizer: Any = None, use_chat_template: bool = False):
-        if use_chat_template and (tokenizer is None or not hasattr(tokenizer, "apply_chat_template")):
+    def __init__(self, tokenizer: Any = None, use_chat_template: bool = False, enable_thinking: bool | None = None):
+        if use_chat_template and (tokenizer is None or not getattr(tokenizer, "chat_template", "x")):
+            raise ConfigError("model.chat_template=true but the tokenizer has no chat template")
+        if use_chat_template and not hasattr(tokenizer, "apply_chat_template"):
             raise ConfigError("ChatPrompter: use_chat_template=True needs a tokenizer with apply_chat_template")
         self.tokenizer = tokenizer
         self.use_chat_template = use_chat_template
+        self.enable_thinking = enable_thinking
+        vocab = tokenizer.get_vocab() if tokenizer is not None and hasattr(tokenizer, "get_vocab") else {}
+        self.end_of_turn = tuple(sorted({int(vocab[t]) for t in END_OF_TURN if t in vocab}))
 
     def _render(self, system: str | None, user: str) -> str:
         if self.use_chat_template:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
-            return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+            extra = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}  # Qwen3 templates
+            return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra))
         return f"{system}\n\n{user}\n\n" if system else f"{user}\n\n"
+
+    def stop(self, kind: StopKind) -> Stop:
+        """End-of-turn tokens always; ``</question>`` for writers; for plain (base-model) prompts
+        the start of a new prompt block ends an answer."""
+        strings = ("</question>",) if kind == "question" else () if self.use_chat_template else BASE_ANSWER_STOPS
+        return Stop(strings, self.end_of_turn)
 
     def solver(self, question: str) -> str:
         """R-Zero solver prompt + the ``<think>`` request that the format reward checks."""

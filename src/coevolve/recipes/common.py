@@ -12,12 +12,13 @@ from coevolve.config.base import RecipeConfig
 from coevolve.engine import load_model, load_tokenizer, make_sampler
 from coevolve.errors import DataError, ModelLoadError
 from coevolve.eval.suite import evaluate_suite
-from coevolve.loop import Role
+from coevolve.loop import Role, sampling_params
+from coevolve.prompts import StopKind
 from coevolve.rl.learner import Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.run.files import atomic_write_json
-from coevolve.schema import WriterReward
-from coevolve.types import AnswerGrader, Sampler
+from coevolve.schema import GRPOPhase, WriterReward
+from coevolve.types import AnswerGrader, Sampler, SamplingParams
 from coevolve.world import World, base_model_path, make_world
 
 CHECKPOINT_META = "coevolve.json"
@@ -65,6 +66,11 @@ class Setup:
         atomic_write_json(path / CHECKPOINT_META, {"world": self.world.name, "chat_template": self.cfg.model.chat_template,
                                                    "role": role.name, "recipe": self.cfg.recipe, "tag": tag})
         return {role.name: path}
+
+    def params(self, seed: int | None, phase: GRPOPhase | None = None, kind: StopKind = "answer") -> SamplingParams:
+        """Decoding parameters of a phase: the run's sampling section, the phase's own cap and
+        temperature, and where this world's prompts of ``kind`` stop."""
+        return sampling_params(self.cfg.sampling, seed, phase, self.world.prompter.stop(kind))
 
     def rep_tokenizer(self, reward: WriterReward) -> str:
         return self.world.rep_tokenizer if reward.rep_tokenizer == "auto" else reward.rep_tokenizer

@@ -40,7 +40,7 @@ from coevolve.curriculum import (
     score_writer_batch,
 )
 from coevolve.engine import load_sampler
-from coevolve.loop import Observed, RewardFn, Role, grpo_train, labelled_reward, sampling_params
+from coevolve.loop import Observed, RewardFn, Role, grpo_train, labelled_reward
 from coevolve.recipes.common import Setup, eval_due, finish, phase_eval, setup
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.types import Completion, Sampler, Task
@@ -55,7 +55,7 @@ def phase_difficulty(s: Setup, solver: Role, pool: list[Task], phase: Phase) -> 
     cfg, d = s.cfg, s.cfg.difficulty
 
     def fn(ctx: PhaseContext) -> PhaseResult:
-        recs = estimate_difficulty(solver.sampler, s.world.prompter, pool, d.samples, sampling_params(cfg.sampling, ctx.seed),
+        recs = estimate_difficulty(solver.sampler, s.world.prompter, pool, d.samples, s.params(ctx.seed),
                                    s.grader, cfg.sampling.batch_prompts)
         s.run.write_jsonl(ctx.dir / "difficulty.jsonl", [r.to_dict() for r in recs])
         hist = pass_rate_histogram([r.pass_rate for r in recs])
@@ -106,7 +106,7 @@ def questioner_reward(s: Setup, scorer: Sampler, seed: int) -> RewardFn:
 
     def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
         wb = score_writer_batch(comps, parse=prompter.parse_question, scorer=scorer, prompter=prompter, reward=q.reward,
-                                grader=s.grader, params=sampling_params(s.cfg.sampling, derive_seed(seed, "verify", step)),
+                                grader=s.grader, params=s.params(derive_seed(seed, "verify", step)),
                                 batch_prompts=s.cfg.sampling.batch_prompts, rep_tokenizer=s.rep_tokenizer(q.reward))
         records = []
         for task, g, qs, xs, rs, bs in zip(tasks, comps, wb.questions, wb.x, wb.rewards, wb.in_band):
@@ -136,7 +136,7 @@ def phase_questioner(s: Setup, solver: Role, questioner: Role, t: int) -> PhaseR
         res = grpo_train(
             questioner, q, batches=lambda step: rng.choices(anchors, k=q.prompts_per_step),
             prompt=lambda a: prompter.questioner(a.question, a.answer or "", a.features["difficulty"]),
-            reward=questioner_reward(s, scorer, ctx.seed), params=sampling_params(cfg.sampling, ctx.seed, q), ctx=ctx,
+            reward=questioner_reward(s, scorer, ctx.seed), params=s.params(ctx.seed, q, "question"), ctx=ctx,
             ns="questioner", progress=cfg.run.progress,
             rollouts_file=ctx.dir / "questioner_rollouts.jsonl" if cfg.run.save_rollouts else None)
         s.run.write_jsonl(ctx.dir / "questioner_generated.jsonl", res.records)
@@ -178,9 +178,8 @@ def phase_buffer(s: Setup, solver: Role, questioner: Role | None, t: int) -> Pha
             pool = propose_questions(
                 questioner.sampler, [prompter.questioner(a.question, a.answer or "", a.features["difficulty"]) for a in chosen],
                 [{"anchor_id": a.id, "anchor": a.question} for a in chosen], prompter=prompter, solver=solver.sampler,
-                voting=b.voting, grader=s.grader, write_params=sampling_params(cfg.sampling, derive_seed(ctx.seed, "generate"),
-                                                                               cfg.questioner),
-                vote_params=sampling_params(cfg.sampling, derive_seed(ctx.seed, "label")),
+                voting=b.voting, grader=s.grader, write_params=s.params(derive_seed(ctx.seed, "generate"), cfg.questioner, "question"),
+                vote_params=s.params(derive_seed(ctx.seed, "label")),
                 batch_prompts=cfg.sampling.batch_prompts, id_prefix=f"gen-r{t:02d}-",
                 banned=frozenset(normalize_question(a.question) for a in anchors), excluded=s.world.excluded(),
                 oracle=s.world.oracle, verifier=verifier)
@@ -217,7 +216,7 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
         res = grpo_train(
             solver, sp, batches=lambda step: rng.sample(buffer, k) if len(buffer) >= k else rng.choices(buffer, k=k),
             prompt=lambda x: s.world.prompter.solver(x.question), reward=labelled_reward(sp.alpha, s.grader),
-            params=sampling_params(cfg.sampling, ctx.seed, sp), ctx=ctx, ns="solver", progress=cfg.run.progress,
+            params=s.params(ctx.seed, sp), ctx=ctx, ns="solver", progress=cfg.run.progress,
             rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)
         ctx.say(f"[solver] round {t}: mean reward {res.reward_mean:.3f} over {res.steps} steps on {len(buffer)} questions")
         return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "buffer": len(buffer)},

@@ -33,7 +33,7 @@ from coevolve.answers import Grader
 from coevolve.config.diagevo import DiagEvoConfig
 from coevolve.curriculum import label_questions, parse_yes_no, propose_questions, score_writer_batch
 from coevolve.engine import load_sampler
-from coevolve.loop import Observed, RewardFn, Role, ShuffledPasses, grpo_train, sampling_params
+from coevolve.loop import Observed, RewardFn, Role, ShuffledPasses, grpo_train
 from coevolve.memory.cli import MEMORY_FILE
 from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
@@ -96,14 +96,15 @@ class Diagnosis:
             return self.s.world.trace_diagnoser()
         sampler, prompter = self.sampler_prompter
         return LLMDiagnoser(sampler, lambda q, lab, bad, good: prompter.diagnoser(q, lab, bad, good, d.template),
-                            SamplingParams(temperature=d.temperature, max_new_tokens=d.max_new_tokens))
+                            SamplingParams(temperature=d.temperature, max_new_tokens=d.max_new_tokens,
+                                           stop=prompter.stop("answer")))
 
     def confirm(self, seed: int) -> Callable[[str, str], bool] | None:
         """Yes/no duplicate confirmation by the diagnosis model (llm diagnoser, when enabled)."""
         if not self.s.cfg.memory.confirm_duplicates or self.kind != "llm":
             return None
         sampler, prompter = self.sampler_prompter
-        params = SamplingParams(temperature=0.0, max_new_tokens=8, seed=seed)
+        params = SamplingParams(temperature=0.0, max_new_tokens=8, seed=seed, stop=prompter.stop("answer"))
         return lambda a, b: parse_yes_no(sampler.sample([prompter.confirm(a, b)], 1, params)[0][0].text) is True
 
 
@@ -119,7 +120,7 @@ def challenger_reward(s: Setup, solver: Role, mem: ErrorMemory, seed: int) -> Re
     def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
         wb = score_writer_batch(comps, parse=prompter.parse_question, scorer=solver.sampler, prompter=prompter,
                                 reward=ch.reward, grader=s.grader,
-                                params=sampling_params(s.cfg.sampling, derive_seed(seed, "solve", step)),
+                                params=s.params(derive_seed(seed, "solve", step)),
                                 batch_prompts=s.cfg.sampling.batch_prompts, rep_tokenizer=s.rep_tokenizer(ch.reward))
         records = []
         for task, qs, xs, rs in zip(tasks, wb.questions, wb.x, wb.rewards):
@@ -154,7 +155,7 @@ def phase_challenger(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseR
                          features={"plan": p.to_dict()}) for i, p in enumerate(plans)]
 
         res = grpo_train(challenger, ch, batches=batches, prompt=lambda task: task.question,
-                         reward=challenger_reward(s, solver, mem, ctx.seed), params=sampling_params(cfg.sampling, ctx.seed, ch),
+                         reward=challenger_reward(s, solver, mem, ctx.seed), params=s.params(ctx.seed, ch, "question"),
                          ctx=ctx, ns="challenger", progress=cfg.run.progress,
                          rollouts_file=ctx.dir / "challenger_rollouts.jsonl" if cfg.run.save_rollouts else None)
         s.run.write_jsonl(ctx.dir / "challenger_questions.jsonl", res.records)
@@ -183,8 +184,8 @@ def phase_pool(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseRecord:
             challenger.sampler, [s.world.prompter.challenger(p.cause_texts) for p in plans],
             [{"mode": p.mode, "cause_ids": p.cause_ids, "round": t} for p in plans], prompter=s.world.prompter,
             solver=solver.sampler, voting=pc.voting, grader=s.grader,
-            write_params=sampling_params(cfg.sampling, derive_seed(ctx.seed, "write"), cfg.challenger),
-            vote_params=sampling_params(cfg.sampling, derive_seed(ctx.seed, "construct")),
+            write_params=s.params(derive_seed(ctx.seed, "write"), cfg.challenger, "question"),
+            vote_params=s.params(derive_seed(ctx.seed, "construct")),
             batch_prompts=cfg.sampling.batch_prompts, id_prefix=f"r{t:02d}-q", excluded=s.world.excluded(),
             oracle=s.world.oracle)
         for v in pool.votes:
@@ -247,7 +248,7 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
         passes = ShuffledPasses(tasks, random.Random(ctx.seed))
         res = grpo_train(solver, sc, batches=lambda step: passes.take(min(sc.prompts_per_step, len(tasks))),
                          prompt=lambda task: s.world.prompter.solver(task.question), reward=match_reward(s.grader),
-                         params=sampling_params(cfg.sampling, ctx.seed, sc), ctx=ctx, ns="solver", progress=cfg.run.progress,
+                         params=s.params(ctx.seed, sc), ctx=ctx, ns="solver", progress=cfg.run.progress,
                          rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)
         first: dict[str, dict[str, Any]] = {}
         for r in res.records:  # the G fresh responses of a question's first batch feed the diagnosis
@@ -267,7 +268,7 @@ def remeasure_targeted(s: Setup, solver: Role, ctx: PhaseContext, pool_rows: lis
     ``promotion_p1.jsonl`` (construction vs updated p1 and label) and returns id -> updated p1."""
     rows = targeted_questions(pool_rows)
     votes = label_questions(solver.sampler, s.world.prompter, [r["question"] for r in rows], s.cfg.pool.voting.samples,
-                            sampling_params(s.cfg.sampling, derive_seed(ctx.seed, "promotion")), s.grader,
+                            s.params(derive_seed(ctx.seed, "promotion")), s.grader,
                             s.cfg.sampling.batch_prompts)
     out = [{"id": r["id"], "cause_ids": r["meta"]["cause_ids"], "mode": r["meta"].get("mode"), "kept": r.get("kept"),
             "question": r["question"], "p1_construction": r["p1"], "label_construction": r["label"],

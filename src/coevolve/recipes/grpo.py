@@ -14,7 +14,7 @@ from typing import Any
 
 from coevolve.answers import Grader
 from coevolve.config.grpo import GRPOConfig
-from coevolve.loop import Role, grpo_train, labelled_reward, sampling_params
+from coevolve.loop import Role, grpo_train, labelled_reward
 from coevolve.recipes.common import Setup, finish, phase_eval, setup
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run
 
@@ -28,7 +28,7 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
         res = grpo_train(
             solver, sp, batches=lambda step: s.world.draw(rng, sp.prompts_per_step),
             prompt=lambda task: s.world.prompter.solver(task.question), reward=labelled_reward(sp.alpha, s.grader),
-            params=sampling_params(cfg.sampling, ctx.seed, sp), ctx=ctx, ns="solver", progress=cfg.run.progress,
+            params=s.params(ctx.seed, sp), ctx=ctx, ns="solver", progress=cfg.run.progress,
             rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)
         ctx.say(f"[solver] mean reward {res.reward_mean:.3f} over {res.steps} steps")
         return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps}, res.rollouts,

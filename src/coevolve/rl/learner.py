@@ -5,7 +5,7 @@ rewards per group) from the recipes, so sampling backend, reward and curriculum 
 independent of it. Design choices and why:
 
 - zero-variance groups are dropped before the update (their tokens never enter the token-mean
-  normaliser, see engines.md "GRPO formulation to adopt");
+  normaliser: the DAPO / TRL loss_type="dapo" / verl token-mean formulation);
 - the token-mean normaliser is the *global* count of active completion tokens, so micro-batch
   size only trades memory for time and never changes the update;
 - with half-precision models the optimizer keeps fp32 master weights (a 1e-6 update is far

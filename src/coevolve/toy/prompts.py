@@ -17,8 +17,9 @@ import re
 from typing import Sequence
 
 from coevolve.errors import DataError
-from coevolve.prompts import fill_template
+from coevolve.prompts import StopKind, fill_template
 from coevolve.toy.world import parse_toy_question
+from coevolve.types import Stop
 
 QUESTION_OPEN, QUESTION_CLOSE = "<question>", "</question>"
 DIAGNOSER_TEMPLATE = "DIAG:{question}={label}\nBAD:{bad}\nGOOD:{good}\nJSON:"
@@ -92,6 +93,10 @@ class ToyPrompter:
 
     def confirm(self, a: str, b: str) -> str:
         return fill_template(CONFIRM_TEMPLATE, a=a, b=b)
+
+    def stop(self, kind: StopKind) -> Stop:
+        """Nothing but EOS: the toy base was pretrained to end every completion with it."""
+        return Stop()
 
     def questioner(self, question: str, answer: str, difficulty: float) -> str:
         return questioner_prompt(question, answer, difficulty)

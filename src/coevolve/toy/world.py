@@ -5,7 +5,7 @@ whose exact answer, difficulty features (carries, borrows, ...) and correct step
 are known to the generator. That lets us measure what the papers can only estimate (true
 pseudo-label accuracy, true difficulty of generated questions) and makes error causes meaningful.
 
-Levels (as in the measured prototype, docs/shared spec ``toy_world_prototype.md``):
+Levels (as in the measured toy-world prototype):
 
 - L1: 1-digit ``a+b``, ``a-b`` (a >= b), ``a*b``; one step ``a+b=r``.
 - L2: 2-digit ``a+b`` / ``a-b`` (a >= b); column steps, ones first: ``7+8=15 3+5+1=9``;

@@ -40,7 +40,8 @@ class RealWorld:
         benches = list(cfg.eval.benches) if cfg.eval.benches is not None else list(cls.default_benches)
         data_dir = Path(cfg.eval.data_dir) if cfg.eval.data_dir else None
         excluded = (lambda: benchmark_questions(benches, data_dir)) if cfg.data.exclude_heldout else None
-        prompter = ChatPrompter(tokenizer, use_chat_template=cfg.model.chat_template)
+        prompter = ChatPrompter(tokenizer, use_chat_template=cfg.model.chat_template,
+                                enable_thinking=cfg.model.enable_thinking)
         return cls(prompter, tasks, cfg.data.source, cfg.model.chat_template, excluded)
 
     def draw(self, rng: random.Random, n: int) -> list[Task]:
