@@ -44,6 +44,11 @@ def _execute(cfg, run_dir: Path, resumed: bool) -> None:
         for bench, r in (ev.get(tag) or {}).items():
             s = r.get("sampled")
             say(f"  {tag:5s} {bench}: greedy {r['greedy']:.3f}" + (f"  sampled {s:.3f}" if s is not None else ""))
+    if summary.get("problems"):
+        for p in summary["problems"]:
+            _err(f"{p['phase']}: {p['problem']}")
+        _err("the run finished but did not do its job (see 'problems' in summary.json)")
+        raise typer.Exit(3)
 
 
 @app.command()

@@ -65,6 +65,15 @@ class TrainResult:
     rollouts: int
     reward_rollouts: int
     records: list[dict[str, Any]]
+    updates: int = 0  # steps that changed the weights (a step whose groups all had zero variance does not)
+
+    @property
+    def problem(self) -> str | None:
+        """Why the phase trained nothing, when it should have."""
+        if self.steps > 0 and self.updates == 0:
+            return (f"all {self.steps} steps had zero reward variance in every group (every answer equally right or "
+                    "wrong): nothing was learned; check the answer budget, the prompts and the difficulty band")
+        return None
 
 
 class ShuffledPasses:
@@ -135,7 +144,7 @@ def grpo_train(
     fh = open(rollouts_file, "w", encoding="utf-8") if rollouts_file is not None else None  # noqa: SIM115
     seen: list[float] = []
     records: list[dict[str, Any]] = []
-    rollouts = reward_rollouts = 0
+    rollouts = reward_rollouts = updates = 0
     try:
         for step in tqdm(range(phase.steps), desc=ns, disable=not progress, leave=False, dynamic_ncols=True):
             t0 = time.perf_counter()
@@ -148,6 +157,7 @@ def grpo_train(
             m = role.learner.step([RolloutGroup(c[0].prompt_ids, [x.token_ids for x in c], list(r))
                                    for c, r in zip(comps, rewards)])
             role.sync()
+            updates += int(not m.get("skipped"))
             t_learn = time.perf_counter() - t1
             seen.extend(x for r in rewards for x in r)
             rollouts += sum(len(c) for c in comps)
@@ -160,7 +170,7 @@ def grpo_train(
     finally:
         if fh is not None:
             fh.close()
-    return TrainResult(sum(seen) / max(1, len(seen)), phase.steps, rollouts, reward_rollouts, records)
+    return TrainResult(sum(seen) / max(1, len(seen)), phase.steps, rollouts, reward_rollouts, records, updates)
 
 
 def _rollout_rows(step: int, tasks: Sequence[Task], prompts: Sequence[str], comps: Sequence[Sequence[Completion]],

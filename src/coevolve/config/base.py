@@ -216,12 +216,41 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def is_toy_model(path: str | Path) -> bool:
+    """A toy base model folder (``toy_build.json``) or a checkpoint of a toy-world run."""
+    p = Path(path)
+    if (p / "toy_build.json").is_file():
+        return True
+    meta = p / "coevolve.json"
+    try:
+        return meta.is_file() and yaml.safe_load(meta.read_text(encoding="utf-8")).get("world") == "toy"
+    except (yaml.YAMLError, AttributeError, OSError):
+        return False
+
+
+def real_preset(recipe: str) -> dict[str, Any]:
+    """The recipe's shipped real-model preset (``coevolve/configs/real/<recipe>.yaml``), {} if none."""
+    from importlib import resources
+
+    res = resources.files("coevolve").joinpath("configs", "real", f"{recipe}.yaml")
+    if not res.is_file():
+        return {}
+    return yaml.safe_load(res.read_text(encoding="utf-8")) or {}
+
+
 def build_config(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[str], origin: str) -> RecipeConfig:
-    """Defaults <- ``data`` <- ``overrides``, validated. The recipe's own defaults (e.g. a
-    questioner phase of 5 steps) are merged under the file, so a YAML section that sets one key
-    keeps the recipe's values for the others rather than the generic section defaults."""
+    """Defaults <- real-model preset <- ``data`` <- ``overrides``, validated.
+
+    The recipe's own defaults (e.g. a questioner phase of 5 steps) are merged under the file, so a
+    YAML section that sets one key keeps the recipe's values for the others. When ``model.path``
+    is a real model (not a toy one), the recipe's real-model preset (papers' values for a 4B base
+    model) goes under the file too: a real run gets real answer budgets, learning rate and eval
+    protocol without restating them, and the toy defaults never reach it."""
     data, overrides = resolve_aliases(cls, data, overrides)
     data = apply_overrides(data, overrides, cls)
+    path = (data.get("model") or {}).get("path") if isinstance(data.get("model"), dict) else None
+    if path and not is_toy_model(path):
+        data = deep_merge(real_preset(str(data.get("recipe", ""))), data)
     try:
         return cls.model_validate(deep_merge(cls(recipe=data.get("recipe", "")).model_dump(), data))
     except ValidationError as e:

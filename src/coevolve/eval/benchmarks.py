@@ -210,6 +210,9 @@ class Benchmark:
     dataset used when neither exists (optional, needs ``datasets`` and network).
     ``default_samples`` is k for mean@k when the caller asks for the benchmark default
     (papers: mean@32 on AIME/AMC). ``group_key`` is the feature used for the breakdown.
+    ``answer_tokens`` is the typical length of a reasoning model's solution (a 4B base model
+    reasoning step by step; toy: its short traces): a budget far below it cuts answers before
+    their ``\\boxed{}``, and the run's preflight refuses that.
     """
 
     name: str
@@ -222,6 +225,7 @@ class Benchmark:
     default_samples: int = 0
     group_key: str = "level"
     note: str = ""
+    answer_tokens: int = 600
 
     @property
     def multiple_choice(self) -> bool:
@@ -232,21 +236,21 @@ class Benchmark:
         return load_tasks(self, data_dir, limit)
 
 
-def _math(name: str, folder: str, k: int = 0, group: str = "level") -> Benchmark:
+def _math(name: str, folder: str, k: int = 0, group: str = "level", tokens: int = 600) -> Benchmark:
     return Benchmark(name, "math", "math", folder=folder, shipped=f"{folder}.jsonl.gz",
-                     default_samples=k, group_key=group)
+                     default_samples=k, group_key=group, answer_tokens=tokens)
 
 
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
-        _math("gsm8k", "gsm8k"),
+        _math("gsm8k", "gsm8k", tokens=250),
         _math("math500", "math500"),
-        _math("aime24", "aime24", k=32),
-        _math("aime25", "aime25", k=32),
-        _math("amc23", "amc23", k=32),
+        _math("aime24", "aime24", k=32, tokens=1500),
+        _math("aime25", "aime25", k=32, tokens=1500),
+        _math("amc23", "amc23", k=32, tokens=1000),
         _math("minerva", "minerva_math"),
-        _math("olympiadbench", "olympiadbench"),
+        _math("olympiadbench", "olympiadbench", tokens=1000),
         Benchmark("mmlu_pro", "mc", "general", folder="mmlu_pro", hub="TIGER-Lab/MMLU-Pro",
                   group_key="subject"),
         Benchmark("supergpqa", "mc", "general", folder="supergpqa",
@@ -255,10 +259,10 @@ BENCHMARKS: dict[str, Benchmark] = {
                   note="offline copy is the 300-question sample"),
         Benchmark("gpqa_diamond", "mc", "general", folder="gpqa_diamond", hub="Idavidrein/gpqa",
                   group_key="subject"),
-        Benchmark("bbeh", "bbeh", "general", folder="bbeh", group_key="task"),
+        Benchmark("bbeh", "bbeh", "general", folder="bbeh", group_key="task", answer_tokens=1000),
         Benchmark("bbeh_mini", "bbeh", "general", folder="bbeh",
-                  files=("mini.jsonl", "mini.jsonl.gz"), group_key="task"),
-        Benchmark("toy", "toy", "toy", group_key="level"),
+                  files=("mini.jsonl", "mini.jsonl.gz"), group_key="task", answer_tokens=1000),
+        Benchmark("toy", "toy", "toy", group_key="level", answer_tokens=40),
     )
 }
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coevolve.config.base import RecipeConfig
+from coevolve.config.base import RecipeConfig, is_toy_model
 from coevolve.engine import load_model, load_tokenizer, make_sampler
-from coevolve.errors import DataError, ModelLoadError
+from coevolve.errors import ConfigError, DataError, ModelLoadError
 from coevolve.eval.suite import evaluate_suite
 from coevolve.loop import Role, sampling_params
 from coevolve.prompts import StopKind
@@ -91,6 +91,46 @@ def preflight(cfg: RecipeConfig) -> None:
             raise ModelLoadError(f"{where}: {p} is not a Hugging Face model folder (no config.json)")
     if cfg.data.source != "toy" and not Path(cfg.data.source).is_file():
         raise DataError(f"data.source: dataset file {cfg.data.source} does not exist")
+    problems = budget_problems(cfg)
+    if problems:
+        raise ConfigError("this run cannot be meaningful:\n  " + "\n  ".join(problems))
+
+
+MIN_REAL_ANSWER_TOKENS = 256
+"""A real model's step-by-step answer to a math question runs to hundreds of tokens; a training
+budget below this cuts most answers before their ``\\boxed{}`` (pass rates ~0, nothing to learn)."""
+MIN_REAL_QUESTION_TOKENS = 64
+
+
+def budget_problems(cfg: RecipeConfig) -> list[str]:
+    """Settings that cannot produce a meaningful run, each naming the field to change: an eval
+    budget far below the benchmarks' typical solution length, and (real models) training answer
+    or question budgets that would cut most outputs."""
+    from coevolve.eval.benchmarks import resolve_benches
+
+    out = []
+    real = cfg.model.path is not None and not is_toy_model(cfg.model.path)
+    benches = resolve_benches(cfg.eval.benches or (["math7"] if real else ["toy"]))
+    short = [b for b in benches if cfg.eval.max_new_tokens < b.answer_tokens // 2]
+    if short:
+        need = max(b.answer_tokens for b in short)
+        out.append(f"eval.max_new_tokens={cfg.eval.max_new_tokens} is far below the typical solution length on "
+                   + ", ".join(f"{b.name} (~{b.answer_tokens} tokens)" for b in short)
+                   + f": answers would be cut before their final answer; set eval.max_new_tokens >= {need}")
+    if real:
+        if cfg.sampling.max_new_tokens < MIN_REAL_ANSWER_TOKENS:
+            out.append(f"sampling.max_new_tokens={cfg.sampling.max_new_tokens}: a real model's answers need "
+                       f">= {MIN_REAL_ANSWER_TOKENS} tokens (the real presets use 4096)")
+        for name in ("questioner", "challenger"):
+            phase = getattr(cfg, name, None)
+            cap = getattr(phase, "max_new_tokens", None)
+            if cap is not None and cap < MIN_REAL_QUESTION_TOKENS:
+                out.append(f"{name}.max_new_tokens={cap}: a real model needs >= {MIN_REAL_QUESTION_TOKENS} tokens "
+                           "to write a question")
+        if cfg.data.source == "toy" and cfg.recipe in ("grpo", "d2evo"):
+            out.append(f"data.source: the {cfg.recipe} recipe on a real model needs labelled questions; give a JSONL / "
+                       "JSONL.gz file (e.g. data.source=.../math_train12k/train.jsonl.gz)")
+    return out
 
 
 def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader) -> Setup:
@@ -129,8 +169,9 @@ def eval_due(cfg: RecipeConfig, t: int, rounds: int) -> bool:
 
 
 def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``summary.json`` from the phase records: evaluations (base, per round, final), one row of
-    scalar figures per round, the figures of the final stage, total wall time."""
+    """``summary.json`` from the phase records: ``ok`` / ``problems`` (phases that should have
+    trained and did not), evaluations (base, per round, final), one row of scalar figures per
+    round, the figures of the final stage, total wall time."""
     recs = run.state.records()
     evals: dict[str, Any] = {"rounds": {}}
     by_round: dict[int, dict[str, Any]] = {}
@@ -148,8 +189,11 @@ def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, An
             final.update({f"{r.name}/rollouts": r.rollouts, **scalars})
     if evals["rounds"]:
         evals["final"] = evals["rounds"][max(evals["rounds"], key=int)]
+    problems = [{"phase": r.key, "problem": r.problem} for r in recs if r.problem]
     summary = {
         "recipe": run.state.recipe,
+        "ok": not problems,
+        "problems": problems,
         "eval": evals,
         "rounds": [by_round[t] for t in sorted(by_round)],
         "final": final,

@@ -130,7 +130,8 @@ def phase_questioner(s: Setup, solver: Role, questioner: Role, t: int) -> PhaseR
         anchors = [r.to_task() for r in _anchors(s, t)]
         if not anchors or q.steps == 0:
             s.run.write_jsonl(ctx.dir / "questioner_generated.jsonl", [])
-            return PhaseResult({"steps": 0, "skipped": "no anchors" if not anchors else "steps=0"})
+            return PhaseResult({"steps": 0, "skipped": "no anchors" if not anchors else "steps=0"},
+                               problem=None if anchors else "no anchors in the band: the questioner was not trained")
         scorer = s.frozen(solver) if questioner is solver and q.frozen_scorer else solver.sampler
         rng = random.Random(ctx.seed)
         res = grpo_train(
@@ -144,10 +145,11 @@ def phase_questioner(s: Setup, solver: Role, questioner: Role, t: int) -> PhaseR
         values = {"reward_mean": round(res.reward_mean, 4), "well_formed": round(len(ok) / max(1, len(res.records)), 4),
                   "in_band": round(sum(r["in_band"] for r in ok) / max(1, len(ok)), 4),
                   "copies": round(sum(r["copy_of_anchor"] for r in res.records) / max(1, len(res.records)), 4),
-                  "steps": res.steps, "rollouts_generate": res.rollouts, "rollouts_verify": res.reward_rollouts}
+                  "steps": res.steps, "updates": res.updates, "rollouts_generate": res.rollouts,
+                  "rollouts_verify": res.reward_rollouts}
         ctx.say(f"[questioner] round {t}: reward {values['reward_mean']:.3f}, well-formed {values['well_formed']}, "
                 f"in band {values['in_band']}")
-        return PhaseResult(values, res.rollouts + res.reward_rollouts, s.save(questioner, f"r{t:02d}q"))
+        return PhaseResult(values, res.rollouts + res.reward_rollouts, s.save(questioner, f"r{t:02d}q"), res.problem)
 
     return s.run.phase(Phase("questioner", t), fn)
 
@@ -211,7 +213,8 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
         buffer = [Task.from_dict(d) for d in s.run.read_jsonl(ctx.dir / "buffer.jsonl")]
         if not buffer or sp.steps == 0:
             ctx.say(f"[solver] round {t}: nothing to train on (buffer {len(buffer)}, steps {sp.steps})")
-            return PhaseResult({"steps": 0, "reward_mean": None, "buffer": len(buffer)})
+            return PhaseResult({"steps": 0, "reward_mean": None, "buffer": len(buffer)},
+                               problem="the hybrid buffer is empty: the solver was not trained" if not buffer else None)
         k = sp.prompts_per_step
         res = grpo_train(
             solver, sp, batches=lambda step: rng.sample(buffer, k) if len(buffer) >= k else rng.choices(buffer, k=k),
@@ -219,8 +222,8 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
             params=s.params(ctx.seed, sp), ctx=ctx, ns="solver", progress=cfg.run.progress,
             rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)
         ctx.say(f"[solver] round {t}: mean reward {res.reward_mean:.3f} over {res.steps} steps on {len(buffer)} questions")
-        return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "buffer": len(buffer)},
-                           res.rollouts, s.save(solver, f"r{t:02d}"))
+        return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "updates": res.updates,
+                            "buffer": len(buffer)}, res.rollouts, s.save(solver, f"r{t:02d}"), res.problem)
 
     return s.run.phase(Phase("solver", t), fn)
 

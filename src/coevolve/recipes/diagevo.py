@@ -163,10 +163,10 @@ def phase_challenger(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseR
         values = {"reward_mean": round(res.reward_mean, 4), "epsilon": round(eps, 4),
                   "well_formed": round(_mean([float(r["question"] is not None) for r in res.records]) or 0.0, 4),
                   "target_hit_rate": None if not hits else round(_mean(hits) or 0.0, 4),
-                  "challenger_rollouts": res.rollouts, "solver_rollouts": res.reward_rollouts}
+                  "updates": res.updates, "challenger_rollouts": res.rollouts, "solver_rollouts": res.reward_rollouts}
         ctx.say(f"[challenger] ε={eps:.3f} reward {values['reward_mean']:.3f}, well-formed {values['well_formed']:.2f}"
                 + (f", target hit {values['target_hit_rate']:.2f}" if hits else ""))
-        return PhaseResult(values, res.rollouts + res.reward_rollouts, s.save(challenger, f"r{t:02d}"))
+        return PhaseResult(values, res.rollouts + res.reward_rollouts, s.save(challenger, f"r{t:02d}"), res.problem)
 
     return s.run.phase(Phase("challenger", t), fn)
 
@@ -244,7 +244,8 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
         if not tasks or sc.steps == 0:
             s.run.write_jsonl(ctx.dir / "optimisation.jsonl", [])
             ctx.say("[solver] nothing kept: no update")
-            return PhaseResult({"skipped": True})
+            return PhaseResult({"skipped": True},
+                               problem="the filter kept no question: the solver was not trained" if not tasks else None)
         passes = ShuffledPasses(tasks, random.Random(ctx.seed))
         res = grpo_train(solver, sc, batches=lambda step: passes.take(min(sc.prompts_per_step, len(tasks))),
                          prompt=lambda task: s.world.prompter.solver(task.question), reward=match_reward(s.grader),
@@ -255,8 +256,8 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
             first.setdefault(r["id"], {k: v for k, v in r.items() if k != "step"})
         s.run.write_jsonl(ctx.dir / "optimisation.jsonl", [first[k] for k in sorted(first)])
         ctx.say(f"[solver] mean reward {res.reward_mean:.3f} over {res.steps} steps on {len(tasks)} kept questions")
-        return PhaseResult({"reward_mean": round(res.reward_mean, 4), "questions_trained": len(first)}, res.rollouts,
-                           s.save(solver, f"r{t:02d}"))
+        return PhaseResult({"reward_mean": round(res.reward_mean, 4), "questions_trained": len(first), "updates": res.updates},
+                           res.rollouts, s.save(solver, f"r{t:02d}"), res.problem)
 
     return s.run.phase(Phase("solver", t), fn)
 

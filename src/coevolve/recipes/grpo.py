@@ -31,8 +31,8 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
             params=s.params(ctx.seed, sp), ctx=ctx, ns="solver", progress=cfg.run.progress,
             rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)
         ctx.say(f"[solver] mean reward {res.reward_mean:.3f} over {res.steps} steps")
-        return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps}, res.rollouts,
-                           s.save(solver, f"r{t:02d}"))
+        return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "updates": res.updates},
+                           res.rollouts, s.save(solver, f"r{t:02d}"), res.problem)
 
     return s.run.phase(Phase("solver", t), fn)
 

@@ -87,12 +87,14 @@ class Phase:
 @dataclass
 class PhaseResult:
     """What a phase returns: small JSON-able figures (kept in state.json and summary.json), the
-    rollouts it drew, and the checkpoints it wrote (``{role: folder}``), which become that role's
-    resume point in the same atomic write that marks the phase done."""
+    rollouts it drew, the checkpoints it wrote (``{role: folder}``), which become that role's
+    resume point in the same atomic write that marks the phase done, and ``problem``: why a phase
+    that should have done its job did not (e.g. trained on nothing), reported in summary.json."""
 
     values: dict[str, Any] = field(default_factory=dict)
     rollouts: int = 0
     checkpoints: dict[str, Path] = field(default_factory=dict)
+    problem: str | None = None
 
 
 @dataclass
@@ -171,7 +173,10 @@ class Run:
         res = fn(ctx)
         seconds = time.perf_counter() - t0
         ctx.log({f"phase/{phase.name}/seconds": round(seconds, 3), f"phase/{phase.name}/rollouts": res.rollouts})
-        rec = PhaseRecord(phase.key, phase.name, phase.round, phase.stage, res.values, res.rollouts, seconds, time.time())
+        rec = PhaseRecord(phase.key, phase.name, phase.round, phase.stage, res.values, res.rollouts, seconds, time.time(),
+                          res.problem)
+        if res.problem:
+            self.say(f"[problem] {phase.key}: {res.problem}")
         root = self.path.resolve()
         ckpts = {role: str(Path(p).resolve().relative_to(root)) for role, p in res.checkpoints.items()}
         for rel in self.state.finish(rec, ckpts, self.keep_checkpoints, self.metrics.size()):

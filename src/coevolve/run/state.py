@@ -31,6 +31,7 @@ class PhaseRecord:
     rollouts: int = 0
     seconds: float = 0.0
     finished: float = 0.0
+    problem: str | None = None
 
 
 class PhaseState:
