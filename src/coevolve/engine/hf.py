@@ -135,7 +135,9 @@ class HFSampler:
     """``Sampler`` over a Hugging Face causal LM using ``model.generate``.
 
     ``max_batch`` caps the number of sequences (prompt copies) per ``generate`` call; sequences
-    are sorted by prompt length first so chunks need little padding. ``logprob_batch`` caps the
+    are sorted by prompt length first so chunks need little padding. ``max_batch_tokens`` (when
+    set) also caps the KV-cache tokens of a call, rows x (longest prompt + max_new_tokens): with
+    a 4k answer budget the cache, not the row count, is what fills the GPU. ``logprob_batch`` caps the
     rows per log-prob forward pass. The sampler shares the module with the learner, so
     ``sync_weights`` is a no-op (a vLLM sampler pushes weights there).
     """
@@ -147,9 +149,13 @@ class HFSampler:
         max_batch: int = 256,
         device: str | torch.device | None = None,
         logprob_batch: int = 64,
+        max_batch_tokens: int | None = None,
     ) -> None:
         if max_batch < 1:
             raise SamplerError(f"HFSampler: max_batch must be >= 1, got {max_batch}")
+        if max_batch_tokens is not None and max_batch_tokens < 1:
+            raise SamplerError(f"HFSampler: max_batch_tokens must be >= 1, got {max_batch_tokens}")
+        self.max_batch_tokens = max_batch_tokens
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = int(max_batch)
@@ -267,6 +273,23 @@ class HFSampler:
                 result.append(lp[i, : len(c)].tolist())
         return result
 
+    def _chunks(self, order: list[int], prompt_lens: list[int], max_new: int) -> list[list[int]]:
+        """Consecutive runs of ``order`` (sorted by prompt length, ascending): at most
+        ``max_batch`` rows and, with ``max_batch_tokens``, rows x (longest prompt + max_new) KV
+        tokens; a row that alone exceeds the budget is generated alone."""
+        if self.max_batch_tokens is None:
+            return [order[s : s + self.max_batch] for s in range(0, len(order), self.max_batch)]
+        out: list[list[int]] = []
+        cur: list[int] = []
+        for r in order:  # ascending prompt length: the newest row is the chunk's longest
+            if cur and (len(cur) >= self.max_batch or (len(cur) + 1) * (prompt_lens[r] + max_new) > self.max_batch_tokens):
+                out.append(cur)
+                cur = []
+            cur.append(r)
+        if cur:
+            out.append(cur)
+        return out
+
     # ------------------------------------------------------------------ API
     def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
         """``n`` completions per prompt; outer list follows ``prompts``, inner holds the n samples."""
@@ -285,8 +308,7 @@ class HFSampler:
         order = sorted(range(len(rows)), key=lambda r: len(encoded[rows[r][0]]))
         gen_rows: dict[int, list[int]] = {}
         with _eval_no_grad(self.model), _seeded(params.seed, self.device):
-            for s in range(0, len(order), self.max_batch):
-                chunk = order[s : s + self.max_batch]
+            for chunk in self._chunks(order, [len(encoded[pi]) for pi, _ in rows], params.max_new_tokens):
                 outs = self._generate_chunk([encoded[rows[r][0]] for r in chunk], params)
                 for r, g in zip(chunk, outs):
                     gen_rows[r] = g

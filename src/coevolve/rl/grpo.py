@@ -10,6 +10,15 @@ Equal to TRL ``GRPOTrainer(loss_type="dapo")`` and verl ``loss_agg_mode="token-m
 with T the number of active completion tokens of the *whole* update batch (all micro-batches),
 so that micro-batching changes nothing but memory. Kept free of model/optimizer state so the
 maths can be unit-tested against a naive loop implementation.
+
+Chunked log-probs (``sequence_logprobs(..., chunk_tokens=C)``): the decoder's last hidden states
+of the K active completion tokens are projected by the LM head C tokens at a time,
+
+    logp_k = z_k[y_k] - logsumexp(z_k),      H_k = -sum_v p_kv log p_kv,  log p_k = z_k - logsumexp(z_k),
+
+with z = lm_head(h) upcast to fp32, each chunk under non-reentrant activation checkpointing, so
+neither forward nor backward ever holds more than a (C, V) slice of the logits (a 4k-token row
+of Qwen3's 152k vocabulary is 2.5 GB in fp32). Padding positions never reach the LM head.
 """
 
 from __future__ import annotations
@@ -93,6 +102,7 @@ def sequence_logprobs(
     attention_mask: Tensor,
     completion_mask: Tensor,
     return_entropy: bool = False,
+    chunk_tokens: int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Per-token log-probs (raw model distribution, no temperature) of the completion tokens.
 
@@ -104,6 +114,13 @@ def sequence_logprobs(
     Gradients flow when called outside ``torch.no_grad``. With ``return_entropy`` also returns
     the (N, T) detached entropies of the same distributions (entropy collapse is the main GRPO
     failure mode to watch), zeroed outside the mask.
+
+    ``chunk_tokens`` > 0 takes the chunked path (module docstring): same values and gradients
+    within float rounding, memory O(chunk x V) instead of O(N x T x V). The completion tokens
+    may sit anywhere in the last T columns (``completion_mask`` says where), so both the
+    [left-padded prompt | right-padded completion] layout and fully left-padded rows work.
+    Models whose logits are not a plain ``lm_head(h)`` (soft-capping, logit scaling) fall back
+    to the full-logits path.
     """
     if input_ids.shape != attention_mask.shape:
         raise RLInputError(
@@ -118,6 +135,10 @@ def sequence_logprobs(
             f"input_ids {tuple(input_ids.shape)} (need T < L, at least one prompt token)"
         )
     position_ids = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (N, L)
+    parts = _decoder_and_head(model) if chunk_tokens else None
+    if parts is not None:
+        return _chunked_sequence_logprobs(parts[0], parts[1], input_ids, attention_mask, position_ids,
+                                          completion_mask, int(chunk_tokens or 0), return_entropy)
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -132,6 +153,87 @@ def sequence_logprobs(
     if return_entropy:
         return logp_NT * m_NT, token_entropy(logits_NTV) * m_NT.detach()
     return logp_NT * m_NT
+
+
+def _decoder_and_head(model: Any) -> tuple[Any, Any] | None:
+    """(decoder backbone, LM head) of a plain causal LM (PEFT-wrapped or not), or None when the
+    logits are not exactly ``lm_head(last_hidden_state)`` and the chunked path must not be used."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    get_dec, get_head = getattr(base, "get_decoder", None), getattr(base, "get_output_embeddings", None)
+    if get_dec is None or get_head is None:
+        return None
+    cfg = getattr(base, "config", None)
+    for post in ("final_logit_softcapping", "logit_scale", "output_multiplier_scale", "logits_scaling"):
+        if getattr(cfg, post, None) not in (None, 1, 1.0):
+            return None
+    try:
+        decoder, head = get_dec(), get_head()
+    except (AttributeError, NotImplementedError):
+        return None
+    if decoder is None or head is None or decoder is base:
+        return None
+    return decoder, head
+
+
+def _chunk_logp_entropy(head: Any, h_CH: Tensor, targets_C: Tensor) -> tuple[Tensor, Tensor]:
+    """Log-prob of each target and (detached) entropy for C hidden states: one (C, V) fp32
+    logits slice, freed on return (activation checkpointing recomputes it in backward)."""
+    z_CV = head(h_CH).float()  # (C, V)
+    lse_C = torch.logsumexp(z_CV, dim=-1)  # (C,)
+    logp_C = z_CV.gather(-1, targets_C.unsqueeze(-1)).squeeze(-1) - lse_C  # (C,)
+    with torch.no_grad():  # recomputed in backward too; elementwise, cheap next to the head matmul
+        # -sum p log p on the normalised log-probs, as ``token_entropy``: lse - sum p z would
+        # cancel two numbers of size |z| (~1e-3 error in fp32 at |z| ~ 30)
+        lp_CV = z_CV.detach() - lse_C.detach()[:, None]  # (C, V)
+        ent_C = -(lp_CV.exp() * lp_CV).sum(-1)  # (C,)
+        del lp_CV
+    return logp_C, ent_C
+
+
+def chunked_token_logprobs(head: Any, h_KH: Tensor, targets_K: Tensor, chunk_tokens: int) -> tuple[Tensor, Tensor]:
+    """``(logp_K, entropy_K)`` of K tokens from their (K, H) hidden states, ``chunk_tokens`` at
+    a time. Under autograd each chunk is checkpointed (non-reentrant): only ``h`` and the targets
+    are saved, so backward too holds one (C, V) logits slice at a time."""
+    if chunk_tokens < 1:
+        raise RLInputError(f"chunked_token_logprobs: chunk_tokens must be >= 1, got {chunk_tokens}")
+    from torch.utils.checkpoint import checkpoint
+
+    lps, ents = [], []
+    grad = torch.is_grad_enabled() and (h_KH.requires_grad or any(p.requires_grad for p in head.parameters()))
+    for s in range(0, h_KH.shape[0], chunk_tokens):
+        h_CH, t_C = h_KH[s : s + chunk_tokens], targets_K[s : s + chunk_tokens]
+        if grad:
+            lp_C, ent_C = checkpoint(_chunk_logp_entropy, head, h_CH, t_C, use_reentrant=False)
+        else:
+            lp_C, ent_C = _chunk_logp_entropy(head, h_CH, t_C)
+        lps.append(lp_C)
+        ents.append(ent_C)
+    if not lps:
+        z = h_KH.new_zeros((0,), dtype=torch.float32)
+        return z, z
+    return torch.cat(lps), torch.cat(ents).detach()
+
+
+def _chunked_sequence_logprobs(
+    decoder: Any, head: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
+    completion_mask: Tensor, chunk_tokens: int, return_entropy: bool,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """``sequence_logprobs`` without full logits: the decoder's hidden states at the K active
+    completion positions go through ``chunked_token_logprobs`` and are scattered back to (N, T)."""
+    N, L = input_ids.shape
+    T = completion_mask.shape[1]
+    hidden_NLH = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         use_cache=False).last_hidden_state  # (N, L, H)
+    h_NTH = hidden_NLH[:, L - T - 1 : L - 1, :]  # (N, T, H): the state at j predicts token j+1
+    active_NT = completion_mask > 0  # (N, T)
+    targets_NT = input_ids[:, L - T :]  # (N, T)
+    logp_K, ent_K = chunked_token_logprobs(head, h_NTH[active_NT], targets_NT[active_NT], chunk_tokens)
+    logp_NT = torch.zeros((N, T), dtype=torch.float32, device=input_ids.device)
+    logp_NT = logp_NT.masked_scatter(active_NT, logp_K)  # (N, T), differentiable w.r.t. logp_K
+    if return_entropy:
+        ent_NT = torch.zeros((N, T), dtype=torch.float32, device=input_ids.device).masked_scatter(active_NT, ent_K)
+        return logp_NT, ent_NT
+    return logp_NT
 
 
 def policy_loss(

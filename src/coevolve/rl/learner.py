@@ -9,8 +9,19 @@ independent of it. Design choices and why:
 - the token-mean normaliser is the *global* count of active completion tokens, so micro-batch
   size only trades memory for time and never changes the update;
 - with half-precision models the optimizer keeps fp32 master weights (a 1e-6 update is far
-  below half a bf16 ulp and would round away) and copies them back after each step;
+  below half a bf16 ulp and would round away) and copies them back after each step; gradients
+  are accumulated in fp32 on the masters, one parameter at a time as backward produces it
+  (``register_post_accumulate_grad_hook``), so no bf16 gradient survives a micro-batch and
+  micro-batch sums are not rounded to bf16;
 - non-finite loss or gradients raise ``NonFiniteLossError`` before any weight is touched.
+
+Memory for 4B-8B models on one GPU (issue 10; ``coevolve plan`` estimates every term):
+activation checkpointing (non-reentrant, works with LoRA; auto-on from 0.5B parameters),
+token-budget micro-batches (``max_tokens_per_micro_batch``: rows sorted by length, packed
+fully left-padded so a micro-batch costs rows x its longest row), chunked log-probs and entropy
+(``logprob_chunk_tokens``: never a full (T, V) fp32 log-softmax), fused AdamW on CUDA, optional
+optimizer state in CPU memory (``offload_optimizer``), and ``offload_state`` / ``onload_state``
+so a role that is not training keeps only its weights on the GPU.
 """
 
 from __future__ import annotations
@@ -34,6 +45,65 @@ STATE_JSON = "learner_state.json"
 OPTIM_FILE = "learner_optim.pt"
 
 
+AUTO_CHECKPOINT_MIN_PARAMS = 500_000_000
+"""Models from this size up get activation checkpointing by default: the 4B-8B targets need it to
+fit, and the toy model / SmolLM2-135M (CPU tests) would only pay its recompute."""
+AUTO_CHUNK_MIN_VOCAB = 32768
+"""Vocabularies from this size up get chunked log-probs by default (Qwen3: 151936, Llama 3:
+128256, SmolLM2: 49152); the toy's 104 tokens keep the plain full-logits path."""
+AUTO_CHUNK_TOKENS = 1024
+"""Tokens per chunk: a (1024, 152k) fp32 slice is 0.6 GB, and the head matmul stays large."""
+
+
+def resolve_gradient_checkpointing(cfg: "LearnerConfig", n_params: int) -> bool:
+    """``cfg.gradient_checkpointing``, or the auto rule: on from ``AUTO_CHECKPOINT_MIN_PARAMS``."""
+    if cfg.gradient_checkpointing is not None:
+        return bool(cfg.gradient_checkpointing)
+    return n_params >= AUTO_CHECKPOINT_MIN_PARAMS
+
+
+def resolve_logprob_chunk(cfg: "LearnerConfig", vocab_size: int) -> int:
+    """Chunk size of the log-prob pass (0 = plain full logits): ``cfg.logprob_chunk_tokens`` or
+    the auto rule (``AUTO_CHUNK_TOKENS`` from ``AUTO_CHUNK_MIN_VOCAB`` vocabulary entries)."""
+    if cfg.logprob_chunk_tokens is not None:
+        return int(cfg.logprob_chunk_tokens)
+    return AUTO_CHUNK_TOKENS if vocab_size >= AUTO_CHUNK_MIN_VOCAB else 0
+
+
+def resolve_fused(cfg: "LearnerConfig", device: torch.device) -> bool:
+    """Fused AdamW: ``cfg.fused_optimizer`` or auto (CUDA state device only; on CPU the foreach
+    kernel is the reference the toy figures were made with)."""
+    if cfg.fused_optimizer is not None:
+        return bool(cfg.fused_optimizer)
+    return device.type == "cuda"
+
+
+def pack_micro_batches(lengths: list[int], max_tokens: int | None, max_rows: int) -> list[list[int]]:
+    """Row indices per micro-batch.
+
+    ``max_tokens`` None: consecutive runs of ``max_rows`` rows in the given order (the original
+    behaviour, kept bit-exact). Otherwise rows are sorted by length, longest first (so the
+    largest micro-batch runs first and an out-of-memory shows at once), and greedily packed while
+    ``rows x longest <= max_tokens`` and ``rows <= max_rows``; a row longer than the budget goes
+    alone. Order inside the sort is stable, so packing is deterministic.
+    """
+    n = len(lengths)
+    if max_tokens is None:
+        return [list(range(i, min(i + max_rows, n))) for i in range(0, n, max_rows)]
+    order = sorted(range(n), key=lambda i: -lengths[i])
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        longest = lengths[cur[0]] if cur else lengths[i]
+        if cur and ((len(cur) + 1) * longest > max_tokens or len(cur) + 1 > max_rows):
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        out.append(cur)
+    return out
+
+
 class NonFiniteLossError(CoevolveError):
     """The loss or the gradient became NaN/inf; the weights were left untouched."""
 
@@ -42,7 +112,10 @@ class LearnerConfig(Strict):
     """Optimizer and GRPO-loss settings (the ``learner`` section of every recipe config).
 
     ``epochs_per_batch`` is μ: optimizer steps per rollout batch (1 = on-policy, ratio == 1).
-    ``micro_batch_size`` is in sequences. ``lora`` needs the ``lora`` extra (peft).
+    ``micro_batch_size`` caps sequences per micro-batch, ``max_tokens_per_micro_batch`` (when
+    set) caps padded tokens too. ``lora`` needs the ``lora`` extra (peft). The memory fields'
+    ``None`` means "auto" with the rule given in each description; the toy model's path (fp32,
+    104-token vocabulary, 2 layers) is exactly the plain one under the defaults.
     """
 
     lr: float = Field(3e-5, gt=0, allow_inf_nan=False, description="AdamW learning rate (toy: 3e-5; 3e-4 collapses, "
@@ -64,6 +137,32 @@ class LearnerConfig(Strict):
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha.")
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
     lora_target_modules: str | list[str] = Field("all-linear", description="LoRA target modules (peft syntax).")
+    gradient_checkpointing: bool | None = Field(
+        None, description="Activation checkpointing of every decoder layer (non-reentrant; works with LoRA): "
+        "activations of a micro-batch shrink from ~layers x per-layer to ~one layer, for ~1/3 more compute. "
+        f"None = auto: on when the model has >= {AUTO_CHECKPOINT_MIN_PARAMS / 1e9:g}B parameters (real models; "
+        "off for the toy model and SmolLM2-135M).")
+    max_tokens_per_micro_batch: int | None = Field(
+        None, ge=1, description="Padded-token budget of one forward/backward micro-batch (rows x longest row). "
+        "Rows are sorted by length (longest first) and packed fully left-padded, so padding waste stays small; "
+        "a row longer than the budget gets a micro-batch of its own. None = micro-batches of micro_batch_size "
+        "rows in rollout order (the toy default). Both caps apply when set. Real 4B: ~16384-32768 with "
+        "gradient checkpointing.")
+    logprob_chunk_tokens: int | None = Field(
+        None, ge=0, description="Completion tokens per LM-head + log-softmax chunk (checkpointed), so the "
+        f"(tokens, vocab) fp32 logits are never materialised. None = auto: {AUTO_CHUNK_TOKENS} when the vocabulary "
+        f"has >= {AUTO_CHUNK_MIN_VOCAB} entries (real LLMs), 0 (off: one full-logits pass) otherwise.")
+    fused_optimizer: bool | None = Field(
+        None, description="Fused AdamW kernel (one launch, no foreach temporaries of a full fp32 parameter "
+        "copy). None = auto: on when the optimizer state lives on a CUDA device.")
+    offload_optimizer: bool = Field(
+        False, description="Keep the fp32 masters and AdamW state in CPU memory and run the optimizer step "
+        "there (saves 12 bytes per trainable parameter of GPU memory; costs a PCIe round trip of the "
+        "gradients and weights per update).")
+    offload_when_idle: bool = Field(
+        True, description="When a role's GRPO phase ends, move its fp32 masters and optimizer state to CPU "
+        "memory (they come back at its next update), and let recipes park idle roles' weights there, so a "
+        "role that is not training holds at most its half-precision weights on the GPU. No-op on CPU.")
 
     @field_validator("betas")
     @classmethod
@@ -123,13 +222,21 @@ class _Batch:
 
 
 def _collate(
-    seqs: list[tuple[list[int], list[int], float, list[float] | None]], pad_id: int, device: torch.device
+    seqs: list[tuple[list[int], list[int], float, list[float] | None]], pad_id: int, device: torch.device,
+    left_pad_all: bool = False,
 ) -> _Batch:
     """[left-padded prompt | right-padded completion]: positions are recomputed from the mask,
-    and all completions start in the same column so log-probs need only the last T logits."""
+    and all completions start in the same column so log-probs need only the last T logits.
+
+    ``left_pad_all``: each whole row [prompt | completion] is left-padded instead, so a
+    micro-batch is rows x (longest prompt + completion) rather than rows x (longest prompt +
+    longest completion); every completion still lies in the last T columns (its mask says where).
+    """
     P = max(len(s[0]) for s in seqs)
     T = max(1, max(len(s[1]) for s in seqs))
     B = len(seqs)
+    if left_pad_all:
+        P = max(1, max(len(s[0]) + len(s[1]) for s in seqs) - T)  # >= 1: sequence_logprobs needs T < L
     ids = torch.full((B, P + T), pad_id, dtype=torch.long)  # (B, P + T)
     attn = torch.zeros((B, P + T), dtype=torch.long)  # (B, P + T)
     cmask = torch.zeros((B, T), dtype=torch.float32)  # (B, T)
@@ -137,18 +244,55 @@ def _collate(
     has_old = seqs[0][3] is not None
     old = torch.zeros((B, T), dtype=torch.float32) if has_old else None  # (B, T)
     for i, (p, c, _, lp) in enumerate(seqs):
-        ids[i, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
-        attn[i, P - len(p) : P] = 1
+        # completion columns [c0, c0 + len(c)) of the (P + T)-wide row; the prompt ends at c0
+        c0 = P + T - len(c) if left_pad_all else P
+        ids[i, c0 - len(p) : c0] = torch.tensor(p, dtype=torch.long)
+        attn[i, c0 - len(p) : c0] = 1
         if c:
-            ids[i, P : P + len(c)] = torch.tensor(c, dtype=torch.long)
-            attn[i, P : P + len(c)] = 1
-            cmask[i, : len(c)] = 1.0
+            ids[i, c0 : c0 + len(c)] = torch.tensor(c, dtype=torch.long)
+            attn[i, c0 : c0 + len(c)] = 1
+            t0 = c0 - P  # first completion column inside the last T
+            cmask[i, t0 : t0 + len(c)] = 1.0
             if old is not None and lp is not None:
-                old[i, : len(c)] = torch.tensor(lp, dtype=torch.float32)
+                old[i, t0 : t0 + len(c)] = torch.tensor(lp, dtype=torch.float32)
     return _Batch(
         ids.to(device), attn.to(device), cmask.to(device), adv.to(device),
         None if old is None else old.to(device),
     )
+
+
+def _enable_checkpointing(model: Any) -> None:
+    """Non-reentrant activation checkpointing of every decoder layer (the reentrant variant
+    needs inputs that require grad, which a LoRA model's frozen embeddings do not give)."""
+    kwargs = {"use_reentrant": False}
+    try:
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        elif hasattr(model, "gradient_checkpointing_enable"):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        else:
+            raise ValueError("no activation_checkpointing_enable / gradient_checkpointing_enable method")
+    except ValueError as e:
+        raise ConfigError(f"LearnerConfig.gradient_checkpointing: {type(model).__name__} does not support it ({e}); "
+                          "set learner.gradient_checkpointing=false") from None
+
+
+def _fp32_accumulator(master: Tensor) -> Any:
+    """Post-accumulate-grad hook of a half-precision parameter: add its fresh gradient into the
+    fp32 master's gradient (on the master's device) and free it, one parameter at a time. So the
+    sum over micro-batches is taken in fp32, and at most one parameter's half gradient exists."""
+
+    def hook(p: Tensor) -> None:
+        g = p.grad
+        if g is None:
+            return
+        if master.grad is None:
+            master.grad = g.detach().to(device=master.device, dtype=torch.float32)
+        else:
+            master.grad.add_(g.detach().to(master.device))
+        p.grad = None
+
+    return hook
 
 
 def _wrap_lora(model: Any, cfg: LearnerConfig) -> Any:
@@ -179,6 +323,12 @@ class Learner:
         self.cfg = cfg or LearnerConfig()
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = int(pad) if pad is not None else 0  # any id works: padded positions are masked
+        n_params = sum(p.numel() for p in model.parameters())
+        self.gradient_checkpointing = resolve_gradient_checkpointing(self.cfg, n_params)
+        if self.gradient_checkpointing:
+            _enable_checkpointing(model)  # before LoRA wrapping: PEFT forwards to the same layers
+        vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 0
+        self.logprob_chunk = resolve_logprob_chunk(self.cfg, int(vocab))
         if self.cfg.lora:
             model = _wrap_lora(model, self.cfg)
         if self.cfg.beta_kl > 0 and ref_model is None and not self.cfg.lora:
@@ -192,15 +342,60 @@ class Learner:
         self.param_names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self.device = self.params[0].device
+        # where the masters and the optimizer state live when the learner is active
+        self.state_device = torch.device("cpu") if self.cfg.offload_optimizer else self.device
+        self._state_at = self.state_device  # where they are now (offload_state moves them)
         # fp32 master copies when the model holds half-precision weights
         self.master: list[Tensor] | None = None
         if any(p.dtype != torch.float32 for p in self.params):
-            self.master = [p.detach().float().clone().requires_grad_(True) for p in self.params]
+            self.master = [p.detach().to(self.state_device, torch.float32, copy=True).requires_grad_(True)
+                           for p in self.params]
+            for p, m in zip(self.params, self.master):
+                p.register_post_accumulate_grad_hook(_fp32_accumulator(m))
         opt_params = self.master if self.master is not None else self.params
+        if self.cfg.offload_optimizer and self.master is None and self.device.type != "cpu":
+            raise ConfigError("LearnerConfig.offload_optimizer=true needs half-precision weights (fp32 masters to "
+                              "offload); this model is fp32 on " + str(self.device))
+        self.fused = resolve_fused(self.cfg, self.state_device)
+        extra = {"fused": True} if self.fused else {}
         self.optimizer = torch.optim.AdamW(
-            opt_params, lr=self.cfg.lr, betas=self.cfg.betas, weight_decay=self.cfg.weight_decay
+            opt_params, lr=self.cfg.lr, betas=self.cfg.betas, weight_decay=self.cfg.weight_decay, **extra
         )
         self.step_count = 0
+
+    # ------------------------------------------------------------------ device placement
+    def _move_state(self, dev: torch.device) -> None:
+        """Masters (in place: the optimizer holds these very tensors) and AdamW state to ``dev``.
+        Scalar ``step`` counters stay where the optimizer keeps them (CPU unless fused)."""
+        if self._state_at == dev:
+            return
+        with torch.no_grad():
+            if self.master is not None:
+                for m in self.master:
+                    m.data = m.data.to(dev)
+                    m.grad = None
+            for st in self.optimizer.state.values():
+                for k, v in list(st.items()):
+                    if isinstance(v, Tensor) and (k != "step" or self.fused):
+                        st[k] = v.to(dev)
+        self._state_at = dev
+
+    def offload_state(self) -> None:
+        """Move the fp32 masters and optimizer state to CPU memory (a role that is not training
+        then holds only its weights on the GPU); the next ``step`` brings them back. No-op when
+        they already live on the CPU (CPU runs, ``offload_optimizer``)."""
+        self._move_state(torch.device("cpu"))
+
+    def onload_state(self) -> None:
+        """Masters and optimizer state back to ``state_device`` (``step`` does this itself)."""
+        self._move_state(self.state_device)
+
+    def move_weights(self, device: torch.device | str) -> None:
+        """Model weights (and a separate reference model's) to ``device``: recipes park an idle
+        role's weights in CPU memory and bring them back before it samples or trains."""
+        self.model.to(device)
+        if self.ref_model is not None:
+            self.ref_model.to(device)
 
     # ------------------------------------------------------------------ internals
     def _opt_params(self) -> list[Tensor]:
@@ -216,9 +411,11 @@ class Learner:
     def _ref_logprobs(self, b: _Batch) -> Tensor:
         with torch.no_grad():
             if self.ref_model is not None:
-                return sequence_logprobs(self.ref_model, b.input_ids, b.attention_mask, b.completion_mask).float()
+                return sequence_logprobs(self.ref_model, b.input_ids, b.attention_mask, b.completion_mask,
+                                         chunk_tokens=self.logprob_chunk).float()
             with self.model.disable_adapter():  # LoRA: the frozen base is the reference
-                return sequence_logprobs(self.model, b.input_ids, b.attention_mask, b.completion_mask).float()
+                return sequence_logprobs(self.model, b.input_ids, b.attention_mask, b.completion_mask,
+                                         chunk_tokens=self.logprob_chunk).float()
 
     # ------------------------------------------------------------------ API
     def step(self, groups: list[RolloutGroup]) -> dict[str, float]:
@@ -256,6 +453,7 @@ class Learner:
             "n_tokens": float(n_tokens),
             "adv_abs_mean": sum(abs(s[2]) for s in seqs) / len(seqs) if seqs else 0.0,
             "lr": cfg.lr,
+            "micro_batches": 0.0, "pad_frac": 0.0,
             "loss": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "clip_frac_low": 0.0,
             "clip_frac_high": 0.0, "ratio_mean": 1.0, "kl": 0.0, "entropy": 0.0,
         }
@@ -263,10 +461,14 @@ class Learner:
             metrics.update(skipped=1.0, step=float(self.step_count))
             return metrics
 
-        mbs = [
-            _collate(seqs[i : i + cfg.micro_batch_size], self.pad_id, self.device)
-            for i in range(0, len(seqs), cfg.micro_batch_size)
-        ]
+        packed = cfg.max_tokens_per_micro_batch is not None
+        groups_idx = pack_micro_batches([len(p) + len(c) for p, c, _, _ in seqs], cfg.max_tokens_per_micro_batch,
+                                        cfg.micro_batch_size)
+        mbs = [_collate([seqs[i] for i in idx], self.pad_id, self.device, left_pad_all=packed) for idx in groups_idx]
+        real = sum(len(p) + len(c) for p, c, _, _ in seqs)
+        padded = sum(b.input_ids.numel() for b in mbs)
+        metrics.update(micro_batches=float(len(mbs)), pad_frac=1.0 - real / max(1, padded))
+        self.onload_state()
         was_training = self.model.training
         self.model.train()
         try:
@@ -275,7 +477,8 @@ class Learner:
                 with torch.no_grad():
                     for b in mbs:
                         b.old_logp = sequence_logprobs(
-                            self.model, b.input_ids, b.attention_mask, b.completion_mask
+                            self.model, b.input_ids, b.attention_mask, b.completion_mask,
+                            chunk_tokens=self.logprob_chunk,
                         ).float()
             need_ref = cfg.beta_kl > 0 or self.ref_model is not None
             if need_ref:
@@ -302,7 +505,8 @@ class Learner:
         ent_sum = 0.0
         for b in mbs:
             logp, ent = sequence_logprobs(
-                self.model, b.input_ids, b.attention_mask, b.completion_mask, return_entropy=True
+                self.model, b.input_ids, b.attention_mask, b.completion_mask, return_entropy=True,
+                chunk_tokens=self.logprob_chunk,
             )
             logp = logp.float()  # (B, T)
             ent_sum += float(ent.sum())
@@ -322,10 +526,8 @@ class Learner:
             w = float(st["n_tokens"]) / n_tokens
             for k in acc:
                 acc[k] += float(st[k]) * w
-        if self.master is not None:
-            for p, m in zip(self.params, self.master):
-                m.grad = None if p.grad is None else p.grad.detach().float()
-                p.grad = None
+        # (half-precision models: the gradients are already summed in fp32 on the masters by the
+        # post-accumulate hooks; nothing is left in p.grad)
         opt_params = self._opt_params()
         max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(opt_params, max_norm)
