@@ -54,6 +54,56 @@ class Role:
     def save(self, path: Path) -> Path:
         return self.learner.save(path, self.tokenizer)
 
+    def offload(self, weights: bool = False) -> None:
+        """Free the GPU of what this role does not need while it is not training: its fp32
+        masters and optimizer state (they return at its next update), and with ``weights`` its
+        weights too (a role that will not even sample before ``onload``). Only with
+        ``learner.offload_when_idle`` (default) and a role on a GPU: a no-op on CPU."""
+        if not self.learner.cfg.offload_when_idle or self.learner.device.type == "cpu":
+            return
+        self.learner.offload_state()
+        if weights:
+            self.learner.move_weights("cpu")
+        _release_cached_memory(self.learner.device)
+
+    def onload(self) -> None:
+        """The role's weights back on its device (before it samples or trains again)."""
+        if self.learner.device.type != "cpu":
+            self.learner.move_weights(self.learner.device)
+
+
+def _release_cached_memory(device: Any) -> None:
+    """Hand blocks freed by an offload back to the driver, so a colocated engine (or the next
+    allocation of another size) can use them rather than the caching allocator keeping them."""
+    import torch
+
+    if getattr(device, "type", None) == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+class ParkedSampler:
+    """A sampler whose model waits in CPU memory between ``sample`` calls and visits ``device``
+    only while sampling: D²Evo's frozen scorer is a full second copy of the solver that must not
+    hold GPU memory while the learner steps. Costs one host<->device copy of the weights per call
+    (~1 s for a 4B bf16 model), small next to the call's generation."""
+
+    def __init__(self, inner: Sampler, model: Any, device: Any) -> None:
+        self.inner, self.model, self.device = inner, model, device
+        self.tokenizer = inner.tokenizer
+        model.to("cpu")
+        _release_cached_memory(device)
+
+    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        self.model.to(self.device)
+        try:
+            return self.inner.sample(prompts, n, params)
+        finally:
+            self.model.to("cpu")
+            _release_cached_memory(self.device)
+
+    def sync_weights(self, model: Any) -> None:
+        self.inner.sync_weights(model)
+
 
 @dataclass
 class TrainResult:
@@ -170,6 +220,7 @@ def grpo_train(
     finally:
         if fh is not None:
             fh.close()
+        role.offload()  # its masters and optimizer state leave the GPU until its next update
     return TrainResult(sum(seen) / max(1, len(seen)), phase.steps, rollouts, reward_rollouts, records, updates)
 
 

@@ -12,7 +12,7 @@ from coevolve.config.base import RecipeConfig, is_toy_model
 from coevolve.engine import load_model, load_tokenizer, make_sampler
 from coevolve.errors import ConfigError, DataError, ModelLoadError
 from coevolve.eval.suite import evaluate_suite
-from coevolve.loop import Role, sampling_params
+from coevolve.loop import ParkedSampler, Role, sampling_params
 from coevolve.prompts import StopKind
 from coevolve.rl.learner import Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
@@ -48,7 +48,9 @@ class Setup:
         ckpt = self.run.checkpoint(name)
         if ckpt is not None:
             learner.load(ckpt)
-        return Role(name, learner.model, tok, make_sampler(cfg.engine, learner.model, tok), learner)
+        role = Role(name, learner.model, tok, make_sampler(cfg.engine, learner.model, tok), learner)
+        role.offload()  # masters / optimizer state wait in CPU memory until the role's first update (GPU only)
+        return role
 
     def frozen(self, role: Role) -> Sampler:
         """A sampler over a frozen copy of ``role``'s current weights (a scorer that must not
@@ -57,7 +59,11 @@ class Setup:
         model.eval()
         for p in model.parameters():
             p.requires_grad_(False)
-        return make_sampler(self.cfg.engine, model, role.tokenizer)
+        sampler = make_sampler(self.cfg.engine, model, role.tokenizer)
+        dev = role.learner.device
+        if dev.type == "cuda" and role.learner.cfg.offload_when_idle and getattr(sampler, "model", None) is model:
+            return ParkedSampler(sampler, model, dev)  # in GPU memory only while it samples
+        return sampler
 
     def save(self, role: Role, tag: str) -> dict[str, Path]:
         """Checkpoint ``role`` (a loadable model folder plus the world it was trained in); the

@@ -243,8 +243,11 @@ def run(cfg: D2EvoConfig, run: Run) -> dict[str, Any]:
             phase_difficulty(s, solver, pool, Phase("difficulty", t))
             phase_anchors(s, t)
             if questioner is not None:
+                questioner.onload()  # a separate questioner's weights were parked after the last buffer phase
                 phase_questioner(s, solver, questioner, t)
             phase_buffer(s, solver, questioner, t)
+            if questioner is not None and questioner is not solver:
+                questioner.offload(weights=True)  # idle until the next round: the GPU is the solver's
             phase_solver(s, solver, t)
             if eval_due(cfg, t, cfg.rounds):
                 phase_eval(s, solver, Phase("eval", t))

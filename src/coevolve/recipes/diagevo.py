@@ -337,8 +337,10 @@ def run(cfg: DiagEvoConfig, run: Run) -> dict[str, Any]:
         diag = Diagnosis(s, solver)
         phase_eval(s, solver, Phase.base("eval"))
         for t in range(1, cfg.rounds + 1):
+            challenger.onload()  # writes questions in stages 1-2 (parked in CPU memory since the last round)
             phase_challenger(s, challenger, solver, t)
             phase_pool(s, challenger, solver, t)
+            challenger.offload(weights=True)  # idle until the next round: the GPU is the solver's
             phase_solver(s, solver, t)
             phase_memory(s, solver, diag, t)
             if eval_due(cfg, t, cfg.rounds):
