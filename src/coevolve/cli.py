@@ -135,6 +135,20 @@ def report(run_dir: Path = typer.Argument(..., help="A run folder")) -> None:
 
 
 @app.command()
+def export(
+    run_dir: Path = typer.Argument(..., help="A run folder"),
+    out: Path = typer.Option(..., "--out", help="New folder for the model"),
+    role: str = typer.Option("solver", "--role", help="Which model: solver, questioner, challenger"),
+    round_number: Optional[int] = typer.Option(None, "--round", help="The checkpoint of this round (default: latest)"),
+) -> None:
+    """Write a run's checkpoint as a clean model folder (no optimiser state; LoRA merged)."""
+    from coevolve.export import export_checkpoint, find_checkpoint
+
+    path = export_checkpoint(find_checkpoint(run_dir, role, round_number), out)
+    typer.echo(f"model: {path}")
+
+
+@app.command()
 def memory(
     run_dir: Path = typer.Argument(..., help="A DiagEvo run folder"),
     round_number: Optional[int] = typer.Option(None, "--round", help="Round (default: latest)"),

@@ -10,6 +10,7 @@ token, transformers 5 ``GenerationConfig`` defaults being ``None``), so they liv
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -42,13 +43,30 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
     return table[dtype]
 
 
+ADAPTER_CONFIG = "adapter_config.json"
+
+
 def _model_folder(path: str | Path) -> Path:
     p = Path(path)
     if not p.exists():
         raise ModelLoadError(f"model path {p} does not exist")
-    if not p.is_dir() or not (p / "config.json").is_file():
+    if not p.is_dir() or not ((p / "config.json").is_file() or (p / ADAPTER_CONFIG).is_file()):
         raise ModelLoadError(f"{p} is not a Hugging Face model folder (no config.json)")
-    return p
+    try:
+        name = "config.json" if (p / "config.json").is_file() else ADAPTER_CONFIG
+        json.loads((p / name).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelLoadError(f"{p / name} is not valid JSON ({e})") from None
+    return p.resolve()
+
+
+def _adapter_base(p: Path) -> Path:
+    """The base model folder a LoRA adapter checkpoint was trained from."""
+    base = json.loads((p / ADAPTER_CONFIG).read_text(encoding="utf-8")).get("base_model_name_or_path")
+    if not base or not Path(base).is_dir():
+        raise ModelLoadError(f"{p} is a LoRA adapter whose base model {base!r} is not a local folder; "
+                             "export a merged model with `coevolve export`")
+    return Path(base)
 
 
 def load_tokenizer(path: str | Path) -> Any:
@@ -70,19 +88,28 @@ def load_tokenizer(path: str | Path) -> Any:
 def load_model(
     path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto"
 ) -> tuple[Any, Any]:
-    """Load a causal LM and its tokenizer (``load_tokenizer``) from a local Hugging Face folder.
+    """Load a causal LM and its tokenizer (``load_tokenizer``) from a local Hugging Face folder,
+    or from a LoRA adapter checkpoint (``adapter_config.json``): its base model with the adapter
+    merged in, so every checkpoint of a run loads the same way.
 
     Raises ``ModelLoadError`` naming the path for a missing folder, a folder without
-    ``config.json`` or any loading failure.
+    ``config.json``, a broken ``config.json`` or any loading failure.
     """
     from transformers import AutoModelForCausalLM
 
     p = _model_folder(path)
+    adapter = not (p / "config.json").is_file()
     tokenizer = load_tokenizer(p)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(p), dtype=dt)
+        model = AutoModelForCausalLM.from_pretrained(str(_adapter_base(p) if adapter else p), dtype=dt)
+        if adapter:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, str(p)).merge_and_unload()
+    except ModelLoadError:
+        raise
     except Exception as e:  # noqa: BLE001 - re-raised as a clear, user-facing error
         raise ModelLoadError(f"could not load model from {p}: {type(e).__name__}: {e}") from e
     model.to(dev)

@@ -14,7 +14,7 @@ from coevolve.errors import ConfigError, DataError, ModelLoadError
 from coevolve.eval.suite import evaluate_suite
 from coevolve.loop import ParkedSampler, Role, sampling_params
 from coevolve.prompts import StopKind
-from coevolve.rl.learner import Learner
+from coevolve.rl.learner import OPTIM_FILE, Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.run.files import atomic_write_json
 from coevolve.schema import GRPOPhase, WriterReward
@@ -145,6 +145,7 @@ def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader) -> Setup:
     return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base)
 
 
+    run.resume_only = (OPTIM_FILE,)
 def phase_eval(s: Setup, solver: Role, phase: Phase) -> PhaseRecord:
     """Held-out accuracy of the solver (every recipe's evaluation, base and after rounds): the
     configured benchmarks, or the world's, through the one evaluation driver; per-item records

@@ -123,6 +123,7 @@ class Run:
         self.seed = seed
         self.keep_checkpoints = keep_checkpoints
         self.say = say
+        self.resume_only: tuple[str, ...] = ()  # checkpoint files only the newest checkpoint of a role keeps
 
     @classmethod
     def create(cls, path: Path, config_yaml: str, recipe: str, **kw: Any) -> "Run":
@@ -181,6 +182,10 @@ class Run:
         ckpts = {role: str(Path(p).resolve().relative_to(root)) for role, p in res.checkpoints.items()}
         for rel in self.state.finish(rec, ckpts, self.keep_checkpoints, self.metrics.size()):
             shutil.rmtree(self.path / rel, ignore_errors=True)
+        for role in ckpts:  # older checkpoints stay loadable models; only a resume needs optimiser state
+            for rel in self.state.data["checkpoint_history"].get(role, [])[:-1]:
+                for name in self.resume_only:
+                    (self.path / rel / name).unlink(missing_ok=True)
         return rec
 
     def checkpoint(self, role: str) -> Path | None:
