@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from coevolve.config import dump_yaml, load_config
+from coevolve.config import load_config
 from coevolve.run import Phase, Run
 
 torch.set_num_threads(1)

@@ -121,6 +121,8 @@ def _fmt_loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
 
+    grader_workers: int | None = Field(None, ge=1, description="math-verify worker processes grading in parallel "
+                                       "(None = cores - 1, at least 1); results do not depend on it.")
 def validation_message(err: ValidationError, origin: str) -> str:
     lines = [f"invalid config ({origin}):"]
     for e in err.errors():
