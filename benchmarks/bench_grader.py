@@ -6,9 +6,10 @@ synthetic cases for the usual surface variants (``tests/data/grader_cases.jsonl`
 same set through plain math-verify with default settings, for comparison.
 
 Throughput: per-call cost of the cheap path (integer answers, as in the toy world), of a vote over
-16 integer answers, and of a math-verify worker call.
+16 integer answers, and of a math-verify worker call; and graded answers/s of ``grade_batch`` with
+one worker and with a ``GraderPool`` of N workers on the same answers (``--workers N``).
 
-Usage: ``PYTHONPATH=src python benchmarks/bench_grader.py [--cases PATH] [--misses] [--baseline]``
+Usage: ``PYTHONPATH=src python benchmarks/bench_grader.py [--cases PATH] [--misses] [--baseline] [--workers N]``
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import random
 import time
 from pathlib import Path
 
-from coevolve.answers import Grader
+from coevolve.answers import Grader, GraderPool
 
 
 def load_cases(path: Path) -> list[dict]:
@@ -105,11 +106,32 @@ def throughput(grader: Grader) -> None:
     )
 
 
+def pool_throughput(cases: list[dict], workers: list[int], repeat: int) -> None:
+    """Graded answers/s of ``grade_batch`` over the regression set's (gold, boxed pred) pairs, for
+    each worker count; checks that every count gives the same verdicts."""
+    golds = [c["gold"] for c in cases] * repeat
+    texts = [f"The answer is \\boxed{{{c['pred']}}}." for c in cases] * repeat
+    ref = None
+    print(f"grade_batch over {len(golds)} answers ({len(cases)} cases x {repeat}):")
+    for w in workers:
+        grader = Grader() if w == 1 else GraderPool(w)
+        with grader:
+            grader.grade_batch(golds[:w], texts[:w])  # start every worker outside the measurement
+            t0 = time.perf_counter()
+            verdicts = grader.grade_batch(golds, texts)
+            dt = time.perf_counter() - t0
+        ref = verdicts if ref is None else ref
+        same = "same verdicts" if verdicts == ref else "DIFFERENT VERDICTS"
+        print(f"  {w} worker(s): {len(golds) / dt:8.1f} answers/s  ({dt:.1f} s, {same})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=Path, default=Path(__file__).resolve().parent.parent / "tests/data/grader_cases.jsonl")
     ap.add_argument("--misses", action="store_true", help="list the disagreeing cases")
     ap.add_argument("--baseline", action="store_true", help="also score plain math-verify")
+    ap.add_argument("--workers", type=int, default=0, help="also time grade_batch with 1 and N workers")
+    ap.add_argument("--repeat", type=int, default=2, help="passes over the cases for the pool timing")
     args = ap.parse_args()
     cases = load_cases(args.cases)
     with Grader() as grader:
@@ -121,6 +143,8 @@ def main() -> None:
         print(f"stats: {grader.stats}")
     if args.baseline:
         baseline(cases)
+    if args.workers > 1:
+        pool_throughput(cases, [1, args.workers], args.repeat)
 
 
 if __name__ == "__main__":

@@ -262,3 +262,21 @@ def test_regression_set_agreement(grader: Grader) -> None:
     assert all({"gold", "pred", "expected", "source"} <= set(c) for c in cases)
     agree = sum(grader.grade_pair(c["gold"], c["pred"]) == c["expected"] for c in cases)
     assert agree / len(cases) >= 0.95
+
+
+def test_grading_pool_gives_the_same_results_as_one_grader() -> None:
+    """Two worker processes: grade_batch / vote_batch equal the single grader's, in order."""
+    from coevolve.answers import GraderPool, make_grader
+    from coevolve.errors import GraderError
+
+    golds = ["\\frac{1}{2}", "3", "x^2+2x+1", "\\sqrt{8}", "7", "0.25"] * 3
+    texts = [f"so \\boxed{{{p}}}" for p in ["0.5", "4", "(x+1)^2", "2\\sqrt{2}", "7", "1/4"] * 3]
+    groups = [["1/2", "0.5", "\\frac12", None, "2"], ["x-1", "1-x", "-(1-x)"], [], ["3", "3", "4"]]
+    with Grader() as one, GraderPool(2) as pool:
+        assert pool.workers == 2
+        assert pool.grade_batch(golds, texts) == one.grade_batch(golds, texts) == [True, False, True, True, True, True] * 3
+        assert pool.vote_batch(groups) == one.vote_batch(groups)
+        assert pool.stats.worker_calls > 0 and all(g.stats.calls > 0 for g in pool.graders)
+    assert isinstance(make_grader(workers=1), Grader)
+    with pytest.raises(GraderError):
+        GraderPool(0)

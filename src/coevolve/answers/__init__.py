@@ -16,22 +16,26 @@ from coevolve.types import Vote
 
 from .extract import answer_or_whole, extract_answer, last_boxed
 from .grader import Grader, GraderStats
+from .pool import GraderPool, default_workers, make_grader
 from .normalize import canon, cheap_equiv, normalize
 
 __all__ = [
     "Grader",
+    "GraderPool",
     "GraderStats",
     "answer_or_whole",
     "canon",
     "cheap_equiv",
     "close_default_grader",
     "default_grader",
+    "default_workers",
     "extract_answer",
     "grade",
     "grade_jsonl",
     "grade_pair",
     "is_equiv",
     "last_boxed",
+    "make_grader",
     "normalize",
     "vote",
 ]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from coevolve.answers import Grader
+from coevolve.answers import make_grader
 from coevolve.config.d2evo import D2EvoConfig
 from coevolve.curriculum import (
     LabelVerifier,
@@ -231,7 +231,7 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
 def run(cfg: D2EvoConfig, run: Run) -> dict[str, Any]:
     """Base eval, then ``cfg.rounds`` rounds of difficulty -> anchors -> questioner -> buffer ->
     solver -> eval, then the final difficulty histogram."""
-    with Grader(timeout=cfg.run.grader_timeout) as grader:
+    with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
         s = setup(cfg, run, grader)
         solver = s.role("solver")
         questioner = None

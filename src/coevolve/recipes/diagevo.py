@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from coevolve.answers import Grader
+from coevolve.answers import make_grader
 from coevolve.config.diagevo import DiagEvoConfig
 from coevolve.curriculum import label_questions, parse_yes_no, propose_questions, score_writer_batch
 from coevolve.engine import load_sampler
@@ -42,7 +42,7 @@ from coevolve.recipes.common import Setup, eval_due, finish, phase_eval, setup
 from coevolve.rewards import signed_match_rewards
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.errors import RunStateError
-from coevolve.types import Completion, SamplingParams, Task
+from coevolve.types import AnswerGrader, Completion, SamplingParams, Task
 
 
 def load_memory(run: Run, t: int) -> ErrorMemory:
@@ -207,7 +207,7 @@ def phase_pool(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseRecord:
     return s.run.phase(Phase("pool", t), fn)
 
 
-def match_reward(grader: Grader) -> RewardFn:
+def match_reward(grader: AnswerGrader) -> RewardFn:
     """DiagEvo solver reward: +1 when the answer matches the pseudo-label ŷ, else -1; records the
     G responses and their matches per question (the diagnosis input) and, where the world knows
     the truth, how often the responses are actually correct."""
@@ -331,7 +331,7 @@ def phase_memory(s: Setup, solver: Role, diag: Diagnosis, t: int) -> PhaseRecord
 
 def run(cfg: DiagEvoConfig, run: Run) -> dict[str, Any]:
     """Base eval, then ``cfg.rounds`` rounds of challenger -> pool -> solver -> memory -> eval."""
-    with Grader(timeout=cfg.run.grader_timeout) as grader:
+    with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
         s = setup(cfg, run, grader)
         solver, challenger = s.role("solver"), s.role("challenger")
         diag = Diagnosis(s, solver)

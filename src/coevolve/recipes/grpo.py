@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from coevolve.answers import Grader
+from coevolve.answers import make_grader
 from coevolve.config.grpo import GRPOConfig
 from coevolve.loop import Role, grpo_train, labelled_reward
 from coevolve.recipes.common import Setup, finish, phase_eval, setup
@@ -38,7 +38,7 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
 
 
 def run(cfg: GRPOConfig, run: Run) -> dict[str, Any]:
-    with Grader(timeout=cfg.run.grader_timeout) as grader:
+    with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
         s = setup(cfg, run, grader)
         solver = s.role("solver")
         phase_eval(s, solver, Phase.base("eval"))
