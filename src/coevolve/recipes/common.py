@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.config.base import RecipeConfig, is_toy_model
-from coevolve.engine import load_model, load_tokenizer, make_sampler
+from coevolve.engine import check_engine, freeze_sampler, load_model, load_tokenizer, make_sampler
 from coevolve.errors import ConfigError, DataError, ModelLoadError
 from coevolve.eval.suite import evaluate_suite
 from coevolve.loop import ParkedSampler, Role, sampling_params
@@ -55,6 +55,8 @@ class Setup:
     def frozen(self, role: Role) -> Sampler:
         """A sampler over a frozen copy of ``role``'s current weights (a scorer that must not
         move while the role trains)."""
+        if self.cfg.engine.kind == "vllm":  # a fixed weight version served by the role's engine
+            return freeze_sampler(self.cfg.engine, role.sampler, role.model, role.tokenizer)
         model = copy.deepcopy(role.model)
         model.eval()
         for p in model.parameters():
@@ -97,6 +99,7 @@ def preflight(cfg: RecipeConfig) -> None:
             raise ModelLoadError(f"{where}: {p} is not a Hugging Face model folder (no config.json)")
     if cfg.data.source != "toy" and not Path(cfg.data.source).is_file():
         raise DataError(f"data.source: dataset file {cfg.data.source} does not exist")
+    check_engine(cfg.engine)
     problems = budget_problems(cfg)
     if problems:
         raise ConfigError("this run cannot be meaningful:\n  " + "\n  ".join(problems))
