@@ -121,6 +121,12 @@ class RunSection(Strict):
     threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch default).")
     keep_checkpoints: int = Field(2, ge=1, description="How many phase-boundary checkpoints of each model to keep.")
     grader_timeout: float = Field(5.0, gt=0, description="Hard wall-clock timeout (s) of one equivalence check.")
+    trackers: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(
+        default_factory=lambda: ["jsonl"], description="Where metrics go: metrics.jsonl always; 'tensorboard' adds event "
+        "files in <run>/tensorboard, 'wandb' a W&B run (needs the 'track' extra).")
+    wandb_project: str = Field("coevolve", description="W&B project of the run (run.trackers with wandb).")
+    wandb_mode: Literal["offline", "online"] = Field(
+        "offline", description="W&B mode: offline writes under <run>/wandb with no network (`wandb sync` later); online streams.")
     grader_workers: int | None = Field(None, ge=1, description="math-verify worker processes grading in parallel "
                                        "(None = cores - 1, at least 1); results do not depend on it.")
 

@@ -39,5 +39,7 @@ def execute(cfg: RecipeConfig, path: Path, *, skip_finished: bool = False) -> di
     except BaseException:
         run.state.set_status("failed")
         raise
+    finally:
+        run.metrics.close()  # live trackers flush and close even when the run stops early
     run.state.set_status("finished")
     return summary

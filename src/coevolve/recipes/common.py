@@ -18,6 +18,7 @@ from coevolve.rl.learner import OPTIM_FILE, Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.run.files import atomic_write_json
 from coevolve.schema import GRPOPhase, WriterReward
+from coevolve.run.trackers import make_trackers
 from coevolve.types import AnswerGrader, Sampler, SamplingParams
 from coevolve.world import World, base_model_path, make_world
 
@@ -145,10 +146,13 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
 def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader) -> Setup:
     run.bind(seed=cfg.run.seed, keep_checkpoints=cfg.run.keep_checkpoints, say=run.say)
     base = base_model_path(cfg.model, run.say)
+    run.resume_only = (OPTIM_FILE,)
+    run.metrics.attach(make_trackers(cfg.run.trackers, run.path, run.metrics.count(), run_id=run_tracker_id(run),
+                                     name=run.path.name, project=cfg.run.wandb_project, mode=cfg.run.wandb_mode,
+                                     config=cfg.model_dump(mode="json")))
     return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base)
 
 
-    run.resume_only = (OPTIM_FILE,)
 def phase_eval(s: Setup, solver: Role, phase: Phase) -> PhaseRecord:
     """Held-out accuracy of the solver (every recipe's evaluation, base and after rounds): the
     configured benchmarks, or the world's, through the one evaluation driver; per-item records
@@ -221,4 +225,13 @@ def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
 
     summary = write_summary(s.run, extra)
     s.run.say(f"[report] {write_report(s.run.path)}")
+    s.run.metrics.close()
     return summary
+
+
+def run_tracker_id(run: Run) -> str:
+    """One W&B run per run folder, the same id on every resume (stored in state.json)."""
+    if "tracker_id" not in run.state.data:
+        run.state.data["tracker_id"] = derive_seed(int(run.state.data.get("created", 0) * 1000), str(run.path.name))
+        run.state.save()
+    return f"{run.path.name}-{run.state.data['tracker_id']:08x}"

@@ -182,6 +182,7 @@ class Run:
         ckpts = {role: str(Path(p).resolve().relative_to(root)) for role, p in res.checkpoints.items()}
         for rel in self.state.finish(rec, ckpts, self.keep_checkpoints, self.metrics.size()):
             shutil.rmtree(self.path / rel, ignore_errors=True)
+        self.metrics.flush()  # live trackers hold the phase's rows before the next phase starts
         for role in ckpts:  # older checkpoints stay loadable models; only a resume needs optimiser state
             for rel in self.state.data["checkpoint_history"].get(role, [])[:-1]:
                 for name in self.resume_only:

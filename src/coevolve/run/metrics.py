@@ -15,8 +15,25 @@ from coevolve.run.files import json_line
 
 
 class MetricsLog:
+    """``metrics.jsonl`` plus optional live trackers (TensorBoard, W&B) fed the same rows, with
+    the row's index in the file as their step."""
+
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.trackers: list[Any] = []
+        self.step = 0  # index of the next row (the trackers' x axis)
+
+    def count(self) -> int:
+        """Rows in the log."""
+        if not self.path.exists():
+            return 0
+        with open(self.path, "rb") as f:
+            return sum(1 for line in f if line.strip())
+
+    def attach(self, trackers: list[Any]) -> None:
+        """Feed every following row to ``trackers`` too, numbering from the rows already logged."""
+        self.trackers = list(trackers)
+        self.step = self.count()
 
     def size(self) -> int:
         return self.path.stat().st_size if self.path.exists() else 0
@@ -33,6 +50,18 @@ class MetricsLog:
                "time": round(time.time(), 3), **metrics}
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json_line(row))
+        for t in self.trackers:
+            t.log(row, self.step)
+        self.step += 1
+
+    def flush(self) -> None:
+        for t in self.trackers:
+            t.flush()
+
+    def close(self) -> None:
+        for t in self.trackers:
+            t.close()
+        self.trackers = []
 
     def rows(self) -> list[dict[str, Any]]:
         return read_jsonl(self.path) if self.path.exists() else []

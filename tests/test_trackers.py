@@ -1,0 +1,69 @@
+"""Live metrics: TensorBoard event files and an offline W&B run carry the same namespaced keys as
+metrics.jsonl, with the row index as step, one run per run folder, and a resumed run continues
+the same curves (what the interrupted phase logged is dropped, as in metrics.jsonl)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from coevolve.config import load_config
+
+torch.set_num_threads(1)
+pytest.importorskip("tensorboard")
+pytest.importorskip("wandb")
+
+TINY = ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=8", "eval.samples=0",
+        "run.progress=false", "sampling.max_new_tokens=40", "eval.max_new_tokens=40", "model.toy_steps=30",
+        "run.trackers=[jsonl,tensorboard,wandb]"]
+
+
+def _tb_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_tensorboard_and_wandb_follow_metrics_jsonl_across_a_resume(tmp_path, monkeypatch):
+    from coevolve.toy import ensure_base
+
+    cache = tmp_path / "cache"
+    ensure_base(cache, steps=30, seed=0)
+    cfg = load_config("grpo", None, TINY + [f"model.toy_cache={cache}"])
+    import coevolve.recipes.grpo as grpo
+    from coevolve.recipes import execute
+
+    real = grpo.labelled_reward
+    calls = {"n": 0}
+
+    def crashing(alpha, grader):
+        fn = real(alpha, grader)
+
+        def reward(step, tasks, comps):
+            calls["n"] += 1
+            if calls["n"] == 2:  # the interrupted phase logged its first step, then dies
+                raise KeyboardInterrupt
+            return fn(step, tasks, comps)
+
+        return reward
+
+    monkeypatch.setattr(grpo, "labelled_reward", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        execute(cfg, tmp_path / "run")
+    monkeypatch.setattr(grpo, "labelled_reward", real)
+    execute(cfg, tmp_path / "run")  # resume in the same folder
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    tb = _tb_scalars(tmp_path / "run")
+    for key in ("solver/reward_mean", "solver/loss", "eval/toy/greedy", "phase/solver/seconds"):
+        want = [(i, float(r[key])) for i, r in enumerate(rows) if key in r]
+        got = [(s, v) for s, v in tb[key]]
+        assert [s for s, _ in got] == [s for s, _ in want], key  # interrupted steps purged, no duplicates
+        assert all(abs(a - b) < 1e-6 for (_, a), (_, b) in zip(got, want)), key
+    state = json.loads((tmp_path / "run" / "state.json").read_text())
+    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(runs) >= 2 and all(p.name.endswith(f"run-{state['tracker_id']:08x}") for p in runs)  # one W&B run id
