@@ -158,6 +158,22 @@ def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
         yield
 
 
+class _StopStrings:
+    """Stop a row once its generated text ends in a stop string, so ``generate`` does not run on
+    to the budget (the exact cut is ``cut_completion``'s). Checks the last few tokens only: a
+    token decodes to at least one character, so ``len(stop) + 1`` tokens cover any stop string
+    (transformers' own ``StopStringCriteria`` cannot read every tokenizer's vocabulary)."""
+
+    def __init__(self, sampler: "HFSampler", strings: Sequence[str], prompt_len: int) -> None:
+        self.sampler, self.strings, self.prompt_len = sampler, tuple(strings), prompt_len
+        self.window = max(len(s) for s in strings) + 1
+
+    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: Any) -> Tensor:
+        tail = input_ids[:, self.prompt_len:][:, -self.window:].tolist()  # (B, <= window)
+        done = [any(s in self.sampler.decode(row) for s in self.strings) for row in tail]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
 class HFSampler:
     """``Sampler`` over a Hugging Face causal LM using ``model.generate``.
 
@@ -229,8 +245,6 @@ class HFSampler:
             num_beams=1,
             repetition_penalty=1.0,
         )
-        if params.stop.strings:  # stop generating early; the exact cut is ``_cut``'s
-            common["stop_strings"] = list(params.stop.strings)
         if params.temperature == 0:
             return GenerationConfig(do_sample=False, **common)
         # transformers 5 defaults top_k/top_p to None and then fills them from the model's
@@ -242,10 +256,13 @@ class HFSampler:
 
     def _generate_chunk(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[int]]:
         """Raw generated ids per row (right-padded region, not yet cut)."""
+        from transformers import StoppingCriteriaList
+
         ids, mask = self._left_pad(prompt_ids)  # (B, L)
+        stops = StoppingCriteriaList([_StopStrings(self, params.stop.strings, ids.shape[1])] if params.stop.strings else [])
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, generation_config=self._generation_config(params),
-            tokenizer=self.tokenizer if params.stop.strings else None,
+            stopping_criteria=stops,
         )  # (B, L + new)
         return out[:, ids.shape[1]:].tolist()
 
