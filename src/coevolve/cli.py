@@ -217,6 +217,26 @@ def config_cmd(
     typer.echo(dump_yaml(load_config(recipe, config, overrides or [])), nl=False)
 
 
+@app.command("plan")
+def plan_cmd(
+    recipe: str = typer.Argument(..., help="grpo | d2evo | diagevo"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, as for `coevolve run`"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config file"),
+    device: Optional[str] = typer.Option(None, "--device", help="h200 | a100-80g | a100-40g | cpu (default: this "
+                                         "machine's GPU, else its CPU and memory)"),
+) -> None:
+    """Before anything runs: rollouts and tokens per phase, GPU memory per role and phase, wall
+    time; which settings do not fit and what to change. Needs only the model's config.json.
+    Exit 0 when everything fits, 1 when something does not."""
+    from coevolve.config import load_config
+    from coevolve.plan import device_for, format_plan, local_device, make_plan
+
+    cfg = load_config(recipe, config, overrides or [])
+    p = make_plan(cfg, device_for(device) if device else local_device(cfg.model.device))
+    typer.echo(format_plan(p))
+    raise typer.Exit(0 if p.fits else 1)
+
+
 def _quiet_libraries() -> None:
     """Keep the console for our own progress: no per-file 'Loading weights' bars."""
     try:

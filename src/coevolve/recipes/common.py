@@ -13,6 +13,7 @@ from coevolve.engine import check_engine, freeze_sampler, load_model, load_token
 from coevolve.errors import ConfigError, DataError, ModelLoadError
 from coevolve.eval.suite import evaluate_suite
 from coevolve.loop import ParkedSampler, Role, sampling_params
+from coevolve.plan import preflight_problems
 from coevolve.prompts import StopKind
 from coevolve.rl.learner import OPTIM_FILE, Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
@@ -101,7 +102,7 @@ def preflight(cfg: RecipeConfig) -> None:
     if cfg.data.source != "toy" and not Path(cfg.data.source).is_file():
         raise DataError(f"data.source: dataset file {cfg.data.source} does not exist")
     check_engine(cfg.engine)
-    problems = budget_problems(cfg)
+    problems = budget_problems(cfg) + preflight_problems(cfg)  # preflight_problems: does it fit in memory (coevolve.plan)
     if problems:
         raise ConfigError("this run cannot be meaningful:\n  " + "\n  ".join(problems))
 

@@ -1,0 +1,906 @@
+"""``coevolve plan``: what a run will cost before it starts (issue 10).
+
+Pure functions over a recipe config and a model's ``config.json`` (no weights needed):
+
+- ``ModelShape.from_config``: layers, widths, heads, vocabulary -> parameter count, KV bytes per
+  token, LoRA parameter count;
+- ``phases(cfg, ...)``: per phase of the recipe, the rollouts and tokens it generates (by which
+  role, in sampler calls of how many rows) and the tokens it trains on;
+- ``role_memory``: one role's GPU bytes by kind: weights, fp32 masters, optimizer state,
+  gradients, activations (with the learner's checkpointing and micro-batch budget), logits
+  (plain or chunked log-probs), KV cache of its sampler;
+- ``phase_memory``: the peak of each phase = what stays resident (every role's weights unless
+  parked, the training role's state) + the largest transient (a learner step, or a sampler
+  call's KV cache), with ``SAFETY_MARGIN`` headroom required;
+- ``make_plan`` -> ``Plan`` (``fits``, ``problems`` each naming the field to change,
+  ``format_plan``), and ``preflight_problems(cfg)`` for ``coevolve run``.
+
+Wall time comes from ``DEVICES``, the one table of per-device rates; every rate says whether it
+was measured (where, how) or assumed. The memory model follows the code it describes: the
+learner's fp32 masters and per-parameter fp32 gradient accumulation, AdamW's m and v (plus the
+foreach kernel's temporary fp32 copy when not fused), HF activation checkpointing of every
+decoder layer, ``sequence_logprobs``' plain or chunked logits, ``HFSampler``'s row / KV-token
+chunks, ``Role.offload`` / ``ParkedSampler`` placement. ``benchmarks/bench_learner_memory.py``
+puts the estimate next to measured peaks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coevolve.errors import ConfigError, ModelLoadError
+from coevolve.rl.learner import LearnerConfig, resolve_gradient_checkpointing, resolve_logprob_chunk
+
+GiB = float(1 << 30)
+SAFETY_MARGIN = 0.10
+"""A phase fits when its estimated peak leaves this share of the device free: allocator
+fragmentation, the CUDA context, library workspaces and the estimate's own error live there."""
+
+COMPLETION_FILL = 0.5
+"""Assumed mean completion length as a share of its cap, for token counts and wall time (memory
+always uses the cap: one micro-batch of capped rows is what has to fit)."""
+
+PROMPT_TOKENS = {"toy": {"answer": 32, "question": 64}, "real": {"answer": 384, "question": 512}}
+"""Assumed prompt lengths: toy prompts are ~30-60 characters (char tokenizer); a real math
+question with instructions and chat template ~150-400 tokens, a writer prompt (anchor question,
+answer, difficulty or memory causes) up to ~500. Assumed, conservative."""
+
+DIAGEVO_KEPT_FRACTION = 0.3
+"""Assumed share of DiagEvo's candidate pool that passes the dual filter (drives the diagnoses)."""
+
+POOL_ROWS_IF_UNKNOWN = 12000
+"""``difficulty.pool_size=None`` means every dataset row: assumed math_train12k's size."""
+
+BENCH_ITEMS = {
+    "gsm8k": 1319, "math500": 500, "aime24": 30, "aime25": 30, "amc23": 40, "minerva": 272, "olympiadbench": 675,
+    "mmlu_pro": 12032, "supergpqa": 300, "gpqa_diamond": 198, "bbeh": 4520, "bbeh_mini": 460,
+}
+"""Items per evaluation benchmark (the public test sets; supergpqa: the offline 300 sample)."""
+
+
+# --------------------------------------------------------------------------- the rates table
+@dataclass(frozen=True)
+class Rate:
+    """One device figure and where it comes from: ``measured`` (how, where) or assumed."""
+
+    value: float
+    measured: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device kind: its memory and the rates wall time is estimated from."""
+
+    name: str
+    kind: str  # "cuda" | "cpu"
+    memory_gib: Rate  # usable accelerator (or, for cpu, host) memory
+    host_memory_gib: Rate  # host memory for offloaded state / parked weights
+    matmul_tflops: Rate  # dense peak in the model's compute dtype (bf16 on GPU, fp32 on CPU)
+    train_mfu: Rate  # share of the peak a learner step reaches
+    mem_gbps: Rate  # memory bandwidth (decode reads every weight and the KV cache once per step)
+    hf_step_ms_per_layer: Rate  # HF generate's launch-bound floor per decode step and layer
+    vllm_bw_efficiency: Rate  # share of bandwidth vLLM's decode reaches
+
+
+DEVICES: dict[str, Device] = {
+    "h200": Device(
+        "h200", "cuda",
+        memory_gib=Rate(139.0, True, "total GPU memory seen on the device machine (device README: about 139 GiB)"),
+        host_memory_gib=Rate(128.0, True, "host memory of the H200 device machine (device README)"),
+        matmul_tflops=Rate(790.0, True, "dense bf16 matmul rate measured on the device machine (device README)"),
+        train_mfu=Rate(0.35, False, "assumed: HF eager model, checkpointing recompute counted separately"),
+        mem_gbps=Rate(4800.0, False, "assumed: H200 HBM3e spec"),
+        hf_step_ms_per_layer=Rate(83.0 / 36, True, "HF generate on a Qwen3-4B-shaped model, B=256: 81-86 ms per decode "
+                                  "step for 36 layers (measurements/2026-11-29_h200_hf_baseline.log, engines.md §8b)"),
+        vllm_bw_efficiency=Rate(0.6, False, "assumed: continuous batching with CUDA graphs"),
+    ),
+    "a100-80g": Device(
+        "a100-80g", "cuda",
+        memory_gib=Rate(79.2, False, "assumed: 80 GB card, memory torch reports"),
+        host_memory_gib=Rate(256.0, False, "assumed host memory"),
+        matmul_tflops=Rate(312.0, False, "assumed: A100 bf16 dense spec"),
+        train_mfu=Rate(0.35, False, "assumed"),
+        mem_gbps=Rate(2039.0, False, "assumed: A100 80 GB spec"),
+        hf_step_ms_per_layer=Rate(83.0 / 36, False, "assumed: launch-bound like the measured H200 figure"),
+        vllm_bw_efficiency=Rate(0.6, False, "assumed"),
+    ),
+    "a100-40g": Device(
+        "a100-40g", "cuda",
+        memory_gib=Rate(39.4, False, "assumed: 40 GB card, memory torch reports"),
+        host_memory_gib=Rate(128.0, False, "assumed host memory"),
+        matmul_tflops=Rate(312.0, False, "assumed: A100 bf16 dense spec"),
+        train_mfu=Rate(0.35, False, "assumed"),
+        mem_gbps=Rate(1555.0, False, "assumed: A100 40 GB spec"),
+        hf_step_ms_per_layer=Rate(83.0 / 36, False, "assumed: launch-bound like the measured H200 figure"),
+        vllm_bw_efficiency=Rate(0.6, False, "assumed"),
+    ),
+    "cpu": Device(
+        "cpu", "cpu",
+        memory_gib=Rate(24.0, True, "this project's 2-core CI machine (24 GiB); `coevolve run` uses the real figure"),
+        host_memory_gib=Rate(24.0, True, "same memory"),
+        matmul_tflops=Rate(0.030, True, "effective fp32 rate of a SmolLM2-135M learner step, 2 cores "
+                           "(benchmarks/bench_learner_memory.py)"),
+        train_mfu=Rate(1.0, True, "already folded into the measured effective rate"),
+        mem_gbps=Rate(10.0, False, "assumed"),
+        hf_step_ms_per_layer=Rate(0.45, True, "HF generate floor per decode step and layer, toy model, 2 cores "
+                                  "(benchmarks/bench_learner_memory.py)"),
+        vllm_bw_efficiency=Rate(0.3, False, "assumed"),
+    ),
+}
+
+
+def device_for(name: str) -> Device:
+    if name not in DEVICES:
+        raise ConfigError(f"--device {name!r}: unknown device (known: {', '.join(DEVICES)})")
+    return DEVICES[name]
+
+
+def local_device(model_device: str = "auto") -> Device:
+    """The device a run will use here (``model.device``), with its real memory: the nearest
+    ``DEVICES`` entry for the rates, the memory torch / the OS reports."""
+    import torch
+
+    want_cuda = model_device.startswith("cuda") or (model_device == "auto" and torch.cuda.is_available())
+    if want_cuda and torch.cuda.is_available():
+        idx = torch.device(model_device).index if model_device.startswith("cuda:") else 0
+        props = torch.cuda.get_device_properties(idx or 0)
+        total = props.total_memory / GiB
+        name = props.name.lower()
+        base = DEVICES["h200"] if ("h200" in name or "h100" in name) else (
+            DEVICES["a100-80g"] if total > 60 else DEVICES["a100-40g"])
+        mem = Rate(round(total, 1), True, f"torch.cuda: {props.name}")
+        return Device(f"{base.name} (here: {props.name})", "cuda", mem, _host_memory(), base.matmul_tflops,
+                      base.train_mfu, base.mem_gbps, base.hf_step_ms_per_layer, base.vllm_bw_efficiency)
+    cpu = DEVICES["cpu"]
+    host = _host_memory()
+    return Device("cpu (here)", "cpu", host, host, cpu.matmul_tflops, cpu.train_mfu, cpu.mem_gbps,
+                  cpu.hf_step_ms_per_layer, cpu.vllm_bw_efficiency)
+
+
+def _host_memory() -> Rate:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GiB
+        return Rate(round(total, 1), True, "this machine (os.sysconf)")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - exotic platforms
+        return DEVICES["cpu"].memory_gib
+
+
+# --------------------------------------------------------------------------- the model
+@dataclass(frozen=True)
+class ModelShape:
+    """A dense decoder-only transformer, as far as memory and FLOPs go."""
+
+    model_type: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+    qk_norm: bool = False
+    attention_bias: bool = False
+
+    @classmethod
+    def from_config(cls, d: dict[str, Any], where: str = "config.json") -> "ModelShape":
+        """From a Hugging Face ``config.json`` dict (Llama / Qwen2 / Qwen3 / Mistral style)."""
+        d = {**d.get("text_config", {}), **d} if "hidden_size" not in d else d
+        try:
+            hidden, heads = int(d["hidden_size"]), int(d["num_attention_heads"])
+            return cls(
+                model_type=str(d.get("model_type", "?")), layers=int(d["num_hidden_layers"]), hidden=hidden,
+                intermediate=int(d["intermediate_size"]), heads=heads,
+                kv_heads=int(d.get("num_key_value_heads") or heads),
+                head_dim=int(d.get("head_dim") or hidden // heads), vocab=int(d["vocab_size"]),
+                tied=bool(d.get("tie_word_embeddings", False)),
+                qk_norm=str(d.get("model_type", "")).startswith("qwen3"),
+                attention_bias=bool(d.get("attention_bias", str(d.get("model_type", "")) == "qwen2")),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelLoadError(f"{where}: not a dense decoder config the planner understands (missing/bad {e})") from None
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def linears(self) -> list[tuple[str, int, int]]:
+        """(name, in, out) of one decoder layer's linear maps."""
+        H, I = self.hidden, self.intermediate
+        return [("q_proj", H, self.q_dim), ("k_proj", H, self.kv_dim), ("v_proj", H, self.kv_dim),
+                ("o_proj", self.q_dim, H), ("gate_proj", H, I), ("up_proj", H, I), ("down_proj", I, H)]
+
+    @property
+    def layer_params(self) -> int:
+        n = sum(i * o for _, i, o in self.linears()) + 2 * self.hidden
+        if self.qk_norm:
+            n += 2 * self.head_dim
+        if self.attention_bias:
+            n += self.q_dim + 2 * self.kv_dim
+        return n
+
+    @property
+    def n_params(self) -> int:
+        emb = self.vocab * self.hidden
+        return emb * (1 if self.tied else 2) + self.layers * self.layer_params + self.hidden
+
+    @property
+    def largest_param(self) -> int:
+        """Elements of the largest single tensor (the embedding): the transient half gradient."""
+        return max(self.vocab * self.hidden, max(i * o for _, i, o in self.linears()))
+
+    def lora_params(self, r: int, targets: str | list[str]) -> int:
+        names = [n for n, _, _ in self.linears()] if targets == "all-linear" else (
+            [targets] if isinstance(targets, str) else list(targets))
+        per = sum(r * (i + o) for n, i, o in self.linears() if any(n == t or n.endswith(t) for t in names))
+        return per * self.layers
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.layers * self.kv_dim * dtype_bytes
+
+    def act_bytes_per_token_layer(self, dtype_bytes: int) -> int:
+        """Activations one decoder layer keeps for backward, per token: RMSNorm fp32 inputs and
+        outputs, q/k/v projections (+ Qwen3's fp32 q/k norms), RoPE outputs, the attention output
+        (SDPA's memory-efficient kernels keep no scores), and SwiGLU's gate, up, SiLU and product."""
+        b, H, I, q, kv = dtype_bytes, self.hidden, self.intermediate, self.q_dim, self.kv_dim
+        n = 8 * H + b * (2 * H + 3 * q + 3 * kv + 4 * I)
+        if self.qk_norm:
+            n += 4 * (q + kv)
+        return n
+
+
+def load_model_shape(cfg: Any) -> tuple[ModelShape, str, bool]:
+    """(shape, where it came from, toy?) for ``cfg.model``: the folder's ``config.json`` alone
+    (weights may be absent: plan before downloading), or the toy base model's architecture."""
+    path = cfg.model.path
+    if path is None:
+        from coevolve.toy import build_model, build_tokenizer
+
+        return ModelShape.from_config(build_model(len(build_tokenizer())).config.to_dict(), "toy"), "toy base model", True
+    p = Path(path)
+    f = p / "config.json"
+    if not f.is_file():
+        raise ModelLoadError(f"model.path: {p} has no config.json (the planner needs only that file)")
+    try:
+        d = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelLoadError(f"{f}: not valid JSON ({e})") from None
+    from coevolve.config.base import is_toy_model
+
+    return ModelShape.from_config(d, str(f)), str(f), is_toy_model(p)
+
+
+# --------------------------------------------------------------------------- the recipe's work
+@dataclass(frozen=True)
+class Gen:
+    """Rollouts one role generates in a phase, in sampler calls of ``call_rows`` rows."""
+
+    role: str
+    what: str
+    rows: int
+    call_rows: int
+    prompt: int
+    max_new: int
+
+
+@dataclass(frozen=True)
+class Train:
+    """GRPO updates of one role in a phase."""
+
+    role: str
+    steps: int
+    rows_per_step: int
+    prompt: int
+    max_new: int
+
+
+@dataclass(frozen=True)
+class PhaseWork:
+    name: str
+    times: int  # how often the phase runs (rounds)
+    gens: tuple[Gen, ...] = ()
+    train: Train | None = None
+    note: str = ""
+
+    @property
+    def rollouts(self) -> int:
+        return self.times * sum(g.rows for g in self.gens)
+
+    @property
+    def gen_tokens_cap(self) -> int:
+        return self.times * sum(g.rows * g.max_new for g in self.gens)
+
+    @property
+    def train_tokens_cap(self) -> int:
+        t = self.train
+        return 0 if t is None else self.times * t.steps * t.rows_per_step * t.max_new
+
+
+def _cap(phase: Any, sampling: Any) -> int:
+    return int(getattr(phase, "max_new_tokens", None) or sampling.max_new_tokens)
+
+
+def _eval_work(cfg: Any, toy: bool, prompt: int, times: int) -> PhaseWork:
+    from coevolve.eval.benchmarks import resolve_benches
+
+    e = cfg.eval
+    benches = resolve_benches(e.benches or (["toy"] if toy else ["math7"]))
+    rows = 0
+    for b in benches:
+        n = e.heldout_size if b.kind == "toy" else BENCH_ITEMS.get(b.name, 500)
+        if e.limit is not None:
+            n = min(n, e.limit)
+        k = b.default_samples if e.samples == -1 else max(0, e.samples)
+        rows += n * (1 + k)
+    call = min(cfg.engine.max_batch, max(1, rows))
+    return PhaseWork("eval", times, (Gen("solver", "benchmark answers", rows, call, prompt, e.max_new_tokens),),
+                     note=", ".join(b.name for b in benches))
+
+
+def phases(cfg: Any, toy: bool) -> list[PhaseWork]:
+    """The recipe's phases with their rollouts (caps: every completion at its token cap)."""
+    pt = PROMPT_TOKENS["toy" if toy else "real"]
+    ans, qst = pt["answer"], pt["question"]
+    s, mb = cfg.sampling, cfg.engine.max_batch
+
+    def call(prompts: int, n: int) -> int:
+        return max(1, min(mb, prompts * n))
+
+    rounds = int(getattr(cfg, "rounds", 1))
+    n_evals = 1 + (rounds if cfg.eval.every_round else 1) if cfg.recipe != "grpo" else 2
+    out: list[PhaseWork] = []
+    if cfg.recipe == "grpo":
+        sp = cfg.solver
+        rows = sp.prompts_per_step * sp.group_size
+        out.append(PhaseWork("solver", 1, (Gen("solver", "answers", sp.steps * rows, call(sp.prompts_per_step, sp.group_size),
+                                                 ans, _cap(sp, s)),),
+                             Train("solver", sp.steps, rows, ans, _cap(sp, s))))
+    elif cfg.recipe == "d2evo":
+        d, q, b, sp = cfg.difficulty, cfg.questioner, cfg.buffer, cfg.solver
+        pool = d.pool_size or cfg.data.limit or POOL_ROWS_IF_UNKNOWN
+        qrole = "solver" if q.share_weights else "questioner"
+        out.append(PhaseWork("difficulty", rounds + int(d.measure_final),
+                             (Gen("solver", f"{d.samples} answers x {pool} pool questions", pool * d.samples,
+                                  call(s.batch_prompts, d.samples), ans, s.max_new_tokens),)))
+        if q.enabled and q.steps > 0:
+            rows = q.prompts_per_step * q.group_size
+            scorer = "frozen solver copy" if q.share_weights and q.frozen_scorer else "solver"
+            out.append(PhaseWork("questioner", rounds, (
+                Gen(qrole, "questions", q.steps * rows, call(q.prompts_per_step, q.group_size), qst, _cap(q, s)),
+                Gen(scorer, f"{q.reward.solver_samples} answers per question", q.steps * rows * q.reward.solver_samples,
+                    call(s.batch_prompts, q.reward.solver_samples), ans, s.max_new_tokens)),
+                Train(qrole, q.steps, rows, qst, _cap(q, s))))
+        if q.enabled and b.synthesis and b.generate > 0:
+            out.append(PhaseWork("buffer", rounds, (
+                Gen(qrole, "questions", b.generate, call(s.batch_prompts, 1), qst, _cap(q, s)),
+                Gen("solver", f"{b.voting.samples} votes per question", b.generate * b.voting.samples,
+                    call(s.batch_prompts, b.voting.samples), ans, s.max_new_tokens))))
+        if sp.steps > 0:
+            rows = sp.prompts_per_step * sp.group_size
+            out.append(PhaseWork("solver", rounds, (Gen("solver", "answers", sp.steps * rows,
+                                                        call(sp.prompts_per_step, sp.group_size), ans, _cap(sp, s)),),
+                                 Train("solver", sp.steps, rows, ans, _cap(sp, s))))
+    elif cfg.recipe == "diagevo":
+        ch, pc, sp, dg, mem = cfg.challenger, cfg.pool, cfg.solver, cfg.diagnoser, cfg.memory
+        if not ch.frozen and ch.steps > 0:
+            rows = ch.prompts_per_step * ch.group_size
+            out.append(PhaseWork("challenger", rounds, (
+                Gen("challenger", "questions", ch.steps * rows, call(ch.prompts_per_step, ch.group_size), qst, _cap(ch, s)),
+                Gen("solver", f"{ch.reward.solver_samples} answers per question", ch.steps * rows * ch.reward.solver_samples,
+                    call(s.batch_prompts, ch.reward.solver_samples), ans, s.max_new_tokens)),
+                Train("challenger", ch.steps, rows, qst, _cap(ch, s))))
+        out.append(PhaseWork("pool", rounds, (
+            Gen("challenger", "candidate questions", pc.size, call(s.batch_prompts, 1), qst, _cap(ch, s)),
+            Gen("solver", f"{pc.voting.samples} construction answers", pc.size * pc.voting.samples,
+                call(s.batch_prompts, pc.voting.samples), ans, s.max_new_tokens))))
+        if sp.steps > 0:
+            rows = sp.prompts_per_step * sp.group_size
+            out.append(PhaseWork("solver", rounds, (Gen("solver", "answers", sp.steps * rows,
+                                                        call(sp.prompts_per_step, sp.group_size), ans, _cap(sp, s)),),
+                                 Train("solver", sp.steps, rows, ans, _cap(sp, s))))
+        if mem.enabled:
+            kept = max(1, int(pc.size * DIAGEVO_KEPT_FRACTION))
+            llm = dg.kind == "llm" or (dg.kind == "auto" and not toy)
+            gens = [Gen("solver", "diagnoses", kept, call(s.batch_prompts, 1), 2 * ans, dg.max_new_tokens)] if llm else []
+            if str(getattr(mem, "promotion_p1", "")) == "updated":
+                gens.append(Gen("solver", "promotion re-measure", kept * pc.voting.samples,
+                                call(s.batch_prompts, pc.voting.samples), ans, s.max_new_tokens))
+            out.append(PhaseWork("memory", rounds, tuple(gens),
+                                 note=f"~{kept} kept questions assumed ({DIAGEVO_KEPT_FRACTION:.0%} of the pool)"))
+    else:
+        sp = getattr(cfg, "solver", None)
+        if sp is not None:
+            rows = sp.prompts_per_step * sp.group_size
+            out.append(PhaseWork("solver", rounds, (Gen("solver", "answers", sp.steps * rows,
+                                                        call(sp.prompts_per_step, sp.group_size), ans, _cap(sp, s)),),
+                                 Train("solver", sp.steps, rows, ans, _cap(sp, s))))
+    out.append(_eval_work(cfg, toy, ans, n_evals))
+    return out
+
+
+def trainable_roles(cfg: Any) -> list[str]:
+    """Roles with their own model and learner, in the order the recipe builds them."""
+    if cfg.recipe == "d2evo" and cfg.questioner.enabled and not cfg.questioner.share_weights:
+        return ["solver", "questioner"]
+    if cfg.recipe == "diagevo":
+        return ["solver", "challenger"]
+    return ["solver"]
+
+
+# --------------------------------------------------------------------------- memory
+@dataclass
+class RoleMemory:
+    """One role's GPU bytes by kind (``kv`` is its sampler's largest call)."""
+
+    role: str
+    weights: float
+    masters: float
+    optimizer: float
+    grads: float
+    activations: float
+    logits: float
+    opt_step: float
+    kv: float
+    host: float  # bytes that live in host memory (offloaded state)
+    micro_batch_tokens: int
+    micro_batch_rows: int
+    checkpointing: bool
+    chunk: int
+    trainable: int
+
+    @property
+    def state(self) -> float:
+        """Masters + optimizer state on the GPU while the role trains."""
+        return self.masters + self.optimizer
+
+    @property
+    def learner_transient(self) -> float:
+        """A learner step on top of weights + state: fp32 gradients, then the larger of the
+        micro-batch forward/backward (activations + logits) and the optimizer step's temporaries."""
+        return self.grads + max(self.activations + self.logits, self.opt_step)
+
+    @property
+    def train_peak(self) -> float:
+        return self.weights + self.state + self.learner_transient
+
+
+def sampler_call_bytes(shape: ModelShape, b: int, rows: int, prompt: int, max_new: int) -> float:
+    """GPU bytes of one HF ``generate`` call beyond the weights: the KV cache of ``rows`` rows
+    grown to prompt + max_new tokens, the sampling logits (fp32 scores, probabilities, processed)
+    and the prefill's widest activation (one layer's MLP over every prompt token)."""
+    kv = rows * (prompt + max_new) * shape.kv_bytes_per_token(b)
+    return kv + rows * shape.vocab * 12 + rows * prompt * b * (4 * shape.hidden + 3 * shape.intermediate)
+
+
+def dtype_bytes(cfg: Any, device: Device) -> int:
+    d = cfg.model.dtype
+    if d == "auto":
+        return 2 if device.kind == "cuda" else 4
+    return 4 if d == "float32" else 2
+
+
+def micro_batch(lcfg: LearnerConfig, rows_per_step: int, prompt: int, max_new: int) -> tuple[int, int]:
+    """(rows, padded tokens) of the largest micro-batch when every completion hits its cap."""
+    row = prompt + max_new
+    if lcfg.max_tokens_per_micro_batch is not None:
+        rows = max(1, min(lcfg.micro_batch_size, rows_per_step, lcfg.max_tokens_per_micro_batch // row))
+    else:
+        rows = max(1, min(lcfg.micro_batch_size, rows_per_step))
+    return rows, rows * row
+
+
+def role_memory(role: str, shape: ModelShape, lcfg: LearnerConfig, device: Device, b: int, train: Train | None,
+                kv_call: tuple[int, int, int] | None) -> RoleMemory:
+    """GPU bytes of one role. ``train``: its GRPO phase (None: it never trains); ``kv_call``:
+    (rows, prompt, max_new) of its largest sampler call."""
+    N = shape.n_params
+    trainable = shape.lora_params(lcfg.lora_r, lcfg.lora_target_modules) if lcfg.lora else N
+    weights = N * b + (trainable * 4 if lcfg.lora else 0)  # PEFT keeps adapters in fp32
+    if lcfg.beta_kl > 0 and not lcfg.lora:
+        weights += N * b  # the reference model
+    half = b < 4 and not lcfg.lora
+    masters = trainable * 4 if half else 0.0
+    optimizer = trainable * 8.0
+    fused = lcfg.fused_optimizer if lcfg.fused_optimizer is not None else device.kind == "cuda"
+    on_host = lcfg.offload_optimizer and device.kind == "cuda"
+    host = masters + optimizer if on_host else 0.0
+    if on_host:
+        masters = optimizer = 0.0
+    grads = trainable * 4.0 if not on_host else 0.0
+    grads += (min(shape.largest_param, trainable) * b) if half else 0  # one half grad before its fp32 hook
+    if device.kind == "cuda" and not (fused or on_host):
+        opt_step = trainable * 4.0  # foreach AdamW (the CUDA default): a temporary fp32 sqrt(v) for every tensor
+    else:  # fused, or the per-tensor loop (CPU default): temporaries of one tensor at a time
+        opt_step = 2.0 * min(shape.largest_param, trainable) * 4
+    ckpt = resolve_gradient_checkpointing(lcfg, N)
+    chunk = resolve_logprob_chunk(lcfg, shape.vocab)
+    rows = tokens = 0
+    act = logits = 0.0
+    if train is not None:
+        rows, tokens = micro_batch(lcfg, train.rows_per_step, train.prompt, train.max_new)
+        per_layer = shape.act_bytes_per_token_layer(b)
+        if ckpt:  # each layer's input is kept; one layer is recomputed (and its gradients live) at a time
+            act = tokens * (shape.layers * shape.hidden * b + 2 * per_layer)
+        else:
+            act = tokens * shape.layers * per_layer
+        act += tokens * shape.hidden * (b + 4) * 2  # embeddings, final norm, the head's input
+        completion = rows * train.max_new
+        if chunk:
+            logits = min(chunk, completion) * shape.vocab * (b + 16) + completion * shape.hidden * 4
+        else:  # (N, T+1, V) logits and their gradient, a saved fp32 log-softmax per row, one row's temporaries
+            logits = completion * shape.vocab * (2 * b + 4) + train.max_new * shape.vocab * 12
+    kv = 0.0 if kv_call is None else sampler_call_bytes(shape, b, *kv_call)
+    return RoleMemory(role, weights, masters, optimizer, grads, act, logits, opt_step, kv, host, tokens, rows, ckpt,
+                      chunk, trainable)
+
+
+# --------------------------------------------------------------------------- the plan
+@dataclass
+class PhaseEstimate:
+    work: PhaseWork
+    resident: float  # weights of the roles on the GPU + the training role's state
+    transient: float  # the largest of: learner step, each sampler call
+    transient_what: str
+    gen_seconds: float
+    train_seconds: float
+    gen_tokens: float  # expected (COMPLETION_FILL of the cap)
+    train_tokens: float
+
+    @property
+    def peak(self) -> float:
+        return self.resident + self.transient
+
+
+@dataclass
+class Plan:
+    recipe: str
+    model: str
+    shape: ModelShape
+    device: Device
+    dtype_bytes: int
+    roles: dict[str, RoleMemory]
+    phases: list[PhaseEstimate]
+    host_bytes: float
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def capacity(self) -> float:
+        return self.device.memory_gib.value * GiB
+
+    @property
+    def limit(self) -> float:
+        return self.capacity * (1 - SAFETY_MARGIN)
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+
+def _engine(cfg: Any) -> tuple[str, float | None, bool, int | None]:
+    e = cfg.engine
+    return (str(getattr(e, "kind", "hf")), getattr(e, "gpu_memory_utilization", None),
+            bool(getattr(e, "sleep_mode", True)), getattr(e, "max_batch_tokens", None))
+
+
+def _kv_rows(rows: int, prompt: int, max_new: int, max_batch_tokens: int | None) -> int:
+    if max_batch_tokens is None:
+        return rows
+    return max(1, min(rows, max_batch_tokens // (prompt + max_new)))
+
+
+def _gen_seconds(g: Gen, shape: ModelShape, device: Device, b: int, engine: str, kv_rows: int) -> float:
+    """Decode time of one run of a generation: HF ``generate`` calls of ``kv_rows`` rows, each
+    running until its longest row ends (taken as the cap: with G samples at T=1 one usually hits
+    it), a decode step costing the largest of the launch-bound floor, reading weights + KV cache,
+    and the matmuls; vLLM keeps ``kv_rows`` rows in flight and pays only the mean length."""
+    if g.rows == 0:
+        return 0.0
+    weights = shape.n_params * b
+    kv_tok = shape.kv_bytes_per_token(b)
+    flops = device.matmul_tflops.value * 1e12
+    if engine == "vllm":
+        ctx = g.prompt + COMPLETION_FILL * g.max_new
+        rows = max(1, kv_rows)
+        step = (weights + rows * ctx * kv_tok) / (device.mem_gbps.value * 1e9 * device.vllm_bw_efficiency.value)
+        step = max(step, 2 * shape.n_params * rows / flops)
+        return g.rows * COMPLETION_FILL * g.max_new / rows * step
+    calls = math.ceil(g.rows / max(1, kv_rows))
+    rows = min(g.rows, kv_rows)
+    ctx = g.prompt + g.max_new / 2
+    step = max(device.hf_step_ms_per_layer.value * shape.layers / 1e3,
+               (weights + rows * ctx * kv_tok) / (device.mem_gbps.value * 1e9),
+               2 * shape.n_params * rows / flops)
+    return calls * g.max_new * step
+
+
+def _train_seconds(t: Train, times: int, shape: ModelShape, lcfg: LearnerConfig, device: Device, ckpt: bool) -> float:
+    tokens = times * t.steps * t.rows_per_step * (t.prompt + COMPLETION_FILL * t.max_new)
+    per_tok = 2 * shape.n_params * (3 if not lcfg.lora else 2) + (2 * shape.n_params if ckpt else 0)
+    per_tok += 2 * shape.n_params * (int(lcfg.beta_kl > 0) + int(lcfg.epochs_per_batch > 1))
+    per_tok *= lcfg.epochs_per_batch if lcfg.epochs_per_batch > 1 else 1
+    attn = 6 * shape.layers * (t.prompt + t.max_new) * shape.q_dim  # causal QK^T and AV, forward + backward
+    return tokens * (per_tok + attn) / (device.matmul_tflops.value * 1e12 * device.train_mfu.value)
+
+
+def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_label: str | None = None,
+              toy: bool | None = None) -> Plan:
+    """The plan of ``cfg`` on ``device`` (``shape`` / ``toy`` default to ``cfg.model``'s)."""
+    if shape is None:
+        shape, model_label, toy = load_model_shape(cfg)
+    toy = bool(toy)
+    b = dtype_bytes(cfg, device)
+    lcfg: LearnerConfig = cfg.learner
+    engine, util, sleep, max_batch_tokens = _engine(cfg)
+    works = phases(cfg, toy)
+    gpu = device.kind == "cuda"
+    idle_offload = lcfg.offload_when_idle and gpu  # Role.offload / ParkedSampler act on GPUs only
+    frozen_copy = "frozen solver copy"
+
+    def largest_call(role: str) -> tuple[int, int, int] | None:
+        calls = [(_kv_rows(g.call_rows, g.prompt, g.max_new, max_batch_tokens), g.prompt, g.max_new)
+                 for w in works for g in w.gens if g.role == role]
+        return max(calls, key=lambda c: c[0] * (c[1] + c[2]), default=None)
+
+    roles: dict[str, RoleMemory] = {}  # each role at its most demanding training phase
+    for r in trainable_roles(cfg):
+        trains = [w.train for w in works if w.train is not None and w.train.role == r] or [None]
+        roles[r] = max((role_memory(r, shape, lcfg, device, b, t, largest_call(r)) for t in trains),
+                       key=lambda m: m.train_peak)
+    copy_call = largest_call(frozen_copy)
+
+    vllm_engine = util * device.memory_gib.value * GiB if (engine == "vllm" and gpu and util) else 0.0
+    estimates: list[PhaseEstimate] = []
+    for w in works:
+        trainer = w.train.role if w.train is not None else None
+        resident = 0.0
+        for name, rm in roles.items():
+            # recipes park a second role's weights in CPU memory for the solver's phases
+            # (counted resident elsewhere, e.g. in round 1 before the first parking)
+            if not (idle_offload and name != "solver" and w.name in ("solver", "memory")):
+                resident += rm.weights
+            if name == trainer or not idle_offload:
+                resident += rm.state  # idle roles' masters / optimizer state wait in CPU memory (Role.offload)
+        transients: list[tuple[float, str]] = []
+        if trainer:
+            step = role_memory(trainer, shape, lcfg, device, b, w.train, None)
+            transients.append((step.learner_transient, f"{trainer} learner step ({step.micro_batch_rows} rows / "
+                                                        f"{step.micro_batch_tokens} tokens per micro-batch)"))
+        for g in w.gens:
+            kvr = _kv_rows(g.call_rows, g.prompt, g.max_new, max_batch_tokens)
+            call = sampler_call_bytes(shape, b, kvr, g.prompt, g.max_new)
+            label = f"{g.role} sampling ({kvr} rows x {g.prompt}+{g.max_new} tokens)"
+            if g.role == frozen_copy:
+                if idle_offload:  # ParkedSampler: the copy is on the GPU only while it samples
+                    transients.append((shape.n_params * b + call, label))
+                else:  # the copy lives through the phase
+                    resident += shape.n_params * b
+                    transients.append((call, label))
+            elif engine == "vllm" and gpu:
+                transients.append((0.0 if not sleep else vllm_engine, f"{g.role} vLLM engine (gpu_memory_utilization={util})"))
+            else:
+                transients.append((call, label))
+        if engine == "vllm" and gpu and not sleep:
+            resident += vllm_engine * len(roles)  # awake engines keep their share through learner steps
+        transient, what = max(transients, default=(0.0, "-"), key=lambda x: x[0])
+        gen_s = sum(_gen_seconds(g, shape, device, b, engine, _kv_rows(g.call_rows, g.prompt, g.max_new, max_batch_tokens))
+                    for g in w.gens) * w.times
+        train_s = 0.0
+        if w.train is not None:
+            train_s = _train_seconds(w.train, w.times, shape, lcfg, device, roles[w.train.role].checkpointing)
+        gen_tok = w.times * sum(g.rows * COMPLETION_FILL * g.max_new for g in w.gens)
+        tr_tok = 0.0 if w.train is None else w.times * w.train.steps * w.train.rows_per_step * COMPLETION_FILL * w.train.max_new
+        estimates.append(PhaseEstimate(w, resident, transient, what, gen_s, train_s, gen_tok, tr_tok))
+
+    host = sum(rm.host for rm in roles.values())
+    if idle_offload:
+        host += sum(rm.masters + rm.optimizer for rm in roles.values())  # idle roles' state, at most all of it
+        host += sum(rm.weights for n, rm in roles.items() if n != "solver")
+        if copy_call is not None:
+            host += shape.n_params * b
+    plan = Plan(cfg.recipe, model_label or "?", shape, device, b, roles, estimates, host)
+    plan.problems, plan.notes = _problems(plan, cfg, lcfg, engine, max_batch_tokens)
+    return plan
+
+
+# --------------------------------------------------------------------------- advice
+def _fits_learner(plan: Plan, lcfg: LearnerConfig, train: Train, resident_other: float, **update: Any) -> bool:
+    """Would the learner step of ``train`` fit with ``update`` applied to the learner config?"""
+    rm = role_memory(train.role, plan.shape, lcfg.model_copy(update=update), plan.device, plan.dtype_bytes, train, None)
+    return resident_other + rm.weights + rm.state + rm.learner_transient <= plan.limit
+
+
+def _budget_that_fits(plan: Plan, lcfg: LearnerConfig, train: Train, resident_other: float,
+                      **update: Any) -> int | None:
+    """The largest ``max_tokens_per_micro_batch`` (a multiple of 1024, at least one capped row)
+    with which the learner step of ``train`` fits (with ``update`` applied too), or None."""
+    row = train.prompt + train.max_new
+    best = None
+    for k in range(1, 257):
+        budget = max(row, 1024 * k)
+        if not _fits_learner(plan, lcfg, train, resident_other, max_tokens_per_micro_batch=budget,
+                             micro_batch_size=max(lcfg.micro_batch_size, 4096), **update):
+            break
+        best = budget
+    return best
+
+
+def _problems(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, max_batch_tokens: int | None) -> tuple[list[str], list[str]]:
+    problems: list[str] = []
+    notes: list[str] = []
+    gib = lambda x: f"{x / GiB:.1f} GiB"  # noqa: E731
+    limit = plan.limit
+    for e in plan.phases:
+        if e.peak <= limit:
+            continue
+        w = e.work
+        msg = (f"phase {w.name}: peak {gib(e.peak)} > {gib(limit)} ({1 - SAFETY_MARGIN:.0%} of {plan.device.memory_gib.value:g} "
+               f"GiB on {plan.device.name}); largest part: {e.transient_what} ({gib(e.transient)}) on {gib(e.resident)} resident")
+        fixes: list[str] = []
+        if "learner step" in e.transient_what and w.train is not None:
+            role, tr = w.train.role, w.train
+            rm = plan.roles[role]
+            other = e.resident - rm.weights - rm.state
+            # the memory switches that are off, each alone, then all of them with the largest budget that fits
+            switches = {k: v for k, v in (("gradient_checkpointing", True), ("logprob_chunk_tokens", 1024))
+                        if (k == "gradient_checkpointing" and not rm.checkpointing) or (k == "logprob_chunk_tokens"
+                                                                                        and not rm.chunk)}
+            for k, v in switches.items():
+                if _fits_learner(plan, lcfg, tr, other, **{k: v}):
+                    fixes.append(f"learner.{k}={str(v).lower()}")
+            budget = _budget_that_fits(plan, lcfg, tr, other)
+            if budget is not None and (lcfg.max_tokens_per_micro_batch is None or budget < lcfg.max_tokens_per_micro_batch):
+                fixes.append(f"learner.max_tokens_per_micro_batch={budget}")
+            if switches:
+                b2 = _budget_that_fits(plan, lcfg, tr, other, **switches)
+                if b2 is not None and b2 != budget:
+                    fixes.append(" with ".join(f"learner.{k}={str(v).lower()}" for k, v in switches.items())
+                                 + f" with learner.max_tokens_per_micro_batch={b2}")
+            if not fixes:
+                both = dict(gradient_checkpointing=True, logprob_chunk_tokens=1024,
+                            max_tokens_per_micro_batch=w.train.prompt + w.train.max_new)
+                if not lcfg.offload_optimizer and plan.device.kind == "cuda" and _fits_learner(
+                        plan, lcfg, tr, other, offload_optimizer=True, **both):
+                    fixes.append("learner.offload_optimizer=true (with checkpointing, chunked log-probs and one row per "
+                                 "micro-batch)")
+                if not lcfg.lora and _fits_learner(plan, lcfg, tr, other, lora=True, **both):
+                    fixes.append("learner.lora=true (see configs/real/lora_8b.yaml)")
+                if not fixes:
+                    fixes.append(f"a smaller model, or {'sampling' if role == 'solver' else role}.max_new_tokens lower: even one "
+                                 "capped row per micro-batch with LoRA does not fit")
+        elif "sampling" in e.transient_what or "vLLM" in e.transient_what:
+            g = max(w.gens, key=lambda g: g.call_rows * (g.prompt + g.max_new))
+            per_row = role_memory(g.role, plan.shape, lcfg, plan.device, plan.dtype_bytes, None, (1, g.prompt, g.max_new)).kv
+            room = limit - e.resident - (plan.shape.n_params * plan.dtype_bytes if g.role.startswith("frozen") else 0)
+            rows = int(room // per_row) if per_row > 0 else 0
+            if engine == "vllm":
+                fixes.append("engine.gpu_memory_utilization lower (or engine.sleep_mode=true)")
+            elif rows >= 1:
+                fixes.append(f"engine.max_batch={rows}" + (f" or engine.max_batch_tokens={rows * (g.prompt + g.max_new)}"
+                                                           if hasattr(cfg.engine, "max_batch_tokens") else ""))
+            else:
+                fixes.append("learner.lora=true or learner.offload_optimizer=true: the resident weights and state "
+                             "leave no room for even one row's KV cache")
+        else:
+            fixes.append("learner.lora=true or learner.offload_optimizer=true (the resident state alone is too large)")
+        problems.append(msg + "; change " + " or ".join(fixes))
+    host_cap = plan.device.host_memory_gib.value * GiB
+    if plan.device.kind == "cuda" and plan.host_bytes > 0.9 * host_cap:
+        problems.append(f"host memory: offloaded state and parked weights need {gib(plan.host_bytes)} > 90% of "
+                        f"{plan.device.host_memory_gib.value:g} GiB; change learner.lora=true or learner.offload_when_idle=false")
+    if plan.shape.model_type not in ("llama", "qwen2", "qwen3", "mistral", "smollm3", "?"):
+        notes.append(f"model_type {plan.shape.model_type!r}: estimated as a dense Llama-style decoder")
+    for name, rm in plan.roles.items():
+        if rm.micro_batch_rows and lcfg.max_tokens_per_micro_batch is not None:
+            train = next(e.work.train for e in plan.phases if e.work.train is not None and e.work.train.role == name)
+            if train.prompt + train.max_new > lcfg.max_tokens_per_micro_batch:
+                notes.append(f"{name}: a capped row ({train.prompt + train.max_new} tokens) exceeds "
+                             f"learner.max_tokens_per_micro_batch={lcfg.max_tokens_per_micro_batch}; such rows get a "
+                             "micro-batch of their own (counted)")
+    return problems, notes
+
+
+# --------------------------------------------------------------------------- output
+def _fmt_s(sec: float) -> str:
+    if sec < 120:
+        return f"{sec:.0f} s"
+    if sec < 7200:
+        return f"{sec / 60:.0f} min"
+    return f"{sec / 3600:.1f} h"
+
+
+def _fmt_n(x: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.1f}{unit}"
+    return f"{x:.0f}"
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan as text: model, device, per-phase work and time, per-role memory, per-phase peak,
+    verdict with the fields to change, and the rates used."""
+    s, d = plan.shape, plan.device
+    gib = lambda x: f"{x / GiB:6.1f}"  # noqa: E731
+    L: list[str] = []
+    L.append(f"plan: {plan.recipe} on {d.name} ({d.memory_gib.value:g} GiB; {SAFETY_MARGIN:.0%} headroom required)")
+    L.append(f"model: {plan.model}: {s.model_type}, {s.n_params / 1e9:.3f}B params, {s.layers} layers, hidden {s.hidden}, "
+             f"{s.heads}/{s.kv_heads} heads x {s.head_dim}, vocab {s.vocab}, {'tied' if s.tied else 'untied'}; "
+             f"weights {'bf16' if plan.dtype_bytes == 2 else 'fp32'}")
+    any_role = next(iter(plan.roles.values()))
+    L.append(f"learner: {'LoRA ' + _fmt_n(any_role.trainable) + ' trainable' if any_role.trainable < s.n_params else 'full fine-tune'}, "
+             f"checkpointing {'on' if any_role.checkpointing else 'off'}, log-prob chunk "
+             f"{any_role.chunk or 'off (full logits)'}, largest micro-batch {any_role.micro_batch_rows} rows / "
+             f"{any_role.micro_batch_tokens} tokens")
+    L.append("")
+    L.append("work (caps: every completion at its limit; tokens at the assumed mean of "
+             f"{COMPLETION_FILL:.0%} of the cap; times from the rates below)")
+    L.append(f"  {'phase':<11}{'runs':>5}{'rollouts':>10}{'gen tokens':>12}{'train tokens':>14}{'generate':>10}{'learn':>9}  what")
+    tot = [0.0] * 5
+    for e in plan.phases:
+        w = e.work
+        what = "; ".join(f"{g.role}: {g.what} ({g.max_new} max)" for g in w.gens) + (f"  [{w.note}]" if w.note else "")
+        L.append(f"  {w.name:<11}{w.times:>5}{_fmt_n(w.rollouts):>10}{_fmt_n(e.gen_tokens):>12}{_fmt_n(e.train_tokens):>14}"
+                 f"{_fmt_s(e.gen_seconds):>10}{_fmt_s(e.train_seconds):>9}  {what}")
+        for i, v in enumerate((w.rollouts, e.gen_tokens, e.train_tokens, e.gen_seconds, e.train_seconds)):
+            tot[i] += v
+    L.append(f"  {'total':<11}{'':>5}{_fmt_n(tot[0]):>10}{_fmt_n(tot[1]):>12}{_fmt_n(tot[2]):>14}{_fmt_s(tot[3]):>10}"
+             f"{_fmt_s(tot[4]):>9}  = {_fmt_s(tot[3] + tot[4])} (grading and I/O not counted)")
+    L.append("")
+    L.append("memory per role, GiB (training peak = weights + masters + optimizer + grads + max(activations + logits, "
+             "optimizer-step temporaries))")
+    L.append(f"  {'role':<12}{'weights':>8}{'masters':>8}{'optim':>8}{'grads':>8}{'activ':>8}{'logits':>8}{'optstep':>8}"
+             f"{'train peak':>11}{'KV (call)':>10}")
+    for name, rm in plan.roles.items():
+        L.append(f"  {name:<12}{gib(rm.weights):>8}{gib(rm.masters):>8}{gib(rm.optimizer):>8}{gib(rm.grads):>8}"
+                 f"{gib(rm.activations):>8}{gib(rm.logits):>8}{gib(rm.opt_step):>8}{gib(rm.train_peak):>11}{gib(rm.kv):>10}")
+    L.append("")
+    L.append("peak per phase, GiB (resident: weights of the roles on the GPU + the training role's state)")
+    L.append(f"  {'phase':<11}{'resident':>9}{'transient':>10}{'peak':>8}{'headroom':>9}  largest transient")
+    for e in plan.phases:
+        head = 1 - e.peak / plan.capacity
+        flag = "" if e.peak <= plan.limit else "  <-- does not fit"
+        L.append(f"  {e.work.name:<11}{gib(e.resident):>9}{gib(e.transient):>10}{gib(e.peak):>8}{head:>9.0%}  "
+                 f"{e.transient_what}{flag}")
+    if plan.host_bytes:
+        L.append(f"  host memory for offloaded state / parked weights: up to {plan.host_bytes / GiB:.1f} GiB")
+    L.append("")
+    if plan.fits:
+        worst = max(plan.phases, key=lambda e: e.peak)
+        L.append(f"verdict: fits (largest peak {worst.peak / GiB:.1f} GiB in phase {worst.work.name}, "
+                 f"headroom {1 - worst.peak / plan.capacity:.0%})")
+    else:
+        L.append("verdict: DOES NOT FIT")
+        L.extend(f"  - {p}" for p in plan.problems)
+    for n in plan.notes:
+        L.append(f"note: {n}")
+    L.append("")
+    L.append(f"rates ({d.name}; * = measured, - = assumed):")
+    for label, r in (("memory GiB", d.memory_gib), ("matmul TFLOP/s", d.matmul_tflops), ("train MFU", d.train_mfu),
+                     ("memory GB/s", d.mem_gbps), ("HF decode ms/step/layer", d.hf_step_ms_per_layer)):
+        L.append(f"  {'*' if r.measured else '-'} {label:<24}{r.value:>10.4g}  {r.source}")
+    return "\n".join(L)
+
+
+def preflight_problems(cfg: Any) -> list[str]:
+    """What ``coevolve run`` refuses: the plan's problems on the device this run will use
+    (the real GPU memory, or this machine's memory on CPU), each naming the field to change."""
+    plan = make_plan(cfg, local_device(cfg.model.device))
+    return [f"{p} (see `coevolve plan {cfg.recipe}`)" for p in plan.problems]
+
+
+__all__ = [
+    "COMPLETION_FILL", "DEVICES", "Device", "Gen", "ModelShape", "PROMPT_TOKENS", "Plan", "PhaseWork", "Rate",
+    "SAFETY_MARGIN", "Train", "device_for", "format_plan", "load_model_shape", "local_device", "make_plan", "phases",
+    "preflight_problems", "role_memory", "trainable_roles",
+]
+
