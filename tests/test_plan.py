@@ -4,9 +4,6 @@ verdicts and the advice they give, the CLI and the preflight refusal (all on CPU
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +25,6 @@ from coevolve.plan import (
 )
 from coevolve.rl import LearnerConfig
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 DATA = "/work/shared/data/math_train12k/train.jsonl.gz"
 
 QWEN3 = {"model_type": "qwen3", "vocab_size": 151936, "num_key_value_heads": 8, "head_dim": 128,
@@ -210,18 +206,26 @@ def test_rates_table_says_what_is_measured():
 
 
 # ---------------------------------------------------------------- CLI and run
-def cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "coevolve", *args], capture_output=True, text=True, env=env, timeout=120)
-
-
 def test_cli_plan_exit_codes(tmp_path):
+    from typer.testing import CliRunner
+
+    from coevolve.cli import app
+
     d = model_dir(tmp_path, QWEN3_4B)
-    ok = cli("plan", "diagevo", f"model.path={d}", *DIAGEVO_4B, "--device", "h200")
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "verdict: fits" in ok.stdout and "challenger" in ok.stdout and "KV" in ok.stdout
-    bad = cli("plan", "diagevo", f"model.path={d}", "--device", "a100-40g")
-    assert bad.returncode == 1 and "DOES NOT FIT" in bad.stdout and "learner." in bad.stdout
+    ok = CliRunner().invoke(app, ["plan", "diagevo", f"model.path={d}", *DIAGEVO_4B, "--device", "h200"])
+    assert ok.exit_code == 0, ok.output
+    assert "verdict: fits" in ok.output and "challenger" in ok.output and "KV" in ok.output
+    bad = CliRunner().invoke(app, ["plan", "diagevo", f"model.path={d}", "--device", "a100-40g"])
+    assert bad.exit_code == 1 and "DOES NOT FIT" in bad.output and "learner." in bad.output
+
+
+def test_cli_plan_toy_on_this_machine():
+    from typer.testing import CliRunner
+
+    from coevolve.cli import app
+
+    r = CliRunner().invoke(app, ["plan", "grpo"])  # no --device: this machine (its CPU and memory here)
+    assert r.exit_code == 0 and "verdict: fits" in r.output and "(here" in r.output, r.output
 
 
 def test_run_refuses_what_cannot_fit_here(tmp_path):

@@ -518,9 +518,11 @@ def role_memory(role: str, shape: ModelShape, lcfg: LearnerConfig, device: Devic
         masters = optimizer = 0.0
     grads = trainable * 4.0 if not on_host else 0.0
     grads += (min(shape.largest_param, trainable) * b) if half else 0  # one half grad before its fp32 hook
-    if device.kind == "cuda" and not (fused or on_host):
+    if fused or on_host:  # one kernel per tensor group, no temporaries (offloaded: the step runs on the CPU)
+        opt_step = 0.0
+    elif device.kind == "cuda":
         opt_step = trainable * 4.0  # foreach AdamW (the CUDA default): a temporary fp32 sqrt(v) for every tensor
-    else:  # fused, or the per-tensor loop (CPU default): temporaries of one tensor at a time
+    else:  # the per-tensor loop (CPU default): temporaries of one tensor at a time
         opt_step = 2.0 * min(shape.largest_param, trainable) * 4
     ckpt = resolve_gradient_checkpointing(lcfg, N)
     chunk = resolve_logprob_chunk(lcfg, shape.vocab)
@@ -551,6 +553,7 @@ class PhaseEstimate:
     resident: float  # weights of the roles on the GPU + the training role's state
     transient: float  # the largest of: learner step, each sampler call
     transient_what: str
+    parts: list[tuple[float, str, Gen | None]]  # every transient (bytes, what, its generation or None: learner)
     gen_seconds: float
     train_seconds: float
     gen_tokens: float  # expected (COMPLETION_FILL of the cap)
@@ -671,28 +674,29 @@ def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_l
                 resident += rm.weights
             if name == trainer or not idle_offload:
                 resident += rm.state  # idle roles' masters / optimizer state wait in CPU memory (Role.offload)
-        transients: list[tuple[float, str]] = []
+        transients: list[tuple[float, str, Gen | None]] = []
         if trainer:
             step = role_memory(trainer, shape, lcfg, device, b, w.train, None)
             transients.append((step.learner_transient, f"{trainer} learner step ({step.micro_batch_rows} rows / "
-                                                        f"{step.micro_batch_tokens} tokens per micro-batch)"))
+                                                        f"{step.micro_batch_tokens} tokens per micro-batch)", None))
         for g in w.gens:
             kvr = _kv_rows(g.call_rows, g.prompt, g.max_new, max_batch_tokens)
             call = sampler_call_bytes(shape, b, kvr, g.prompt, g.max_new)
             label = f"{g.role} sampling ({kvr} rows x {g.prompt}+{g.max_new} tokens)"
             if g.role == frozen_copy:
                 if idle_offload:  # ParkedSampler: the copy is on the GPU only while it samples
-                    transients.append((shape.n_params * b + call, label))
+                    transients.append((shape.n_params * b + call, label, g))
                 else:  # the copy lives through the phase
                     resident += shape.n_params * b
-                    transients.append((call, label))
+                    transients.append((call, label, g))
             elif engine == "vllm" and gpu:
-                transients.append((0.0 if not sleep else vllm_engine, f"{g.role} vLLM engine (gpu_memory_utilization={util})"))
+                transients.append((0.0 if not sleep else vllm_engine, f"{g.role} vLLM engine (gpu_memory_utilization={util})",
+                                   g))
             else:
-                transients.append((call, label))
+                transients.append((call, label, g))
         if engine == "vllm" and gpu and not sleep:
             resident += vllm_engine * len(roles)  # awake engines keep their share through learner steps
-        transient, what = max(transients, default=(0.0, "-"), key=lambda x: x[0])
+        transient, what, _ = max(transients, default=(0.0, "-", None), key=lambda x: x[0])
         gen_s = sum(_gen_seconds(g, shape, device, b, engine, _kv_rows(g.call_rows, g.prompt, g.max_new, max_batch_tokens))
                     for g in w.gens) * w.times
         train_s = 0.0
@@ -700,7 +704,7 @@ def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_l
             train_s = _train_seconds(w.train, w.times, shape, lcfg, device, roles[w.train.role].checkpointing)
         gen_tok = w.times * sum(g.rows * COMPLETION_FILL * g.max_new for g in w.gens)
         tr_tok = 0.0 if w.train is None else w.times * w.train.steps * w.train.rows_per_step * COMPLETION_FILL * w.train.max_new
-        estimates.append(PhaseEstimate(w, resident, transient, what, gen_s, train_s, gen_tok, tr_tok))
+        estimates.append(PhaseEstimate(w, resident, transient, what, transients, gen_s, train_s, gen_tok, tr_tok))
 
     host = sum(rm.host for rm in roles.values())
     if idle_offload:
@@ -735,6 +739,54 @@ def _budget_that_fits(plan: Plan, lcfg: LearnerConfig, train: Train, resident_ot
     return best
 
 
+def _learner_fixes(plan: Plan, lcfg: LearnerConfig, tr: Train, resident: float) -> list[str]:
+    """Settings with which the learner step of ``tr`` fits, cheapest first."""
+    rm = role_memory(tr.role, plan.shape, lcfg, plan.device, plan.dtype_bytes, tr, None)
+    other = resident - rm.weights - rm.state
+    fixes: list[str] = []
+    # the memory switches that are off, each alone, then all of them with the largest budget that fits
+    switches = {k: v for k, v, off in (("gradient_checkpointing", True, not rm.checkpointing),
+                                       ("logprob_chunk_tokens", 1024, not rm.chunk)) if off}
+    for k, v in switches.items():
+        if _fits_learner(plan, lcfg, tr, other, **{k: v}):
+            fixes.append(f"learner.{k}={str(v).lower()}")
+    budget = _budget_that_fits(plan, lcfg, tr, other)
+    if budget is not None and (lcfg.max_tokens_per_micro_batch is None or budget < lcfg.max_tokens_per_micro_batch):
+        fixes.append(f"learner.max_tokens_per_micro_batch={budget}")
+    if switches:
+        b2 = _budget_that_fits(plan, lcfg, tr, other, **switches)
+        if b2 is not None and b2 != budget:
+            fixes.append(" with ".join(f"learner.{k}={str(v).lower()}" for k, v in switches.items())
+                         + f" with learner.max_tokens_per_micro_batch={b2}")
+    if not fixes:
+        least = dict(gradient_checkpointing=True, logprob_chunk_tokens=1024, max_tokens_per_micro_batch=tr.prompt + tr.max_new)
+        if not lcfg.offload_optimizer and plan.device.kind == "cuda" and _fits_learner(
+                plan, lcfg, tr, other, offload_optimizer=True, **least):
+            fixes.append("learner.offload_optimizer=true (with checkpointing, chunked log-probs, one row per micro-batch)")
+        if not lcfg.lora and _fits_learner(plan, lcfg, tr, other, lora=True, **least):
+            fixes.append("learner.lora=true (configs/real/lora_8b.yaml)")
+    if not fixes:
+        fixes.append(f"a smaller model or a lower {tr.role if tr.role != 'solver' else 'sampling'}.max_new_tokens: even "
+                     "one capped row per micro-batch with LoRA does not fit")
+    return fixes
+
+
+def _sampler_fixes(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, g: Gen, resident: float) -> list[str]:
+    """Settings with which the sampler call of ``g`` fits on top of ``resident``."""
+    if engine == "vllm":
+        return ["engine.gpu_memory_utilization lower, or engine.sleep_mode=true"]
+    per_row = sampler_call_bytes(plan.shape, plan.dtype_bytes, 1, g.prompt, g.max_new)
+    room = plan.limit - resident - (plan.shape.n_params * plan.dtype_bytes if g.role.startswith("frozen") else 0)
+    rows = int(room // per_row) if per_row > 0 else 0
+    fixes = []
+    if rows >= 1:
+        fixes.append(f"engine.max_batch={rows}" + (f" (or engine.max_batch_tokens={rows * (g.prompt + g.max_new)})"
+                                                  if hasattr(cfg.engine, "max_batch_tokens") else ""))
+    if rows < 16:  # a handful of rows per call wastes the GPU: free resident memory instead
+        fixes.append("learner.lora=true or learner.offload_optimizer=true (less resident state, room for the KV cache)")
+    return fixes
+
+
 def _problems(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, max_batch_tokens: int | None) -> tuple[list[str], list[str]]:
     problems: list[str] = []
     notes: list[str] = []
@@ -744,56 +796,23 @@ def _problems(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, max_batch_
         if e.peak <= limit:
             continue
         w = e.work
-        msg = (f"phase {w.name}: peak {gib(e.peak)} > {gib(limit)} ({1 - SAFETY_MARGIN:.0%} of {plan.device.memory_gib.value:g} "
-               f"GiB on {plan.device.name}); largest part: {e.transient_what} ({gib(e.transient)}) on {gib(e.resident)} resident")
-        fixes: list[str] = []
-        if "learner step" in e.transient_what and w.train is not None:
-            role, tr = w.train.role, w.train
-            rm = plan.roles[role]
-            other = e.resident - rm.weights - rm.state
-            # the memory switches that are off, each alone, then all of them with the largest budget that fits
-            switches = {k: v for k, v in (("gradient_checkpointing", True), ("logprob_chunk_tokens", 1024))
-                        if (k == "gradient_checkpointing" and not rm.checkpointing) or (k == "logprob_chunk_tokens"
-                                                                                        and not rm.chunk)}
-            for k, v in switches.items():
-                if _fits_learner(plan, lcfg, tr, other, **{k: v}):
-                    fixes.append(f"learner.{k}={str(v).lower()}")
-            budget = _budget_that_fits(plan, lcfg, tr, other)
-            if budget is not None and (lcfg.max_tokens_per_micro_batch is None or budget < lcfg.max_tokens_per_micro_batch):
-                fixes.append(f"learner.max_tokens_per_micro_batch={budget}")
-            if switches:
-                b2 = _budget_that_fits(plan, lcfg, tr, other, **switches)
-                if b2 is not None and b2 != budget:
-                    fixes.append(" with ".join(f"learner.{k}={str(v).lower()}" for k, v in switches.items())
-                                 + f" with learner.max_tokens_per_micro_batch={b2}")
-            if not fixes:
-                both = dict(gradient_checkpointing=True, logprob_chunk_tokens=1024,
-                            max_tokens_per_micro_batch=w.train.prompt + w.train.max_new)
-                if not lcfg.offload_optimizer and plan.device.kind == "cuda" and _fits_learner(
-                        plan, lcfg, tr, other, offload_optimizer=True, **both):
-                    fixes.append("learner.offload_optimizer=true (with checkpointing, chunked log-probs and one row per "
-                                 "micro-batch)")
-                if not lcfg.lora and _fits_learner(plan, lcfg, tr, other, lora=True, **both):
-                    fixes.append("learner.lora=true (see configs/real/lora_8b.yaml)")
-                if not fixes:
-                    fixes.append(f"a smaller model, or {'sampling' if role == 'solver' else role}.max_new_tokens lower: even one "
-                                 "capped row per micro-batch with LoRA does not fit")
-        elif "sampling" in e.transient_what or "vLLM" in e.transient_what:
-            g = max(w.gens, key=lambda g: g.call_rows * (g.prompt + g.max_new))
-            per_row = role_memory(g.role, plan.shape, lcfg, plan.device, plan.dtype_bytes, None, (1, g.prompt, g.max_new)).kv
-            room = limit - e.resident - (plan.shape.n_params * plan.dtype_bytes if g.role.startswith("frozen") else 0)
-            rows = int(room // per_row) if per_row > 0 else 0
-            if engine == "vllm":
-                fixes.append("engine.gpu_memory_utilization lower (or engine.sleep_mode=true)")
-            elif rows >= 1:
-                fixes.append(f"engine.max_batch={rows}" + (f" or engine.max_batch_tokens={rows * (g.prompt + g.max_new)}"
-                                                           if hasattr(cfg.engine, "max_batch_tokens") else ""))
-            else:
-                fixes.append("learner.lora=true or learner.offload_optimizer=true: the resident weights and state "
-                             "leave no room for even one row's KV cache")
-        else:
-            fixes.append("learner.lora=true or learner.offload_optimizer=true (the resident state alone is too large)")
-        problems.append(msg + "; change " + " or ".join(fixes))
+        head = (f"phase {w.name}: peak {gib(e.peak)} > {gib(limit)} ({1 - SAFETY_MARGIN:.0%} of "
+                f"{plan.device.memory_gib.value:g} GiB on {plan.device.name}) with {gib(e.resident)} resident")
+        parts = []
+        for size, what, g in sorted(e.parts, key=lambda x: -x[0]):
+            if e.resident + size <= limit:
+                continue
+            if g is None and w.train is not None:
+                fixes = _learner_fixes(plan, lcfg, w.train, e.resident)
+            elif g is not None:
+                fixes = _sampler_fixes(plan, cfg, lcfg, engine, g, e.resident)
+            else:  # pragma: no cover - every part is a learner step or a generation
+                fixes = []
+            parts.append(f"{what} needs {gib(size)}: change " + " or ".join(fixes))
+        if not parts:
+            parts.append("the resident weights and state alone are too large: change learner.lora=true or "
+                         "learner.offload_optimizer=true")
+        problems.append(head + "; " + "; ".join(parts))
     host_cap = plan.device.host_memory_gib.value * GiB
     if plan.device.kind == "cuda" and plan.host_bytes > 0.9 * host_cap:
         problems.append(f"host memory: offloaded state and parked weights need {gib(plan.host_bytes)} > 90% of "
