@@ -280,3 +280,15 @@ def test_grading_pool_gives_the_same_results_as_one_grader() -> None:
     assert isinstance(make_grader(workers=1), Grader)
     with pytest.raises(GraderError):
         GraderPool(0)
+
+
+@pytest.mark.parametrize("terms", [1000, 5000])
+def test_long_sums_are_never_equal_to_their_first_term(terms: int) -> None:
+    """math-verify parses a very long sum as its first term; the grader must say 'not equal'."""
+    s = "+".join(["1"] * terms)
+    with Grader() as g:
+        assert not g.grade("1", f"\\boxed{{{s}}}")
+        assert not g.grade("7", f"\\boxed{{7+{s}}}")
+        assert not g.grade_pair("1", f"\\boxed{{{s}}}")
+        assert g.is_equiv(s, s)  # identical long answers are still equal (cheap path)
+        assert g.stats.too_long >= 3 and g.stats.worker_calls == 0

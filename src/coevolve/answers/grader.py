@@ -1,6 +1,6 @@
 """Answer equivalence, grading and majority voting (owner of the math-verify worker process).
 
-Decision order for ``is_equiv(gold, pred)``:
+Decision order for ``is_equiv(gold, pred)`` (``MAX_ANSWER_CHARS`` bounds what reaches step 2):
 1. cheap path (no subprocess): equal normalised strings -> True; two plain numbers -> exact /
    rounded comparison (``normalize.cheap_equiv``); two bare comma lists (``3, 5``) -> element-wise
    *ordered* comparison when every element is decidable (PRM800K / Hendrycks / Qwen semantics;
@@ -42,8 +42,15 @@ class GraderStats:
     timeouts: int = 0  # requests killed at the wall-clock limit (counted as "not equal")
     errors: int = 0  # worker crashes / exceptions (counted as "not equal")
     restarts: int = 0  # worker processes started after the first
+    too_long: int = 0  # answers over MAX_ANSWER_CHARS, "not equal" unless equal as strings
     worker_seconds: float = 0.0  # wall time spent waiting for the worker
 
+
+MAX_ANSWER_CHARS = 300
+"""Answers longer than this (normalised) are equal only when their normalised strings are: beyond
+a few hundred characters math-verify's parser silently falls back to a prefix of the expression
+(a 1,000-term sum ``1+1+…+1`` parses as ``1`` and would be graded equal to ``1``). A reward must
+never be wrong in the model's favour, so long answers get a documented "not equal", not a guess."""
 
 _PROSE_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}|\$|\\\(|\\\[")
 
@@ -266,6 +273,9 @@ class Grader:
         if verdict is not None:
             self.stats.cheap_hits += 1
             return verdict, False
+        if max(len(a.text), len(b.text)) > MAX_ANSWER_CHARS:
+            self.stats.too_long += 1
+            return False, False
         pairs = self._mv_pairs(gold, pred, a, b) + [p for p in (extra_pairs or []) if p]
         result = self._request((pairs, both_directions), self.timeout if timeout is None else timeout)
         return bool(result), True
@@ -303,7 +313,7 @@ class Grader:
             return True
         # The last box is not always the final answer ("... \\boxed{255} ... The final answer is
         # $10,455$. I hope it is correct."): let math-verify's anchors read the full texts.
-        if not asked:
+        if not asked and max(len(canon(g).text), len(canon(p).text)) <= MAX_ANSWER_CHARS:
             result = self._request(([(gold, pred)], False), self.timeout if timeout is None else timeout)
             return bool(result)
         return False
