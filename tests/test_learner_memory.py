@@ -159,6 +159,27 @@ def test_chunked_token_logprobs_no_grad_and_errors():
         chunked_token_logprobs(head, h, t, 0)
 
 
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_chunked_token_logprobs_gradients(wrapped):
+    """The hand-written backward (plain Linear head) and the checkpointed fallback (any other
+    head module) give the plain path's gradients for h and for the head weight."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 50, bias=False)
+    head = torch.nn.Sequential(lin) if wrapped else lin
+    h = torch.randn(13, 8, requires_grad=True)
+    t = torch.randint(0, 50, (13,))
+    g = torch.randn(13)
+    lp, _ = chunked_token_logprobs(head, h, t, 4)
+    (lp * g).sum().backward()
+    gh, gw = h.grad.clone(), lin.weight.grad.clone()
+    h.grad = None
+    lin.weight.grad = None
+    ref = torch.log_softmax(lin(h), -1).gather(-1, t[:, None]).squeeze(-1)
+    (ref * g).sum().backward()
+    assert torch.allclose(lp, ref, atol=1e-6)
+    assert torch.allclose(gh, h.grad, atol=1e-6) and torch.allclose(gw, lin.weight.grad, atol=1e-6)
+
+
 def test_chunked_path_bf16_matches_fp32_reference_closely():
     """Half-precision logits are upcast per chunk: values stay as close to an fp32 forward as the
     plain path's row-by-row upcast."""

@@ -537,8 +537,10 @@ def role_memory(role: str, shape: ModelShape, lcfg: LearnerConfig, device: Devic
             act = tokens * shape.layers * per_layer
         act += tokens * shape.hidden * (b + 4) * 2  # embeddings, final norm, the head's input
         completion = rows * train.max_new
-        if chunk:
-            logits = min(chunk, completion) * shape.vocab * (b + 16) + completion * shape.hidden * 4
+        if chunk:  # one chunk's logits (half + fp32 + gradient), and the head's weight gradient accumulator
+            logits = min(chunk, completion) * shape.vocab * (b + 12) + completion * shape.hidden * 4 * 3
+            if not lcfg.lora:
+                logits += shape.vocab * shape.hidden * (4 + (b if b < 4 else 0))
         else:  # (N, T+1, V) logits and their gradient, a saved fp32 log-softmax per row, one row's temporaries
             logits = completion * shape.vocab * (2 * b + 4) + train.max_new * shape.vocab * 12
     kv = 0.0 if kv_call is None else sampler_call_bytes(shape, b, *kv_call)

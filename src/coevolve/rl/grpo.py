@@ -190,12 +190,71 @@ def _chunk_logp_entropy(head: Any, h_CH: Tensor, targets_C: Tensor) -> tuple[Ten
     return logp_C, ent_C
 
 
+class _ChunkedLinearLogProbs(torch.autograd.Function):
+    """log p(target) and entropy through a bias-free linear head, chunk by chunk, with a
+    hand-written backward: it recomputes each chunk's logits and adds the chunk's weight gradient
+    into ONE accumulator (fp32 for a half-precision head). Autograd over per-chunk graphs would
+    instead materialise a full (V, H) weight gradient per chunk before summing them (measured:
+    the chunked path then saved almost nothing on SmolLM2).
+
+    Backward of logp_k = z_k[y_k] - logsumexp(z_k) with z = h W^T:  dz_k = g_k (onehot(y_k) - p_k),
+    dh = dz W,  dW = dz^T h.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, h_KH: Tensor, weight_VH: Tensor, targets_K: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
+        K = h_KH.shape[0]
+        logp_K = torch.empty(K, dtype=torch.float32, device=h_KH.device)
+        ent_K = torch.empty_like(logp_K)
+        lse_K = torch.empty_like(logp_K)
+        for s in range(0, K, chunk):
+            z_CV = torch.nn.functional.linear(h_KH[s : s + chunk], weight_VH).float()  # (C, V)
+            lse_C = torch.logsumexp(z_CV, dim=-1)  # (C,)
+            logp_K[s : s + chunk] = z_CV.gather(-1, targets_K[s : s + chunk, None]).squeeze(-1) - lse_C
+            z_CV.sub_(lse_C[:, None])  # now log p, in place (same formula as token_entropy)
+            ent_K[s : s + chunk] = -(z_CV.exp() * z_CV).sum(-1)
+            lse_K[s : s + chunk] = lse_C
+        ctx.save_for_backward(h_KH, weight_VH, targets_K, lse_K)
+        ctx.chunk = chunk
+        ctx.mark_non_differentiable(ent_K)
+        return logp_K, ent_K
+
+    @staticmethod
+    def backward(ctx: Any, g_logp_K: Tensor, _g_ent: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
+        h_KH, W_VH, t_K, lse_K = ctx.saved_tensors
+        need_h, need_W = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dh_KH = torch.empty_like(h_KH) if need_h else None
+        dW_VH = torch.zeros(W_VH.shape, dtype=torch.float32, device=W_VH.device) if need_W else None
+        for s in range(0, h_KH.shape[0], ctx.chunk):
+            h_CH, g_C = h_KH[s : s + ctx.chunk], g_logp_K[s : s + ctx.chunk].float()
+            dz_CV = torch.nn.functional.linear(h_CH, W_VH).float()  # (C, V) recomputed logits
+            dz_CV.sub_(lse_K[s : s + ctx.chunk, None]).exp_().mul_(-g_C[:, None])  # -g p
+            dz_CV.scatter_add_(-1, t_K[s : s + ctx.chunk, None], g_C[:, None])  # + g at the target
+            dz_h = dz_CV.to(W_VH.dtype)
+            del dz_CV
+            if dh_KH is not None:
+                dh_KH[s : s + ctx.chunk] = dz_h @ W_VH
+            if dW_VH is not None:
+                if W_VH.dtype == torch.float32:
+                    dW_VH.addmm_(dz_h.T, h_CH)
+                else:  # the product in the head's precision (as the plain path), summed over chunks in fp32
+                    dW_VH.add_(dz_h.T @ h_CH)
+        return dh_KH, None if dW_VH is None else dW_VH.to(W_VH.dtype), None, None
+
+
 def chunked_token_logprobs(head: Any, h_KH: Tensor, targets_K: Tensor, chunk_tokens: int) -> tuple[Tensor, Tensor]:
     """``(logp_K, entropy_K)`` of K tokens from their (K, H) hidden states, ``chunk_tokens`` at
-    a time. Under autograd each chunk is checkpointed (non-reentrant): only ``h`` and the targets
-    are saved, so backward too holds one (C, V) logits slice at a time."""
+    a time. A plain bias-free ``nn.Linear`` head (Llama, Qwen) goes through
+    ``_ChunkedLinearLogProbs``; any other head (e.g. a LoRA-wrapped one) through per-chunk
+    non-reentrant checkpoints. Either way backward holds one (C, V) logits slice at a time."""
     if chunk_tokens < 1:
         raise RLInputError(f"chunked_token_logprobs: chunk_tokens must be >= 1, got {chunk_tokens}")
+    if type(head) is torch.nn.Linear and head.bias is None:
+        if h_KH.shape[0] == 0:
+            z = h_KH.new_zeros((0,), dtype=torch.float32)
+            return z, z
+        logp_K, ent_K = _ChunkedLinearLogProbs.apply(h_KH, head.weight, targets_K, int(chunk_tokens))
+        return logp_K, ent_K.detach()
     from torch.utils.checkpoint import checkpoint
 
     lps, ents = [], []
