@@ -512,7 +512,7 @@ def role_memory(role: str, shape: ModelShape, lcfg: LearnerConfig, device: Devic
     masters = trainable * 4 if half else 0.0
     optimizer = trainable * 8.0
     fused = lcfg.fused_optimizer if lcfg.fused_optimizer is not None else device.kind == "cuda"
-    on_host = lcfg.offload_optimizer and device.kind == "cuda"
+    on_host = lcfg.offload_optimizer and device.kind == "cuda" and half  # the learner refuses it otherwise
     host = masters + optimizer if on_host else 0.0
     if on_host:
         masters = optimizer = 0.0
@@ -762,7 +762,7 @@ def _learner_fixes(plan: Plan, lcfg: LearnerConfig, tr: Train, resident: float) 
                          + f" with learner.max_tokens_per_micro_batch={b2}")
     if not fixes:
         least = dict(gradient_checkpointing=True, logprob_chunk_tokens=1024, max_tokens_per_micro_batch=tr.prompt + tr.max_new)
-        if not lcfg.offload_optimizer and plan.device.kind == "cuda" and _fits_learner(
+        if not lcfg.offload_optimizer and not lcfg.lora and plan.device.kind == "cuda" and _fits_learner(
                 plan, lcfg, tr, other, offload_optimizer=True, **least):
             fixes.append("learner.offload_optimizer=true (with checkpointing, chunked log-probs, one row per micro-batch)")
         if not lcfg.lora and _fits_learner(plan, lcfg, tr, other, lora=True, **least):
@@ -819,6 +819,10 @@ def _problems(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, max_batch_
     if plan.device.kind == "cuda" and plan.host_bytes > 0.9 * host_cap:
         problems.append(f"host memory: offloaded state and parked weights need {gib(plan.host_bytes)} > 90% of "
                         f"{plan.device.host_memory_gib.value:g} GiB; change learner.lora=true or learner.offload_when_idle=false")
+    extra = [f for f in ("diagnoser.model_path", "buffer.judge_model_path")
+             if getattr(getattr(cfg, f.split(".")[0], None), f.split(".")[1], None)]
+    if extra:
+        notes.append(f"{', '.join(extra)}: that model's weights and KV cache are not counted")
     if plan.shape.model_type not in ("llama", "qwen2", "qwen3", "mistral", "smollm3", "?"):
         notes.append(f"model_type {plan.shape.model_type!r}: estimated as a dense Llama-style decoder")
     for name, rm in plan.roles.items():

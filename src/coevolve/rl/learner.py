@@ -354,8 +354,9 @@ class Learner:
                 p.register_post_accumulate_grad_hook(_fp32_accumulator(m))
         opt_params = self.master if self.master is not None else self.params
         if self.cfg.offload_optimizer and self.master is None and self.device.type != "cpu":
-            raise ConfigError("LearnerConfig.offload_optimizer=true needs half-precision weights (fp32 masters to "
-                              "offload); this model is fp32 on " + str(self.device))
+            raise ConfigError("learner.offload_optimizer=true offloads the fp32 masters of half-precision weights, but the "
+                              f"trainable parameters here are fp32 on {self.device} (LoRA adapters, or model.dtype=float32); "
+                              "set learner.offload_optimizer=false")
         self.fused = resolve_fused(self.cfg, self.state_device)
         extra = {"fused": True} if self.fused else {}
         self.optimizer = torch.optim.AdamW(
