@@ -248,6 +248,12 @@ def test_seeded_calls_repeat_and_leave_the_callers_rng_alone(toy):
     assert ids(a) == ids(b)
     assert ids(a) != ids(c)
     assert len({tuple(x.token_ids) for g in a for x in g}) > len(prompts), "the n samples of a prompt should differ"
+    # a freshly started engine (a resumed run) draws the same seeded samples
+    fresh = make_sampler(vllm_cfg(), model, tok)
+    try:
+        assert ids(fresh.sample(prompts, 4, p)) == ids(a)
+    finally:
+        fresh.close()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -227,6 +227,7 @@ class _Engine:
         if weights is not None:
             kwargs["weights_iterator"] = weights
         _quiet_rotary_warning()
+        self.loaded = None  # a push that fails halfway leaves no version behind
         self.llm.collective_rpc("reload_weights", kwargs=kwargs)
         self.llm.reset_prefix_cache()
         self.loaded = version
