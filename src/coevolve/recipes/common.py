@@ -18,8 +18,8 @@ from coevolve.prompts import StopKind
 from coevolve.rl.learner import OPTIM_FILE, Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.run.files import atomic_write_json
-from coevolve.schema import GRPOPhase, WriterReward
 from coevolve.run.trackers import make_trackers
+from coevolve.schema import GRPOPhase, WriterReward
 from coevolve.types import AnswerGrader, Sampler, SamplingParams
 from coevolve.world import World, base_model_path, make_world
 
@@ -146,11 +146,11 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
 
 def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader) -> Setup:
     run.bind(seed=cfg.run.seed, keep_checkpoints=cfg.run.keep_checkpoints, say=run.say)
-    base = base_model_path(cfg.model, run.say)
     run.resume_only = (OPTIM_FILE,)
     run.metrics.attach(make_trackers(cfg.run.trackers, run.path, run.metrics.count(), run_id=run_tracker_id(run),
                                      name=run.path.name, project=cfg.run.wandb_project, mode=cfg.run.wandb_mode,
                                      config=cfg.model_dump(mode="json")))
+    base = base_model_path(cfg.model, run.say)
     return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base)
 
 
@@ -225,8 +225,8 @@ def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     from coevolve.eval.report import write_report
 
     summary = write_summary(s.run, extra)
-    s.run.say(f"[report] {write_report(s.run.path)}")
     s.run.metrics.close()
+    s.run.say(f"[report] {write_report(s.run.path)}")
     return summary
 
 
