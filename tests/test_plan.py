@@ -159,6 +159,13 @@ def test_default_row_batches_do_not_fit_and_the_advice_does(tmp_path):
     fixed = make_plan(load_config("diagevo", None, [f"model.path={d}", "sampling.max_new_tokens=4096",
                                                     f"engine.max_batch={rows}"]), device_for("h200"))
     assert not any("sampling (" in p for p in fixed.problems)
+    # the tightest value over the phases is offered as one change that makes every phase fit
+    note = next(n for n in plan.notes if n.startswith("every phase fits with: "))
+    tight = int(note.split("engine.max_batch=")[1])
+    assert tight <= rows
+    ok = make_plan(load_config("diagevo", None, [f"model.path={d}", "sampling.max_new_tokens=4096",
+                                                 f"engine.max_batch={tight}"]), device_for("h200"))
+    assert ok.fits, ok.problems
 
 
 def test_learner_advice_names_a_budget_that_fits(tmp_path):

@@ -639,8 +639,11 @@ def _train_seconds(t: Train, times: int, shape: ModelShape, lcfg: LearnerConfig,
 
 
 def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_label: str | None = None,
-              toy: bool | None = None) -> Plan:
-    """The plan of ``cfg`` on ``device`` (``shape`` / ``toy`` default to ``cfg.model``'s)."""
+              toy: bool | None = None, suggest: bool = True) -> Plan:
+    """The plan of ``cfg`` on ``device`` (``shape`` / ``toy`` default to ``cfg.model``'s). When
+    it does not fit and ``suggest``, the tightest ``engine.max_batch`` /
+    ``learner.max_tokens_per_micro_batch`` named by the problems are tried together, and a set
+    that makes every phase fit is added to ``notes``."""
     if shape is None:
         shape, model_label, toy = load_model_shape(cfg)
     toy = bool(toy)
@@ -716,7 +719,29 @@ def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_l
             host += shape.n_params * b
     plan = Plan(cfg.recipe, model_label or "?", shape, device, b, roles, estimates, host)
     plan.problems, plan.notes = _problems(plan, cfg, lcfg, engine, max_batch_tokens)
+    if plan.problems and suggest:
+        fix = combined_fix(plan.problems)
+        if fix:
+            sections = {sec: getattr(cfg, sec).model_copy(update={k.split(".")[1]: v for k, v in fix.items()
+                                                                   if k.startswith(sec + ".")})
+                        for sec in {k.split(".")[0] for k in fix}}
+            again = make_plan(cfg.model_copy(update=sections), device, shape, model_label, toy, suggest=False)
+            if again.fits:
+                plan.notes.append("every phase fits with: " + " ".join(f"{k}={v}" for k, v in fix.items()))
     return plan
+
+
+def combined_fix(problems: list[str]) -> dict[str, int]:
+    """The smallest value of each numeric setting the problems name first in their advice."""
+    out: dict[str, int] = {}
+    for p in problems:
+        for part in p.split("; ")[1:]:
+            head = part.split(": change ", 1)[-1].split(" or ")[0]
+            for field_ in ("engine.max_batch", "learner.max_tokens_per_micro_batch"):
+                if head.startswith(field_ + "="):
+                    v = int(head.split("=")[1].split()[0])
+                    out[field_] = min(v, out.get(field_, v))
+    return out
 
 
 # --------------------------------------------------------------------------- advice
