@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import math
 import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -158,7 +157,8 @@ def test_greedy_identical_on_the_toy_model(toy):
     many = vs.sample(prompts[:4], 3, params)
     assert all(len(g) == 3 and all(same(c, g0[0]) for c in g) for g, g0 in zip(many, b[:4]))
     # stop strings and stop ids cut where HF cuts (shortest prefix holding the string, stop id kept)
-    stop = SamplingParams(temperature=0.0, max_new_tokens=64, stop=Stop(strings=("</think>",), token_ids=(tok.convert_tokens_to_ids("+"),)))
+    plus = tok.convert_tokens_to_ids("+")
+    stop = SamplingParams(temperature=0.0, max_new_tokens=64, stop=Stop(strings=("</think>",), token_ids=(plus,)))
     a, b = hf.sample(prompts, 1, stop), vs.sample(prompts, 1, stop)
     assert all(same(x[0], y[0]) for x, y in zip(a, b))
     assert {type(c[0].stop_reason) for c in b} >= {str}, "no completion stopped on the stop string"
@@ -229,7 +229,8 @@ def test_sampled_pass_rates_agree_within_sampling_error(toy):
     assert 0.1 < mean["hf"] < 0.9, "the toy base should be of partial competence"
     xs, ys = rates["hf"], rates["vllm"]
     mx, my = sum(xs) / n, sum(ys) / n
-    r = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sum((x - mx) ** 2 for x in xs) * sum((y - my) ** 2 for y in ys))
+    cov = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    r = cov / math.sqrt(sum((x - mx) ** 2 for x in xs) * sum((y - my) ** 2 for y in ys))
     print(f"[pass rates] 200 x 32: hf {mean['hf']:.4f}, vllm {mean['vllm']:.4f}, |diff| {abs(mean['hf'] - mean['vllm']):.4f}, "
           f"se of the diff {se:.4f}, per-problem r {r:.3f}")
     assert r > 0.8, f"per-problem pass rates correlate only r={r:.3f}"
@@ -247,7 +248,10 @@ def test_seeded_calls_repeat_and_leave_the_callers_rng_alone(toy):
     vs.sample(prompts[:3], 2, SamplingParams(temperature=1.0, max_new_tokens=48))  # unseeded call in between
     b = vs.sample(prompts, 4, p)
     c = vs.sample(prompts, 4, SamplingParams(temperature=1.0, max_new_tokens=48, seed=124))
-    ids = lambda out: [[x.token_ids for x in g] for g in out]  # noqa: E731
+
+    def ids(out):
+        return [[x.token_ids for x in g] for g in out]
+
     assert ids(a) == ids(b)
     assert ids(a) != ids(c)
     assert len({tuple(x.token_ids) for g in a for x in g}) > len(prompts), "the n samples of a prompt should differ"
