@@ -124,12 +124,12 @@ DEVICES: dict[str, Device] = {
         "cpu", "cpu",
         memory_gib=Rate(24.0, True, "this project's 2-core CI machine (24 GiB); `coevolve run` uses the real figure"),
         host_memory_gib=Rate(24.0, True, "same memory"),
-        matmul_tflops=Rate(0.030, True, "effective fp32 rate of a SmolLM2-135M learner step, 2 cores "
-                           "(benchmarks/bench_learner_memory.py)"),
+        matmul_tflops=Rate(0.0178, True, "effective fp32 rate of a SmolLM2-135M learner step, 2 shared cores "
+                           "(benchmarks/bench_learner_memory.py --rates, 2026-11-30, load average ~5)"),
         train_mfu=Rate(1.0, True, "already folded into the measured effective rate"),
         mem_gbps=Rate(10.0, False, "assumed"),
-        hf_step_ms_per_layer=Rate(0.45, True, "HF generate floor per decode step and layer, toy model, 2 cores "
-                                  "(benchmarks/bench_learner_memory.py)"),
+        hf_step_ms_per_layer=Rate(10.1, True, "HF generate, SmolLM2-135M fp32 at batch 1: 303 ms per decode step / "
+                                  "30 layers, 2 shared cores (benchmarks/bench_learner_memory.py --rates)"),
         vllm_bw_efficiency=Rate(0.3, False, "assumed"),
     ),
 }
