@@ -76,22 +76,45 @@ def test_parse_override_values():
 
 
 def test_every_shipped_config_loads():
-    files = sorted((ROOT / "configs").glob("*.yaml"))
-    assert files, "no shipped configs"
-    for f in files:
-        import yaml
+    """Every YAML under configs/ (real presets and partial ones included) loads for the recipes it
+    names, or for every recipe when it names none; ablation grids are lists of overrides."""
+    import yaml
 
+    files = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "real").glob("*.yaml"))
+    assert any(f.parent.name == "real" for f in files), "configs/real presets missing"
+    for f in files:
         data = yaml.safe_load(f.read_text())
-        if isinstance(data, dict) and "recipe" in data:
-            if data["recipe"] not in RECIPES:
-                continue
-            try:
-                config_class(data["recipe"])
-            except ConfigError:
-                pytest.skip(f"recipe {data['recipe']} not built yet")
+        assert isinstance(data, dict), f
+        if "recipe" in data:
             load_config(None, f)
-        else:  # ablation files: {name: {recipe:..., overrides: [...]}} lists
-            assert isinstance(data, dict), f
+        elif any(isinstance(v, dict) for v in data.values()) and not any(
+                isinstance(v, list) for v in data.values()):  # a partial config: layers on any recipe
+            for recipe in RECIPES:
+                load_config(recipe, f, ["model.path=/models/some-real-model"])
+        else:  # ablation files: {name: [override, ...]} or {variants: {name: [...]}}
+            assert all(isinstance(v, (list, dict)) for v in data.values()), f
+
+
+def test_real_model_gets_the_real_preset_and_toy_does_not():
+    real = load_config("d2evo", None, ["model.path=/models/Qwen3-4B-Base", "learner.lr=2e-6"])
+    assert (real.sampling.max_new_tokens, real.eval.max_new_tokens, real.eval.samples) == (4096, 4096, -1)
+    assert real.learner.lr == 2e-6 and real.learner.weight_decay == 0.01  # what the user sets wins
+    assert real.eval.benches == ["math7"] and real.questioner.max_new_tokens == 1024
+    toy = load_config("d2evo")
+    assert toy.sampling.max_new_tokens == 64 and toy.learner.lr == 3e-5
+
+
+def test_preflight_refuses_budgets_that_cannot_give_a_meaningful_run():
+    from coevolve.recipes.common import budget_problems
+
+    assert budget_problems(load_config("grpo")) == []
+    probs = budget_problems(load_config("d2evo", None, [
+        "model.path=/models/Qwen3-4B-Base", "sampling.max_new_tokens=64", "eval.max_new_tokens=100",
+        "questioner.max_new_tokens=16"]))
+    text = "\n".join(probs)
+    for field in ("eval.max_new_tokens=100", "sampling.max_new_tokens=64", "questioner.max_new_tokens=16", "data.source"):
+        assert field in text, field
+    assert budget_problems(load_config("grpo", None, ["eval.max_new_tokens=8"]))  # the toy set too
 
 
 def test_diagevo_flat_ablation_aliases(tmp_path):
