@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.config import RECIPES, config_class, load_config
+from coevolve.config import RECIPES, RecipeConfig, config_class, load_config
 from coevolve.config.base import parse_override
 from coevolve.errors import ConfigError
 
@@ -87,8 +87,7 @@ def test_every_shipped_config_loads():
         assert isinstance(data, dict), f
         if "recipe" in data:
             load_config(None, f)
-        elif any(isinstance(v, dict) for v in data.values()) and not any(
-                isinstance(v, list) for v in data.values()):  # a partial config: layers on any recipe
+        elif set(data) <= set(RecipeConfig.model_fields):  # a partial config (sections only): any recipe
             for recipe in RECIPES:
                 load_config(recipe, f, ["model.path=/models/some-real-model"])
         else:  # ablation files: {name: [override, ...]} or {variants: {name: [...]}}
