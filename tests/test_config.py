@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.config import RECIPES, RecipeConfig, config_class, load_config
+from coevolve.config import RECIPES, RecipeConfig, load_config
 from coevolve.config.base import parse_override
 from coevolve.errors import ConfigError
 
