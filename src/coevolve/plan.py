@@ -688,15 +688,15 @@ def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_l
             kvr = _kv_rows(g.call_rows, g.prompt, g.max_new, max_batch_tokens)
             call = sampler_call_bytes(shape, b, kvr, g.prompt, g.max_new)
             label = f"{g.role} sampling ({kvr} rows x {g.prompt}+{g.max_new} tokens)"
-            if g.role == frozen_copy:
+            if engine == "vllm" and gpu:  # (a frozen copy is a pinned host snapshot served by the role's engine)
+                transients.append((0.0 if not sleep else vllm_engine, f"{g.role} vLLM engine (gpu_memory_utilization={util})",
+                                   g))
+            elif g.role == frozen_copy:
                 if idle_offload:  # ParkedSampler: the copy is on the GPU only while it samples
                     transients.append((shape.n_params * b + call, label, g))
                 else:  # the copy lives through the phase
                     resident += shape.n_params * b
                     transients.append((call, label, g))
-            elif engine == "vllm" and gpu:
-                transients.append((0.0 if not sleep else vllm_engine, f"{g.role} vLLM engine (gpu_memory_utilization={util})",
-                                   g))
             else:
                 transients.append((call, label, g))
         if engine == "vllm" and gpu and not sleep:
