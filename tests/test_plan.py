@@ -150,22 +150,30 @@ def test_4b_settings_fit_an_h200_with_headroom(tmp_path, recipe, extra):
 
 def test_default_row_batches_do_not_fit_and_the_advice_does(tmp_path):
     d = model_dir(tmp_path, QWEN3_4B)
-    cfg = load_config("diagevo", None, [f"model.path={d}", "sampling.max_new_tokens=4096", "engine.max_batch=256"])
+    rows_only = ["engine.max_batch_tokens=null"]  # the real preset caps KV tokens; here only rows bound a call
+    cfg = load_config("diagevo", None, [f"model.path={d}", "sampling.max_new_tokens=4096", "engine.max_batch=256", *rows_only])
     plan = make_plan(cfg, device_for("h200"))
     assert not plan.fits
     text = " ".join(plan.problems)
     assert "engine.max_batch=" in text
     rows = int(text.split("engine.max_batch=")[1].split()[0].rstrip(";"))
     fixed = make_plan(load_config("diagevo", None, [f"model.path={d}", "sampling.max_new_tokens=4096",
-                                                    f"engine.max_batch={rows}"]), device_for("h200"))
+                                                    f"engine.max_batch={rows}", *rows_only]), device_for("h200"))
     assert not any("sampling (" in p for p in fixed.problems)
     # the tightest value over the phases is offered as one change that makes every phase fit
     note = next(n for n in plan.notes if n.startswith("every phase fits with: "))
     tight = int(note.split("engine.max_batch=")[1])
     assert tight <= rows
     ok = make_plan(load_config("diagevo", None, [f"model.path={d}", "sampling.max_new_tokens=4096",
-                                                 f"engine.max_batch={tight}"]), device_for("h200"))
+                                                 f"engine.max_batch={tight}", *rows_only]), device_for("h200"))
     assert ok.fits, ok.problems
+
+
+def test_the_shipped_real_presets_fit_a_4b_model_on_one_h200(tmp_path):
+    d = model_dir(tmp_path, QWEN3_4B)
+    for recipe in ("grpo", "d2evo", "diagevo"):
+        plan = make_plan(load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl"]), device_for("h200"))
+        assert plan.fits, (recipe, plan.problems)
 
 
 def test_learner_advice_names_a_budget_that_fits(tmp_path):

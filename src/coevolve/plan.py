@@ -97,7 +97,7 @@ DEVICES: dict[str, Device] = {
         train_mfu=Rate(0.35, False, "assumed: HF eager model, checkpointing recompute counted separately"),
         mem_gbps=Rate(4800.0, False, "assumed: H200 HBM3e spec"),
         hf_step_ms_per_layer=Rate(83.0 / 36, True, "HF generate on a Qwen3-4B-shaped model, B=256: 81-86 ms per decode "
-                                  "step for 36 layers (measurements/2026-11-29_h200_hf_baseline.log, engines.md §8b)"),
+                                  "step for 36 layers (measured on an H200 by an earlier session of this project)"),
         vllm_bw_efficiency=Rate(0.6, False, "assumed: continuous batching with CUDA graphs"),
     ),
     "a100-80g": Device(

@@ -74,6 +74,9 @@ class EngineConfig(Strict):
         "vLLM engine, weights pushed from the learner after every step (docs/engines.md).")
     max_batch: int = Field(256, ge=1, description="Max sequences per generate call (hf: larger batches are chunked; "
                            "vllm: sequences in flight, max_num_seqs).")
+    max_batch_tokens: int | None = Field(
+        None, ge=1, description="hf: also cap a generate call's KV-cache tokens (rows x (longest prompt + "
+        "max_new_tokens)); with a 4k answer budget the cache, not the row count, is what fills the GPU. None = rows only.")
     gpu_memory_utilization: float = Field(
         0.3, gt=0.0, le=1.0, description="vllm on CUDA: share of the GPU the engine may take (weights, activations, KV "
         "cache); the learner lives in the rest. 0.3 as TRL's colocate default. Ignored on CPU.")

@@ -35,7 +35,7 @@ def make_sampler(engine: Any, model: Any, tokenizer: Any) -> Sampler:
         from coevolve.engine.vllm import VLLMSampler
 
         return VLLMSampler.for_model(engine, model, tokenizer)
-    return HFSampler(model, tokenizer, max_batch=engine.max_batch)
+    return HFSampler(model, tokenizer, max_batch=engine.max_batch, max_batch_tokens=engine.max_batch_tokens)
 
 
 def freeze_sampler(engine: Any, sampler: Sampler, model: Any, tokenizer: Any) -> Sampler:
