@@ -104,7 +104,7 @@ def test_real_model_gets_the_real_preset_and_toy_does_not():
 
 
 def test_preflight_refuses_budgets_that_cannot_give_a_meaningful_run():
-    from coevolve.recipes.common import budget_problems
+    from coevolve.preflight import budget_problems
 
     assert budget_problems(load_config("grpo")) == []
     probs = budget_problems(load_config("d2evo", None, [

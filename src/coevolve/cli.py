@@ -60,7 +60,7 @@ def run(
 ) -> None:
     """Run a recipe (the toy world by default: no model or data needed)."""
     from coevolve.config import dump_yaml, load_config
-    from coevolve.recipes.common import preflight
+    from coevolve.preflight import preflight
     from coevolve.run import Run, default_run_path
 
     cfg = load_config(recipe, config, overrides or [])
