@@ -3,13 +3,12 @@ phase, and the summary. Recipes compose these; the algorithms live in the librar
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from coevolve.config.base import RecipeConfig
-from coevolve.engine import freeze_sampler, load_model, load_tokenizer, make_sampler
+from coevolve.engine import HFSampler, freeze_sampler, load_model, load_tokenizer, make_sampler
 from coevolve.eval.suite import evaluate_suite
 from coevolve.loop import ParkedSampler, Role, sampling_params
 from coevolve.prompts import StopKind
@@ -54,17 +53,12 @@ class Setup:
 
     def frozen(self, role: Role) -> Sampler:
         """A sampler over a frozen copy of ``role``'s current weights (a scorer that must not
-        move while the role trains)."""
-        if self.cfg.engine.kind == "vllm":  # a fixed weight version served by the role's engine
-            return freeze_sampler(self.cfg.engine, role.sampler, role.model, role.tokenizer)
-        model = copy.deepcopy(role.model)
-        model.eval()
-        for p in model.parameters():
-            p.requires_grad_(False)
-        sampler = make_sampler(self.cfg.engine, model, role.tokenizer)
+        move while the role trains): ``engine.freeze_sampler``; on a GPU an hf copy waits in CPU
+        memory between calls (``ParkedSampler``) so it does not sit beside the learner's state."""
+        sampler = freeze_sampler(self.cfg.engine, role.sampler, role.model, role.tokenizer)
         dev = role.learner.device
-        if dev.type == "cuda" and role.learner.cfg.offload_when_idle and getattr(sampler, "model", None) is model:
-            return ParkedSampler(sampler, model, dev)  # in GPU memory only while it samples
+        if isinstance(sampler, HFSampler) and dev.type == "cuda" and role.learner.cfg.offload_when_idle:
+            return ParkedSampler(sampler, sampler.model, dev)
         return sampler
 
     def save(self, role: Role, tag: str) -> dict[str, Path]:
