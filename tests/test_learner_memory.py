@@ -18,6 +18,7 @@ from coevolve.rl.learner import (
     _collate,
     _fp32_accumulator,
     pack_micro_batches,
+    pack_rows,
     resolve_gradient_checkpointing,
     resolve_logprob_chunk,
 )
@@ -206,6 +207,20 @@ def test_pack_micro_batches_budget_cover_and_legacy_order():
     firsts = [lengths[p[0]] for p in packs]
     assert firsts == sorted(firsts, reverse=True)
     assert pack_micro_batches(lengths, None, 16) == [list(range(0, 16)), list(range(16, 32)), list(range(32, 41))]
+
+
+def test_pack_rows_in_any_order_keeps_the_budget_and_the_order():
+    """The sampler packs ascending, the learner descending: any order keeps rows x widest <= budget,
+    covers each row once and keeps the given order (consecutive runs)."""
+    rng = random.Random(1)
+    widths = [rng.randrange(1, 60) for _ in range(50)] + [90]
+    for order in (sorted(range(51), key=widths.__getitem__), rng.sample(range(51), 51)):
+        packs = pack_rows(order, widths, 6, 80)
+        assert [i for p in packs for i in p] == order
+        assert all(len(p) <= 6 and (len(p) == 1 or len(p) * max(widths[i] for i in p) <= 80) for p in packs)
+        # greedy: no pack could have taken the next pack's first row
+        for p, q in zip(packs, packs[1:]):
+            assert len(p) == 6 or (len(p) + 1) * max(widths[i] for i in [*p, q[0]]) > 80
 
 
 def test_left_pad_all_layout_logprobs_equal_standard_layout():

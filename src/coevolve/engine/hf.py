@@ -20,6 +20,7 @@ from torch import Tensor
 from coevolve.engine.base import SamplerError, cut_completion, decode_ids, validate_params
 from coevolve.errors import ModelLoadError
 from coevolve.rl.grpo import sequence_logprobs
+from coevolve.rl.learner import pack_rows
 from coevolve.types import Completion, SamplingParams, Stop
 
 
@@ -294,21 +295,11 @@ class HFSampler:
         return result
 
     def _chunks(self, order: list[int], prompt_lens: list[int], max_new: int) -> list[list[int]]:
-        """Consecutive runs of ``order`` (sorted by prompt length, ascending): at most
-        ``max_batch`` rows and, with ``max_batch_tokens``, rows x (longest prompt + max_new) KV
-        tokens; a row that alone exceeds the budget is generated alone."""
+        """Consecutive runs of ``order``: at most ``max_batch`` rows and, with
+        ``max_batch_tokens``, rows x (longest prompt + max_new) KV tokens (``pack_rows``)."""
         if self.max_batch_tokens is None:
             return [order[s : s + self.max_batch] for s in range(0, len(order), self.max_batch)]
-        out: list[list[int]] = []
-        cur: list[int] = []
-        for r in order:  # ascending prompt length: the newest row is the chunk's longest
-            if cur and (len(cur) >= self.max_batch or (len(cur) + 1) * (prompt_lens[r] + max_new) > self.max_batch_tokens):
-                out.append(cur)
-                cur = []
-            cur.append(r)
-        if cur:
-            out.append(cur)
-        return out
+        return pack_rows(order, [n + max_new for n in prompt_lens], self.max_batch, self.max_batch_tokens)
 
     # ------------------------------------------------------------------ API
     def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:

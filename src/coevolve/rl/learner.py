@@ -78,30 +78,36 @@ def resolve_fused(cfg: "LearnerConfig", device: torch.device) -> bool:
     return device.type == "cuda"
 
 
+def pack_rows(order: list[int], widths: list[int], max_rows: int, max_tokens: int) -> list[list[int]]:
+    """Consecutive runs of ``order`` as padded batches: at most ``max_rows`` rows and
+    ``rows x widest row <= max_tokens`` (``widths[i]``: row i's padded length); a row wider than
+    the budget goes alone. Shared by the learner's micro-batches and the hf sampler's KV budget."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    widest = 0
+    for i in order:
+        if cur and ((len(cur) + 1) * max(widest, widths[i]) > max_tokens or len(cur) + 1 > max_rows):
+            out.append(cur)
+            cur, widest = [], 0
+        cur.append(i)
+        widest = max(widest, widths[i])
+    if cur:
+        out.append(cur)
+    return out
+
+
 def pack_micro_batches(lengths: list[int], max_tokens: int | None, max_rows: int) -> list[list[int]]:
     """Row indices per micro-batch.
 
     ``max_tokens`` None: consecutive runs of ``max_rows`` rows in the given order (the original
     behaviour, kept bit-exact). Otherwise rows are sorted by length, longest first (so the
-    largest micro-batch runs first and an out-of-memory shows at once), and greedily packed while
-    ``rows x longest <= max_tokens`` and ``rows <= max_rows``; a row longer than the budget goes
-    alone. Order inside the sort is stable, so packing is deterministic.
+    largest micro-batch runs first and an out-of-memory shows at once), and packed by
+    ``pack_rows``. Order inside the sort is stable, so packing is deterministic.
     """
     n = len(lengths)
     if max_tokens is None:
         return [list(range(i, min(i + max_rows, n))) for i in range(0, n, max_rows)]
-    order = sorted(range(n), key=lambda i: -lengths[i])
-    out: list[list[int]] = []
-    cur: list[int] = []
-    for i in order:
-        longest = lengths[cur[0]] if cur else lengths[i]
-        if cur and ((len(cur) + 1) * longest > max_tokens or len(cur) + 1 > max_rows):
-            out.append(cur)
-            cur = []
-        cur.append(i)
-    if cur:
-        out.append(cur)
-    return out
+    return pack_rows(sorted(range(n), key=lambda i: -lengths[i]), lengths, max_rows, max_tokens)
 
 
 class NonFiniteLossError(CoevolveError):
