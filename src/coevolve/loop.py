@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 from coevolve.rewards import solver_rewards
 from coevolve.rl.learner import Learner, RolloutGroup
 from coevolve.run import PhaseContext, derive_seed
+from coevolve.run.faults import fault_point
 from coevolve.run.files import json_line
 from coevolve.schema import GRPOPhase
 from coevolve.types import AnswerGrader, Completion, Sampler, SamplingParams, Stop, Task
@@ -216,6 +217,7 @@ def grpo_train(
             ctx.log({**{f"{ns}/{k}": v for k, v in {**m, **observed.metrics}.items() if isinstance(v, (int, float))},
                      f"{ns}/gen_seconds": round(t_gen, 4), f"{ns}/learn_seconds": round(t_learn, 4)}, step=step)
             if fh is not None:
+                fault_point("rollouts")
                 fh.writelines(_rollout_rows(step, tasks, prompts, comps, rewards))
     finally:
         if fh is not None:

@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any, Literal, Sequence, TextIO
 
 from coevolve.errors import DataError, GraderError
+from coevolve.run.faults import fault_point
 from coevolve.types import Vote
 
 from .extract import answer_or_whole, extract_answer
@@ -267,6 +268,7 @@ class Grader:
     ) -> tuple[bool, bool]:
         """(verdict, whether math-verify was asked)."""
         self.stats.calls += 1
+        fault_point("grade")
         a = canon(gold) if a is None else a
         b = canon(pred) if b is None else b
         verdict = self._cheap(a, b)

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+from coevolve.run.faults import fault_point
+
 DEFAULT_VERIFY_FN = "coevolve.answers.worker:verify_any"
 _DELIMS = ("$", "\\(", "\\[", "\\boxed", "\\fbox")
 
@@ -96,6 +98,7 @@ def serve_split(rconn: Connection, wconn: Connection, verify_fn: str) -> None:
         if msg is None:
             return
         args, kwargs = msg
+        fault_point("worker")
         try:
             wconn.send(("ok", fn(*args, **kwargs)))
         except Exception as exc:  # noqa: BLE001 - reported to the parent as an error

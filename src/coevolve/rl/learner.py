@@ -39,6 +39,7 @@ from pydantic import Field, field_validator
 
 from coevolve.errors import CoevolveError, ConfigError, RunStateError
 from coevolve.rl.grpo import RLInputError, group_advantages, policy_loss, sequence_logprobs
+from coevolve.run.faults import fault_point
 from coevolve.schema import Strict
 
 STATE_JSON = "learner_state.json"
@@ -559,6 +560,7 @@ class Learner:
         d = Path(out_dir)
         d.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(str(d))
+        fault_point("checkpoint")  # the moment a crash leaves a model without its optimiser state
         tok = tokenizer if tokenizer is not None else self.tokenizer
         if tok is not None:
             tok.save_pretrained(str(d))

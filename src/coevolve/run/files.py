@@ -1,7 +1,9 @@
 """Atomic file writes: a reader (or a resumed run) never sees half a file.
 
 Temp file in the same folder, fsync, then ``os.replace``: after a crash at any moment the target
-holds either the old or the new content.
+holds either the old or the new content, and a failed write (a full disk) leaves the old
+content in place and no temp file behind. A temp file orphaned by a ``kill -9`` is named
+``.<name>.<random>.tmp`` (``TMP_SUFFIX``); ``Run.open`` removes such files.
 """
 
 from __future__ import annotations
@@ -14,16 +16,21 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from coevolve.run.faults import fault_point
+
+TMP_SUFFIX = ".tmp"
+
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        fault_point("write")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

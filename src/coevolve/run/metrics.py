@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.data.jsonl import read_jsonl
+from coevolve.run.faults import fault_point
 from coevolve.run.files import json_line
 
 
@@ -48,6 +49,7 @@ class MetricsLog:
         """Append ``{context..., time, metrics...}`` (context: round, phase, step)."""
         row = {**{k: v for k, v in context.items() if v is not None or k == "round"},
                "time": round(time.time(), 3), **metrics}
+        fault_point("metrics")
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json_line(row))
         for t in self.trackers:

@@ -7,6 +7,7 @@ ahead of the phase log (or behind it).
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.errors import RunStateError
+from coevolve.run.faults import fault_point
 from coevolve.run.files import atomic_write_json
 
 STATE_FORMAT = 2
@@ -58,8 +60,14 @@ class PhaseState:
                                 "made by an older coevolve: resume it with that version, or start a new run")
         return cls(path, data)
 
-    def save(self) -> None:
-        atomic_write_json(self.path, self.data)
+    def save(self, data: dict[str, Any] | None = None) -> None:
+        """Write ``data`` (default: the current state) and make it the current state only once it
+        is on disk: a failed write (full disk) leaves file and memory at the last good state, so a
+        later save (the ``failed`` status) cannot write a half-made change."""
+        data = self.data if data is None else data
+        fault_point("state")
+        atomic_write_json(self.path, data)
+        self.data = data
 
     # -- phases ----------------------------------------------------------------------------
     @property
@@ -76,22 +84,22 @@ class PhaseState:
     def finish(self, rec: PhaseRecord, checkpoints: dict[str, str], keep: int, metrics_bytes: int) -> list[str]:
         """Record a finished phase and move the roles' resume points in one atomic write;
         return checkpoint folders (relative) that fell out of the last ``keep`` per role."""
-        self.data["phases"].append(asdict(rec))
-        self.data["metrics_bytes"] = metrics_bytes
+        data = copy.deepcopy(self.data)
+        data["phases"].append(asdict(rec))
+        data["metrics_bytes"] = metrics_bytes
         stale = []
         for role, rel in checkpoints.items():
-            hist = self.data["checkpoint_history"].setdefault(role, [])
+            hist = data["checkpoint_history"].setdefault(role, [])
             if rel not in hist:
                 hist.append(rel)
-            self.data["checkpoints"][role] = rel
+            data["checkpoints"][role] = rel
             while len(hist) > keep:
                 stale.append(hist.pop(0))
-        self.save()
+        self.save(data)
         return [s for s in stale if s not in self.data["checkpoints"].values()]
 
     def checkpoint(self, role: str) -> str | None:
         return self.data["checkpoints"].get(role)
 
     def set_status(self, status: str) -> None:
-        self.data["status"] = status
-        self.save()
+        self.save({**self.data, "status": status})
