@@ -27,14 +27,14 @@ def _err(msg: str) -> None:
     typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
 
 
-def _execute(cfg, run_dir: Path, resumed: bool) -> None:
+def _execute(cfg, run_dir: Path, resumed: bool, force: bool = False) -> None:
     from coevolve.recipes import execute
     from coevolve.run import say
 
     say(f"{'resuming' if resumed else 'running'} {cfg.recipe} in {run_dir}")
     t0 = time.time()
     try:
-        summary = execute(cfg, run_dir)
+        summary = execute(cfg, run_dir, force=force)
     except KeyboardInterrupt:
         _err(f"interrupted; the run folder is resumable: coevolve resume {run_dir}")
         raise typer.Exit(130)
@@ -62,30 +62,42 @@ def run(
     from coevolve.config import dump_yaml, load_config
     from coevolve.preflight import preflight
     from coevolve.run import Run, default_run_path
+    from coevolve.run.lock import check_run_dir, run_lock
 
     cfg = load_config(recipe, config, overrides or [])
-    preflight(cfg)
     path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
-    Run.create(path, dump_yaml(cfg), cfg.recipe)
-    _execute(cfg, path, resumed=False)
+    check_run_dir(path)
+    preflight(cfg)
+    with run_lock(path, create=True):  # held until the run ends: one writer per run folder
+        Run.create(path, dump_yaml(cfg), cfg.recipe)
+        _execute(cfg, path, resumed=False)
 
 
 @app.command()
 def resume(
     run_dir: Path = typer.Argument(..., help="A run folder made by `coevolve run`"),
     overrides: Optional[list[str]] = typer.Argument(None, help="Overrides of run.* fields only (e.g. run.progress=false)"),
+    force: bool = typer.Option(False, "--force", help="Resume even though the saved config no longer validates (its "
+                               "invalid fields take this version's defaults) or the recipe's phase list changed"),
 ) -> None:
     """Continue a run from its last completed phase (exactly as if never interrupted)."""
-    from coevolve.config import load_config
+    from coevolve.config import load_saved_config
     from coevolve.errors import ConfigError
-    from coevolve.run import CONFIG_FILE, Run
+    from coevolve.run import CONFIG_FILE, STATE_FILE, Run, say
+    from coevolve.run.lock import check_run_dir, run_lock
 
-    run = Run.open(run_dir)
+    check_run_dir(run_dir)
+    if not (run_dir / STATE_FILE).is_file():  # before the lock, which would leave run.lock in any folder
+        Run.open(run_dir)  # raises its 'not a coevolve run folder' error
     bad = [o for o in (overrides or []) if not o.startswith("run.")]
     if bad:
         raise ConfigError(f"resume accepts only run.* overrides (the recipe must not change): {bad}")
-    cfg = load_config(run.state.recipe, run_dir / CONFIG_FILE, overrides or [])
-    _execute(cfg, run_dir, resumed=True)
+    with run_lock(run_dir):  # before Run.open, which already writes (cuts an unfinished phase's metrics)
+        run = Run.open(run_dir)
+        cfg, dropped = load_saved_config(run.state.recipe, run_dir / CONFIG_FILE, overrides or [], force)
+        if dropped:
+            say(f"--force: dropped from the saved config (now this version's defaults): {', '.join(dropped)}")
+        _execute(cfg, run_dir, resumed=True, force=force)
 
 
 @app.command("eval")

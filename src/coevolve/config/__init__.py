@@ -35,6 +35,13 @@ def recipe_runner(recipe: str):
     return _resolve(RECIPES[recipe][1])
 
 
+def recipe_plan(recipe: str):
+    """The recipe's ``plan(cfg) -> list[Phase]``: the phases its runner goes through, in order."""
+    config_class(recipe)
+    mod = RECIPES[recipe][1].partition(":")[0]
+    return _resolve(f"{mod}:plan")
+
+
 def load_config(recipe: str | None, file: str | Path | None = None, overrides: list[str] | None = None) -> RecipeConfig:
     """Load a recipe config: defaults <- YAML file <- key=value overrides. The recipe name comes
     from the argument or the file's ``recipe`` key; they must agree."""
@@ -50,4 +57,24 @@ def load_config(recipe: str | None, file: str | Path | None = None, overrides: l
     return build_config(config_class(name), data, list(overrides or []), origin)
 
 
-__all__ = ["RECIPES", "RecipeConfig", "config_class", "recipe_runner", "load_config", "dump_yaml"]
+def load_saved_config(recipe: str, file: Path, overrides: list[str], force: bool = False) -> tuple[RecipeConfig, list[str]]:
+    """A run folder's saved config for ``coevolve resume``, and the fields dropped to load it.
+
+    A config that no longer validates (this coevolve renamed, removed or narrowed a field) is
+    refused with the fields listed; with ``force`` those fields are dropped instead and take this
+    version's defaults, and their names are returned so the caller can say so."""
+    try:
+        return load_config(recipe, file, overrides), []
+    except ConfigError as e:
+        if not force:
+            raise ConfigError(f"the run's saved config no longer validates with this coevolve: {e}\n"
+                              "resume with --force to drop these fields (they take this version's defaults), "
+                              "or start a new run") from None
+    data = read_yaml(file)
+    data["recipe"] = recipe
+    dropped: list[str] = []
+    return build_config(config_class(recipe), data, list(overrides), str(file), dropped=dropped), dropped
+
+
+__all__ = ["RECIPES", "RecipeConfig", "config_class", "recipe_runner", "recipe_plan", "load_config", "load_saved_config",
+           "dump_yaml"]

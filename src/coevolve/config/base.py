@@ -289,23 +289,48 @@ def real_preset(recipe: str) -> dict[str, Any]:
     return yaml.safe_load(res.read_text(encoding="utf-8")) or {}
 
 
-def build_config(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[str], origin: str) -> RecipeConfig:
+def build_config(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[str], origin: str,
+                 dropped: list[str] | None = None) -> RecipeConfig:
     """Defaults <- real-model preset <- ``data`` <- ``overrides``, validated.
 
     The recipe's own defaults (e.g. a questioner phase of 5 steps) are merged under the file, so a
     YAML section that sets one key keeps the recipe's values for the others. When ``model.path``
     is a real model (not a toy one), the recipe's real-model preset (papers' values for a 4B base
     model) goes under the file too: a real run gets real answer budgets, learning rate and eval
-    protocol without restating them, and the toy defaults never reach it."""
+    protocol without restating them, and the toy defaults never reach it.
+
+    With a ``dropped`` list, fields that fail validation are removed (so they take the defaults)
+    and their dotted names appended to it, instead of raising (``coevolve resume --force``)."""
     data, overrides = resolve_aliases(cls, data, overrides)
     data = apply_overrides(data, overrides, cls)
     path = (data.get("model") or {}).get("path") if isinstance(data.get("model"), dict) else None
     if path and not is_toy_model(path):
         data = deep_merge(real_preset(str(data.get("recipe", ""))), data)
-    try:
-        return cls.model_validate(deep_merge(cls(recipe=data.get("recipe", "")).model_dump(), data))
-    except ValidationError as e:
-        raise ConfigError(validation_message(e, origin)) from None
+    while True:
+        try:
+            return cls.model_validate(deep_merge(cls(recipe=data.get("recipe", "")).model_dump(), data))
+        except ValidationError as e:
+            if dropped is None or not _drop_invalid(data, e, dropped):
+                raise ConfigError(validation_message(e, origin)) from None
+
+
+def _drop_invalid(data: dict[str, Any], err: ValidationError, dropped: list[str]) -> bool:
+    """Remove from ``data`` the deepest key it holds on each failing field's path; False when
+    nothing could be removed (an error of the whole config, or of a default value)."""
+    removed = False
+    for e in err.errors():
+        loc = [p for p in e["loc"] if isinstance(p, str)]
+        node: Any = data
+        for i, part in enumerate(loc):
+            if not isinstance(node, dict) or part not in node:
+                break
+            if i == len(loc) - 1 or not isinstance(node[part], dict):
+                del node[part]
+                dropped.append(".".join(loc[: i + 1]))
+                removed = True
+                break
+            node = node[part]
+    return removed
 
 
 def dump_yaml(cfg: BaseModel) -> str:

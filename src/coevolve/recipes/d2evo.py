@@ -228,6 +228,16 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
     return s.run.phase(Phase("solver", t), fn)
 
 
+def plan(cfg: D2EvoConfig) -> list[Phase]:
+    """The phases ``run`` goes through, in order (kept in state.json; a resume refuses a change)."""
+    phases = [Phase.base("eval")]
+    for t in range(1, cfg.rounds + 1):
+        names = ["difficulty", "anchors", *(["questioner"] if cfg.questioner.enabled else []), "buffer", "solver",
+                 *(["eval"] if eval_due(cfg, t, cfg.rounds) else [])]
+        phases += [Phase(n, t) for n in names]
+    return phases + ([Phase.final("difficulty")] if cfg.difficulty.measure_final else [])
+
+
 def run(cfg: D2EvoConfig, run: Run) -> dict[str, Any]:
     """Base eval, then ``cfg.rounds`` rounds of difficulty -> anchors -> questioner -> buffer ->
     solver -> eval, then the final difficulty histogram."""

@@ -329,6 +329,15 @@ def phase_memory(s: Setup, solver: Role, diag: Diagnosis, t: int) -> PhaseRecord
     return s.run.phase(Phase("memory", t), fn)
 
 
+def plan(cfg: DiagEvoConfig) -> list[Phase]:
+    """The phases ``run`` goes through, in order (kept in state.json; a resume refuses a change)."""
+    phases = [Phase.base("eval")]
+    for t in range(1, cfg.rounds + 1):
+        phases += [Phase(n, t) for n in ("challenger", "pool", "solver", "memory",
+                                          *(["eval"] if eval_due(cfg, t, cfg.rounds) else []))]
+    return phases
+
+
 def run(cfg: DiagEvoConfig, run: Run) -> dict[str, Any]:
     """Base eval, then ``cfg.rounds`` rounds of challenger -> pool -> solver -> memory -> eval."""
     with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
@@ -350,4 +359,4 @@ def run(cfg: DiagEvoConfig, run: Run) -> dict[str, Any]:
         return finish(s, {"memory": final.stats(cfg.memory.k)})
 
 
-__all__ = ["run", "load_memory"]
+__all__ = ["run", "plan", "load_memory"]

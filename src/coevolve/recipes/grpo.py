@@ -37,6 +37,11 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
     return s.run.phase(Phase("solver", t), fn)
 
 
+def plan(cfg: GRPOConfig) -> list[Phase]:
+    """The phases ``run`` goes through, in order (kept in state.json; a resume refuses a change)."""
+    return [Phase.base("eval"), Phase("solver", 1), Phase("eval", 1)]
+
+
 def run(cfg: GRPOConfig, run: Run) -> dict[str, Any]:
     with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
         s = setup(cfg, run, grader)

@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterable
 
 from coevolve.data.jsonl import read_jsonl
 from coevolve.errors import RunStateError
-from coevolve.run.files import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from coevolve.run.files import TMP_SUFFIX, atomic_write_json, atomic_write_jsonl, atomic_write_text
+from coevolve.run.lock import check_run_dir
 from coevolve.run.metrics import MetricsLog
 from coevolve.run.state import PhaseRecord, PhaseState
 
@@ -128,8 +129,7 @@ class Run:
     @classmethod
     def create(cls, path: Path, config_yaml: str, recipe: str, **kw: Any) -> "Run":
         path = Path(path)
-        if path.exists() and not path.is_dir():
-            raise RunStateError(f"run folder {path} is an existing file; choose another --run-dir")
+        check_run_dir(path)
         if (path / STATE_FILE).exists():
             raise RunStateError(f"{path} already holds a run; use `coevolve resume {path}` or choose another --run-dir")
         path.mkdir(parents=True, exist_ok=True)
@@ -138,11 +138,15 @@ class Run:
 
     @classmethod
     def open(cls, path: Path, **kw: Any) -> "Run":
+        """Reopen a run folder to continue it: cuts the metrics of an unfinished phase and removes
+        temp files a killed writer left, so only the folder's one writer (``run.lock``) opens it."""
         path = Path(path)
         if not (path / STATE_FILE).is_file() or not (path / CONFIG_FILE).is_file():
             raise RunStateError(f"{path} is not a coevolve run folder (no {STATE_FILE} / {CONFIG_FILE})")
         run = cls(path, PhaseState.load(path / STATE_FILE), **kw)
         run.metrics.truncate(int(run.state.data.get("metrics_bytes", 0)))
+        for tmp in path.rglob(f".*{TMP_SUFFIX}"):  # half-written temp files of a killed writer (files.py)
+            tmp.unlink(missing_ok=True)
         return run
 
     def bind(self, *, seed: int, keep_checkpoints: int, say: Say = say) -> "Run":
