@@ -1,0 +1,212 @@
+"""A run folder under stress: one writer at a time (a real second process is refused, a lock
+left by ``kill -9`` is taken over by exactly one taker), a run dir that is a file, a resume after
+the config or the recipe's phase list changed (refused unless ``--force``), a full disk at each
+write site (last good state intact, the resumed run equals an uninterrupted one), and the short
+kill -9 fuzz (``scripts/kill_fuzz.py --quick``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from coevolve.config import dump_yaml, load_config
+from coevolve.run import Run, faults
+from coevolve.run.lock import RunLockedError, run_lock
+
+torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = str(ROOT / "src")
+sys.path.insert(0, str(ROOT / "scripts"))
+import kill_fuzz  # noqa: E402
+
+TINY = [*kill_fuzz.QUICK["grpo"], "run.progress=false", "run.threads=1"]
+
+HOLD = """
+import sys, time
+from coevolve.run.lock import run_lock, RunLockedError
+try:
+    with run_lock(sys.argv[1]):
+        print("won", flush=True)
+        time.sleep(float(sys.argv[2]))
+except RunLockedError as e:
+    print("refused", e, flush=True)
+"""
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
+
+
+def _holder(path: Path, seconds: float) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(path), str(seconds)], env=_env(), stdout=subprocess.PIPE,
+                         text=True)
+    assert p.stdout is not None and p.stdout.readline().startswith("won")
+    return p
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "coevolve", *args], capture_output=True, text=True, env=_env(),
+                          timeout=240)
+
+
+def test_second_writer_is_refused_and_a_killed_holder_is_taken_over(tmp_path):
+    run = tmp_path / "run"
+    Run.create(run, dump_yaml(load_config("grpo")), "grpo")
+    holder = _holder(run, 60)
+    try:
+        with pytest.raises(RunLockedError, match=f"pid {holder.pid} on host .* command: coevolve"):
+            with run_lock(run):
+                pass
+        r = cli("resume", str(run))  # a real second process, through the CLI
+        assert r.returncode == 2 and f"pid {holder.pid}" in r.stderr and "in use" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with run_lock(run):  # the dead holder's lock is free: taken over, and now ours
+        info = json.loads((run / "run.lock").read_text())
+        assert info["pid"] == os.getpid()
+
+
+def test_two_takers_of_a_stale_lock_one_wins(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = _holder(run, 60)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    takers = [subprocess.Popen([sys.executable, "-c", HOLD, str(run), "5"], env=_env(), stdout=subprocess.PIPE,
+                               text=True) for _ in range(2)]
+    outs = [t.communicate(timeout=60)[0] for t in takers]
+    assert sorted(o.split()[0] for o in outs) == ["refused", "won"], outs
+
+
+def test_run_dir_that_is_a_file_is_a_clear_error(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    for args in (["run", "grpo", "--run-dir", str(f)], ["run", "grpo", "--run-dir", str(f / "sub")],
+                 ["run", "grpo", f"run.root={f}"], ["resume", str(f)]):
+        r = cli(*args)
+        assert r.returncode == 2 and "is an existing file, not a folder" in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr + r.stdout
+    assert f.read_text() == "x"
+
+
+def _execute(path: Path, overrides: list[str] = ()) -> dict:
+    from coevolve.recipes import execute
+
+    return execute(load_config("grpo", None, [*TINY, *overrides]), path)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tuple[Path, dict[str, int]]:
+    """One uninterrupted tiny grpo run, and how often it reached each write site."""
+    path = tmp_path_factory.mktemp("ref") / "run"
+    faults.configure("count")
+    try:
+        _execute(path)
+        return path, faults.calls()
+    finally:
+        faults.configure(None)
+
+
+def test_resume_refuses_a_changed_config_or_phase_list_unless_forced(tmp_path, reference):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference[0], run)
+    cfg = (run / "config.yaml").read_text()
+    old = "solver:\n  steps: 2\n  prompts_per_step: 4\n  group_size: 4\n"
+    assert old in cfg
+    (run / "config.yaml").write_text(cfg.replace(old, "solver:\n  retired_field: 3\n  steps: 2\n  prompts_per_step: 4\n"
+                                                      "  group_size: lots\n"))
+    r = cli("resume", str(run))
+    assert r.returncode == 2 and "no longer validates" in r.stderr, r.stderr
+    assert "solver.retired_field: unknown key" in r.stderr and "solver.group_size" in r.stderr
+    r = cli("resume", str(run), "--force")
+    assert r.returncode == 0, r.stderr
+    assert "dropped from the saved config" in r.stderr and "solver.retired_field" in r.stderr
+
+    (run / "config.yaml").write_text(cfg)
+    state = json.loads((run / "state.json").read_text())
+    assert state["plan"] == ["base/eval", "01/solver", "01/eval"]
+    state["plan"] = ["base/eval", "01/warmup", "01/solver"]  # the run was made by a recipe with other phases
+    (run / "state.json").write_text(json.dumps(state))
+    r = cli("resume", str(run))
+    assert r.returncode == 2 and "added: 01/eval" in r.stderr and "removed: 01/warmup" in r.stderr, r.stderr
+    r = cli("resume", str(run), "--force")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((run / "state.json").read_text())["plan"] == ["base/eval", "01/solver", "01/eval"]
+
+
+@pytest.mark.parametrize("site", ["write", "state", "metrics", "checkpoint", "rollouts"])
+def test_full_disk_at_each_write_site_leaves_the_run_resumable(tmp_path, reference, site):
+    from coevolve.recipes import RunWriteError
+
+    ref, calls = reference
+    assert calls.get(site, 0) >= 1, f"the reference never reached {site}: {calls}"
+    n = max(1, calls[site] // 2 + 1)  # a call in the middle of the run (the only one for checkpoint)
+    run = tmp_path / "run"
+    faults.configure(f"{site}:{n}:enospc")
+    try:
+        with pytest.raises(RunWriteError, match="No space left on device"):
+            _execute(run)
+    finally:
+        faults.configure(None)
+    state = json.loads((run / "state.json").read_text())  # the last good state: parses, is a prefix of the run
+    done = [p["key"] for p in state["phases"]]
+    assert state["status"] == "failed" and done == ["base/eval", "01/solver", "01/eval"][: len(done)]
+    assert len(done) < 3 or site in ("write", "metrics")  # a failure after the last phase mark (summary, report)
+    assert not list(run.rglob("*.tmp")), "a failed write left its temp file behind"
+    _execute(run)
+    assert kill_fuzz.compare(ref, run) == []
+
+
+def test_a_failed_state_write_changes_neither_file_nor_memory(tmp_path):
+    from coevolve.run.state import PhaseRecord, PhaseState
+
+    st = PhaseState.new(tmp_path / "state.json", "grpo")
+    before = (tmp_path / "state.json").read_text()
+    faults.configure("state:1:enospc")
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            st.finish(PhaseRecord("01/solver", "solver", 1, ""), {"solver": "checkpoints/solver_r01"}, 2, 100)
+    finally:
+        faults.configure(None)
+    assert (tmp_path / "state.json").read_text() == before
+    assert st.data["phases"] == [] and st.data["checkpoints"] == {}  # a later save (status) cannot mark it done
+    st.set_status("failed")
+    assert json.loads((tmp_path / "state.json").read_text())["phases"] == []
+
+
+def test_compare_sees_a_changed_rollout(tmp_path, reference):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference[0], run)
+    assert kill_fuzz.compare(reference[0], run) == []
+    f = run / "round_01" / "solver_rollouts.jsonl"
+    f.write_text(f.read_text().replace('"rewards": [', '"rewards": [0.5, ', 1))
+    assert kill_fuzz.compare(reference[0], run) == ["differs: round_01/solver_rollouts.jsonl"]
+
+
+def test_fault_spec_is_checked():
+    assert faults.parse("state:3:kill, write:1:enospc") == {"state": (3, "kill"), "write": (1, "enospc")}
+    for bad in ("state:0:kill", "nowhere:1:kill", "state:1:explode", "state:1"):
+        with pytest.raises(ValueError):
+            faults.parse(bad)
+
+
+def test_kill_fuzz_short(tmp_path):
+    """kill -9 (whole process group) the grpo recipe 3 times, at random moments and at write
+    sites, resuming each time: the finished run equals the uninterrupted one."""
+    assert kill_fuzz.main(["--out", str(tmp_path), "--recipes", "grpo", "--kills", "3", "--quick", "--seed", "3"]) == 0
+    rep = json.loads((tmp_path / "kill_fuzz.json").read_text())[0]
+    assert sum(k["landed"] for k in rep["kills"]) >= 3 and rep["resumes"] >= 3 and all(rep["identical"])
