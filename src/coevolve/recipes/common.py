@@ -3,6 +3,8 @@ phase, and the summary. Recipes compose these; the algorithms live in the librar
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from coevolve.loop import ParkedSampler, Role, sampling_params
 from coevolve.prompts import StopKind
 from coevolve.rl.learner import OPTIM_FILE, Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
-from coevolve.run.files import atomic_write_json
+from coevolve.run.files import TMP_SUFFIX, atomic_write_json
 from coevolve.run.trackers import make_trackers
 from coevolve.schema import GRPOPhase, WriterReward
 from coevolve.types import AnswerGrader, Sampler, SamplingParams
@@ -64,9 +66,21 @@ class Setup:
     def save(self, role: Role, tag: str) -> dict[str, Path]:
         """Checkpoint ``role`` (a loadable model folder plus the world it was trained in); the
         result goes into the phase result so the resume point moves with the phase mark."""
-        path = role.save(self.run.checkpoint_dir(role.name, tag))
-        atomic_write_json(path / CHECKPOINT_META, {"world": self.world.name, "chat_template": self.cfg.model.chat_template,
-                                                   "role": role.name, "recipe": self.cfg.recipe, "tag": tag})
+        path = self.run.checkpoint_dir(role.name, tag)
+        # Written whole into a staging folder, then renamed: a kill or a full disk mid-save never
+        # leaves a half checkpoint (or a library's stray temp file) under the final name.
+        staging = path.with_name(f".{path.name}{TMP_SUFFIX}")
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            role.save(staging)
+            meta = {"world": self.world.name, "chat_template": self.cfg.model.chat_template, "role": role.name,
+                    "recipe": self.cfg.recipe, "tag": tag}
+            atomic_write_json(staging / CHECKPOINT_META, meta)
+        except BaseException:  # a full disk: no half checkpoint stays behind (a kill's is removed by Run.open)
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        shutil.rmtree(path, ignore_errors=True)  # a rerun of the phase (killed after the rename, before its mark)
+        os.replace(staging, path)
         return {role.name: path}
 
     def params(self, seed: int | None, phase: GRPOPhase | None = None, kind: StopKind = "answer") -> SamplingParams:

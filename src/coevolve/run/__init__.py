@@ -145,8 +145,11 @@ class Run:
             raise RunStateError(f"{path} is not a coevolve run folder (no {STATE_FILE} / {CONFIG_FILE})")
         run = cls(path, PhaseState.load(path / STATE_FILE), **kw)
         run.metrics.truncate(int(run.state.data.get("metrics_bytes", 0)))
-        for tmp in path.rglob(f".*{TMP_SUFFIX}"):  # half-written temp files of a killed writer (files.py)
-            tmp.unlink(missing_ok=True)
+        for tmp in list(path.rglob(f".*{TMP_SUFFIX}")):  # what a killed writer left half-written (files.py,
+            if tmp.is_dir():                               # checkpoint staging folders)
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                tmp.unlink(missing_ok=True)
         return run
 
     def bind(self, *, seed: int, keep_checkpoints: int, say: Say = say) -> "Run":
