@@ -61,6 +61,7 @@ def run(
     """Run a recipe (the toy world by default: no model or data needed)."""
     from coevolve.config import dump_yaml, load_config
     from coevolve.preflight import preflight
+    from coevolve.recipes import write_errors
     from coevolve.run import Run, default_run_path
     from coevolve.run.lock import check_run_dir, run_lock
 
@@ -69,7 +70,8 @@ def run(
     check_run_dir(path)
     preflight(cfg)
     with run_lock(path, create=True):  # held until the run ends: one writer per run folder
-        Run.create(path, dump_yaml(cfg), cfg.recipe)
+        with write_errors(path):
+            Run.create(path, dump_yaml(cfg), cfg.recipe)
         _execute(cfg, path, resumed=False)
 
 
@@ -83,6 +85,7 @@ def resume(
     """Continue a run from its last completed phase (exactly as if never interrupted)."""
     from coevolve.config import load_saved_config
     from coevolve.errors import ConfigError
+    from coevolve.recipes import write_errors
     from coevolve.run import CONFIG_FILE, STATE_FILE, Run, say
     from coevolve.run.lock import check_run_dir, run_lock
 
@@ -93,7 +96,8 @@ def resume(
     if bad:
         raise ConfigError(f"resume accepts only run.* overrides (the recipe must not change): {bad}")
     with run_lock(run_dir):  # before Run.open, which already writes (cuts an unfinished phase's metrics)
-        run = Run.open(run_dir)
+        with write_errors(run_dir):
+            run = Run.open(run_dir)
         cfg, dropped = load_saved_config(run.state.recipe, run_dir / CONFIG_FILE, overrides or [], force)
         if dropped:
             say(f"--force: dropped from the saved config (now this version's defaults): {', '.join(dropped)}")

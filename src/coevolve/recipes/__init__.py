@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,14 +62,20 @@ def execute(cfg: RecipeConfig, path: Path, *, skip_finished: bool = False, force
     from coevolve.run.lock import run_lock
 
     path = Path(path)
-    with run_lock(path, create=True):
-        try:
-            return _execute_locked(cfg, path, skip_finished, force)
-        except OSError as e:
-            if e.errno not in WRITE_ERRNOS:
-                raise
-            raise RunWriteError(f"writing the run folder failed ({e}); every finished phase is intact: free space "
-                                f"(or fix the disk), then `coevolve resume {path}` continues") from e
+    with run_lock(path, create=True), write_errors(path):
+        return _execute_locked(cfg, path, skip_finished, force)
+
+
+@contextlib.contextmanager
+def write_errors(path: Path) -> Iterator[None]:
+    """Turn a failed write into the clear ``RunWriteError`` (how to continue, no traceback)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in WRITE_ERRNOS:
+            raise
+        raise RunWriteError(f"writing the run folder failed ({e}); every finished phase is intact: free space "
+                            f"(or fix the disk), then `coevolve resume {path}` continues") from e
 
 
 def _execute_locked(cfg: RecipeConfig, path: Path, skip_finished: bool, force: bool) -> dict[str, Any]:
