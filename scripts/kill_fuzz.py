@@ -60,7 +60,7 @@ TIME_KEYS = frozenset({"time", "created", "finished", "tracker_id", "seconds", "
 """JSON keys that measure time (plus any key ending in ``seconds``): removed before comparing.
 ``metrics_bytes`` (state.json) is the byte length of a log whose rows hold timestamps."""
 SKIP = ("report/", "run.lock")
-STARTUP_SECONDS = 6.0  # a CLI process's imports and model load before its first phase (toy, 1 thread)
+SETUP_SHARE = 0.15  # of the random-time kills: inside a process's setup (imports, lock, model load)
 
 
 @dataclass
@@ -150,20 +150,28 @@ def _site_calls(prefix: Path) -> dict[str, int]:
     return calls
 
 
-def reference(recipe: str, args: list[str], out: Path) -> tuple[Path, dict[str, int], float]:
+def reference(recipe: str, args: list[str], out: Path) -> tuple[Path, dict[str, int], float, float]:
+    """The uninterrupted run: its folder, site calls, wall seconds and setup seconds (until the
+    first phase's folder appears: imports, lock, model load)."""
     run = out / f"{recipe}-reference"
     counts = out / f"{recipe}-counts"
     t0 = time.time()
-    rc = _cli(["run", recipe, *args, *COMMON, "--run-dir", str(run)], out / f"{recipe}-reference.log",
-              fault=f"count:{counts}").wait()
-    if rc != 0:
-        raise SystemExit(f"{recipe}: the reference run failed (exit {rc}); see {out / f'{recipe}-reference.log'}")
-    return run, _site_calls(counts), time.time() - t0
+    p = _cli(["run", recipe, *args, *COMMON, "--run-dir", str(run)], out / f"{recipe}-reference.log",
+             fault=f"count:{counts}")
+    setup = None
+    while p.poll() is None:
+        if setup is None and (run / "base").is_dir():
+            setup = time.time() - t0
+        time.sleep(0.05)
+    if p.returncode != 0:
+        raise SystemExit(f"{recipe}: the reference run failed (exit {p.returncode}); see {out / f'{recipe}-reference.log'}")
+    wall = time.time() - t0
+    return run, _site_calls(counts), wall, setup or wall / 2
 
 
 def fuzz(recipe: str, args: list[str], out: Path, kills: int, rng: random.Random) -> RecipeReport:
     t0 = time.time()
-    ref, calls, ref_s = reference(recipe, args, out)
+    ref, calls, ref_s, setup_s = reference(recipe, args, out)
     plan = _state(ref).get("plan") or [p["key"] for p in _state(ref)["phases"]]
     rep = RecipeReport(recipe, args, round(ref_s, 1), calls)
     sites = sorted(s for s, n in calls.items() if n > 0)
@@ -179,7 +187,8 @@ def fuzz(recipe: str, args: list[str], out: Path, kills: int, rng: random.Random
         how, fault, delay = "", None, None
         if landed < kills:
             if rng.random() < 0.5:
-                delay = rng.uniform(0.2, STARTUP_SECONDS + left * max(1.0, ref_s - STARTUP_SECONDS))
+                delay = (rng.uniform(0.2, setup_s) if rng.random() < SETUP_SHARE
+                         else setup_s + rng.uniform(0, left * max(1.0, ref_s - setup_s)))
                 how = f"time:{delay:.1f}s"
             else:
                 site = rng.choice(sites)
