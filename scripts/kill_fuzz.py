@@ -12,7 +12,8 @@ fault hook (``coevolve.run.faults``) at the n-th call, n random, of a random sit
 reference reached: an atomic write between its temp file and the rename (``write``), the
 ``state.json`` rewrite after a phase's last artefact (``state``), a metrics row, a rollout
 batch, a checkpoint between model and optimiser state, an answer being graded. When a victim
-finishes before all kills have landed it is compared and a new victim starts.
+finishes before all kills have landed it is compared and a new victim starts; a victim whose
+phases are all done (summary and report left) is let finish rather than killed again.
 
 Comparison: every file of the finished victim against the reference, byte for byte, except
 fields that measure time and so legitimately differ (``TIME_KEYS``: wall / phase seconds,
@@ -185,7 +186,9 @@ def fuzz(recipe: str, args: list[str], out: Path, kills: int, rng: random.Random
         done = len(_state(victim).get("phases", []))
         left = 1.0 - done / max(1, len(plan))
         how, fault, delay = "", None, None
-        if landed < kills:
+        # A resume that only has the summary and report left is not killed again: the kills would
+        # pile up in that tail (every relaunch reaches it at once); a victim gets there by finishing.
+        if landed < kills and done < len(plan):
             if rng.random() < 0.5:
                 delay = (rng.uniform(0.2, setup_s) if rng.random() < SETUP_SHARE
                          else setup_s + rng.uniform(0, left * max(1.0, ref_s - setup_s)))
