@@ -250,6 +250,24 @@ def toy(args: argparse.Namespace, seq: Sequential) -> None:
             del sampler
 
 
+def rule_table(seq: Sequential) -> None:
+    """The exact law of the stopping rule per true pass rate (``staged_outcome``, no sampling)."""
+    from coevolve.curriculum.sequential import fixed_error, staged_outcome
+
+    sched = seq.schedule(32)
+    print(f"\n[rule] exact, per true pass rate p (schedule {sched}, confidence {seq.confidence})")
+    print("     p   E[answers]  P(early wrong)  P(wrong) adaptive  P(wrong) fixed-32")
+    for p in [0.0, 0.05, 0.1, 0.2, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0]:
+        o = staged_outcome(p, sched, BAND, seq.confidence, (seq.prior_a, seq.prior_b))
+        print(f"  {p:4.2f}  {o.expected_samples:10.1f}  {o.early_error:14.4f}  {o.error:17.4f}  {fixed_error(p, 32, BAND):17.4f}")
+    grid = [i / 200 for i in range(201)]
+    worst = max(grid, key=lambda p: staged_outcome(p, sched, BAND, seq.confidence, (seq.prior_a, seq.prior_b)).early_error)
+    gap = max(staged_outcome(p, sched, BAND, seq.confidence, (seq.prior_a, seq.prior_b)).error - fixed_error(p, 32, BAND)
+              for p in grid)
+    print(f"  max P(early wrong) over p = {staged_outcome(worst, sched, BAND, seq.confidence, (seq.prior_a, seq.prior_b)).early_error:.4f} "
+          f"at p = {worst}; max (P(wrong) adaptive - P(wrong) fixed-32) over p = {gap:.4f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run-dir", help="a d2evo run folder (toy pool, checkpoints, difficulty.jsonl per round)")
@@ -272,6 +290,7 @@ def main() -> None:
     print("columns: rollouts per pool, saving = fixed / this, mean answers per question, band-membership accuracy "
           "vs the true p and vs the N-answer reference, mean anchors, Jaccard of the anchor set with fixed-32's and "
           "with the reference's")
+    rule_table(seq)
     if not args.skip_synthetic:
         if not args.hist_run:
             ap.error("--hist-run or --run-dir is needed for the toy histograms")

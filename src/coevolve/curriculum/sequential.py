@@ -21,11 +21,14 @@ verdict, and anchor mining on ``k / n`` is unchanged). Undecided at the cap: cla
 
 **Error rate.** Bayesian: every stopped question is on the wrong side with posterior probability
 <= δ, so under the prior at most a fraction δ of early verdicts are wrong. Frequentist, for a
-question whose true pass rate is ``p``: ``early_error(p, ...)`` is the exact probability (sum
-over all staged binomial paths) that the question stops early on the wrong side; with the
-uniform prior, δ = 0.05 and stages 4, 8, 16 (cap 32) on [0.4, 0.8] it is at most ~0.03 over
-p in the band (worst at the upper edge, where fixed N = 32 itself errs ~50 % of the time) and
-0 for p at least 0.1 away from both edges (docs/difficulty.md has the table).
+question whose true pass rate is ``p``: ``staged_outcome(p, ...).early_error`` is the exact probability (sum
+over all staged binomial paths) that the question stops early on the wrong side. With the
+uniform prior, δ = 0.05 and stages 4, 8, 16 (cap 32) on [0.4, 0.8] it is at most 0.072 (at
+p = 0.4, the band's edge, where fixed N = 32 is itself wrong 46 % of the time), at most 0.033
+for 0.45 <= p <= 0.8 and below 1e-6 for p <= 0.3 or p >= 0.85; and an early wrong stop mostly happens on a
+path where the full 32 answers would also have been wrong, so the total error exceeds fixed
+N = 32's by at most 0.005 at any p (``fixed_error``; table: ``benchmarks/bench_difficulty.py``,
+docs/difficulty.md). Cost: 8 answers at p = 0, 16 at p = 1, ~31 inside the band.
 """
 
 from __future__ import annotations
