@@ -23,6 +23,7 @@ Usage::
 
     PYTHONPATH=src python benchmarks/bench_difficulty.py --run-dir RUN [--hist-run RUN] \
         [--ref-n 256] [--reps 10] [--solvers base,r01,r02,r03] [--skip-toy] [--carry 0.5]
+    PYTHONPATH=src python benchmarks/bench_difficulty.py --compare RUN_FIXED RUN_ADAPTIVE
 """
 
 from __future__ import annotations
@@ -268,6 +269,26 @@ def rule_table(seq: Sequential) -> None:
           f"at p = {worst}; max (P(wrong) adaptive - P(wrong) fixed-32) over p = {gap:.4f}")
 
 
+def compare_runs(paths: Sequence[str]) -> None:
+    """Held-out accuracy per round and rollouts (difficulty separately) of finished d2evo runs
+    (``summary.json``), e.g. one with each estimator, same seed."""
+    print("\n[runs] held-out greedy / sampled accuracy per round; rollouts of rounds 1..T (held-out evals and the "
+          "final re-measure not counted), difficulty rollouts separately")
+    for path in paths:
+        s = json.loads((Path(path) / "summary.json").read_text())
+        evals = {"base": s["eval"]["base"], **{f"r{k}": v for k, v in sorted(s["eval"]["rounds"].items(), key=lambda x: int(x[0]))}}
+        acc = " | ".join(f"{k}: {v['toy']['greedy']:.3f} / {v['toy']['sampled']:.4f}" for k, v in evals.items())
+        phases = [k for k in s["rounds"][0] if k.endswith("/rollouts") and not k.startswith("eval/")]
+        total = sum(r.get(k, 0) or 0 for r in s["rounds"] for k in phases)
+        diff = [r["difficulty/rollouts"] for r in s["rounds"]]
+        final = s.get("final", {}).get("difficulty/rollouts")
+        secs = [r["phase/difficulty/seconds"] for r in s["rounds"]]
+        print(f"  {path}\n    accuracy  {acc}\n    rollouts  rounds total {total}, difficulty {sum(diff)} "
+              f"({' + '.join(map(str, diff))}; {sum(diff) / max(1, total):.1%} of the rounds), final re-measure "
+              f"{final}, run total {s['rollouts']}; difficulty seconds {' + '.join(f'{x:.0f}' for x in secs)}, "
+              f"wall {s['wall_seconds']:.0f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run-dir", help="a d2evo run folder (toy pool, checkpoints, difficulty.jsonl per round)")
@@ -282,8 +303,13 @@ def main() -> None:
     ap.add_argument("--confidence", type=float, default=0.95)
     ap.add_argument("--carry", type=float, default=0.5, help="weight of the previous counts (0 = no carry variant)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--compare", nargs="+", metavar="RUN", help="only print held-out accuracy per round and rollouts "
+                    "of these finished d2evo runs")
     args = ap.parse_args()
     args.hist_run = args.hist_run or args.run_dir
+    if args.compare:
+        compare_runs(args.compare)
+        return
     seq = Sequential(stages=[int(x) for x in args.stages.split(",")], confidence=args.confidence)
     print(f"band [{BAND.low}, {BAND.high}]; fixed N = 32; adaptive stages {seq.stages} -> 32, confidence "
           f"{seq.confidence}, prior Beta({seq.prior_a:g}, {seq.prior_b:g}); carry γ = {args.carry:g}")
