@@ -15,6 +15,7 @@ Pools:
   30 % at p = 1, 30 % from Beta(½, ½)); answers are Bernoulli draws, ``--reps`` repetitions.
   Carry prior: the saved run's previous-round counts (toy), an independent N = 32 draw of the
   same p (U-shaped: a solver that did not change, the favourable case).
+  A second fixed-32 draw (another seed) shows how much two fixed estimates agree by chance.
 * ``toy``: the run's real pool under the real solvers: the base model and the checkpoints
   ``checkpoints/solver_r01..`` of ``--run-dir`` (a run with ``run.keep_checkpoints`` large
   enough keeps every round's); carry prior = the run's own previous measurement.
@@ -99,7 +100,7 @@ class Tally:
 
     def row(self, name: str, fixed_rollouts: int, has_truth: bool) -> str:
         acc_t = f"{self.agree_truth / self.questions:.4f}" if has_truth else "  -   "
-        return (f"  {name:<15} {self.rollouts / self.reps:>9.0f} {fixed_rollouts / max(1, self.rollouts):>6.2f}x "
+        return (f"  {name:<18} {self.rollouts / self.reps:>9.0f} {fixed_rollouts / max(1, self.rollouts):>6.2f}x "
                 f"{self.rollouts / self.questions:>6.1f}  {acc_t}  {self.agree_ref / self.questions:.4f}  "
                 f"{self.anchors / self.reps:>7.1f}  {self.jaccard_fixed / self.reps:.3f}  {self.jaccard_ref / self.reps:.3f}")
 
@@ -108,7 +109,7 @@ def jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b) if a | b else 1.0
 
 
-HEADER = ("  estimator        rollouts  saving  ans/q   acc(p)  acc(ref)  anchors  J(fixed) J(ref)")
+HEADER = ("  estimator           rollouts  saving  ans/q   acc(p)  acc(ref)  anchors  J(fixed) J(ref)")
 
 
 def counts_of(path: Path) -> dict[str, tuple[int, int]]:
@@ -128,7 +129,8 @@ def estimators(seq: Sequential, carry: float) -> list[str]:
 
 def run_pool(name: str, rates_of_rep: Any, prev_of_rep: Any, args: argparse.Namespace, seq: Sequential) -> None:
     """Synthetic pool: ``rates_of_rep(rep)`` -> pass rates; ``prev_of_rep(rep)`` -> carry counts or None."""
-    tallies = {e: Tally() for e in estimators(seq, args.carry)}
+    # a second fixed-32 draw: how far two fixed estimates' anchor sets agree by chance alone
+    tallies = {e: Tally() for e in ["fixed", "fixed, 2nd seed", *estimators(seq, args.carry)[1:]]}
     grader, prompter = StringGrader(), IndexPrompter()
     for rep in range(args.reps):
         rates = rates_of_rep(rep)
@@ -141,6 +143,8 @@ def run_pool(name: str, rates_of_rep: Any, prev_of_rep: Any, args: argparse.Name
         fixed = estimate_difficulty(sampler, prompter, tasks, 32, SamplingParams(seed=base.seed + 1), grader, 512)
         fixed_ids = {r.task_id for r in mine_anchors(fixed, BAND)}
         tallies["fixed"].add(fixed, truth, ref_in, fixed_ids)
+        again = estimate_difficulty(sampler, prompter, tasks, 32, SamplingParams(seed=base.seed + 4), grader, 512)
+        tallies["fixed, 2nd seed"].add(again, truth, ref_in, fixed_ids)
         adaptive = estimate_difficulty_adaptive(sampler, prompter, tasks, 32, SamplingParams(seed=base.seed + 2), grader,
                                                 BAND, seq, 512)
         tallies["adaptive"].add(adaptive, truth, ref_in, fixed_ids)
