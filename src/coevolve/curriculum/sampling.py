@@ -6,8 +6,8 @@ engine large batches. Why a seed per chunk: with a fixed seed, chunk c must not 
 0's random stream. The scheme is ``seed + c`` (c = 0, 1, ...), so the first chunk uses the
 caller's seed unchanged. Staged sampling (``sample_staged``, the adaptive estimators) gives
 stage j the seed ``seed + j · STAGE_SEED_STRIDE`` and chunks within it ``+ c`` on top, so stage 0
-draws exactly what a fixed call with the same seed would and no two (stage, chunk) pairs share
-a stream while a stage has fewer than ``STAGE_SEED_STRIDE`` chunks.
+uses the caller's seeds unchanged, a staged run is reproducible from its seed alone, and no two
+(stage, chunk) pairs share a stream while a stage has fewer than ``STAGE_SEED_STRIDE`` chunks.
 """
 
 from __future__ import annotations
