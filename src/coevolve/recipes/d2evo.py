@@ -3,7 +3,9 @@
 Every round t = 1..T, each a resumable phase (``coevolve.run``) with artefacts in ``round_NN/``:
 
 1. ``difficulty`` — the frozen current solver samples N answers per candidate real question
-   (``difficulty.jsonl``: correct count, pass rate, difficulty per question);
+   (``difficulty.jsonl``: correct count, pass rate, difficulty per question; with
+   ``difficulty.estimator=adaptive`` fewer for questions decided early, each row's ``n`` says how
+   many — docs/difficulty.md);
 2. ``anchors`` — keep low <= pass rate <= high (or a random draw of the same size: ablation);
 3. ``questioner`` — GRPO of the questioner on anchor prompts, reward format gate × plateau
    r_diff(x) (or R-Zero's), x = agreement of N_v frozen-solver answers
