@@ -229,26 +229,35 @@ def toy(args: argparse.Namespace, seq: Sequential) -> None:
             ref = estimate_difficulty(sampler, prompter, tasks, args.ref_n, params(7_000), grader, cfg.sampling.batch_prompts)
             t_ref = time.perf_counter() - t0
             ref_in = [BAND.contains(r.pass_rate) for r in ref]
-            t0 = time.perf_counter()
-            fixed = estimate_difficulty(sampler, prompter, tasks, 32, params(7_001), grader, cfg.sampling.batch_prompts)
-            t_fixed = time.perf_counter() - t0
-            fixed_ids = {r.task_id for r in mine_anchors(fixed, BAND)}
-            tallies = {e: Tally() for e in estimators(seq, args.carry)}
-            tallies["fixed"].add(fixed, None, ref_in, fixed_ids)
-            t0 = time.perf_counter()
-            adaptive = estimate_difficulty_adaptive(sampler, prompter, tasks, 32, params(7_002), grader, BAND, seq,
-                                                    cfg.sampling.batch_prompts)
-            t_adaptive = time.perf_counter() - t0
-            tallies["adaptive"].add(adaptive, None, ref_in, fixed_ids)
-            if args.carry > 0:
-                prev = counts_of(prev_path) if prev_path is not None else {}
-                priors = [carry_prior(PassRecord.from_counts(t, *prev[t.id]) if t.id in prev else None, seq, args.carry)
-                          for t in tasks]
-                carried = estimate_difficulty_adaptive(sampler, prompter, tasks, 32, params(7_002), grader, BAND, seq,
-                                                       cfg.sampling.batch_prompts, priors=priors)
-                tallies[f"adaptive+carry{args.carry:g}"].add(carried, None, ref_in, fixed_ids)
-            print(f"\n[toy] solver {name} ({folder}): {len(tasks)} questions, reference N = {args.ref_n} "
-                  f"({sum(ref_in)} in band); seconds: reference {t_ref:.0f}, fixed {t_fixed:.1f}, adaptive {t_adaptive:.1f}")
+            names = ["fixed", *(["fixed, 2nd seed"] if args.toy_reps > 1 else []), *estimators(seq, args.carry)[1:]]
+            tallies = {e: Tally() for e in names}
+            t_fixed = t_adaptive = 0.0
+            for rep in range(args.toy_reps):  # rep 0: seeds 7001 / 7002; rep r: + 10 r
+                t0 = time.perf_counter()
+                fixed = estimate_difficulty(sampler, prompter, tasks, 32, params(7_001 + 10 * rep), grader,
+                                            cfg.sampling.batch_prompts)
+                t_fixed += time.perf_counter() - t0
+                fixed_ids = {r.task_id for r in mine_anchors(fixed, BAND)}
+                tallies["fixed"].add(fixed, None, ref_in, fixed_ids)
+                if args.toy_reps > 1:
+                    again = estimate_difficulty(sampler, prompter, tasks, 32, params(7_004 + 10 * rep), grader,
+                                                cfg.sampling.batch_prompts)
+                    tallies["fixed, 2nd seed"].add(again, None, ref_in, fixed_ids)
+                t0 = time.perf_counter()
+                adaptive = estimate_difficulty_adaptive(sampler, prompter, tasks, 32, params(7_002 + 10 * rep), grader,
+                                                        BAND, seq, cfg.sampling.batch_prompts)
+                t_adaptive += time.perf_counter() - t0
+                tallies["adaptive"].add(adaptive, None, ref_in, fixed_ids)
+                if args.carry > 0:
+                    prev = counts_of(prev_path) if prev_path is not None else {}
+                    priors = [carry_prior(PassRecord.from_counts(t, *prev[t.id]) if t.id in prev else None, seq,
+                                          args.carry) for t in tasks]
+                    carried = estimate_difficulty_adaptive(sampler, prompter, tasks, 32, params(7_002 + 10 * rep), grader,
+                                                           BAND, seq, cfg.sampling.batch_prompts, priors=priors)
+                    tallies[f"adaptive+carry{args.carry:g}"].add(carried, None, ref_in, fixed_ids)
+            print(f"\n[toy] solver {name} ({folder}): {len(tasks)} questions x {args.toy_reps} draws, reference "
+                  f"N = {args.ref_n} ({sum(ref_in)} in band); seconds: reference {t_ref:.0f}, fixed {t_fixed:.1f}, "
+                  f"adaptive {t_adaptive:.1f}")
             print(HEADER)
             for e, t in tallies.items():
                 print(t.row(e, tallies["fixed"].rollouts, False))
@@ -301,6 +310,8 @@ def main() -> None:
     ap.add_argument("--ref-n", type=int, default=256)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--solvers", default="base,r01,r02,r03")
+    ap.add_argument("--toy-reps", type=int, default=1, help="draws of each estimator per toy solver against one "
+                    "reference (> 1 adds a second fixed-32 draw per repetition)")
     ap.add_argument("--skip-toy", action="store_true")
     ap.add_argument("--skip-synthetic", action="store_true")
     ap.add_argument("--stages", default="4,8,16")
