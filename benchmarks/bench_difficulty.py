@@ -249,11 +249,13 @@ def toy(args: argparse.Namespace, seq: Sequential) -> None:
                 t_adaptive += time.perf_counter() - t0
                 tallies["adaptive"].add(adaptive, None, ref_in, fixed_ids)
                 if args.carry > 0:
-                    prev = counts_of(prev_path) if prev_path is not None else {}
-                    priors = [carry_prior(PassRecord.from_counts(t, *prev[t.id]) if t.id in prev else None, seq,
-                                          args.carry) for t in tasks]
-                    carried = estimate_difficulty_adaptive(sampler, prompter, tasks, 32, params(7_002 + 10 * rep), grader,
-                                                           BAND, seq, cfg.sampling.batch_prompts, priors=priors)
+                    carried = adaptive  # no previous measurement (the base solver): the plain prior, same draw
+                    if prev_path is not None:
+                        prev = counts_of(prev_path)
+                        priors = [carry_prior(PassRecord.from_counts(t, *prev[t.id]) if t.id in prev else None, seq,
+                                              args.carry) for t in tasks]
+                        carried = estimate_difficulty_adaptive(sampler, prompter, tasks, 32, params(7_002 + 10 * rep),
+                                                               grader, BAND, seq, cfg.sampling.batch_prompts, priors=priors)
                     tallies[f"adaptive+carry{args.carry:g}"].add(carried, None, ref_in, fixed_ids)
             print(f"\n[toy] solver {name} ({folder}): {len(tasks)} questions x {args.toy_reps} draws, reference "
                   f"N = {args.ref_n} ({sum(ref_in)} in band); seconds: reference {t_ref:.0f}, fixed {t_fixed:.1f}, "
