@@ -246,3 +246,25 @@ def test_real_model_path_with_toy_model_as_hf_folder(tmp_path: Path) -> None:
     assert "expert competition-math problem setter" in first["prompt"] and "Reference answer:" in first["prompt"]
     assert run.result(Phase("buffer", 1)).values["oracle_acc_kept"] is None  # no oracle for real data
     assert run.done(Phase("eval", 1))
+
+
+def test_adaptive_difficulty_run_records_samples_per_question(tmp_path: Path) -> None:
+    """difficulty.estimator=adaptive (with carry in round 2) and an adaptive buffer vote: each
+    record says how many answers it rests on and the phase's rollouts are their sum."""
+    summary, run = _run(tmp_path, "adaptive", TINY + [
+        "rounds=2", "difficulty.samples=8", "difficulty.estimator=adaptive", "difficulty.sequential.stages=[2,4]",
+        "difficulty.carry=2", "difficulty.sequential.confidence=0.8", "buffer.voting.samples=8", "buffer.voting.estimator=adaptive",
+        "buffer.voting.sequential.stages=[4]"])
+    early = 0
+    for t in (1, 2):
+        recs = run.read_jsonl(f"round_{t:02d}/difficulty.jsonl")
+        res = run.result(Phase("difficulty", t))
+        assert res.rollouts == sum(r["n"] for r in recs) <= 8 * len(recs)
+        assert all(r["decision"] in ("below", "inside", "above", "cap") for r in recs)
+        assert all((r["n"] == 8) == (r["decision"] == "cap") for r in recs)
+        assert all(r["pass_rate"] == r["correct"] / r["n"] and len(r["answers"]) == r["n"] for r in recs)
+        assert res.values["stopped"]["cap"] == sum(r["decision"] == "cap" for r in recs)
+        early += sum(r["n"] < 8 for r in recs)
+        pool = run.read_jsonl(f"round_{t:02d}/pool.jsonl")
+        assert all(r["n"] in (4, 8) and len(r["answers"]) == r["n"] for r in pool)
+    assert early > 0 and run.done(Phase("eval", 2))

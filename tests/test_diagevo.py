@@ -252,3 +252,18 @@ def test_kill9_resume_matches_uninterrupted_run(tmp_path, toy_model_overrides, s
     ref_m = strip(Run.open(ref).metrics.rows())
     vic_m = strip(Run.open(victim).metrics.rows())
     assert ref_m == vic_m  # nothing logged twice, nothing lost
+
+
+def test_adaptive_pool_vote_counts_the_answers_drawn(tmp_path, toy_model_overrides):
+    """pool.voting.estimator=adaptive (cap 16, one interim look at 8, 80 %): each pool row says how
+    many answers its vote rests on, and the pool phase's rollouts are the writes plus those."""
+    ovs = ["pool.voting.estimator=adaptive", "pool.voting.samples=16", "pool.voting.sequential.stages=[8]",
+           "pool.voting.sequential.confidence=0.8"]
+    _run(tmp_path / "run", toy_model_overrides + TINY + ovs)
+    run = Run.open(tmp_path / "run")
+    pool = run.read_jsonl("round_01/pool.jsonl")
+    assert pool and all(p["n"] in (8, 16) and len(p["answers"]) == p["n"] for p in pool)
+    assert any(p["n"] == 8 for p in pool)  # unanimous votes are decided after 8 at 80 %
+    from coevolve.run import Phase
+
+    assert run.result(Phase("pool", 1)).rollouts == 32 + sum(p["n"] for p in pool)

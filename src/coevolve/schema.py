@@ -101,6 +101,40 @@ class WriterReward(Strict):
 
 FilterMode = Literal["dual", "absolute", "none"]
 
+Estimator = Literal["fixed", "adaptive"]
+"""How many solver answers a question gets: ``fixed`` = always N (the papers); ``adaptive`` =
+in stages, stopping a question once its verdict is decided (``Sequential``)."""
+
+
+class Sequential(Strict):
+    """Stages and stopping confidence of the adaptive estimator (``estimator: adaptive``).
+
+    A question gets ``stages[0]`` answers, then is topped up to ``stages[1]``, ... and finally to
+    the section's ``samples`` (the cap), each stage one batched sampler call over the questions
+    still undecided. After each interim stage a question stops when the Beta posterior
+    ``Beta(prior_a + k, prior_b + n - k)`` puts at least ``confidence`` on one side of the
+    decision (rule and error rate: ``coevolve.curriculum.sequential``, docs/difficulty.md).
+    """
+
+    stages: list[int] = Field(default_factory=lambda: [4, 8, 16], description="Cumulative answers per question at "
+                              "each interim look (strictly increasing, all below the cap `samples`).")
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="Stop a question when the posterior probability of "
+                              "its verdict is >= this (1 - delta).")
+    prior_a: float = Field(1.0, gt=0, description="Beta prior pseudo-successes (1, 1 = uniform).")
+    prior_b: float = Field(1.0, gt=0, description="Beta prior pseudo-failures (1, 1 = uniform).")
+
+    @model_validator(mode="after")
+    def _increasing(self) -> "Sequential":
+        if not self.stages or self.stages[0] < 1 or any(b <= a for a, b in zip(self.stages, self.stages[1:])):
+            raise ValueError(f"sequential.stages must be strictly increasing positive counts, got {self.stages}")
+        return self
+
+    def schedule(self, cap: int) -> list[int]:
+        """Cumulative answers per stage, ending at ``cap``: ``stages + [cap]``."""
+        if self.stages[-1] >= cap:
+            raise ValueError(f"sequential.stages {self.stages} must all lie below the cap samples={cap}")
+        return [*self.stages, cap]
+
 
 class Voting(Strict):
     """Pseudo-labels by majority vote and the confidence filter on them.
@@ -114,6 +148,17 @@ class Voting(Strict):
     filter: FilterMode = Field("dual", description="'dual' (DiagEvo), 'absolute' (band only) or 'none'.")
     band: Band = Field(default_factory=Band, description="Absolute filter on p1.")
     tau: float = Field(1.6, ge=0, description="Relative filter: keep when p1 >= tau·p2 (DiagEvo: 1.6).")
+    estimator: Estimator = Field("fixed", description="'fixed' = `samples` answers per question (the papers); "
+                                 "'adaptive' = stop drawing once the filter's verdict is decided (`sequential`).")
+    sequential: Sequential = Field(default_factory=Sequential, description="Stages and confidence of 'adaptive' "
+                                   "(the cap is `samples`).")
+
+    @model_validator(mode="after")
+    def _stages_below_cap(self) -> "Voting":
+        if self.estimator == "adaptive":
+            self.sequential.schedule(self.samples)
+        return self
 
 
-__all__ = ["BAND_TOLERANCE", "Band", "in_band", "FilterMode", "GRPOPhase", "SolverPhase", "Strict", "Voting", "WriterReward"]
+__all__ = ["BAND_TOLERANCE", "Band", "in_band", "Estimator", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
+           "Voting", "WriterReward"]

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from coevolve.config.base import RecipeConfig
-from coevolve.schema import Band, GRPOPhase, SolverPhase, Strict, Voting, WriterReward
+from coevolve.schema import Band, Estimator, GRPOPhase, Sequential, SolverPhase, Strict, Voting, WriterReward
 
 
 class DifficultySection(Strict):
@@ -39,6 +39,19 @@ class DifficultySection(Strict):
         "many anchors as the band holds, drawn at random from the pool.")
     max_anchors: int | None = Field(None, ge=1, description="Cap on anchors per round (seeded sample); None = all (paper).")
     measure_final: bool = Field(True, description="Re-measure the pool with the final solver (the last histogram).")
+    estimator: Estimator = Field(
+        "fixed", description="'fixed' = `samples` answers per question (paper); 'adaptive' = answers in stages, a "
+        "question stops once its band membership is decided at `sequential.confidence` (cap: `samples`).")
+    sequential: Sequential = Field(default_factory=Sequential, description="Stages, confidence and prior of 'adaptive'.")
+    carry: float = Field(
+        0.0, ge=0, description="'adaptive' only: weight γ of last round's counts in this round's prior, Beta(a + γ·k', "
+        "b + γ·(n' - k')) (0 = off; our option, not in the paper).")
+
+    @model_validator(mode="after")
+    def _stages_below_cap(self) -> "DifficultySection":
+        if self.estimator == "adaptive":
+            self.sequential.schedule(self.samples)
+        return self
 
 
 class QuestionerSection(GRPOPhase):

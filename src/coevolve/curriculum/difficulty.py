@@ -2,6 +2,10 @@
 
 ``Acc_S(q) = correct / N`` over N solver samples; ``Difficulty(q) = (1 - correct/N) · 100`` (the
 paper's scale, shown to the questioner); anchors are the questions with ``low <= Acc_S <= high``.
+
+``estimate_difficulty`` is the paper's fixed N; ``estimate_difficulty_adaptive`` draws the
+answers in stages and stops a question once its band membership is decided
+(``coevolve.curriculum.sequential``), so N varies per question and each record carries its own.
 """
 
 from __future__ import annotations
@@ -11,11 +15,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
 from coevolve.answers import extract_answer
-from coevolve.curriculum.sampling import CurriculumError, sample_chunked
+from coevolve.curriculum.sampling import CurriculumError, sample_chunked, sample_staged
+from coevolve.curriculum.sequential import band_decision, schedule_of
 from coevolve.errors import ConfigError
 from coevolve.prompts import Prompter
-from coevolve.schema import Band
-from coevolve.types import AnswerGrader, Sampler, SamplingParams, Task
+from coevolve.schema import Band, Sequential
+from coevolve.types import AnswerGrader, Completion, Sampler, SamplingParams, Task
 
 
 @dataclass
@@ -23,7 +28,10 @@ class PassRecord:
     """Measured difficulty of one labelled question under the frozen solver.
 
     ``pass_rate = correct / n``; ``difficulty = (1 - correct/n) * 100``. ``answers`` are the
-    extracted final answers (None = unparseable).
+    extracted final answers (None = unparseable). ``n`` is the number of answers the rate rests
+    on (fixed: N; adaptive: where the question stopped); ``decision`` says why an adaptive
+    estimate stopped there ("below" / "inside" / "above": decided early; "cap": undecided, all N
+    drawn) and is None for the fixed estimator (and then left out of the saved row).
     """
 
     task_id: str
@@ -35,19 +43,24 @@ class PassRecord:
     difficulty: float
     answers: list[str | None] = field(default_factory=list)
     features: dict[str, Any] = field(default_factory=dict)
+    decision: str | None = None
 
     @classmethod
-    def from_counts(cls, task: Task, correct: int, n: int, answers: list[str | None] | None = None) -> "PassRecord":
+    def from_counts(cls, task: Task, correct: int, n: int, answers: list[str | None] | None = None,
+                    decision: str | None = None) -> "PassRecord":
         if task.answer is None:
             raise CurriculumError(f"task {task.id!r} has no answer: difficulty needs a labelled question")
         if not 0 <= correct <= n or n < 1:
             raise CurriculumError(f"task {task.id!r}: correct={correct} out of n={n}")
         rate = correct / n
         return cls(task.id, task.question, task.answer, n, correct, rate, (1.0 - rate) * 100.0,
-                   list(answers or []), dict(task.features))
+                   list(answers or []), dict(task.features), decision)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["decision"] is None:  # fixed estimator: the saved row stays as it always was
+            del d["decision"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PassRecord":
@@ -82,6 +95,67 @@ def estimate_difficulty(
         correct = sum(bool(v) for v in verdicts[i * n : (i + 1) * n])
         records.append(PassRecord.from_counts(t, correct, n, [extract_answer(c.text) for c in g]))
     return records
+
+
+def carry_prior(prev: PassRecord | None, seq: Sequential, discount: float) -> tuple[float, float]:
+    """Beta prior of a question from last round's counts: ``(a + γ·k', b + γ·(n' - k'))`` with
+    γ = ``discount`` (0 = the plain prior; last round's solver was a different model, so its
+    counts are worth less than this round's)."""
+    if discount < 0:
+        raise ConfigError(f"difficulty.carry must be >= 0, got {discount}")
+    if prev is None or discount == 0:
+        return (seq.prior_a, seq.prior_b)
+    return (seq.prior_a + discount * prev.correct, seq.prior_b + discount * (prev.n - prev.correct))
+
+
+def estimate_difficulty_adaptive(
+    sampler: Sampler,
+    prompter: Prompter,
+    tasks: Sequence[Task],
+    n: int,
+    params: SamplingParams,
+    grader: AnswerGrader,
+    band: Band,
+    seq: Sequential,
+    batch_prompts: int = 64,
+    priors: Sequence[tuple[float, float]] | None = None,
+) -> list[PassRecord]:
+    """Sequential difficulty: answers in stages ``seq.stages`` then up to the cap ``n`` (each stage
+    one chunked pass over the undecided questions); a question stops once ``band_decision``
+    decides its band membership at ``seq.confidence`` under its prior (``priors[i]``, default
+    ``(seq.prior_a, seq.prior_b)``). Undecided at the cap: ``k / n`` as in ``estimate_difficulty``.
+    Rollouts = ``sum(r.n for r in records)``."""
+    for t in tasks:
+        if t.answer is None:
+            raise CurriculumError(f"task {t.id!r} has no answer: difficulty needs labelled questions")
+    schedule = schedule_of(seq, n)
+    if priors is not None and len(priors) != len(tasks):
+        raise CurriculumError(f"{len(priors)} priors for {len(tasks)} tasks")
+    prior_of = list(priors) if priors is not None else [(seq.prior_a, seq.prior_b)] * len(tasks)
+    golds = [str(t.answer) for t in tasks]
+    verdicts: list[list[bool]] = [[] for _ in tasks]
+    decided: dict[int, str] = {}
+
+    def grade_new(idx: list[int], groups: list[list[Completion]]) -> None:
+        pairs = [(i, c.text) for i, g in zip(idx, groups) for c in g[len(verdicts[i]):]]
+        for (i, _), v in zip(pairs, grader.grade_batch([golds[i] for i, _ in pairs], [t for _, t in pairs])):
+            verdicts[i].append(bool(v))
+
+    def stop(idx: list[int], groups: list[list[Completion]]) -> list[bool]:
+        grade_new(idx, groups)
+        out = []
+        for i in idx:
+            d = band_decision(sum(verdicts[i]), len(verdicts[i]), band, seq.confidence, prior_of[i])
+            if d is not None:
+                decided[i] = d
+            out.append(d is not None)
+        return out
+
+    groups = sample_staged(sampler, [prompter.solver(t.question) for t in tasks], schedule, params, batch_prompts, stop)
+    grade_new(list(range(len(tasks))), groups)
+    return [PassRecord.from_counts(t, sum(verdicts[i]), len(verdicts[i]), [extract_answer(c.text) for c in groups[i]],
+                                   decided.get(i, "cap"))
+            for i, t in enumerate(tasks)]
 
 
 def mine_anchors(records: Sequence[PassRecord], band: Band) -> list[PassRecord]:

@@ -17,7 +17,14 @@ from typing import Any, Callable, Sequence
 from coevolve.curriculum.buffer import normalize_question
 from coevolve.curriculum.sampling import sample_chunked
 from coevolve.curriculum.verify import LabelVerifier, NoVerifier
-from coevolve.curriculum.voting import OracleFn, VoteRecord, confidence_filter, label_correct, label_questions
+from coevolve.curriculum.voting import (
+    OracleFn,
+    VoteRecord,
+    confidence_filter,
+    label_correct,
+    label_questions,
+    label_questions_adaptive,
+)
 from coevolve.prompts import Prompter
 from coevolve.rewards import questioner_rewards, rzero_rewards
 from coevolve.schema import Voting, WriterReward
@@ -201,12 +208,18 @@ def propose_questions(
 ) -> CandidatePool:
     """One question per prompt from ``writer``; ``origins[i]`` records what prompt i asked for.
     ``banned`` / ``excluded`` hold normalised questions (anchors / evaluation items) that must
-    not enter the pool. Rollouts: one per prompt plus ``voting.samples`` per labelled question."""
+    not enter the pool. Rollouts: one per prompt plus the answers each labelled question got
+    (``voting.samples``; fewer with ``voting.estimator=adaptive``, which stops a question once
+    the configured filter's verdict is decided — the other filter modes, measured on the same
+    votes, then see the shorter votes)."""
     comps = sample_chunked(writer, prompts, 1, write_params, batch_prompts)
     parsed = [prompter.parse_question(g[0].text) for g in comps]
     status = _screen(parsed, banned, excluded)
     to_label = [q for q, s in zip(parsed, status) if s == "labelled" and q is not None]
-    votes = label_questions(solver, prompter, to_label, voting.samples, vote_params, grader, batch_prompts)
+    if voting.estimator == "fixed":
+        votes = label_questions(solver, prompter, to_label, voting.samples, vote_params, grader, batch_prompts)
+    else:
+        votes = label_questions_adaptive(solver, prompter, to_label, voting, vote_params, grader, batch_prompts)
     cands, k = [], 0
     for origin, g, q, s in zip(origins, comps, parsed, status):
         cand = Candidate(dict(origin), g[0].text, q, s)
@@ -230,4 +243,4 @@ def propose_questions(
             c.status = ("kept" if v.id in kept_ids else "rejected" if v.id in passed_ids
                         else "no_label" if v.label is None else "filtered")
     return CandidatePool(cands, votes, filtered, kept, verdict, correct,
-                         rollouts=len(prompts) + len(to_label) * voting.samples)
+                         rollouts=len(prompts) + sum(v.n for v in votes))

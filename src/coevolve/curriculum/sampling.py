@@ -4,13 +4,16 @@ Why chunks: a phase that measures hundreds of questions N times each would other
 giant batch; a chunk of ``batch_prompts`` prompts keeps memory bounded and still gives the
 engine large batches. Why a seed per chunk: with a fixed seed, chunk c must not replay chunk
 0's random stream. The scheme is ``seed + c`` (c = 0, 1, ...), so the first chunk uses the
-caller's seed unchanged.
+caller's seed unchanged. Staged sampling (``sample_staged``, the adaptive estimators) gives
+stage j the seed ``seed + j · STAGE_SEED_STRIDE`` and chunks within it ``+ c`` on top, so stage 0
+uses the caller's seeds unchanged, a staged run is reproducible from its seed alone, and no two
+(stage, chunk) pairs share a stream while a stage has fewer than ``STAGE_SEED_STRIDE`` chunks.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from coevolve.errors import CoevolveError, ConfigError
 from coevolve.types import Completion, Sampler, SamplingParams
@@ -46,3 +49,45 @@ def sample_chunked(
             )
         out.extend(groups)
     return out
+
+
+STAGE_SEED_STRIDE = 1 << 16
+"""Seed distance between stages of ``sample_staged`` (more chunks than this per stage would
+reuse a later stage's seeds: 65,536 chunks of ``batch_prompts`` prompts)."""
+
+StopFn = Callable[[list[int], list[list[Completion]]], list[bool]]
+"""``stop(open_indices, groups)``: for each still-open prompt (its index and all its completions
+so far), whether it is decided and needs no more completions."""
+
+
+def stage_params(params: SamplingParams, stage: int) -> SamplingParams:
+    """``params`` with the base seed of stage ``stage`` (``seed + stage · STAGE_SEED_STRIDE``)."""
+    return params if params.seed is None else replace(params, seed=params.seed + stage * STAGE_SEED_STRIDE)
+
+
+def sample_staged(
+    sampler: Sampler, prompts: Sequence[str], schedule: Sequence[int], params: SamplingParams, batch_prompts: int,
+    stop: StopFn,
+) -> list[list[Completion]]:
+    """Completions in stages: every prompt is topped up to ``schedule[j]`` completions at stage
+    j, one ``sample_chunked`` pass over the prompts still open (so each stage is batched like a
+    fixed call); after every stage but the last, ``stop`` closes the decided prompts. Returns
+    each prompt's completions (between ``schedule[0]`` and ``schedule[-1]`` of them)."""
+    if not schedule or schedule[0] < 1 or any(b <= a for a, b in zip(schedule, schedule[1:])):
+        raise ConfigError(f"stage schedule must be strictly increasing positive counts, got {list(schedule)}")
+    groups: list[list[Completion]] = [[] for _ in prompts]
+    open_idx = list(range(len(prompts)))
+    done = 0
+    for j, n in enumerate(schedule):
+        if not open_idx:
+            break
+        new = sample_chunked(sampler, [prompts[i] for i in open_idx], n - done, stage_params(params, j), batch_prompts)
+        for i, g in zip(open_idx, new):
+            groups[i].extend(g)
+        done = n
+        if j < len(schedule) - 1:
+            closed = stop(open_idx, [groups[i] for i in open_idx])
+            if len(closed) != len(open_idx):
+                raise CurriculumError(f"stop() returned {len(closed)} verdicts for {len(open_idx)} open prompts")
+            open_idx = [i for i, c in zip(open_idx, closed) if not c]
+    return groups

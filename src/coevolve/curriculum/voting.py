@@ -7,11 +7,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from coevolve.answers import extract_answer
-from coevolve.curriculum.sampling import sample_chunked
+from coevolve.curriculum.sampling import sample_chunked, sample_staged
+from coevolve.curriculum.sequential import schedule_of, vote_decision
 from coevolve.errors import ConfigError
 from coevolve.prompts import Prompter
-from coevolve.schema import Band, FilterMode
-from coevolve.types import AnswerGrader, Sampler, SamplingParams
+from coevolve.schema import Band, FilterMode, Voting
+from coevolve.types import AnswerGrader, Completion, Sampler, SamplingParams
 
 OracleFn = Callable[[str], "str | None"]
 """``oracle(question) -> exact answer or None`` (worlds that know the truth: the toy world)."""
@@ -60,6 +61,35 @@ def label_questions(
     answers = [[extract_answer(c.text) for c in g] for g in groups]
     votes = grader.vote_batch(answers)
     return [VoteRecord(q, n, a, v.label, float(v.p1), float(v.p2), list(v.sizes))
+            for q, a, v in zip(questions, answers, votes)]
+
+
+def label_questions_adaptive(
+    sampler: Sampler,
+    prompter: Prompter,
+    questions: Sequence[str],
+    voting: Voting,
+    params: SamplingParams,
+    grader: AnswerGrader,
+    batch_prompts: int = 64,
+) -> list[VoteRecord]:
+    """``label_questions`` in stages (``voting.sequential``, cap ``voting.samples``): after each
+    stage the open questions are voted on and a question stops once ``vote_decision`` says it
+    passes or fails ``voting.filter`` at ``voting.sequential.confidence``. Each record's ``n``
+    is the number of answers it rests on (p1 / p2 are shares of those)."""
+    seq = voting.sequential
+    prior = (seq.prior_a, seq.prior_b)
+
+    def stop(idx: list[int], groups: list[list[Completion]]) -> list[bool]:
+        votes = grader.vote_batch([[extract_answer(c.text) for c in g] for g in groups])
+        return [vote_decision(list(v.sizes), len(g), voting.band, voting.tau, voting.filter, seq.confidence, prior)
+                is not None for v, g in zip(votes, groups)]
+
+    groups = sample_staged(sampler, [prompter.solver(q) for q in questions], schedule_of(seq, voting.samples), params,
+                           batch_prompts, stop)
+    answers = [[extract_answer(c.text) for c in g] for g in groups]
+    votes = grader.vote_batch(answers)
+    return [VoteRecord(q, len(a), a, v.label, float(v.p1), float(v.p2), list(v.sizes))
             for q, a, v in zip(questions, answers, votes)]
 
 

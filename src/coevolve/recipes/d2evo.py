@@ -3,7 +3,9 @@
 Every round t = 1..T, each a resumable phase (``coevolve.run``) with artefacts in ``round_NN/``:
 
 1. ``difficulty`` — the frozen current solver samples N answers per candidate real question
-   (``difficulty.jsonl``: correct count, pass rate, difficulty per question);
+   (``difficulty.jsonl``: correct count, pass rate, difficulty per question; with
+   ``difficulty.estimator=adaptive`` fewer for questions decided early, each row's ``n`` says how
+   many — docs/difficulty.md);
 2. ``anchors`` — keep low <= pass rate <= high (or a random draw of the same size: ablation);
 3. ``questioner`` — GRPO of the questioner on anchor prompts, reward format gate × plateau
    r_diff(x) (or R-Zero's), x = agreement of N_v frozen-solver answers
@@ -30,7 +32,9 @@ from coevolve.curriculum import (
     LabelVerifier,
     PassRecord,
     build_hybrid_buffer,
+    carry_prior,
     estimate_difficulty,
+    estimate_difficulty_adaptive,
     make_verifier,
     mine_anchors,
     normalize_question,
@@ -50,21 +54,50 @@ def _anchors(s: Setup, t: int) -> list[PassRecord]:
     return [PassRecord.from_dict(d) for d in s.run.read_jsonl(f"round_{t:02d}/anchors.jsonl")]
 
 
+def _previous_difficulty(s: Setup, phase: Phase) -> dict[str, PassRecord]:
+    """Last measurement of the pool before ``phase`` (round t-1's, or round T's for the final
+    one), by task id; empty in round 1."""
+    t = s.cfg.rounds + 1 if phase.round is None else phase.round
+    if t <= 1:
+        return {}
+    rows = s.run.read_jsonl(f"round_{t - 1:02d}/difficulty.jsonl")
+    return {r.task_id: r for r in map(PassRecord.from_dict, rows)}
+
+
 def phase_difficulty(s: Setup, solver: Role, pool: list[Task], phase: Phase) -> PhaseRecord:
-    """Step 1: N samples per candidate question from the frozen current solver (no update)."""
+    """Step 1: N samples per candidate question from the frozen current solver (no update);
+    with ``difficulty.estimator=adaptive`` in stages, each question stopping once its band
+    membership is decided (optionally with last round's counts as prior, ``difficulty.carry``)."""
     cfg, d = s.cfg, s.cfg.difficulty
 
     def fn(ctx: PhaseContext) -> PhaseResult:
-        recs = estimate_difficulty(solver.sampler, s.world.prompter, pool, d.samples, s.params(ctx.seed),
-                                   s.grader, cfg.sampling.batch_prompts)
+        if d.estimator == "fixed":
+            recs = estimate_difficulty(solver.sampler, s.world.prompter, pool, d.samples, s.params(ctx.seed),
+                                       s.grader, cfg.sampling.batch_prompts)
+        else:
+            prev = _previous_difficulty(s, phase) if d.carry > 0 else {}
+            recs = estimate_difficulty_adaptive(
+                solver.sampler, s.world.prompter, pool, d.samples, s.params(ctx.seed), s.grader, d.band, d.sequential,
+                cfg.sampling.batch_prompts, priors=[carry_prior(prev.get(t.id), d.sequential, d.carry) for t in pool])
         s.run.write_jsonl(ctx.dir / "difficulty.jsonl", [r.to_dict() for r in recs])
         hist = pass_rate_histogram([r.pass_rate for r in recs])
         mean = sum(r.pass_rate for r in recs) / max(1, len(recs))
+        rollouts = sum(r.n for r in recs)
         ctx.log({"curriculum/pool_size": len(recs), "curriculum/pool_pass_rate": round(mean, 4),
                  **{f"curriculum/hist/{k}": v for k, v in hist.items()}})
-        ctx.say(f"[difficulty] {phase.key}: {len(recs)} questions x {d.samples}, mean pass rate {mean:.3f}, histogram {hist}")
-        return PhaseResult({"pool_size": len(recs), "pass_rate_mean": round(mean, 4), "histogram": hist},
-                           rollouts=len(recs) * d.samples)
+        values: dict[str, Any] = {"pool_size": len(recs), "pass_rate_mean": round(mean, 4), "histogram": hist}
+        if d.estimator == "fixed":
+            ctx.say(f"[difficulty] {phase.key}: {len(recs)} questions x {d.samples}, mean pass rate {mean:.3f}, "
+                    f"histogram {hist}")
+        else:
+            stops = {k: sum(r.decision == k for r in recs) for k in ("below", "inside", "above", "cap")}
+            values.update(samples_mean=round(rollouts / max(1, len(recs)), 3), stopped=stops)
+            ctx.log({"curriculum/samples_mean": values["samples_mean"],
+                     **{f"curriculum/stopped/{k}": v for k, v in stops.items()}})
+            ctx.say(f"[difficulty] {phase.key}: {len(recs)} questions, {rollouts} answers (mean "
+                    f"{values['samples_mean']:.1f} of {d.samples}; stopped {stops}), mean pass rate {mean:.3f}, "
+                    f"histogram {hist}")
+        return PhaseResult(values, rollouts=rollouts)
 
     return s.run.phase(phase, fn)
 
