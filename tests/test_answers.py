@@ -292,3 +292,63 @@ def test_long_sums_are_never_equal_to_their_first_term(terms: int) -> None:
         assert not g.grade_pair("1", f"\\boxed{{{s}}}")
         assert g.is_equiv(s, s)  # identical long answers are still equal (cheap path)
         assert g.stats.too_long >= 3 and g.stats.worker_calls == 0
+
+
+@pytest.mark.parametrize(
+    "gold,pred",
+    [
+        ("1", "1+\\foo{2}"),  # unparseable LaTeX used to be read as a number inside it
+        ("3", "3+\\unknown"),
+        ("3", "3 \\cdot \\cdot 4"),
+        ("3", "3+"),
+        ("1", "+".join(["1"] * 140)),  # just under MAX_ANSWER_CHARS: really parsed, = 140
+        ("7", "7+" + "+".join(["1"] * 140)),
+        ("1 - \\frac{1}{\\mathrm{e}}", "1 + \\frac{1}{\\mathrm{e}}"),
+        ("5x - 7y + 11z + 4 = 0", "x + y - z + 2 = 0"),
+    ],
+)
+def test_unparseable_or_partial_answers_are_not_equal(grader: Grader, gold: str, pred: str) -> None:
+    """math-verify's default any_match mode fell back to a number inside an answer it could not
+    parse; the worker now fails closed, so none of these is graded equal (as bare answers, boxed
+    completions or whole texts)."""
+    assert not grader.is_equiv(gold, pred)
+    assert not grader.grade(gold, f"so \\boxed{{{pred}}}")
+    assert not grader.grade_pair(gold, pred)
+
+
+def test_verify_any_fails_closed_on_a_long_sum() -> None:
+    """The root cause, without the grader's length limit in front: math-verify alone, in the
+    worker function, must not read a 1,000-term sum as its first term."""
+    s = "+".join(["1"] * 1000)
+    assert not verify_any([("$1$", f"${s}$")], True)
+    assert not verify_any([("$7$", f"$7+{s}$")], True)
+
+
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ("9^{9^{9}}", "huge"),
+        ("2^{2^{2^{2^{2^{2}}}}}", "huge"),
+        ("10^{1000000}", "huge"),
+        ("(" * 11 + "1" + ")" * 11, "deep"),
+        ("1+" * 200 + "1", "long"),
+        ("2^{2^{2^{2^{2}}}}", None),  # 2^65536: computed in well under a second
+        ("2^{2023}", None),
+        ("x^{n+1}", None),
+        ("(" * 10 + "1" + ")" * 10, None),
+    ],
+)
+def test_over_limit_rule(text: str, reason: str | None) -> None:
+    from coevolve.answers.grader import over_limit
+
+    assert over_limit(text) == reason
+
+
+def test_huge_answers_are_not_equal_by_rule_without_the_worker() -> None:
+    """A huge power is decided by the documented rule (no math-verify call, no timeout)."""
+    with Grader(timeout=30.0) as g:
+        assert not g.is_equiv("9", "9^{9^{9}}")
+        assert not g.is_equiv("0", "9^{9^{9}}-9^{9^{9}}")
+        assert g.is_equiv("9^{9^{9}}", "9^{9^{9}}")  # equal strings stay equal
+        assert not g.is_equiv("1", "(" * 40 + "1" + ")" * 40)
+        assert g.stats.worker_calls == 0 and g.stats.timeouts == 0 and g.stats.too_long == 3

@@ -42,17 +42,107 @@ class GraderStats:
     timeouts: int = 0  # requests killed at the wall-clock limit (counted as "not equal")
     errors: int = 0  # worker crashes / exceptions (counted as "not equal")
     restarts: int = 0  # worker processes started after the first
-    too_long: int = 0  # answers over MAX_ANSWER_CHARS, "not equal" unless equal as strings
+    too_long: int = 0  # comparisons with an answer over_limit (long/deep/huge): "not equal" unless equal as strings
     worker_seconds: float = 0.0  # wall time spent waiting for the worker
 
 
 MAX_ANSWER_CHARS = 300
-"""Answers longer than this (normalised) are equal only when their normalised strings are: beyond
-a few hundred characters math-verify's parser silently falls back to a prefix of the expression
-(a 1,000-term sum ``1+1+…+1`` parses as ``1`` and would be graded equal to ``1``). A reward must
-never be wrong in the model's favour, so long answers get a documented "not equal", not a guess."""
+"""Answers longer than this (normalised) are equal only when their normalised strings are. Real
+final answers are far shorter (the regression set's longest normalised answer is under 150
+characters); a long one costs math-verify seconds, and past ~1,000 terms its LaTeX parser hits
+Python's recursion limit. (That failure used to be read as the *first number* of the sum, so a
+1,000-term ``1+1+…+1`` was graded equal to ``1``; the root cause, math-verify's fallback to another
+regex match, is closed in ``worker.verify_any``; this limit bounds the cost.)"""
+
+MAX_NESTING = 10
+"""Answers whose brackets (``( [ {``) nest deeper than this are equal only as strings: parse time
+grows steeply with depth (90 nested parentheses take seconds) while real answers nest at most
+4 deep in the regression set."""
+
+MAX_EXPONENT = 100_000
+"""A power whose exponent is a plain integer, or a tower of them (``9^{9^{9}}``), above this value
+makes the answer equal only as a string: sympy would try to build a number with hundreds of
+millions of digits and the call would end at the timeout -- "not equal" by chance instead of by
+rule. (``2^{100000}`` still goes to math-verify: about a second.)"""
+
+_POWER_RE = re.compile(r"\^\s*(\{|\d+|.)")
+_INT_TOWER_RE = re.compile(r"(\d+)\s*\^\s*(?:\{(.*)\}|(\d))")
+
+
+def _int_exponent(s: str) -> float | None:
+    """Value of ``s`` when it is a plain integer or a tower of them (``9^{9^9}``), capped: any value
+    above ``MAX_EXPONENT`` comes back as ``inf`` without being computed. None when not such a tower."""
+    s = s.strip()
+    while len(s) >= 2 and s[0] == "{" and s[-1] == "}":
+        s = s[1:-1].strip()
+    if s.isdigit():
+        return float(int(s)) if len(s) <= 7 else float("inf")
+    m = _INT_TOWER_RE.fullmatch(s)
+    if m is None:
+        return None
+    base = int(m.group(1)) if len(m.group(1)) <= 7 else 10**7
+    exp = _int_exponent(m.group(2) if m.group(2) is not None else m.group(3))
+    if exp is None:
+        return None
+    if base <= 1:
+        return float(base)
+    if exp > 64 or base**exp > MAX_EXPONENT:  # float exp: no huge int is ever built
+        return float("inf")
+    return float(base**int(exp))
+
+
+def _brace_group(s: str, open_idx: int) -> str | None:
+    """Text inside the ``{`` at ``open_idx`` and its matching ``}`` (None when unbalanced)."""
+    depth = 0
+    for i in range(open_idx, len(s)):
+        if s[i] == "{":
+            depth += 1
+        elif s[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return s[open_idx + 1 : i]
+    return None
+
+
+def _nesting(s: str) -> int:
+    """Deepest bracket nesting of ``s`` (unbalanced closers are ignored)."""
+    depth = deepest = 0
+    for c in s:
+        if c in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in ")]}" and depth > 0:
+            depth -= 1
+    return deepest
+
+
+def over_limit(text: str) -> str | None:
+    """Why a normalised answer is too costly for math-verify ("long", "deep", "huge"), else None.
+
+    Such an answer is equal to another only when the two normalised strings are equal (see
+    ``MAX_ANSWER_CHARS``, ``MAX_NESTING``, ``MAX_EXPONENT``): a documented "not equal", never a
+    guess and never a timeout.
+    """
+    if len(text) > MAX_ANSWER_CHARS:
+        return "long"
+    if _nesting(text) > MAX_NESTING:
+        return "deep"
+    for m in _POWER_RE.finditer(text):
+        arg = _brace_group(text, m.start(1)) if m.group(1) == "{" else m.group(1)
+        exp = _int_exponent(arg) if arg is not None else None
+        if exp is not None and exp > MAX_EXPONENT:
+            return "huge"
+    return None
 
 _PROSE_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}|\$|\\\(|\\\[")
+
+
+_WORDS_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}")
+
+
+def _has_words(s: str) -> bool:
+    """True for text with two consecutive words (not LaTeX commands): a sentence, not an expression."""
+    return bool(_WORDS_RE.search(s))
 
 
 def _is_prose(s: str) -> bool:
@@ -273,7 +363,7 @@ class Grader:
         if verdict is not None:
             self.stats.cheap_hits += 1
             return verdict, False
-        if max(len(a.text), len(b.text)) > MAX_ANSWER_CHARS:
+        if over_limit(a.text) or over_limit(b.text):
             self.stats.too_long += 1
             return False, False
         pairs = self._mv_pairs(gold, pred, a, b) + [p for p in (extra_pairs or []) if p]
@@ -307,13 +397,18 @@ class Grader:
             return False
         g, p = answer_or_whole(gold), answer_or_whole(pred)
         if (g, p) == (gold.strip(), pred.strip()):
-            return self._equiv(g, p, timeout, both_directions=False)
+            # No box on either side. A sentence is also read unwrapped, where math-verify's anchors
+            # find "1,000.99" in "the number is 1,000.99€" (wrapped in $..$ the whole sentence is
+            # one LaTeX expression that does not parse). Never a bare expression: unwrapped, its
+            # plain-expression reader takes the last number ("5x - 7y + 4 = 0" reads as 0).
+            texts = [(g, p)] if _has_words(g) or _has_words(p) else None
+            return self._equiv(g, p, timeout, both_directions=False, extra_pairs=texts)
         verdict, asked = self._decide(g, p, timeout, False, [(gold, pred)])
         if verdict:
             return True
         # The last box is not always the final answer ("... \\boxed{255} ... The final answer is
         # $10,455$. I hope it is correct."): let math-verify's anchors read the full texts.
-        if not asked and max(len(canon(g).text), len(canon(p).text)) <= MAX_ANSWER_CHARS:
+        if not asked and not over_limit(canon(g).text) and not over_limit(canon(p).text):
             result = self._request(([(gold, pred)], False), self.timeout if timeout is None else timeout)
             return bool(result)
         return False

@@ -34,18 +34,26 @@ def wrap_latex(s: str) -> str:
 def verify_any(pairs: Sequence[tuple[str, str]], both_directions: bool) -> bool:
     """True when math-verify finds any (gold, pred) candidate pair equal.
 
-    Candidates are alternative renderings of the same two answers (as written, normalised, full
-    text), tried in order. ``both_directions`` also tries verify(pred, gold) (used by the vote:
-    math-verify is asymmetric). The extraction config is the one of math-verify's own test suite
-    (boxed answers first).
+    Candidates are alternative renderings of the same two answers (as written wrapped in ``$..$``,
+    normalised, full text), tried in order. ``both_directions`` also tries verify(pred, gold)
+    (used by the vote: math-verify is asymmetric). The extraction config is the one of
+    math-verify's own test suite (boxed answers first).
+
+    Parsing fails closed (``extraction_mode="first_match"``): when the match math-verify tries
+    first (the last box or final-answer anchor, else the last ``$..$`` / number) does not parse,
+    that side has no value. Its default ``"any_match"`` falls back to the next regex match instead,
+    which for an unparseable answer is a *number inside it*: ``$1+1+…+1$`` with 1,000 terms (a
+    RecursionError in the LaTeX parser) became ``1``, ``$7+1+…+1$`` became ``7``, ``$3+\\foo{2}$``
+    and ``$3+$`` became ``3`` -- each graded equal to that number, a reward wrong in the model's
+    favour.
     """
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
     cfg = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
     for gold, pred in pairs:
         try:
-            g = parse(gold, extraction_config=cfg)
-            p = parse(pred, extraction_config=cfg)
+            g = parse(gold, extraction_config=cfg, extraction_mode="first_match")
+            p = parse(pred, extraction_config=cfg, extraction_mode="first_match")
             if not g or not p:
                 continue
             if verify(g, p):
