@@ -352,3 +352,31 @@ def test_huge_answers_are_not_equal_by_rule_without_the_worker() -> None:
         assert g.is_equiv("9^{9^{9}}", "9^{9^{9}}")  # equal strings stay equal
         assert not g.is_equiv("1", "(" * 40 + "1" + ")" * 40)
         assert g.stats.worker_calls == 0 and g.stats.timeouts == 0 and g.stats.too_long == 3
+
+
+def test_exprgen_relation_is_exact() -> None:
+    """The generator's labels agree with an independent exact evaluation of the rendered text."""
+    from coevolve.answers.exprgen import _eval_tex, generate
+
+    pairs = generate(400, 200, seed=3)
+    checked = 0
+    for p in pairs:
+        if p.family in ("near_miss", "expr_vs_expr", "value_vs_expr"):
+            assert (_eval_tex(p.gold) == _eval_tex(p.pred)) == p.equal, p
+            checked += 1
+    assert checked > 400 and sum(p.equal for p in pairs) == 200
+    assert {p.family for p in pairs} >= {"near_miss", "expr_vs_expr", "value_vs_expr", "long_sum", "interval"}
+
+
+def test_property_no_false_equal_on_random_pairs() -> None:
+    """Seeded subset of scripts/grader_property.py (the full >= 10,000-pair run is there): random
+    non-equal pairs with an exactly known relation are never graded equal on the reward path."""
+    from coevolve.answers.exprgen import generate
+
+    pairs = generate(300, 60, seed=11)
+    with Grader(timeout=10.0) as g:
+        verdicts = g.grade_batch([p.gold for p in pairs], [f"so \\boxed{{{p.pred}}}" for p in pairs])
+    false_equal = [p for p, v in zip(pairs, verdicts) if v and not p.equal]
+    assert false_equal == []
+    # the equal side is graded too (a grader that always says "not equal" must fail this test)
+    assert sum(v for p, v in zip(pairs, verdicts) if p.equal) >= 0.8 * 60
