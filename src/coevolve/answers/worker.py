@@ -12,6 +12,7 @@ request. The default is ``verify_any`` below; tests inject a function that never
 from __future__ import annotations
 
 import importlib
+from fractions import Fraction
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -56,6 +57,11 @@ def verify_any(pairs: Sequence[tuple[str, str]], both_directions: bool) -> bool:
             p = parse(pred, extraction_config=cfg, extraction_mode="first_match")
             if not g or not p:
                 continue
+            exact = _decimal_verdict(g[0], p[0])
+            if exact is not None:
+                if exact:
+                    return True
+                continue
             if verify(g, p):
                 return True
             if both_directions and verify(p, g):
@@ -63,6 +69,32 @@ def verify_any(pairs: Sequence[tuple[str, str]], both_directions: bool) -> bool:
         except Exception:  # noqa: BLE001 - a parse/verify failure means "not shown equal"
             continue
     return False
+
+
+def _decimal_verdict(a: Any, b: Any) -> bool | None:
+    """Exact verdict on two numbers when either is written with a decimal; None = not such a pair.
+
+    math-verify compares a decimal (a sympy ``Float``) with about 15 significant digits, so
+    ``(2190.5^2 \\cdot 3339)^3`` (4.1e30) was graded equal to a fraction 1/2 away from it, while
+    ``97 \\times 0.474`` was graded unequal to ``\\frac{22989}{500}``, its exact value. When a side
+    holds a ``Float`` and both are rational numbers once each decimal is read exactly as written,
+    the verdict is the cheap path's rule: equal after rounding to ``FLOAT_ROUNDING`` places,
+    directly or as a percent reading (x100 either way, as math-verify accepts ``10\\%`` = 0.1 = 10).
+    """
+    import sympy
+
+    from .normalize import FLOAT_ROUNDING
+
+    try:
+        if not (isinstance(a, sympy.Basic) and isinstance(b, sympy.Basic)) or not (a.has(sympy.Float) or b.has(sympy.Float)):
+            return None
+        ra, rb = sympy.nsimplify(a, rational=True), sympy.nsimplify(b, rational=True)
+        if not (ra.is_Rational and rb.is_Rational):
+            return None
+        fa, fb = Fraction(int(ra.p), int(ra.q)), Fraction(int(rb.p), int(rb.q))
+    except Exception:  # noqa: BLE001 - no exact reading: math-verify decides
+        return None
+    return any(round(x, FLOAT_ROUNDING) == round(y, FLOAT_ROUNDING) for x, y in ((fa, fb), (fa * 100, fb), (fa, fb * 100)))
 
 
 def resolve(path: str) -> Callable[..., Any]:
