@@ -380,3 +380,34 @@ def test_property_no_false_equal_on_random_pairs() -> None:
     assert false_equal == []
     # the equal side is graded too (a grader that always says "not equal" must fail this test)
     assert sum(v for p, v in zip(pairs, verdicts) if p.equal) >= 0.8 * 60
+
+
+def test_decimals_are_compared_exactly_not_in_floating_point(grader: Grader) -> None:
+    """Found by scripts/grader_property.py: a decimal went through float / sympy Float precision,
+    so numbers above ~1e9 differing after the 6th decimal place were graded equal."""
+    big = "4113152378820627980887801844946"
+    assert not grader.is_equiv(f"{big}.421875", f"{big}.5")  # cheap path
+    pred = "(\\left(2190.5\\right)^{2}\\times \\left(\\sqrt{441}\\cdot 159\\right))^{3}"
+    assert not grader.is_equiv("\\frac{263201752244520190776819318076571}{64}", pred)  # math-verify path
+    assert grader.is_equiv("\\frac{263201752244520190776819318076539}{64}", pred)  # its exact value
+    assert grader.is_equiv("\\frac{22989}{500}", "97\\times 0.474")  # exact value, was "not equal"
+    assert grader.is_equiv("\\frac{1}{3}", "0.333333") and not grader.is_equiv("\\frac{1}{3}", "0.3333")
+    assert grader.is_equiv("12.5\\%", "0.125") and grader.is_equiv("10\\%", "10")
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("\\boxed{" * 20_000, None),  # each unclosed box used to rescan the rest: minutes
+        ("final answer is .\n" * 30_000, None),  # each empty anchor used to copy the rest: quadratic
+        ("\\boxed " * 20_000 + "\\boxed 7", "7"),
+        ("x\x00\x1b[31m" * 10_000 + "\\boxed{\x00 3}", "\x00 3"),
+        ("{" * 50_000 + "\\boxed{2}", "2"),
+    ],
+)
+def test_extraction_is_linear_on_adversarial_outputs(text: str, expected: str | None) -> None:
+    """Model outputs of any size / content extract in bounded time (a quadratic scan is ~10^9
+    steps here, so the cap below only fails for the old behaviour, not for a slow machine)."""
+    t0 = time.perf_counter()
+    assert extract_answer(text) == expected
+    assert time.perf_counter() - t0 < 20.0
