@@ -476,17 +476,19 @@ class Grader:
     ) -> tuple[int, int]:
         """Grade ``{"gold": ..., "pred": ...}`` lines; write each back with ``"equal"`` added.
 
-        ``out``: a text stream, a file path, or None for stdout. Bad lines (not JSON, not an
-        object, missing/non-string ``gold``/``pred``) raise ``DataError`` naming file and line,
-        or with ``on_error="skip"`` are reported on stderr and skipped. Returns (n_equal, n_graded).
+        ``out``: a text stream, a file path, or None for stdout. The file may be gzip
+        (``.jsonl.gz``). Bad lines (not UTF-8, not JSON, not an object, missing/non-string
+        ``gold``/``pred``) raise ``DataError`` naming file and line, or with ``on_error="skip"``
+        are reported on stderr and skipped. Returns (n_equal, n_graded).
         """
+        from coevolve.data.jsonl import iter_jsonl
+
         path = Path(path)
         if on_error not in ("raise", "skip"):
             raise GraderError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise DataError(f"{path}: cannot read grading file ({exc})") from exc
+        if not path.is_file():
+            raise DataError(f"{path}: cannot read grading file (no such file)" if not path.exists()
+                            else f"{path}: cannot read grading file (a folder, not a JSONL file)")
         opened: TextIO | None = None
         if isinstance(out, Path):
             opened = out.open("w", encoding="utf-8")
@@ -494,12 +496,18 @@ class Grader:
         else:
             stream = sys.stdout if out is None else out
         n_equal = n_total = 0
+        problems: list[str] = []
+
+        def report_skipped() -> None:
+            for msg in problems:
+                print(f"skipping {msg}", file=sys.stderr)
+            problems.clear()
+
         try:
-            for lineno, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
+            for lineno, obj in iter_jsonl(path, on_error=on_error, problems=problems):
+                report_skipped()
                 try:
-                    row = _parse_grade_row(line)
+                    row = _check_grade_row(obj)
                 except ValueError as exc:
                     msg = f"{path}:{lineno}: {exc}"
                     if on_error == "raise":
@@ -511,19 +519,15 @@ class Grader:
                 stream.write(json.dumps(row, ensure_ascii=False) + "\n")
                 n_equal += int(equal)
                 n_total += 1
+            report_skipped()
         finally:
             if opened is not None:
                 opened.close()
         return n_equal, n_total
 
 
-def _parse_grade_row(line: str) -> dict[str, Any]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(row, dict):
-        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+def _check_grade_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with numeric gold/pred turned into strings; ValueError naming the bad field."""
     for key in ("gold", "pred"):
         if key not in row:
             raise ValueError(f"missing field {key!r}")
