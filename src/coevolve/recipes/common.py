@@ -18,11 +18,8 @@ from coevolve.run.files import atomic_write_json
 from coevolve.run.trackers import make_trackers
 from coevolve.schema import GRPOPhase, WriterReward
 from coevolve.types import AnswerGrader, Sampler, SamplingParams
-from coevolve.world import World, base_model_path, make_world
+from coevolve.world import CHECKPOINT_META, CHECKPOINT_META_FORMAT, World, base_model_path, make_world
 
-CHECKPOINT_META = "coevolve.json"
-"""Written into every checkpoint: which world and prompt form the model was trained with, so
-``coevolve eval --model <checkpoint>`` prompts it the same way."""
 
 
 @dataclass
@@ -65,7 +62,8 @@ class Setup:
         """Checkpoint ``role`` (a loadable model folder plus the world it was trained in); the
         result goes into the phase result so the resume point moves with the phase mark."""
         path = role.save(self.run.checkpoint_dir(role.name, tag))
-        atomic_write_json(path / CHECKPOINT_META, {"world": self.world.name, "chat_template": self.cfg.model.chat_template,
+        atomic_write_json(path / CHECKPOINT_META, {"format": CHECKPOINT_META_FORMAT, "world": self.world.name,
+                                                   "chat_template": self.cfg.model.chat_template,
                                                    "role": role.name, "recipe": self.cfg.recipe, "tag": tag})
         return {role.name: path}
 
