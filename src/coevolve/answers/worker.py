@@ -71,6 +71,14 @@ def verify_any(pairs: Sequence[tuple[str, str]], both_directions: bool) -> bool:
     return False
 
 
+def _exact(expr: Any) -> Any:
+    """``expr`` with every ``Float`` replaced by the decimal it was written as (``Float('49.52')``
+    -> 1238/25), then evaluated (math-verify keeps ``a \\times b`` unevaluated)."""
+    import sympy
+
+    return expr.xreplace({f: sympy.Rational(str(f)) for f in expr.atoms(sympy.Float)}).doit()
+
+
 def _decimal_verdict(a: Any, b: Any) -> bool | None:
     """Exact verdict on two numbers when either is written with a decimal; None = not such a pair.
 
@@ -88,7 +96,7 @@ def _decimal_verdict(a: Any, b: Any) -> bool | None:
     try:
         if not (isinstance(a, sympy.Basic) and isinstance(b, sympy.Basic)) or not (a.has(sympy.Float) or b.has(sympy.Float)):
             return None
-        ra, rb = sympy.nsimplify(a, rational=True), sympy.nsimplify(b, rational=True)
+        ra, rb = _exact(a), _exact(b)
         if not (ra.is_Rational and rb.is_Rational):
             return None
         fa, fb = Fraction(int(ra.p), int(ra.q)), Fraction(int(rb.p), int(rb.q))
