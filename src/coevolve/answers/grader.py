@@ -1,12 +1,26 @@
 """Answer equivalence, grading and majority voting (owner of the math-verify worker process).
 
-Decision order for ``is_equiv(gold, pred)`` (``MAX_ANSWER_CHARS`` bounds what reaches step 2):
+Decision order for ``is_equiv(gold, pred)``:
 1. cheap path (no subprocess): equal normalised strings -> True; two plain numbers -> exact /
-   rounded comparison (``normalize.cheap_equiv``); two bare comma lists (``3, 5``) -> element-wise
-   *ordered* comparison when every element is decidable (PRM800K / Hendrycks / Qwen semantics;
-   math-verify would treat a bare list as an unordered set);
-2. math-verify in the worker process on several renderings of the pair (as written wrapped in
+   rounded comparison (``normalize.cheap_equiv``; decimals rounded exactly to ``FLOAT_ROUNDING``
+   places); two bare comma lists (``3, 5``) -> element-wise *ordered* comparison when every
+   element is decidable (PRM800K / Hendrycks / Qwen semantics; math-verify would treat a bare
+   list as an unordered set);
+2. the over-limit rule (``over_limit``): an answer longer than ``MAX_ANSWER_CHARS`` (300
+   normalised characters), nested deeper than ``MAX_NESTING`` (10 brackets), or holding a power
+   whose exponent is a plain integer or integer tower above ``MAX_EXPONENT`` (100,000, e.g.
+   ``9^{9^{9}}``) is "not equal" (counted in ``stats.too_long``) -- equal strings were already
+   accepted in step 1. A documented rule instead of a parser's guess or a timeout;
+3. math-verify in the worker process on several renderings of the pair (as written wrapped in
    ``$..$``, normalised), under a hard wall-clock timeout; a timeout is "not equal" and counted.
+   Parsing fails closed (``worker.verify_any``): an answer math-verify cannot parse has no value,
+   instead of being read as a number inside it (the cause of a 1,000-term ``1+1+…+1`` graded
+   equal to ``1``). Two numbers of which one is written with a decimal are decided exactly, by the
+   rounding rule of step 1 (``worker._decimal_verdict``), not in 15-digit floating point.
+
+Never a false "equal": ``scripts/grader_property.py`` grades >= 10,000 random non-equal pairs with
+an exactly known relation (``answers/exprgen.py``) and counts false "equal" (must be 0) and the
+false-"not equal" rate.
 """
 
 from __future__ import annotations
