@@ -393,6 +393,7 @@ def test_decimals_are_compared_exactly_not_in_floating_point(grader: Grader) -> 
     assert grader.is_equiv("\\frac{22989}{500}", "97\\times 0.474")  # exact value, was "not equal"
     assert grader.is_equiv("\\frac{1}{3}", "0.333333") and not grader.is_equiv("\\frac{1}{3}", "0.3333")
     assert grader.is_equiv("12.5\\%", "0.125") and grader.is_equiv("10\\%", "10")
+    assert not grader.is_equiv("0.1", "\\sqrt{100}")  # x100 only where a percent sign is written
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,7 @@ def verify_any(pairs: Sequence[tuple[str, str]], both_directions: bool) -> bool:
             p = parse(pred, extraction_config=cfg, extraction_mode="first_match")
             if not g or not p:
                 continue
-            exact = _decimal_verdict(g[0], p[0])
+            exact = _decimal_verdict(g[0], p[0], "%" in gold, "%" in pred)
             if exact is not None:
                 if exact:
                     return True
@@ -79,7 +79,7 @@ def _exact(expr: Any) -> Any:
     return expr.xreplace({f: sympy.Rational(str(f)) for f in expr.atoms(sympy.Float)}).doit()
 
 
-def _decimal_verdict(a: Any, b: Any) -> bool | None:
+def _decimal_verdict(a: Any, b: Any, a_percent: bool = False, b_percent: bool = False) -> bool | None:
     """Exact verdict on two numbers when either is written with a decimal; None = not such a pair.
 
     math-verify compares a decimal (a sympy ``Float``) with about 15 significant digits, so
@@ -87,7 +87,8 @@ def _decimal_verdict(a: Any, b: Any) -> bool | None:
     ``97 \\times 0.474`` was graded unequal to ``\\frac{22989}{500}``, its exact value. When a side
     holds a ``Float`` and both are rational numbers once each decimal is read exactly as written,
     the verdict is the cheap path's rule: equal after rounding to ``FLOAT_ROUNDING`` places,
-    directly or as a percent reading (x100 either way, as math-verify accepts ``10\\%`` = 0.1 = 10).
+    directly or, when exactly one side is written with a percent sign, as its x100 reading (as
+    math-verify and ``cheap_equiv`` accept ``10\\%`` = 0.1 = 10; without the sign 0.1 is not 10).
     """
     import sympy
 
@@ -102,7 +103,10 @@ def _decimal_verdict(a: Any, b: Any) -> bool | None:
         fa, fb = Fraction(int(ra.p), int(ra.q)), Fraction(int(rb.p), int(rb.q))
     except Exception:  # noqa: BLE001 - no exact reading: math-verify decides
         return None
-    return any(round(x, FLOAT_ROUNDING) == round(y, FLOAT_ROUNDING) for x, y in ((fa, fb), (fa * 100, fb), (fa, fb * 100)))
+    readings = [(fa, fb)]
+    if a_percent != b_percent:  # "10\\%" also reads as 10 -- only where a percent sign is written
+        readings.append((fa * 100, fb) if a_percent else (fa, fb * 100))
+    return any(round(x, FLOAT_ROUNDING) == round(y, FLOAT_ROUNDING) for x, y in readings)
 
 
 def resolve(path: str) -> Callable[..., Any]:
