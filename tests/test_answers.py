@@ -292,3 +292,123 @@ def test_long_sums_are_never_equal_to_their_first_term(terms: int) -> None:
         assert not g.grade_pair("1", f"\\boxed{{{s}}}")
         assert g.is_equiv(s, s)  # identical long answers are still equal (cheap path)
         assert g.stats.too_long >= 3 and g.stats.worker_calls == 0
+
+
+@pytest.mark.parametrize(
+    "gold,pred",
+    [
+        ("1", "1+\\foo{2}"),  # unparseable LaTeX used to be read as a number inside it
+        ("3", "3+\\unknown"),
+        ("3", "3 \\cdot \\cdot 4"),
+        ("3", "3+"),
+        ("1", "+".join(["1"] * 140)),  # just under MAX_ANSWER_CHARS: really parsed, = 140
+        ("7", "7+" + "+".join(["1"] * 140)),
+        ("1 - \\frac{1}{\\mathrm{e}}", "1 + \\frac{1}{\\mathrm{e}}"),
+        ("5x - 7y + 11z + 4 = 0", "x + y - z + 2 = 0"),
+    ],
+)
+def test_unparseable_or_partial_answers_are_not_equal(grader: Grader, gold: str, pred: str) -> None:
+    """math-verify's default any_match mode fell back to a number inside an answer it could not
+    parse; the worker now fails closed, so none of these is graded equal (as bare answers, boxed
+    completions or whole texts)."""
+    assert not grader.is_equiv(gold, pred)
+    assert not grader.grade(gold, f"so \\boxed{{{pred}}}")
+    assert not grader.grade_pair(gold, pred)
+
+
+def test_verify_any_fails_closed_on_a_long_sum() -> None:
+    """The root cause, without the grader's length limit in front: math-verify alone, in the
+    worker function, must not read a 1,000-term sum as its first term."""
+    s = "+".join(["1"] * 1000)
+    assert not verify_any([("$1$", f"${s}$")], True)
+    assert not verify_any([("$7$", f"$7+{s}$")], True)
+
+
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ("9^{9^{9}}", "huge"),
+        ("2^{2^{2^{2^{2^{2}}}}}", "huge"),
+        ("10^{1000000}", "huge"),
+        ("(" * 11 + "1" + ")" * 11, "deep"),
+        ("1+" * 200 + "1", "long"),
+        ("2^{2^{2^{2^{2}}}}", None),  # 2^65536: computed in well under a second
+        ("2^{2023}", None),
+        ("x^{n+1}", None),
+        ("(" * 10 + "1" + ")" * 10, None),
+    ],
+)
+def test_over_limit_rule(text: str, reason: str | None) -> None:
+    from coevolve.answers.grader import over_limit
+
+    assert over_limit(text) == reason
+
+
+def test_huge_answers_are_not_equal_by_rule_without_the_worker() -> None:
+    """A huge power is decided by the documented rule (no math-verify call, no timeout)."""
+    with Grader(timeout=30.0) as g:
+        assert not g.is_equiv("9", "9^{9^{9}}")
+        assert not g.is_equiv("0", "9^{9^{9}}-9^{9^{9}}")
+        assert g.is_equiv("9^{9^{9}}", "9^{9^{9}}")  # equal strings stay equal
+        assert not g.is_equiv("1", "(" * 40 + "1" + ")" * 40)
+        assert g.stats.worker_calls == 0 and g.stats.timeouts == 0 and g.stats.too_long == 3
+
+
+def test_exprgen_relation_is_exact() -> None:
+    """The generator's labels agree with an independent exact evaluation of the rendered text."""
+    from coevolve.answers.exprgen import _eval_tex, generate
+
+    pairs = generate(400, 200, seed=3)
+    checked = 0
+    for p in pairs:
+        if p.family in ("near_miss", "expr_vs_expr", "value_vs_expr"):
+            assert (_eval_tex(p.gold) == _eval_tex(p.pred)) == p.equal, p
+            checked += 1
+    assert checked > 400 and sum(p.equal for p in pairs) == 200
+    assert {p.family for p in pairs} >= {"near_miss", "expr_vs_expr", "value_vs_expr", "long_sum", "interval"}
+
+
+def test_property_no_false_equal_on_random_pairs() -> None:
+    """Seeded subset of scripts/grader_property.py (the full >= 10,000-pair run is there): random
+    non-equal pairs with an exactly known relation are never graded equal on the reward path."""
+    from coevolve.answers.exprgen import generate
+
+    pairs = generate(300, 60, seed=11)
+    with Grader(timeout=10.0) as g:
+        verdicts = g.grade_batch([p.gold for p in pairs], [f"so \\boxed{{{p.pred}}}" for p in pairs])
+    false_equal = [p for p, v in zip(pairs, verdicts) if v and not p.equal]
+    assert false_equal == []
+    # the equal side is graded too (a grader that always says "not equal" must fail this test)
+    assert sum(v for p, v in zip(pairs, verdicts) if p.equal) >= 0.8 * 60
+
+
+def test_decimals_are_compared_exactly_not_in_floating_point(grader: Grader) -> None:
+    """Found by scripts/grader_property.py: a decimal went through float / sympy Float precision,
+    so numbers above ~1e9 differing after the 6th decimal place were graded equal."""
+    big = "4113152378820627980887801844946"
+    assert not grader.is_equiv(f"{big}.421875", f"{big}.5")  # cheap path
+    pred = "(\\left(2190.5\\right)^{2}\\times \\left(\\sqrt{441}\\cdot 159\\right))^{3}"
+    assert not grader.is_equiv("\\frac{263201752244520190776819318076571}{64}", pred)  # math-verify path
+    assert grader.is_equiv("\\frac{263201752244520190776819318076539}{64}", pred)  # its exact value
+    assert grader.is_equiv("\\frac{22989}{500}", "97\\times 0.474")  # exact value, was "not equal"
+    assert grader.is_equiv("\\frac{1}{3}", "0.333333") and not grader.is_equiv("\\frac{1}{3}", "0.3333")
+    assert grader.is_equiv("12.5\\%", "0.125") and grader.is_equiv("10\\%", "10")
+    assert not grader.is_equiv("0.1", "\\sqrt{100}")  # x100 only where a percent sign is written
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("\\boxed{" * 20_000, None),  # each unclosed box used to rescan the rest: minutes
+        ("final answer is .\n" * 30_000, None),  # each empty anchor used to copy the rest: quadratic
+        ("\\boxed " * 20_000 + "\\boxed 7", "7"),
+        ("x\x00\x1b[31m" * 10_000 + "\\boxed{\x00 3}", "\x00 3"),
+        ("{" * 50_000 + "\\boxed{2}", "2"),
+    ],
+)
+def test_extraction_is_linear_on_adversarial_outputs(text: str, expected: str | None) -> None:
+    """Model outputs of any size / content extract in bounded time (a quadratic scan is ~10^9
+    steps here, so the cap below only fails for the old behaviour, not for a slow machine)."""
+    t0 = time.perf_counter()
+    assert extract_answer(text) == expected
+    assert time.perf_counter() - t0 < 20.0

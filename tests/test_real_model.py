@@ -73,7 +73,7 @@ def test_grpo_round_checkpoint_eval_and_export(smollm2: Path, gsm8k_rows: Path, 
     ckpt = run.checkpoint("solver")
     assert {"config.json", "tokenizer.json", "coevolve.json", "learner_optim.pt"} <= {p.name for p in ckpt.iterdir()}
     assert json.loads((ckpt / "coevolve.json").read_text()) | {"tag": None} == {
-        "world": "real", "chat_template": True, "role": "solver", "recipe": "grpo", "tag": None}
+        "format": 1, "world": "real", "chat_template": True, "role": "solver", "recipe": "grpo", "tag": None}
     # the checkpoint is a model: coevolve eval loads it and prompts it with its chat template
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     out = tmp_path / "eval"

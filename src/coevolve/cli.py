@@ -206,12 +206,16 @@ def grade(
     pred: Optional[str] = typer.Argument(None),
     jsonl: Optional[Path] = typer.Option(None, "--jsonl", help='File of {"gold": ..., "pred": ...} lines'),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the graded lines here (default stdout)"),
+    on_error: str = typer.Option("raise", "--on-error", help="Bad --jsonl lines: 'raise' stops with file:line, "
+                                 "'skip' reports them on stderr and grades the rest"),
 ) -> None:
     """Grade one answer (exit 0 = equal, 1 = not) or a JSONL file (adds "equal" to each line)."""
     from coevolve.answers import grade_jsonl, grade_pair
 
+    if on_error not in ("raise", "skip"):
+        raise CoevolveError(f"--on-error must be 'raise' or 'skip', got {on_error!r}")
     if jsonl is not None:
-        n_eq, n = grade_jsonl(jsonl, out if out else sys.stdout)
+        n_eq, n = grade_jsonl(jsonl, out if out else sys.stdout, on_error=on_error)  # type: ignore[arg-type]
         typer.echo(f"{n_eq}/{n} equal", err=True)
         return
     if gold is None or pred is None:

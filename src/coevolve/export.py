@@ -44,9 +44,12 @@ def find_checkpoint(run_dir: Path, role: str = "solver", round_number: int | Non
 
 def export_checkpoint(checkpoint: Path, out: Path) -> Path:
     """Write ``checkpoint`` as a plain model folder at ``out`` (which must not exist yet)."""
+    from coevolve.world import read_checkpoint_meta
+
     checkpoint, out = Path(checkpoint), Path(out)
     if out.exists():
         raise RunStateError(f"--out {out} already exists; choose a new folder")
+    meta_data = read_checkpoint_meta(checkpoint)  # a damaged coevolve.json stops us before any copy
     if (checkpoint / "config.json").is_file():
         shutil.copytree(checkpoint, out, ignore=shutil.ignore_patterns(*TRAINING_STATE))
     else:  # a LoRA adapter: merge it into its base model
@@ -58,6 +61,5 @@ def export_checkpoint(checkpoint: Path, out: Path) -> Path:
         if (checkpoint / "coevolve.json").is_file():
             shutil.copy2(checkpoint / "coevolve.json", out / "coevolve.json")
     meta = out / "coevolve.json"
-    data = json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else {}
-    meta.write_text(json.dumps({**data, "exported_from": str(checkpoint.resolve())}, indent=2))
+    meta.write_text(json.dumps({**meta_data, "exported_from": str(checkpoint.resolve())}, indent=2))
     return out

@@ -1,12 +1,26 @@
 """Answer equivalence, grading and majority voting (owner of the math-verify worker process).
 
-Decision order for ``is_equiv(gold, pred)`` (``MAX_ANSWER_CHARS`` bounds what reaches step 2):
+Decision order for ``is_equiv(gold, pred)``:
 1. cheap path (no subprocess): equal normalised strings -> True; two plain numbers -> exact /
-   rounded comparison (``normalize.cheap_equiv``); two bare comma lists (``3, 5``) -> element-wise
-   *ordered* comparison when every element is decidable (PRM800K / Hendrycks / Qwen semantics;
-   math-verify would treat a bare list as an unordered set);
-2. math-verify in the worker process on several renderings of the pair (as written wrapped in
+   rounded comparison (``normalize.cheap_equiv``; decimals rounded exactly to ``FLOAT_ROUNDING``
+   places); two bare comma lists (``3, 5``) -> element-wise *ordered* comparison when every
+   element is decidable (PRM800K / Hendrycks / Qwen semantics; math-verify would treat a bare
+   list as an unordered set);
+2. the over-limit rule (``over_limit``): an answer longer than ``MAX_ANSWER_CHARS`` (300
+   normalised characters), nested deeper than ``MAX_NESTING`` (10 brackets), or holding a power
+   whose exponent is a plain integer or integer tower above ``MAX_EXPONENT`` (100,000, e.g.
+   ``9^{9^{9}}``) is "not equal" (counted in ``stats.too_long``) -- equal strings were already
+   accepted in step 1. A documented rule instead of a parser's guess or a timeout;
+3. math-verify in the worker process on several renderings of the pair (as written wrapped in
    ``$..$``, normalised), under a hard wall-clock timeout; a timeout is "not equal" and counted.
+   Parsing fails closed (``worker.verify_any``): an answer math-verify cannot parse has no value,
+   instead of being read as a number inside it (the cause of a 1,000-term ``1+1+…+1`` graded
+   equal to ``1``). Two numbers of which one is written with a decimal are decided exactly, by the
+   rounding rule of step 1 (``worker._decimal_verdict``), not in 15-digit floating point.
+
+Never a false "equal": ``scripts/grader_property.py`` grades >= 10,000 random non-equal pairs with
+an exactly known relation (``answers/exprgen.py``) and counts false "equal" (must be 0) and the
+false-"not equal" rate.
 """
 
 from __future__ import annotations
@@ -43,17 +57,107 @@ class GraderStats:
     timeouts: int = 0  # requests killed at the wall-clock limit (counted as "not equal")
     errors: int = 0  # worker crashes / exceptions (counted as "not equal")
     restarts: int = 0  # worker processes started after the first
-    too_long: int = 0  # answers over MAX_ANSWER_CHARS, "not equal" unless equal as strings
+    too_long: int = 0  # comparisons with an answer over_limit (long/deep/huge): "not equal" unless equal as strings
     worker_seconds: float = 0.0  # wall time spent waiting for the worker
 
 
 MAX_ANSWER_CHARS = 300
-"""Answers longer than this (normalised) are equal only when their normalised strings are: beyond
-a few hundred characters math-verify's parser silently falls back to a prefix of the expression
-(a 1,000-term sum ``1+1+…+1`` parses as ``1`` and would be graded equal to ``1``). A reward must
-never be wrong in the model's favour, so long answers get a documented "not equal", not a guess."""
+"""Answers longer than this (normalised) are equal only when their normalised strings are. Real
+final answers are far shorter (the regression set's longest normalised answer is under 150
+characters); a long one costs math-verify seconds, and past ~1,000 terms its LaTeX parser hits
+Python's recursion limit. (That failure used to be read as the *first number* of the sum, so a
+1,000-term ``1+1+…+1`` was graded equal to ``1``; the root cause, math-verify's fallback to another
+regex match, is closed in ``worker.verify_any``; this limit bounds the cost.)"""
+
+MAX_NESTING = 10
+"""Answers whose brackets (``( [ {``) nest deeper than this are equal only as strings: parse time
+grows steeply with depth (90 nested parentheses take seconds) while real answers nest at most
+4 deep in the regression set."""
+
+MAX_EXPONENT = 100_000
+"""A power whose exponent is a plain integer, or a tower of them (``9^{9^{9}}``), above this value
+makes the answer equal only as a string: sympy would try to build a number with hundreds of
+millions of digits and the call would end at the timeout -- "not equal" by chance instead of by
+rule. (``2^{100000}`` still goes to math-verify: about a second.)"""
+
+_POWER_RE = re.compile(r"\^\s*(\{|\d+|.)")
+_INT_TOWER_RE = re.compile(r"(\d+)\s*\^\s*(?:\{(.*)\}|(\d))")
+
+
+def _int_exponent(s: str) -> float | None:
+    """Value of ``s`` when it is a plain integer or a tower of them (``9^{9^9}``), capped: any value
+    above ``MAX_EXPONENT`` comes back as ``inf`` without being computed. None when not such a tower."""
+    s = s.strip()
+    while len(s) >= 2 and s[0] == "{" and s[-1] == "}":
+        s = s[1:-1].strip()
+    if s.isdigit():
+        return float(int(s)) if len(s) <= 7 else float("inf")
+    m = _INT_TOWER_RE.fullmatch(s)
+    if m is None:
+        return None
+    base = int(m.group(1)) if len(m.group(1)) <= 7 else 10**7
+    exp = _int_exponent(m.group(2) if m.group(2) is not None else m.group(3))
+    if exp is None:
+        return None
+    if base <= 1:
+        return float(base)
+    if exp > 64 or base**exp > MAX_EXPONENT:  # float exp: no huge int is ever built
+        return float("inf")
+    return float(base**int(exp))
+
+
+def _brace_group(s: str, open_idx: int) -> str | None:
+    """Text inside the ``{`` at ``open_idx`` and its matching ``}`` (None when unbalanced)."""
+    depth = 0
+    for i in range(open_idx, len(s)):
+        if s[i] == "{":
+            depth += 1
+        elif s[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return s[open_idx + 1 : i]
+    return None
+
+
+def _nesting(s: str) -> int:
+    """Deepest bracket nesting of ``s`` (unbalanced closers are ignored)."""
+    depth = deepest = 0
+    for c in s:
+        if c in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in ")]}" and depth > 0:
+            depth -= 1
+    return deepest
+
+
+def over_limit(text: str) -> str | None:
+    """Why a normalised answer is too costly for math-verify ("long", "deep", "huge"), else None.
+
+    Such an answer is equal to another only when the two normalised strings are equal (see
+    ``MAX_ANSWER_CHARS``, ``MAX_NESTING``, ``MAX_EXPONENT``): a documented "not equal", never a
+    guess and never a timeout.
+    """
+    if len(text) > MAX_ANSWER_CHARS:
+        return "long"
+    if _nesting(text) > MAX_NESTING:
+        return "deep"
+    for m in _POWER_RE.finditer(text):
+        arg = _brace_group(text, m.start(1)) if m.group(1) == "{" else m.group(1)
+        exp = _int_exponent(arg) if arg is not None else None
+        if exp is not None and exp > MAX_EXPONENT:
+            return "huge"
+    return None
 
 _PROSE_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}|\$|\\\(|\\\[")
+
+
+_WORDS_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}")
+
+
+def _has_words(s: str) -> bool:
+    """True for text with two consecutive words (not LaTeX commands): a sentence, not an expression."""
+    return bool(_WORDS_RE.search(s))
 
 
 def _is_prose(s: str) -> bool:
@@ -275,7 +379,7 @@ class Grader:
         if verdict is not None:
             self.stats.cheap_hits += 1
             return verdict, False
-        if max(len(a.text), len(b.text)) > MAX_ANSWER_CHARS:
+        if over_limit(a.text) or over_limit(b.text):
             self.stats.too_long += 1
             return False, False
         pairs = self._mv_pairs(gold, pred, a, b) + [p for p in (extra_pairs or []) if p]
@@ -309,13 +413,18 @@ class Grader:
             return False
         g, p = answer_or_whole(gold), answer_or_whole(pred)
         if (g, p) == (gold.strip(), pred.strip()):
-            return self._equiv(g, p, timeout, both_directions=False)
+            # No box on either side. A sentence is also read unwrapped, where math-verify's anchors
+            # find "1,000.99" in "the number is 1,000.99€" (wrapped in $..$ the whole sentence is
+            # one LaTeX expression that does not parse). Never a bare expression: unwrapped, its
+            # plain-expression reader takes the last number ("5x - 7y + 4 = 0" reads as 0).
+            texts = [(g, p)] if _has_words(g) or _has_words(p) else None
+            return self._equiv(g, p, timeout, both_directions=False, extra_pairs=texts)
         verdict, asked = self._decide(g, p, timeout, False, [(gold, pred)])
         if verdict:
             return True
         # The last box is not always the final answer ("... \\boxed{255} ... The final answer is
         # $10,455$. I hope it is correct."): let math-verify's anchors read the full texts.
-        if not asked and max(len(canon(g).text), len(canon(p).text)) <= MAX_ANSWER_CHARS:
+        if not asked and not over_limit(canon(g).text) and not over_limit(canon(p).text):
             result = self._request(([(gold, pred)], False), self.timeout if timeout is None else timeout)
             return bool(result)
         return False
@@ -383,17 +492,19 @@ class Grader:
     ) -> tuple[int, int]:
         """Grade ``{"gold": ..., "pred": ...}`` lines; write each back with ``"equal"`` added.
 
-        ``out``: a text stream, a file path, or None for stdout. Bad lines (not JSON, not an
-        object, missing/non-string ``gold``/``pred``) raise ``DataError`` naming file and line,
-        or with ``on_error="skip"`` are reported on stderr and skipped. Returns (n_equal, n_graded).
+        ``out``: a text stream, a file path, or None for stdout. The file may be gzip
+        (``.jsonl.gz``). Bad lines (not UTF-8, not JSON, not an object, missing/non-string
+        ``gold``/``pred``) raise ``DataError`` naming file and line, or with ``on_error="skip"``
+        are reported on stderr and skipped. Returns (n_equal, n_graded).
         """
+        from coevolve.data.jsonl import iter_jsonl
+
         path = Path(path)
         if on_error not in ("raise", "skip"):
             raise GraderError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise DataError(f"{path}: cannot read grading file ({exc})") from exc
+        if not path.is_file():
+            raise DataError(f"{path}: cannot read grading file (no such file)" if not path.exists()
+                            else f"{path}: cannot read grading file (a folder, not a JSONL file)")
         opened: TextIO | None = None
         if isinstance(out, Path):
             opened = out.open("w", encoding="utf-8")
@@ -401,12 +512,18 @@ class Grader:
         else:
             stream = sys.stdout if out is None else out
         n_equal = n_total = 0
+        problems: list[str] = []
+
+        def report_skipped() -> None:
+            for msg in problems:
+                print(f"skipping {msg}", file=sys.stderr)
+            problems.clear()
+
         try:
-            for lineno, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
+            for lineno, obj in iter_jsonl(path, on_error=on_error, problems=problems):
+                report_skipped()
                 try:
-                    row = _parse_grade_row(line)
+                    row = _check_grade_row(obj)
                 except ValueError as exc:
                     msg = f"{path}:{lineno}: {exc}"
                     if on_error == "raise":
@@ -418,19 +535,15 @@ class Grader:
                 stream.write(json.dumps(row, ensure_ascii=False) + "\n")
                 n_equal += int(equal)
                 n_total += 1
+            report_skipped()
         finally:
             if opened is not None:
                 opened.close()
         return n_equal, n_total
 
 
-def _parse_grade_row(line: str) -> dict[str, Any]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(row, dict):
-        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+def _check_grade_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with numeric gold/pred turned into strings; ValueError naming the bad field."""
     for key in ("gold", "pred"):
         if key not in row:
             raise ValueError(f"missing field {key!r}")

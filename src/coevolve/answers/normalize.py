@@ -170,11 +170,14 @@ def canon(ans: str) -> Canon:
 
 
 def _num_close(a: Fraction, b: Fraction, inexact: bool) -> bool:
+    """Equal, or (``inexact``) equal after rounding to ``FLOAT_ROUNDING`` places -- rounded
+    exactly: through ``float`` two numbers above ~1e9 that differ in the 6th place (or, past 1e16,
+    in the units) became the same double and were graded equal."""
     if a == b:
         return True
     if not inexact:
         return False
-    return round(float(a), FLOAT_ROUNDING) == round(float(b), FLOAT_ROUNDING)
+    return round(a, FLOAT_ROUNDING) == round(b, FLOAT_ROUNDING)
 
 
 _DECIMAL_COMMA_RE = re.compile(r"[-+]?\d+,\d+")

@@ -12,6 +12,7 @@ request. The default is ``verify_any`` below; tests inject a function that never
 from __future__ import annotations
 
 import importlib
+from fractions import Fraction
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -36,19 +37,32 @@ def wrap_latex(s: str) -> str:
 def verify_any(pairs: Sequence[tuple[str, str]], both_directions: bool) -> bool:
     """True when math-verify finds any (gold, pred) candidate pair equal.
 
-    Candidates are alternative renderings of the same two answers (as written, normalised, full
-    text), tried in order. ``both_directions`` also tries verify(pred, gold) (used by the vote:
-    math-verify is asymmetric). The extraction config is the one of math-verify's own test suite
-    (boxed answers first).
+    Candidates are alternative renderings of the same two answers (as written wrapped in ``$..$``,
+    normalised, full text), tried in order. ``both_directions`` also tries verify(pred, gold)
+    (used by the vote: math-verify is asymmetric). The extraction config is the one of
+    math-verify's own test suite (boxed answers first).
+
+    Parsing fails closed (``extraction_mode="first_match"``): when the match math-verify tries
+    first (the last box or final-answer anchor, else the last ``$..$`` / number) does not parse,
+    that side has no value. Its default ``"any_match"`` falls back to the next regex match instead,
+    which for an unparseable answer is a *number inside it*: ``$1+1+…+1$`` with 1,000 terms (a
+    RecursionError in the LaTeX parser) became ``1``, ``$7+1+…+1$`` became ``7``, ``$3+\\foo{2}$``
+    and ``$3+$`` became ``3`` -- each graded equal to that number, a reward wrong in the model's
+    favour.
     """
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
     cfg = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
     for gold, pred in pairs:
         try:
-            g = parse(gold, extraction_config=cfg)
-            p = parse(pred, extraction_config=cfg)
+            g = parse(gold, extraction_config=cfg, extraction_mode="first_match")
+            p = parse(pred, extraction_config=cfg, extraction_mode="first_match")
             if not g or not p:
+                continue
+            exact = _decimal_verdict(g[0], p[0], "%" in gold, "%" in pred)
+            if exact is not None:
+                if exact:
+                    return True
                 continue
             if verify(g, p):
                 return True
@@ -57,6 +71,44 @@ def verify_any(pairs: Sequence[tuple[str, str]], both_directions: bool) -> bool:
         except Exception:  # noqa: BLE001 - a parse/verify failure means "not shown equal"
             continue
     return False
+
+
+def _exact(expr: Any) -> Any:
+    """``expr`` with every ``Float`` replaced by the decimal it was written as (``Float('49.52')``
+    -> 1238/25), then evaluated (math-verify keeps ``a \\times b`` unevaluated)."""
+    import sympy
+
+    return expr.xreplace({f: sympy.Rational(str(f)) for f in expr.atoms(sympy.Float)}).doit()
+
+
+def _decimal_verdict(a: Any, b: Any, a_percent: bool = False, b_percent: bool = False) -> bool | None:
+    """Exact verdict on two numbers when either is written with a decimal; None = not such a pair.
+
+    math-verify compares a decimal (a sympy ``Float``) with about 15 significant digits, so
+    ``(2190.5^2 \\cdot 3339)^3`` (4.1e30) was graded equal to a fraction 1/2 away from it, while
+    ``97 \\times 0.474`` was graded unequal to ``\\frac{22989}{500}``, its exact value. When a side
+    holds a ``Float`` and both are rational numbers once each decimal is read exactly as written,
+    the verdict is the cheap path's rule: equal after rounding to ``FLOAT_ROUNDING`` places,
+    directly or, when exactly one side is written with a percent sign, as its x100 reading (as
+    math-verify and ``cheap_equiv`` accept ``10\\%`` = 0.1 = 10; without the sign 0.1 is not 10).
+    """
+    import sympy
+
+    from .normalize import FLOAT_ROUNDING
+
+    try:
+        if not (isinstance(a, sympy.Basic) and isinstance(b, sympy.Basic)) or not (a.has(sympy.Float) or b.has(sympy.Float)):
+            return None
+        ra, rb = _exact(a), _exact(b)
+        if not (ra.is_Rational and rb.is_Rational):
+            return None
+        fa, fb = Fraction(int(ra.p), int(ra.q)), Fraction(int(rb.p), int(rb.q))
+    except Exception:  # noqa: BLE001 - no exact reading: math-verify decides
+        return None
+    readings = [(fa, fb)]
+    if a_percent != b_percent:  # "10\\%" also reads as 10 -- only where a percent sign is written
+        readings.append((fa * 100, fb) if a_percent else (fa, fb * 100))
+    return any(round(x, FLOAT_ROUNDING) == round(y, FLOAT_ROUNDING) for x, y in readings)
 
 
 def resolve(path: str) -> Callable[..., Any]:

@@ -218,10 +218,22 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type[BaseMo
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config file {p} is a folder, not a YAML file")
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"config file {p}: cannot read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ConfigError(f"config file {p}:{line}:{col}: not UTF-8 (byte {raw[e.start]:#04x})") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""

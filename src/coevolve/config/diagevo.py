@@ -53,6 +53,10 @@ class DiagnoserSection(Strict):
     temperature: float = Field(0.0, ge=0, description="Diagnosis sampling temperature (0 = greedy).")
     template: str | None = Field(
         None, description="Prompt template with {question} {label} {bad} {good}; None = the world's diagnosis prompt.")
+    max_field_chars: int = Field(
+        12_000, ge=200, description="Each model-written text put into a diagnosis prompt (question, label, failed and "
+        "successful solution) is cut to this many characters, its start and end kept: the prompt stays bounded "
+        "(and inside the diagnosis model's context) however long an output is.")
 
 
 class DiagEvoConfig(RecipeConfig):

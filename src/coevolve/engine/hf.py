@@ -55,9 +55,11 @@ def _model_folder(path: str | Path) -> Path:
         raise ModelLoadError(f"{p} is not a Hugging Face model folder (no config.json)")
     try:
         name = "config.json" if (p / "config.json").is_file() else ADAPTER_CONFIG
-        json.loads((p / name).read_text(encoding="utf-8"))
+        meta = json.loads((p / name).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ModelLoadError(f"{p / name} is not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise ModelLoadError(f"{p / name}: expected a JSON object, got {type(meta).__name__}")
     return p.resolve()
 
 

@@ -244,10 +244,11 @@ def evaluate_model(
     from coevolve.answers import Grader
     from coevolve.config.base import EngineConfig
     from coevolve.engine import load_sampler
-    from coevolve.world import world_of_model
+    from coevolve.world import read_checkpoint_meta, world_of_model
 
     if benches:
         resolve_benches(benches)  # fail on a typo before spending minutes loading a model
+    read_checkpoint_meta(model)  # likewise a damaged / newer coevolve.json
     sampler = load_sampler(EngineConfig(max_batch=batch_size), str(model))
     world = world_of_model(model, sampler.tokenizer, chat_template)
     with Grader() as grader:

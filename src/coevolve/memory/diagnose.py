@@ -81,12 +81,39 @@ def strip_surface(cause: str, question: str, extra: Sequence[str] = ()) -> str:
     return re.sub(r"\s+", " ", out).strip()
 
 
+def clip_middle(text: str, max_chars: int) -> str:
+    """``text`` when it has at most ``max_chars`` characters, else its start and end with a marker
+    naming how much was cut. Why: a diagnosis prompt embeds model outputs of any length; the start
+    holds the setup and the first steps, the end the final answer, and the prompt must stay inside
+    the diagnosis model's context.
+
+    >>> clip_middle("abcdefghij" * 30, 200)[:12], len(clip_middle("x" * 10_000, 200)) <= 200
+    ('abcdefghijab', True)
+    """
+    if len(text) <= max_chars:
+        return text
+    marker = f"\n[... {len(text) - max_chars} characters cut ...]\n"
+    keep = max(0, max_chars - len(marker) - 8)  # the marker's own count may grow by a few digits
+    head = keep // 2
+    cut = len(text) - keep
+    marker = f"\n[... {cut} characters cut ...]\n"
+    return text[:head] + marker + text[len(text) - (keep - head):]
+
+
+_JSON_STARTS = 32
+
+
 def extract_json_object(text: str) -> dict[str, Any] | None:
     """First balanced ``{...}`` block of ``text`` parsed as a JSON object (code fences and prose
-    around it tolerated), else None."""
+    around it tolerated), else None.
+
+    At most ``_JSON_STARTS`` opening braces are tried as the start: each try scans forward, so
+    30,000 unclosed ``{`` took minutes; a diagnosis is one of the first objects of its reply."""
     text = re.sub(r"```(?:json)?", "", text)
     start = text.find("{")
-    while start != -1:
+    tries = 0
+    while start != -1 and tries < _JSON_STARTS:
+        tries += 1
         depth, in_str, esc = 0, False, False
         for i in range(start, len(text)):
             ch = text[i]

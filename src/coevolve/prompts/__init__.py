@@ -12,6 +12,7 @@ diagnoser and the duplicate-cause confirmation. Two worlds implement it:
 
 from __future__ import annotations
 
+import re
 from typing import Literal, Protocol, Sequence, runtime_checkable
 
 from coevolve.types import Stop
@@ -60,15 +61,21 @@ class Prompter(Protocol):
         ...
 
 
+_PLACEHOLDER_RE = re.compile(r"\{(\w+)\}")
+
+
 def fill_template(template: str, **values: str) -> str:
     """Substitute ``{name}`` placeholders literally (no ``str.format``: templates contain JSON).
 
+    One pass over the template: a value is never searched for placeholders, so a model-written
+    question or solution containing ``{good}`` cannot pull other fields into itself.
+
     >>> fill_template('{"q": "{question}"}', question="2+2")
     '{"q": "2+2"}'
+    >>> fill_template("{a}|{b}", a="{b}", b="x")
+    '{b}|x'
     """
-    for key, val in values.items():
-        template = template.replace("{" + key + "}", val)
-    return template
+    return _PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), template)
 
 
 __all__ = ["Prompter", "StopKind", "fill_template"]

@@ -20,11 +20,8 @@ from coevolve.run.files import TMP_SUFFIX, atomic_write_json
 from coevolve.run.trackers import make_trackers
 from coevolve.schema import GRPOPhase, WriterReward
 from coevolve.types import AnswerGrader, Sampler, SamplingParams
-from coevolve.world import World, base_model_path, make_world
+from coevolve.world import CHECKPOINT_META, CHECKPOINT_META_FORMAT, World, base_model_path, make_world
 
-CHECKPOINT_META = "coevolve.json"
-"""Written into every checkpoint: which world and prompt form the model was trained with, so
-``coevolve eval --model <checkpoint>`` prompts it the same way."""
 
 
 @dataclass
@@ -73,7 +70,8 @@ class Setup:
         shutil.rmtree(staging, ignore_errors=True)
         try:
             role.save(staging)
-            meta = {"world": self.world.name, "chat_template": self.cfg.model.chat_template, "role": role.name,
+            meta = {"format": CHECKPOINT_META_FORMAT, "world": self.world.name,
+                    "chat_template": self.cfg.model.chat_template, "role": role.name,
                     "recipe": self.cfg.recipe, "tag": tag}
             atomic_write_json(staging / CHECKPOINT_META, meta)
         except BaseException:  # a full disk: no half checkpoint stays behind (a kill's is removed by Run.open)

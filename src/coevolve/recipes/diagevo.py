@@ -35,7 +35,7 @@ from coevolve.curriculum import label_questions, parse_yes_no, propose_questions
 from coevolve.engine import load_sampler
 from coevolve.loop import Observed, RewardFn, Role, ShuffledPasses, grpo_train
 from coevolve.memory.cli import MEMORY_FILE
-from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser
+from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, clip_middle
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
 from coevolve.memory.store import ErrorMemory
 from coevolve.recipes.common import Setup, eval_due, finish, phase_eval, setup
@@ -95,7 +95,11 @@ class Diagnosis:
         if self.kind == "trace":
             return self.s.world.trace_diagnoser()
         sampler, prompter = self.sampler_prompter
-        return LLMDiagnoser(sampler, lambda q, lab, bad, good: prompter.diagnoser(q, lab, bad, good, d.template),
+        def prompt(q: str, lab: str, bad: str, good: str) -> str:
+            cut = [clip_middle(t, d.max_field_chars) for t in (q, lab, bad, good)]
+            return prompter.diagnoser(*cut, d.template)
+
+        return LLMDiagnoser(sampler, prompt,
                             SamplingParams(temperature=d.temperature, max_new_tokens=d.max_new_tokens,
                                            stop=prompter.stop("answer")))
 

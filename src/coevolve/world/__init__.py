@@ -96,16 +96,58 @@ def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
 
 
 
+CHECKPOINT_META = "coevolve.json"
+"""Written into every checkpoint: which world and prompt form the model was trained with, so
+``coevolve eval --model <checkpoint>`` prompts it the same way."""
+
+CHECKPOINT_META_FORMAT = 1
+"""Version of ``coevolve.json``. Files written before the field existed have the same keys and
+read as format 1; a higher number (a newer coevolve) is refused rather than guessed at."""
+
+
+def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
+    """A model folder's ``coevolve.json`` ({} when there is none), checked field by field.
+
+    Every problem is a ``ModelLoadError`` naming the file and the field, raised before any
+    weights are loaded: a broken or foreign meta file must not make ``eval`` prompt a model in
+    the wrong world, nor end in a traceback after minutes of loading.
+    """
+    import json
+
+    from coevolve.errors import ModelLoadError
+
+    f = Path(path) / CHECKPOINT_META
+    if not f.is_file():
+        return {}
+    try:
+        meta = json.loads(f.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ModelLoadError(f"{f}: not UTF-8 (byte at offset {e.start}); the checkpoint's meta file is damaged") from None
+    except json.JSONDecodeError as e:
+        raise ModelLoadError(f"{f}:{e.lineno}: not valid JSON ({e.msg}); the checkpoint's meta file is damaged") from None
+    except OSError as e:
+        raise ModelLoadError(f"{f}: cannot read: {e.strerror or e}") from None
+    if not isinstance(meta, dict):
+        raise ModelLoadError(f"{f}: expected a JSON object, got {type(meta).__name__}")
+    fmt = meta.get("format", 1)
+    if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt < 1:
+        raise ModelLoadError(f"{f}: field 'format' must be a positive integer, got {fmt!r}")
+    if fmt > CHECKPOINT_META_FORMAT:
+        raise ModelLoadError(f"{f}: format {fmt} was written by a newer coevolve (this one reads format "
+                             f"{CHECKPOINT_META_FORMAT}); evaluate it with that version")
+    if "world" in meta and meta["world"] not in ("toy", "real"):
+        raise ModelLoadError(f"{f}: field 'world' must be 'toy' or 'real', got {meta['world']!r}")
+    if "chat_template" in meta and not isinstance(meta["chat_template"], (bool, type(None))):
+        raise ModelLoadError(f"{f}: field 'chat_template' must be true, false or null, got {meta['chat_template']!r}")
+    return meta
+
+
 def world_of_model(path: str | Path, tokenizer: Any, chat_template: bool | None = None, heldout_size: int = 500) -> World:
     """The world a saved model belongs to, for evaluating it with the prompts it was trained on:
     a checkpoint's ``coevolve.json`` says so; a toy base has ``toy_build.json``; anything else is
     a real model (chat template off unless asked: base models continue plain text)."""
-    import json
-
     p = Path(path)
-    meta: dict[str, Any] = {}
-    if (p / "coevolve.json").is_file():
-        meta = json.loads((p / "coevolve.json").read_text(encoding="utf-8"))
+    meta = read_checkpoint_meta(p)
     if meta.get("world") == "toy" or (not meta and (p / "toy_build.json").is_file()):
         from coevolve.world.toy import ToyWorld
 
@@ -117,4 +159,5 @@ def world_of_model(path: str | Path, tokenizer: Any, chat_template: bool | None 
     return RealWorld(ChatPrompter(tokenizer, use_chat_template=use_chat), [], "none", use_chat)
 
 
-__all__ = ["World", "base_model_path", "make_world", "world_of_model"]
+__all__ = ["CHECKPOINT_META", "CHECKPOINT_META_FORMAT", "World", "base_model_path", "make_world", "read_checkpoint_meta",
+           "world_of_model"]
