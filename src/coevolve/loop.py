@@ -189,7 +189,8 @@ def grpo_train(
 ) -> TrainResult:
     """``phase.steps`` GRPO updates of ``role``; step s samples with seed ``derive_seed(ctx.seed,
     "rollout", s)``. Every rollout batch goes to ``rollouts_file`` (rewritten from scratch when
-    the phase restarts) and every step's metrics to the run's log under ``ns/``."""
+    the phase restarts) and every step's metrics to the run's log under ``ns/``; the tokens each
+    update trained on go to ``ctx.compute`` (``trained_tokens``)."""
     from tqdm import tqdm
 
     fh = open(rollouts_file, "w", encoding="utf-8") if rollouts_file is not None else None  # noqa: SIM115
@@ -209,6 +210,8 @@ def grpo_train(
                                    for c, r in zip(comps, rewards)])
             role.sync()
             updates += int(not m.get("skipped"))
+            if not m.get("skipped"):  # trained tokens: the update's completion tokens, once per epoch
+                ctx.compute.trained(int(m["n_tokens"]) * role.learner.cfg.epochs_per_batch)
             t_learn = time.perf_counter() - t1
             seen.extend(x for r in rewards for x in r)
             rollouts += sum(len(c) for c in comps)

@@ -16,6 +16,7 @@ from coevolve.loop import ParkedSampler, Role, sampling_params
 from coevolve.prompts import StopKind
 from coevolve.rl.learner import OPTIM_FILE, Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
+from coevolve.run.compute import MeteredSampler, unmetered
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json
 from coevolve.run.trackers import make_trackers
 from coevolve.schema import GRPOPhase, WriterReward
@@ -46,7 +47,7 @@ class Setup:
         ckpt = self.run.checkpoint(name)
         if ckpt is not None:
             learner.load(ckpt)
-        role = Role(name, learner.model, tok, make_sampler(cfg.engine, learner.model, tok), learner)
+        role = Role(name, learner.model, tok, self.metered(make_sampler(cfg.engine, learner.model, tok)), learner)
         role.offload()  # masters / optimizer state wait in CPU memory until the role's first update (GPU only)
         return role
 
@@ -54,11 +55,16 @@ class Setup:
         """A sampler over a frozen copy of ``role``'s current weights (a scorer that must not
         move while the role trains): ``engine.freeze_sampler``; on a GPU an hf copy waits in CPU
         memory between calls (``ParkedSampler``) so it does not sit beside the learner's state."""
-        sampler = freeze_sampler(self.cfg.engine, role.sampler, role.model, role.tokenizer)
+        sampler = freeze_sampler(self.cfg.engine, unmetered(role.sampler), role.model, role.tokenizer)
         dev = role.learner.device
         if isinstance(sampler, HFSampler) and dev.type == "cuda" and role.learner.cfg.offload_when_idle:
-            return ParkedSampler(sampler, sampler.model, dev)
-        return sampler
+            return self.metered(ParkedSampler(sampler, sampler.model, dev))
+        return self.metered(sampler)
+
+    def metered(self, sampler: Sampler) -> Sampler:
+        """``sampler`` counting its completions into the running phase's compute
+        (``coevolve.run.compute``); every sampler a recipe draws from goes through here."""
+        return MeteredSampler(sampler, self.run.meter)
 
     def save(self, role: Role, tag: str) -> dict[str, Path]:
         """Checkpoint ``role`` (a loadable model folder plus the world it was trained in); the

@@ -80,6 +80,8 @@ def phase_difficulty(s: Setup, solver: Role, pool: list[Task], phase: Phase) -> 
                 solver.sampler, s.world.prompter, pool, d.samples, s.params(ctx.seed), s.grader, d.band, d.sequential,
                 cfg.sampling.batch_prompts, priors=[carry_prior(prev.get(t.id), d.sequential, d.carry) for t in pool])
         s.run.write_jsonl(ctx.dir / "difficulty.jsonl", [r.to_dict() for r in recs])
+        if phase.round == 1:  # the pool is fixed for the run: its gold labels are first read here
+            ctx.compute.labelled(len(recs))
         hist = pass_rate_histogram([r.pass_rate for r in recs])
         mean = sum(r.pass_rate for r in recs) / max(1, len(recs))
         rollouts = sum(r.n for r in recs)
@@ -191,7 +193,7 @@ def _verifier(s: Setup, solver: Role) -> LabelVerifier:
     b = s.cfg.buffer
     judge, prompter = solver.sampler, s.world.prompter
     if b.verifier == "judge" and b.judge_model_path is not None:
-        judge = load_sampler(s.cfg.engine, b.judge_model_path, s.cfg.model.device, s.cfg.model.dtype)
+        judge = s.metered(load_sampler(s.cfg.engine, b.judge_model_path, s.cfg.model.device, s.cfg.model.dtype))
         prompter = s.world.prompter_for(judge.tokenizer)
     return make_verifier(b.verifier, oracle=s.world.oracle, grader=s.grader, judge=judge, prompter=prompter,
                          max_new_tokens=b.judge_max_new_tokens)

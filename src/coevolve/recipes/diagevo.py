@@ -86,7 +86,7 @@ class Diagnosis:
         d, s = self.s.cfg.diagnoser, self.s
         if d.model_path is None:
             return self.solver.sampler, s.world.prompter
-        sampler = load_sampler(s.cfg.engine, d.model_path, s.cfg.model.device, s.cfg.model.dtype)
+        sampler = s.metered(load_sampler(s.cfg.engine, d.model_path, s.cfg.model.device, s.cfg.model.dtype))
         return sampler, s.world.prompter_for(sampler.tokenizer)
 
     @functools.cached_property

@@ -17,6 +17,7 @@ from coevolve.config.grpo import GRPOConfig
 from coevolve.loop import Role, grpo_train, labelled_reward
 from coevolve.recipes.common import Setup, finish, phase_eval, setup
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run
+from coevolve.types import Task
 
 
 def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
@@ -25,11 +26,19 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         rng = random.Random(ctx.seed)
+        labelled: set[str] = set()  # distinct training questions: one gold label each (compute ``labels``)
+
+        def batch(step: int) -> list[Task]:
+            tasks = s.world.draw(rng, sp.prompts_per_step)
+            labelled.update(t.id for t in tasks)
+            return tasks
+
         res = grpo_train(
-            solver, sp, batches=lambda step: s.world.draw(rng, sp.prompts_per_step),
+            solver, sp, batches=batch,
             prompt=lambda task: s.world.prompter.solver(task.question), reward=labelled_reward(sp.alpha, s.grader),
             params=s.params(ctx.seed, sp), ctx=ctx, ns="solver", progress=cfg.run.progress,
             rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)
+        ctx.compute.labelled(len(labelled))
         ctx.say(f"[solver] mean reward {res.reward_mean:.3f} over {res.steps} steps")
         return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "updates": res.updates},
                            res.rollouts, s.save(solver, f"r{t:02d}"), res.problem)

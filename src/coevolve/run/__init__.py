@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 
 from coevolve.data.jsonl import read_jsonl
 from coevolve.errors import RunStateError
+from coevolve.run.compute import Compute, ComputeMeter, cumulative
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from coevolve.run.lock import check_run_dir
 from coevolve.run.metrics import MetricsLog
@@ -100,13 +101,15 @@ class PhaseResult:
 
 @dataclass
 class PhaseContext:
-    """Handed to a phase function: its seed, its artefact folder and its metrics logger."""
+    """Handed to a phase function: its seed, its artefact folder, its metrics logger and the
+    meter of its compute (``coevolve.run.compute``)."""
 
     phase: Phase
     seed: int
     dir: Path
     metrics: MetricsLog
     say: Say
+    compute: ComputeMeter = field(default_factory=ComputeMeter)
 
     def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
         """One metrics line tagged with this phase's round and name (and ``step``)."""
@@ -125,6 +128,7 @@ class Run:
         self.keep_checkpoints = keep_checkpoints
         self.say = say
         self.resume_only: tuple[str, ...] = ()  # checkpoint files only the newest checkpoint of a role keeps
+        self.meter = ComputeMeter()  # the running phase's compute; reset by every phase, kept in its record
 
     @classmethod
     def create(cls, path: Path, config_yaml: str, recipe: str, **kw: Any) -> "Run":
@@ -175,14 +179,16 @@ class Run:
         seed = derive_seed(self.seed, phase.key)
         seed_everything(seed)
         self.say(f"[phase] {phase.key}")
-        ctx = PhaseContext(phase, seed, self.path / phase.folder, self.metrics, self.say)
+        self.meter.reset()
+        ctx = PhaseContext(phase, seed, self.path / phase.folder, self.metrics, self.say, self.meter)
         ctx.dir.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         res = fn(ctx)
         seconds = time.perf_counter() - t0
-        ctx.log({f"phase/{phase.name}/seconds": round(seconds, 3), f"phase/{phase.name}/rollouts": res.rollouts})
         rec = PhaseRecord(phase.key, phase.name, phase.round, phase.stage, res.values, res.rollouts, seconds, time.time(),
-                          res.problem)
+                          res.problem, self.meter.total.to_dict())
+        ctx.log({f"phase/{phase.name}/seconds": round(seconds, 3), f"phase/{phase.name}/rollouts": res.rollouts,
+                 **compute_metrics(self.state.records() + [rec])})
         if res.problem:
             self.say(f"[problem] {phase.key}: {res.problem}")
         root = self.path.resolve()
@@ -217,9 +223,20 @@ class Run:
         return read_jsonl(self.path / rel)
 
 
+def compute_metrics(records: list[PhaseRecord]) -> dict[str, int]:
+    """``compute/train/<counter>`` and ``compute/eval/<counter>``: the run's cumulative compute
+    once the last of ``records`` finished (nothing for a run whose older phases have none)."""
+    points = cumulative(records)
+    if not points:
+        return {}
+    last = points[-1]
+    return {f"compute/{part}/{k}": v for part, c in (("train", last.train), ("eval", last.eval))
+            for k, v in c.to_dict().items()}
+
+
 def default_run_path(root: str | Path, recipe: str, name: str | None) -> Path:
     return Path(root) / (name or f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-__all__ = ["CONFIG_FILE", "METRICS_FILE", "STATE_FILE", "SUMMARY_FILE", "Phase", "PhaseContext", "PhaseRecord",
+__all__ = ["CONFIG_FILE", "Compute", "ComputeMeter", "METRICS_FILE", "STATE_FILE", "SUMMARY_FILE", "Phase", "PhaseContext", "PhaseRecord",
            "PhaseResult", "PhaseState", "Run", "default_run_path", "derive_seed", "say", "seed_everything"]

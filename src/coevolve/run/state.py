@@ -23,7 +23,8 @@ STATE_FORMAT = 2
 
 @dataclass
 class PhaseRecord:
-    """A finished phase: where it sits in the run, its figures, rollouts and wall time."""
+    """A finished phase: where it sits in the run, its figures, rollouts and wall time, and its
+    ``compute`` (``coevolve.run.compute.Compute`` as a dict; None in runs made before it existed)."""
 
     key: str
     name: str
@@ -34,6 +35,7 @@ class PhaseRecord:
     seconds: float = 0.0
     finished: float = 0.0
     problem: str | None = None
+    compute: dict[str, int] | None = None
 
 
 class PhaseState:

@@ -1,0 +1,126 @@
+"""Compute counters: what a run spent, per phase and cumulatively, for compute-matched curves.
+
+``Compute`` is the one record (one name in code, ``state.json``, ``metrics.jsonl``, summary and
+plots). Its four counters, per phase:
+
+- ``rollouts``: completions sampled by any sampler of the run during the phase (the learner's
+  policy, a frozen scorer or voter, a judge or diagnoser model, the evaluation), each one
+  counted once: a prompt sampled with ``n`` answers is ``n`` rollouts.
+- ``generated_tokens``: Σ ``len(Completion.token_ids)`` over those rollouts (the ids the sampler
+  returned: up to and including the stopping token, no prompt, no padding).
+- ``trained_tokens``: completion tokens in the sequences a learner update trained on (groups of
+  zero reward variance dropped by ``learner.drop_zero_std`` and skipped steps excluded), once per
+  optimizer epoch (``learner.epochs_per_batch``): Σ over updates of ``n_tokens · μ``.
+- ``labels``: gold labels of real data read for the first time in the run by the phase: one per
+  distinct labelled training question (grpo), the fixed difficulty pool once (D²Evo; anchors
+  are drawn from that pool, so later rounds add none), none for generated questions or
+  pseudo-labels (DiagEvo: 0). Evaluation answers are not counted (they are the yardstick).
+
+A phase is *evaluation* when its name is ``eval`` (``EVAL_PHASE``); every other phase is
+training. ``cumulative`` folds finished phase records in finishing order into (training,
+evaluation) totals, so a resumed run (``kill -9`` + ``coevolve resume``) gets exactly the
+counts of an uninterrupted one: the counts of a killed phase were never recorded and the phase
+reruns from scratch. The process-local ``ComputeMeter`` only lives for one phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Iterable, Sequence
+
+from coevolve.types import Completion, SamplingParams
+
+COUNTERS = ("rollouts", "generated_tokens", "trained_tokens", "labels")
+"""The counters of ``Compute``, in plot order."""
+
+EVAL_PHASE = "eval"
+"""Phase name whose compute is evaluation, not training."""
+
+
+@dataclass(frozen=True)
+class Compute:
+    """One phase's (or a run's cumulative) compute; the counters are defined in the module doc."""
+
+    rollouts: int = 0
+    generated_tokens: int = 0
+    trained_tokens: int = 0
+    labels: int = 0
+
+    def __add__(self, other: "Compute") -> "Compute":
+        return Compute(*(getattr(self, k) + getattr(other, k) for k in COUNTERS))
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Compute":
+        return cls(**{f.name: int(d.get(f.name, 0)) for f in fields(cls)})
+
+
+class ComputeMeter:
+    """Counts one phase's compute while it runs (``Run.phase`` resets it before the phase and
+    stores ``total`` in the phase record after it); samplers report through ``MeteredSampler``,
+    the GRPO loop through ``trained``, a phase that reads gold labels through ``labelled``."""
+
+    def __init__(self) -> None:
+        self.total = Compute()
+
+    def reset(self) -> None:
+        self.total = Compute()
+
+    def sampled(self, comps: Sequence[Sequence[Completion]]) -> None:
+        self.total += Compute(rollouts=sum(len(g) for g in comps),
+                              generated_tokens=sum(len(c.token_ids) for g in comps for c in g))
+
+    def trained(self, tokens: int) -> None:
+        self.total += Compute(trained_tokens=int(tokens))
+
+    def labelled(self, n: int) -> None:
+        self.total += Compute(labels=int(n))
+
+
+class MeteredSampler:
+    """A sampler that reports every completion it returns to a ``ComputeMeter``; everything else
+    (``tokenizer``, ``sync_weights``, engine internals) is the inner sampler's."""
+
+    def __init__(self, inner: Any, meter: ComputeMeter) -> None:
+        self.inner, self.meter = inner, meter
+
+    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        comps = self.inner.sample(prompts, n, params)
+        self.meter.sampled(comps)
+        return comps
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def unmetered(sampler: Any) -> Any:
+    """The sampler under a ``MeteredSampler`` (engine code checks the concrete class)."""
+    return sampler.inner if isinstance(sampler, MeteredSampler) else sampler
+
+
+@dataclass(frozen=True)
+class ComputePoint:
+    """The cumulative compute of a run when the phase ``key`` finished: ``train`` over every
+    non-evaluation phase so far, ``eval`` over the evaluation phases so far (this one included)."""
+
+    key: str
+    train: Compute
+    eval: Compute
+
+
+def cumulative(records: Iterable[Any]) -> list[ComputePoint] | None:
+    """Fold finished phase records (``PhaseRecord``, in finishing order) into cumulative
+    compute; None when any record has no compute (a run made before the counters existed)."""
+    train, ev, out = Compute(), Compute(), []
+    for r in records:
+        if r.compute is None:
+            return None
+        c = Compute.from_dict(r.compute)
+        if r.name == EVAL_PHASE:
+            ev += c
+        else:
+            train += c
+        out.append(ComputePoint(r.key, train, ev))
+    return out
