@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
 from coevolve.curriculum.difficulty import histogram_labels, pass_rate_histogram
 from coevolve.data.jsonl import iter_jsonl
 from coevolve.errors import DataError, RunStateError
-from coevolve.run import METRICS_FILE, SUMMARY_FILE
+from coevolve.run import METRICS_FILE, STATE_FILE, SUMMARY_FILE
+from coevolve.run.compute import COUNTERS, EVAL_PHASE, Compute, cumulative
+from coevolve.run.state import PhaseRecord
 from coevolve.run.files import atomic_write_text
 
 _ROUND_DIR = re.compile(r"^round_(\d+)$")
@@ -34,7 +36,8 @@ class RunData:
     ``rows`` are the metrics.jsonl objects in file order; ``bad_lines`` the ``file:line`` of
     lines that were not JSON objects (e.g. the partial last line of a killed run), which the
     report lists instead of failing; ``difficulty`` maps round -> pass rates read from
-    ``round_NN/difficulty.jsonl`` (``FINAL`` for ``final/difficulty.jsonl``).
+    ``round_NN/difficulty.jsonl`` (``FINAL`` for ``final/difficulty.jsonl``); ``records`` the
+    finished phases of ``state.json`` (empty when the folder has none or it is unreadable).
     """
 
     path: Path
@@ -42,6 +45,7 @@ class RunData:
     summary: dict[str, Any]
     difficulty: dict[int, list[float]] = field(default_factory=dict)
     bad_lines: list[str] = field(default_factory=list)
+    records: list[PhaseRecord] = field(default_factory=list)
 
 
 def _round_of(row: dict[str, Any]) -> int:
@@ -89,7 +93,117 @@ def load_run(run_dir: Path) -> RunData:
                  if (v := _num(obj.get("pass_rate"))) is not None]
         if rates:
             difficulty[rnd] = rates
-    return RunData(run_dir, rows, summary, difficulty, bad)
+    return RunData(run_dir, rows, summary, difficulty, bad, _phase_records(run_dir / STATE_FILE, bad))
+
+
+def _phase_records(path: Path, bad: list[str]) -> list[PhaseRecord]:
+    """Finished phases from ``state.json``; a missing file gives none, an unreadable one is
+    listed with the skipped lines (the report still draws what metrics.jsonl has)."""
+    if not path.is_file():
+        return []
+    try:
+        phases = json.loads(path.read_text(encoding="utf-8")).get("phases", [])
+        names = {f.name for f in fields(PhaseRecord)}
+        return [PhaseRecord(**{k: v for k, v in p.items() if k in names}) for p in phases]
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError) as e:
+        bad.append(f"{path}: unreadable ({e})")
+        return []
+
+
+@dataclass(frozen=True)
+class ComputePoint:
+    """One evaluation of a run against the compute spent to reach it: held-out ``greedy`` /
+    ``sampled`` accuracy on ``bench`` at phase ``key``, with the run's cumulative ``train``
+    compute (every non-evaluation phase finished before it) and ``eval`` compute (evaluation
+    phases up to and including it); see ``coevolve.run.compute`` for the counters."""
+
+    run: str
+    key: str
+    bench: str
+    greedy: float | None
+    sampled: float | None
+    train: Compute
+    eval: Compute
+
+
+def compute_curve(data: RunData, name: str | None = None) -> list[ComputePoint] | None:
+    """Every held-out evaluation of the run with its cumulative compute, in finishing order;
+    None when the run's phases carry no compute (made before the counters existed, or no
+    state.json)."""
+    points = cumulative(data.records) if data.records else None
+    if points is None:
+        return None
+    label = name or data.path.name
+    out = []
+    for rec, pt in zip(data.records, points):
+        if rec.name != EVAL_PHASE:
+            continue
+        ev = rec.values.get("eval") if isinstance(rec.values.get("eval"), dict) else {}
+        for bench, vals in ev.items():
+            if isinstance(vals, dict):
+                out.append(ComputePoint(label, rec.key, bench, _num(vals.get("greedy")), _num(vals.get("sampled")),
+                                        pt.train, pt.eval))
+    return out
+
+
+COUNTER_LABELS = {"rollouts": "rollouts (cumulative, training)",
+                  "generated_tokens": "generated tokens (cumulative, training)",
+                  "trained_tokens": "trained tokens (cumulative)", "labels": "gold labels used (cumulative)"}
+
+
+def plot_compute(curves: dict[str, list[ComputePoint]], out_dir: Path, file: str = "accuracy_vs_compute.png") -> Plot:
+    """One figure, one panel per counter: greedy held-out accuracy against the run's cumulative
+    training compute, one line per run (and benchmark, when a run has several)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, axes = _figure(2, 2, width=5.2, height=3.6)
+    for i, counter in enumerate(COUNTERS):
+        ax = axes[i // 2][i % 2]
+        for run, pts in curves.items():
+            benches = list(dict.fromkeys(p.bench for p in pts))
+            for bench in benches:
+                xy = [(getattr(p.train, counter), p.greedy) for p in pts if p.bench == bench and p.greedy is not None]
+                if xy:
+                    ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o",
+                            label=run if len(benches) == 1 else f"{run} {bench}")
+        ax.set_xlabel(COUNTER_LABELS[counter])
+        ax.set_ylabel("held-out greedy accuracy")
+        ax.grid(alpha=0.3)
+        if i == 0:
+            ax.legend(fontsize=8)
+    fig.suptitle("Held-out accuracy against compute")
+    _save(fig, out_dir / file)
+    return Plot(file, "Held-out accuracy against compute", [f"compute/train/{k}" for k in COUNTERS])
+
+
+def compute_table(curves: dict[str, list[ComputePoint]]) -> list[str]:
+    """Markdown table of every (compute, accuracy) point: one row per run, evaluation, benchmark."""
+    head = ("| run | phase | bench | greedy | sampled | " + " | ".join(COUNTERS) + " | "
+            + " | ".join(f"eval {k}" for k in ("rollouts", "generated_tokens")) + " |")
+    out = [head, "|---|---|---|---:|---:|" + "---:|" * (len(COUNTERS) + 2)]
+    for run, pts in curves.items():
+        for p in pts:
+            out.append(f"| {run} | {p.key} | {p.bench} | {_fmt(p.greedy)} | {_fmt(p.sampled)} | "
+                       + " | ".join(str(getattr(p.train, k)) for k in COUNTERS) + " | "
+                       + f"{p.eval.rollouts} | {p.eval.generated_tokens} |")
+    return out
+
+
+def write_compute_points(curves: dict[str, list[ComputePoint]], path: Path) -> Path:
+    """The points of ``plot_compute`` as CSV (run, phase, bench, greedy, sampled, train_* and
+    eval_* counters), for replotting elsewhere."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["run", "phase", "bench", "greedy", "sampled", *(f"train_{k}" for k in COUNTERS),
+                *(f"eval_{k}" for k in COUNTERS)])
+    for pts in curves.values():
+        for p in pts:
+            w.writerow([p.run, p.key, p.bench, p.greedy, p.sampled, *(getattr(p.train, k) for k in COUNTERS),
+                        *(getattr(p.eval, k) for k in COUNTERS)])
+    atomic_write_text(path, buf.getvalue())
+    return path
 
 
 # ----------------------------------------------------------------------------------------------
@@ -352,6 +466,11 @@ def make_plots(data: RunData, out_dir: Path) -> list[Plot]:
         _save(fig, out_dir / "phases.png")
         plots.append(Plot("phases.png", "Time and rollouts per phase",
                           sorted(k for k in present if k.startswith("phase/"))))
+
+    curve = compute_curve(data)
+    if curve:
+        plots.append(plot_compute({data.path.name: curve}, out_dir))
+        write_compute_points({data.path.name: curve}, out_dir / "accuracy_vs_compute.csv")
     return plots
 
 
@@ -404,7 +523,7 @@ def render_markdown(data: RunData, plots: list[Plot]) -> str:
     else:
         lines += ["No plottable series found.", ""]
 
-    lines += _histogram_table(data) + _rounds_table(s)
+    lines += _compute_section(data) + _histogram_table(data) + _rounds_table(s)
     last_keys = ["solver/reward_mean", "solver/frac_zero_std", "questioner/reward_mean",
                  "challenger/reward_mean", "questioner/in_band", "curriculum/anchors",
                  "curriculum/buffer/oracle_acc_kept", "curriculum/oracle_acc_kept", "memory/causes",
@@ -429,6 +548,19 @@ def render_markdown(data: RunData, plots: list[Plot]) -> str:
                   *([f"- ... and {len(data.bad_lines) - 20} more"] if len(data.bad_lines) > 20 else []),
                   ""]
     return "\n".join(lines)
+
+
+def _compute_section(data: RunData) -> list[str]:
+    """Held-out accuracy against cumulative compute (``coevolve.run.compute``), or why not."""
+    curve = compute_curve(data)
+    if curve is None:
+        return ["## Compute", "", "No compute counters in this run (made before coevolve recorded them, or no "
+                "state.json): accuracy against compute is not available.", ""]
+    if not curve:
+        return []
+    return ["## Accuracy against compute", "",
+            "Cumulative training compute when each evaluation ran (eval columns: evaluation compute so far); "
+            "points also in `accuracy_vs_compute.csv`.", "", *compute_table({data.path.name: curve}), ""]
 
 
 def _histogram_table(data: RunData) -> list[str]:
