@@ -118,13 +118,23 @@ def eval_cmd(
                                                  help="Default: as the checkpoint was trained; off for other models"),
     seed: int = typer.Option(0, "--seed"),
     batch_size: int = typer.Option(256, "--batch-size"),
-    compare: Optional[list[Path]] = typer.Option(None, "--compare", help="Put result folders side by side"),
+    compare: Optional[list[Path]] = typer.Option(None, "--compare", help="Put result folders or run folders side by side (run folders: also plot accuracy against "
+                                                      "compute into --out)"),
 ) -> None:
     """Evaluate a model on named benchmarks, or compare result folders."""
     from coevolve.eval import suite
 
     if compare:
         typer.echo(suite.compare(list(compare)))
+        runs = [d for d in compare if suite.is_run_folder(d)]
+        if runs:  # run folders also get accuracy against compute, one line per run
+            from coevolve.eval.report import compare_compute
+
+            files, notes = compare_compute(runs, out or Path("eval_results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
+            for n in notes:
+                typer.echo(n)
+            for f in files:
+                typer.echo(f"written: {f}")
         return
     if not model:
         raise CoevolveError("--model is required (or use --compare DIR ...)")

@@ -588,6 +588,39 @@ def _rounds_table(summary: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
+def compare_compute(run_dirs: list[Path], out_dir: Path) -> tuple[list[Path], list[str]]:
+    """``coevolve eval --compare`` over run folders: one figure of held-out accuracy against each
+    compute counter with a line per run (labelled ``folder (recipe)``), the points as CSV and
+    markdown in ``out_dir``. Returns (files written, notes on runs without counters)."""
+    curves: dict[str, list[ComputePoint]] = {}
+    notes = []
+    for d in run_dirs:
+        data = load_run(Path(d))
+        recipe = data.summary.get("recipe") or _state_recipe(Path(d))
+        name = f"{Path(d).name} ({recipe})" if recipe else Path(d).name
+        curve = compute_curve(data, name)
+        if curve is None:
+            notes.append(f"{d}: no compute counters (a run made before coevolve recorded them); left out of the plot")
+        elif curve:
+            curves[name] = curve
+    if not curves:
+        return [], notes
+    out_dir = Path(out_dir)
+    plot = plot_compute(curves, out_dir)
+    csv_path = write_compute_points(curves, out_dir / "accuracy_vs_compute.csv")
+    md = out_dir / "accuracy_vs_compute.md"
+    atomic_write_text(md, "\n".join(["# Held-out accuracy against compute", "", f"![{plot.title}]({plot.file})", "",
+                                      *compute_table(curves), *(f"- {n}" for n in notes), ""]))
+    return [out_dir / plot.file, csv_path, md], notes
+
+
+def _state_recipe(run_dir: Path) -> str:
+    try:
+        return str(json.loads((run_dir / STATE_FILE).read_text(encoding="utf-8")).get("recipe", ""))
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return ""
+
+
 def write_report(run_dir: Path) -> Path:
     """Write ``run_dir/report/`` (PNG plots + ``report.md``) and return the report.md path.
 

@@ -185,8 +185,40 @@ def load_results(path: Path) -> dict[str, Any]:
     return data
 
 
+def is_run_folder(path: Path) -> bool:
+    """A coevolve run folder (``state.json`` and ``config.yaml``), as opposed to a result folder."""
+    from coevolve.run import CONFIG_FILE, STATE_FILE
+
+    return (Path(path) / STATE_FILE).is_file() and (Path(path) / CONFIG_FILE).is_file()
+
+
+def run_results(run_dir: Path) -> dict[str, Any]:
+    """The ``results.json`` of a run folder's last finished evaluation (``<phase>/eval/``)."""
+    from coevolve.run import STATE_FILE, Phase
+    from coevolve.run.state import PhaseState
+
+    recs = [r for r in PhaseState.load(Path(run_dir) / STATE_FILE).records() if r.name == "eval"]
+    if not recs:
+        raise DataError(f"{run_dir}: run folder without a finished evaluation (no eval phase in {STATE_FILE})")
+    last = recs[-1]
+    return load_results(Path(run_dir) / Phase(last.name, last.round, last.stage).folder / "eval")
+
+
+def load_compared(path: Path) -> dict[str, Any]:
+    """``--compare`` input: a result folder (or results.json) of ``coevolve eval``, or a run
+    folder (its last evaluation); anything else is a DataError saying which is expected."""
+    p = Path(path)
+    if is_run_folder(p):
+        return run_results(p)
+    if (p / "results.json").is_file() or (p.is_file() and p.name.endswith(".json")):
+        return load_results(p)
+    raise DataError(f"{p}: neither a result folder of `coevolve eval` (results.json) nor a run folder "
+                    "(state.json + config.yaml)")
+
+
 def compare(dirs: list[Path]) -> str:
-    """Markdown table putting several result folders side by side (scores in %).
+    """Markdown table putting several result folders or run folders (their last evaluation)
+    side by side (scores in %).
 
     Columns are the folder names (made unique with their parent when needed), plus
     "Δ last−first" when there are two or more; rows are the union of benchmarks in order of
@@ -194,7 +226,7 @@ def compare(dirs: list[Path]) -> str:
     """
     if not dirs:
         raise DataError("compare: no result folders given")
-    runs = [load_results(d) for d in dirs]
+    runs = [load_compared(d) for d in dirs]
     names = [Path(d).name or str(d) for d in dirs]
     if len(set(names)) < len(names):
         names = [f"{Path(d).parent.name}/{Path(d).name}" for d in dirs]
