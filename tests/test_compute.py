@@ -132,6 +132,10 @@ def test_counters_after_kill9_and_resume_equal_an_uninterrupted_run(tmp_path, re
     assert [p["key"] for p in json.loads((run / "state.json").read_text())["phases"]] == ["base/eval"]
     assert kill_fuzz._cli(["resume", str(run)], log).wait() == 0, log.read_text()
     assert _compute_of(run) == (ref_phases, ref_rows)
+    summary = json.loads((run / "summary.json").read_text())["compute"]
+    assert summary == json.loads((reference / "summary.json").read_text())["compute"]
+    assert summary["train"] == solver and summary["eval"]["rollouts"] == sum(
+        c["rollouts"] for k, c in ref_phases if k.endswith("/eval"))
 
 
 def test_report_and_compare_over_run_folders(tmp_path, reference):

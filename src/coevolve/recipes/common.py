@@ -16,7 +16,7 @@ from coevolve.loop import ParkedSampler, Role, sampling_params
 from coevolve.prompts import StopKind
 from coevolve.rl.learner import OPTIM_FILE, Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
-from coevolve.run.compute import MeteredSampler, unmetered
+from coevolve.run.compute import MeteredSampler, cumulative, unmetered
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json
 from coevolve.run.trackers import make_trackers
 from coevolve.schema import GRPOPhase, WriterReward
@@ -165,11 +165,21 @@ def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, An
         "rounds": [by_round[t] for t in sorted(by_round)],
         "final": final,
         "rollouts": sum(r.rollouts for r in recs),
+        "compute": _compute_totals(recs),
         "wall_seconds": round(sum(r.seconds for r in recs), 1),
         **(extra or {}),
     }
     atomic_write_json(run.path / SUMMARY_FILE, summary)
     return summary
+
+
+def _compute_totals(recs: list[PhaseRecord]) -> dict[str, dict[str, int]] | None:
+    """The run's total training and evaluation compute (``coevolve.run.compute``); None for a
+    run whose older phases were recorded without it."""
+    points = cumulative(recs)
+    if not points:
+        return None
+    return {"train": points[-1].train.to_dict(), "eval": points[-1].eval.to_dict()}
 
 
 def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
