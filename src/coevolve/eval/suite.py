@@ -212,8 +212,8 @@ def load_compared(path: Path) -> dict[str, Any]:
         return run_results(p)
     if (p / "results.json").is_file() or (p.is_file() and p.name.endswith(".json")):
         return load_results(p)
-    raise DataError(f"{p}: neither a result folder of `coevolve eval` (results.json) nor a run folder "
-                    "(state.json + config.yaml)")
+    raise DataError(f"{p}: neither a result folder of `coevolve eval` (no results.json) nor a run folder "
+                    "(no state.json + config.yaml)")
 
 
 def compare(dirs: list[Path]) -> str:
