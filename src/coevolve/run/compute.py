@@ -101,7 +101,7 @@ def unmetered(sampler: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class ComputePoint:
+class CumulativeCompute:
     """The cumulative compute of a run when the phase ``key`` finished: ``train`` over every
     non-evaluation phase so far, ``eval`` over the evaluation phases so far (this one included)."""
 
@@ -110,7 +110,7 @@ class ComputePoint:
     eval: Compute
 
 
-def cumulative(records: Iterable[Any]) -> list[ComputePoint] | None:
+def cumulative(records: Iterable[Any]) -> list[CumulativeCompute] | None:
     """Fold finished phase records (``PhaseRecord``, in finishing order) into cumulative
     compute; None when any record has no compute (a run made before the counters existed)."""
     train, ev, out = Compute(), Compute(), []
@@ -122,5 +122,5 @@ def cumulative(records: Iterable[Any]) -> list[ComputePoint] | None:
             ev += c
         else:
             train += c
-        out.append(ComputePoint(r.key, train, ev))
+        out.append(CumulativeCompute(r.key, train, ev))
     return out
