@@ -166,6 +166,7 @@ def plot_compute(curves: dict[str, list[ComputePoint]], out_dir: Path, file: str
                     ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o",
                             label=run if len(benches) == 1 else f"{run} {bench}")
         ax.set_xlabel(COUNTER_LABELS[counter])
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))  # 10^5 tokens: no overlapping tick labels
         ax.set_ylabel("held-out greedy accuracy")
         ax.grid(alpha=0.3)
         if i == 0:
