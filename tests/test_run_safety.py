@@ -108,14 +108,11 @@ def _execute(path: Path, overrides: list[str] = ()) -> dict:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> tuple[Path, dict[str, int]]:
-    """One uninterrupted tiny grpo run, and how often it reached each write site."""
-    path = tmp_path_factory.mktemp("ref") / "run"
-    faults.configure("count")
-    try:
-        _execute(path)
-        return path, faults.calls()
-    finally:
-        faults.configure(None)
+    """One uninterrupted tiny grpo run, and how often it reached each write site. Run through the
+    CLI in a fresh process, exactly like the killed runs it is compared with: an in-process run
+    inherits whatever global state earlier tests of the session left behind."""
+    run, calls, _, _ = kill_fuzz.reference("grpo", kill_fuzz.QUICK["grpo"], tmp_path_factory.mktemp("ref"))
+    return run, calls
 
 
 def test_resume_refuses_a_changed_config_or_phase_list_unless_forced(tmp_path, reference):
