@@ -115,6 +115,19 @@ def reference(tmp_path_factory) -> tuple[Path, dict[str, int]]:
     return run, calls
 
 
+@pytest.fixture(scope="module")
+def reference_in_process(tmp_path_factory) -> tuple[Path, dict[str, int]]:
+    """The same run executed in this process, for the tests that inject faults in-process: they
+    are compared with a reference that shares their process state."""
+    path = tmp_path_factory.mktemp("ref_in_process") / "run"
+    faults.configure("count")
+    try:
+        _execute(path)
+        return path, faults.calls()
+    finally:
+        faults.configure(None)
+
+
 def test_resume_refuses_a_changed_config_or_phase_list_unless_forced(tmp_path, reference):
     import shutil
 
@@ -145,10 +158,10 @@ def test_resume_refuses_a_changed_config_or_phase_list_unless_forced(tmp_path, r
 
 
 @pytest.mark.parametrize("site", ["write", "state", "metrics", "checkpoint", "rollouts"])
-def test_full_disk_at_each_write_site_leaves_the_run_resumable(tmp_path, reference, site):
+def test_full_disk_at_each_write_site_leaves_the_run_resumable(tmp_path, reference_in_process, site):
     from coevolve.recipes import RunWriteError
 
-    ref, calls = reference
+    ref, calls = reference_in_process
     assert calls.get(site, 0) >= 1, f"the reference never reached {site}: {calls}"
     n = max(1, calls[site] // 2 + 1)  # a call in the middle of the run (the only one for checkpoint)
     run = tmp_path / "run"
