@@ -43,7 +43,7 @@ from coevolve.run.faults import fault_point
 from coevolve.types import Vote
 
 from .extract import answer_or_whole, extract_answer
-from .normalize import Canon, canon, cheap_equiv
+from .normalize import Canon, canon, cheap_equiv, matching_brace
 from .worker import DEFAULT_VERIFY_FN, wrap_latex
 
 
@@ -108,15 +108,8 @@ def _int_exponent(s: str) -> float | None:
 
 def _brace_group(s: str, open_idx: int) -> str | None:
     """Text inside the ``{`` at ``open_idx`` and its matching ``}`` (None when unbalanced)."""
-    depth = 0
-    for i in range(open_idx, len(s)):
-        if s[i] == "{":
-            depth += 1
-        elif s[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return s[open_idx + 1 : i]
-    return None
+    close = matching_brace(s, open_idx)
+    return None if close is None else s[open_idx + 1 : close]
 
 
 def _nesting(s: str) -> int:

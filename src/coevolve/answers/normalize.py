@@ -47,6 +47,19 @@ _NEWLINE_PROTECT_RE = re.compile(r"(\\[a-zA-Z]+)\s+(?=[a-zA-Z])")
 FLOAT_ROUNDING = 6  # decimal places, same as math-verify's verify(float_rounding=6)
 
 
+def matching_brace(s: str, open_idx: int) -> int | None:
+    """Index of the ``}`` matching the ``{`` at ``open_idx`` (None when unbalanced)."""
+    depth = 0
+    for i in range(open_idx, len(s)):
+        if s[i] == "{":
+            depth += 1
+        elif s[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
 def _unwrap_commands(s: str) -> str:
     """Replace ``\\text{X}``-style wrappers by X (nested braces handled)."""
     for _ in range(20):
@@ -54,16 +67,7 @@ def _unwrap_commands(s: str) -> str:
         if m is None:
             return s
         open_idx = m.end() - 1
-        depth = 0
-        close = None
-        for i in range(open_idx, len(s)):
-            if s[i] == "{":
-                depth += 1
-            elif s[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    close = i
-                    break
+        close = matching_brace(s, open_idx)
         if close is None:
             return s
         s = s[: m.start()] + s[open_idx + 1 : close] + s[close + 1 :]
