@@ -301,14 +301,14 @@ def test_ray_actors_by_hand(tmp_path):
     assert diff.gpus["actor GPU"] == pytest.approx(0.5 * cap)  # one engine awake (sleep_mode), the other slot asleep
     assert diff.gpus["GPU 0"] == pytest.approx(single.resident + 0.5 * cap)
     seven = _layout(tmp_path / "b", "d2evo", vllm + ["engine.ray.num_actors=7"], gpus=8).layout
-    assert not seven.layout.actor_on_gpu0
-    assert next(p for p in seven.phases if p.name == "difficulty").gpus["GPU 0"] == pytest.approx(single.resident)
+    assert seven.layout.actor_on_gpu0  # Ray hands out GPU ids from 0 up: fewer actors free the last GPU, not GPU 0
     solver = next(p for p in seven.phases if p.name == "solver")
     rm = role_memory("solver", ModelShape.from_config(QWEN3_4B), load_config("d2evo", None, []).learner.model_copy(
         update={"max_tokens_per_micro_batch": 16384, "micro_batch_size": 64}), DEVICES["h200"], 2,
         next(e.work.train for e in plan.phases if e.work.name == "solver"), None)
     s_single = next(e for e in plan.phases if e.work.name == "solver")
-    assert solver.gpus["GPU 0"] == pytest.approx(s_single.resident + rm.learner_transient)  # rollouts moved off GPU 0
+    # the learner step stays on GPU 0, its rollouts move to the actors; the actor there sleeps while it trains
+    assert solver.gpus["GPU 0"] == pytest.approx(s_single.resident + max(rm.learner_transient, 0.5 * cap))
 
 
 def test_hf_actors_by_hand(tmp_path):

@@ -897,9 +897,8 @@ class Layout:
     """The GPUs a run spreads over and how the recipe uses them.
 
     GPU 0 of the head node belongs to the coevolve process (its roles' weights, the local learner);
-    ``engine=ray`` actors take ``actor_tp`` GPUs each, packed from the last GPU down: Ray does not
-    know the coevolve process uses GPU 0, so the default pool (one actor per GPU group Ray sees)
-    puts one actor there too; ``backend=verl`` runs each GRPO phase as one job over ``verl_gpus``
+    ``engine=ray`` actors take ``actor_tp`` GPUs each; Ray does not know the coevolve process uses
+    GPU 0, so one actor shares it (the default pool has one actor per GPU group Ray sees); ``backend=verl`` runs each GRPO phase as one job over ``verl_gpus``
     GPUs (FSDP over all of them, a colocated rollout engine of ``verl_tp`` GPUs)."""
 
     nodes: int
@@ -921,14 +920,11 @@ class Layout:
         return self.nodes * self.gpus_per_node
 
     @property
-    def actor_gpus(self) -> int:
-        """GPUs the actors may take without GPU 0 (all of it when the run has one GPU)."""
-        return self.gpus - 1 if self.gpus > 1 else 1
-
-    @property
     def actor_on_gpu0(self) -> bool:
-        """Does an actor share GPU 0 with the coevolve process?"""
-        return self.actors > 0 and (self.gpus == 1 or self.actors * self.actor_tp > self.actor_gpus)
+        """Does an actor share GPU 0 with the coevolve process? Always, with a pool: Ray does not
+        know this process uses GPU 0 and hands out GPU ids from 0 up (hide GPUs from the whole
+        run with CUDA_VISIBLE_DEVICES, not with fewer actors)."""
+        return self.actors > 0
 
     def describe(self) -> str:
         parts = [f"{self.nodes} node{'s' if self.nodes > 1 else ''} x {self.gpus_per_node} GPU"
@@ -936,7 +932,7 @@ class Layout:
         if self.actors:
             util = f", each engine at gpu_memory_utilization={self.actor_util:g}" if self.actor_engine == "vllm" else ""
             parts.append(f"engine=ray: {self.actors} {self.actor_engine} actor{'s' if self.actors > 1 else ''} x TP "
-                         f"{self.actor_tp}{util}" + (" (one shares GPU 0)" if self.actor_on_gpu0 else ""))
+                         f"{self.actor_tp}{util} (one shares GPU 0)")
         else:
             parts.append(f"engine={self.engine} in the coevolve process on GPU 0")
         if self.verl_gpus:
@@ -1165,7 +1161,9 @@ def layout_plan(plan: "Plan", cfg: Any, lay: Layout, works: list[PhaseWork]) -> 
                 learner = role_memory(w.train.role, shape, lcfg, device, b, w.train, None).learner_transient
             if lay.actors:
                 act = _actor_bytes(lay, shape, b, cap, w.gens, max_batch_tokens, slots, cfg.engine.max_batch)
-                gpu0 = e.resident + learner + (act if lay.actor_on_gpu0 else 0.0)
+                # the learner step and the actor's calls alternate: between calls an actor keeps only
+                # its idle share (hf: its weights; a sleeping vllm engine: nothing)
+                gpu0 = e.resident + (max(learner + actor_idle, act) if lay.actor_on_gpu0 else learner)
                 gpus["GPU 0"] = gpu0
                 if lay.gpus > 1 and w.gens:
                     gpus["actor GPU"] = act
@@ -1196,7 +1194,7 @@ def layout_plan(plan: "Plan", cfg: Any, lay: Layout, works: list[PhaseWork]) -> 
 
 def _layout_assumptions(lay: Layout) -> list[str]:
     a = ["(model) GPU 0 of the head node belongs to the coevolve process: every role's weights and, with "
-         "backend=local, the learner; the other GPUs are the actors' and verl's"]
+         "backend=local, the learner; Ray gives it an actor too (ids from 0 up), verl's job uses it as well"]
     if lay.actors:
         a.append(f"(model) rollout time = one actor's share: rows split evenly over {lay.actors} actors, no straggler "
                  "or load-balancing loss; one pool, every sampler (live, frozen, writer) a slot in every actor")
