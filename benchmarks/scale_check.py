@@ -76,7 +76,8 @@ def sample(args: argparse.Namespace) -> dict[str, Any]:
         sampler.close()
     res = {"engine": engine.kind, "actor_engine": engine.ray.actor_engine if engine.kind == "ray" else None,
            "model": path, "startup_s": round(startup, 2), "call_overhead_s": round(statistics.median(calls), 4),
-           "prompts": len(questions), "n": args.n, "max_new_tokens": args.max_new_tokens, "rollouts": len(questions) * args.n,
+           "prompts": len(questions), "n": args.n, "max_new_tokens": args.max_new_tokens,
+           "rollouts": len(questions) * args.n,
            "tokens": tokens, "wall_s": round(wall, 2), "tokens_per_s": round(tokens / wall, 1) if wall > 0 else None}
     print(f"engine {res['engine']}{' (' + res['actor_engine'] + ' actors)' if res['actor_engine'] else ''}: "
           f"start-up {res['startup_s']} s, per-call overhead {res['call_overhead_s']} s (median of {args.calls}), "

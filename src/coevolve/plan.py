@@ -896,10 +896,11 @@ fp32 m and v."""
 class Layout:
     """The GPUs a run spreads over and how the recipe uses them.
 
-    GPU 0 of the head node belongs to the coevolve process (its roles' weights, the local learner);
+    GPU 0 of the head node belongs to the coevolve process (its roles' weights, the local learner).
     ``engine=ray`` actors take ``actor_tp`` GPUs each; Ray does not know the coevolve process uses
-    GPU 0, so one actor shares it (the default pool has one actor per GPU group Ray sees); ``backend=verl`` runs each GRPO phase as one job over ``verl_gpus``
-    GPUs (FSDP over all of them, a colocated rollout engine of ``verl_tp`` GPUs)."""
+    GPU 0, so one actor shares it (the default pool has one actor per GPU group Ray sees).
+    ``backend=verl`` runs each GRPO phase as one job over ``verl_gpus`` GPUs (FSDP over all of
+    them, a colocated rollout engine of ``verl_tp`` GPUs)."""
 
     nodes: int
     gpus_per_node: int
@@ -1187,7 +1188,8 @@ def layout_plan(plan: "Plan", cfg: Any, lay: Layout, works: list[PhaseWork]) -> 
     writers = [w.name for w in works if on_verl_phase(w) and w.name in ("questioner", "challenger")]
     if writers:
         out.assumptions.append(f"(not counted) phase {', '.join(writers)}: rewards ask the frozen solver served by "
-                               f"`vllm serve` (backend.verl.solver_url), its weights and KV cache on a GPU outside this layout (docs/scale.md)")
+                               "`vllm serve` (backend.verl.solver_url), its weights and KV cache on a GPU outside this "
+                               "layout (docs/scale.md)")
     out.problems = _layout_problems(plan, cfg, lcfg, lay, out, works)
     return out
 
