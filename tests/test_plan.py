@@ -4,6 +4,7 @@ verdicts and the advice they give, the CLI and the preflight refusal (all on CPU
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -249,3 +250,153 @@ def test_run_refuses_what_cannot_fit_here(tmp_path):
     cfg = load_config("diagevo", None, [f"model.path={model_dir(tmp_path, QWEN3_8B)}", "model.device=cpu"])
     with pytest.raises(ConfigError, match=r"learner\.|engine\."):
         preflight(cfg)
+
+
+# ---------------------------------------------------------------- multi-GPU layouts (issue 14)
+N_4B = 4_022_468_096  # Qwen3-4B: hand-counted from config.json (tied 151936 x 2560 embedding + 36 layers)
+EMB_4B = 151936 * 2560
+
+
+def test_qwen3_4b_count_used_below():
+    assert ModelShape.from_config(QWEN3_4B).n_params == N_4B
+
+
+def _layout(tmp_path, recipe, extra, gpus=None, nodes=None, model=QWEN3_4B):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cfg = load_config(recipe, None, [f"model.path={model_dir(tmp_path, model)}", f"data.source={DATA}", *extra])
+    return make_plan(cfg, device_for("h200"), gpus=gpus, nodes=nodes)
+
+
+def test_verl_shards_the_state_by_hand(tmp_path):
+    """FSDP over 8 and 16 GPUs: fp32 params, fp32 grads, AdamW m and v, each total / world; two
+    gathered bf16 units (the embedding is the largest); the rollout engine's share of an H200."""
+    cap = 139 * GiB
+    for nodes, world in ((1, 8), (2, 16)):
+        plan = _layout(tmp_path / str(nodes), "grpo", ["backend=verl", "backend.verl.n_gpus_per_node=8",
+                                                       f"backend.verl.nnodes={nodes}"], nodes=nodes)
+        v = plan.layout.verl
+        assert v.params == pytest.approx(4 * N_4B / world) and v.grads == pytest.approx(4 * N_4B / world)
+        assert v.optimizer == pytest.approx(8 * N_4B / world) and v.ref == 0
+        assert v.gathered == 2 * EMB_4B * 2
+        assert v.rollout == pytest.approx(0.6 * cap)
+        assert v.rollout_peak == pytest.approx(12 * N_4B / world + 0.6 * cap)
+        solver = next(p for p in plan.layout.phases if p.name == "solver")
+        single = next(e for e in plan.phases if e.work.name == "solver")
+        # GPU 0 also keeps the coevolve process's bf16 weights of the solver
+        assert solver.gpus["GPU 0"] == pytest.approx(2 * N_4B + v.peak)
+        assert solver.gpus["verl GPU"] == pytest.approx(v.peak)
+        assert solver.train_seconds == pytest.approx(single.train_seconds / world)
+    # 8 GPUs: 1.87 + 1.87 + 3.75 GiB of shards, 1.45 GiB gathered, 83.4 GiB of vLLM
+    assert (12 * N_4B / 8 + 0.6 * cap) / GiB == pytest.approx(89.02, abs=0.01)
+
+
+def test_ray_actors_by_hand(tmp_path):
+    cap = 139 * GiB
+    vllm = ["engine=ray", "engine.ray.actor_engine=vllm", "engine.gpu_memory_utilization=0.5"]
+    plan = _layout(tmp_path / "a", "d2evo", vllm, gpus=8)
+    lay = plan.layout.layout
+    assert lay.actors == 8 and lay.actor_on_gpu0  # one per GPU Ray sees: one beside the coevolve process
+    diff = next(p for p in plan.layout.phases if p.name == "difficulty")
+    single = next(e for e in plan.phases if e.work.name == "difficulty")
+    assert diff.gpus["actor GPU"] == pytest.approx(0.5 * cap)  # one engine awake (sleep_mode), the other slot asleep
+    assert diff.gpus["GPU 0"] == pytest.approx(single.resident + 0.5 * cap)
+    seven = _layout(tmp_path / "b", "d2evo", vllm + ["engine.ray.num_actors=7"], gpus=8).layout
+    assert seven.layout.actor_on_gpu0  # Ray hands out GPU ids from 0 up: fewer actors free the last GPU, not GPU 0
+    solver = next(p for p in seven.phases if p.name == "solver")
+    rm = role_memory("solver", ModelShape.from_config(QWEN3_4B), load_config("d2evo", None, []).learner.model_copy(
+        update={"max_tokens_per_micro_batch": 16384, "micro_batch_size": 64}), DEVICES["h200"], 2,
+        next(e.work.train for e in plan.phases if e.work.name == "solver"), None)
+    s_single = next(e for e in plan.phases if e.work.name == "solver")
+    # the learner step stays on GPU 0, its rollouts move to the actors; the actor there sleeps while it trains
+    assert solver.gpus["GPU 0"] == pytest.approx(s_single.resident + max(rm.learner_transient, 0.5 * cap))
+
+
+def test_hf_actors_by_hand(tmp_path):
+    from coevolve.plan import sampler_call_bytes
+
+    shape = ModelShape.from_config(QWEN3_4B)
+    one = _layout(tmp_path / "1", "d2evo", ["engine=ray", "engine.ray.num_actors=1", "engine.max_batch_tokens=null",
+                                            "engine.max_batch=64"], gpus=2)
+    four = _layout(tmp_path / "4", "d2evo", ["engine=ray", "engine.ray.num_actors=4", "engine.max_batch_tokens=null",
+                                             "engine.max_batch=64"], gpus=5)
+    d1 = next(p for p in one.layout.phases if p.name == "difficulty")
+    d4 = next(p for p in four.layout.phases if p.name == "difficulty")
+    # two slots (the live solver and the questioner phase's frozen scorer) in every actor; a call of
+    # 256 prompts x 32 answers gives each actor 8192 / n rows, generated in chunks of engine.max_batch=64
+    assert d4.gpus["actor GPU"] == pytest.approx(2 * 2 * N_4B + sampler_call_bytes(shape, 2, 64, 384, 4096))
+    assert d1.gpus["actor GPU"] == d4.gpus["actor GPU"]
+    # rollouts split evenly over the actors (the same 64-row chunks, a quarter of them each)
+    assert d4.gen_seconds * 4 == pytest.approx(d1.gen_seconds, rel=1e-6)
+    # the pool's measured per-call overhead, per sampler call: 2000 x 32 rows in calls of 8192, 4 runs
+    assert d4.overhead_seconds == pytest.approx(4 * math.ceil(2000 * 32 / 8192) * 0.15)
+    # the same call on 4 actors with max_batch=4096 chunks: 2048 rows each, KV of 2048 rows
+    big = _layout(tmp_path / "big", "d2evo", ["engine=ray", "engine.ray.num_actors=4", "engine.max_batch_tokens=null",
+                                              "engine.max_batch=4096"], gpus=5)
+    db = next(p for p in big.layout.phases if p.name == "difficulty")
+    assert db.gpus["actor GPU"] == pytest.approx(2 * 2 * N_4B + sampler_call_bytes(shape, 2, 2048, 384, 4096))
+
+
+def test_layout_errors_name_the_field(tmp_path):
+    d = model_dir(tmp_path, QWEN3_4B)
+
+    def plan(extra, **kw):
+        return make_plan(load_config("d2evo", None, [f"model.path={d}", *extra]), device_for("h200"), **kw)
+
+    cases = [
+        (["engine=ray"], dict(gpus=0), "--gpus"),
+        (["engine=ray"], dict(nodes=0), "--nodes"),
+        (["engine=ray", "engine.ray.tensor_parallel_size=2"], dict(gpus=8), "engine.ray.actor_engine=vllm"),
+        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.ray.tensor_parallel_size=3"], dict(gpus=8),
+         "engine.ray.tensor_parallel_size=3 does not divide"),
+        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.ray.tensor_parallel_size=2",
+          "engine.ray.num_actors=5"], dict(gpus=8), "engine.ray.num_actors=5"),
+        (["backend=verl", "backend.verl.n_gpus_per_node=8", "backend.verl.tensor_parallel_size=3"], {},
+         "backend.verl.tensor_parallel_size=3"),
+        (["backend=verl", "backend.verl.nnodes=2"], dict(nodes=1), "backend.verl.nnodes=2"),
+    ]
+    for extra, kw, msg in cases:
+        with pytest.raises(ConfigError, match=msg.replace(".", r"\.")):
+            plan(extra, **kw)
+    with pytest.raises(ConfigError, match="--gpus"):
+        make_plan(load_config("grpo", None, []), device_for("cpu"), gpus=2)
+
+
+def test_8b_full_fits_with_verl_on_8_gpus(tmp_path):
+    """What one H200 cannot hold (full 8B, test_8b_full_does_not_fit_and_lora_does) fits once
+    FSDP shards it over 8 (the writer's solver server outside the layout)."""
+    extra = [*DIAGEVO_4B, "backend=verl", "backend.verl.n_gpus_per_node=8", "engine=ray",
+             "engine.ray.actor_engine=vllm", "engine.gpu_memory_utilization=0.45",
+             "backend.verl.gpu_memory_utilization=0.5"]
+    plan = _layout(tmp_path, "diagevo", extra, model=QWEN3_8B)
+    assert plan.fits, plan.problems
+    assert plan.layout.layout.actors == 8 and plan.layout.verl is not None
+    assert any("solver_url" in a for a in plan.layout.assumptions)
+    assert any(a.startswith("(measured)") for a in plan.layout.assumptions)
+
+
+def test_a_shared_cluster_leaves_verl_its_gpus(tmp_path):
+    base = ["engine=ray", "engine.ray.actor_engine=vllm", "engine.ray.address=auto", "backend=verl",
+            "backend.verl.nnodes=2"]
+    full = _layout(tmp_path / "a", "grpo", base + ["backend.verl.n_gpus_per_node=8"], nodes=2)
+    assert any("placement group" in p and "backend.verl.n_gpus_per_node" in p for p in full.problems)
+    split = _layout(tmp_path / "b", "grpo", base + ["backend.verl.n_gpus_per_node=6", "engine.ray.num_actors=4"],
+                    gpus=8, nodes=2)
+    assert not any("placement group" in p for p in split.problems), split.problems
+    # one node, no `ray start`: the pool's local Ray and verl's own are apart
+    local = _layout(tmp_path / "c", "grpo", ["engine=ray", "backend=verl", "backend.verl.n_gpus_per_node=8"])
+    assert not local.layout.layout.shared_cluster
+
+
+def test_cli_plan_layout(tmp_path):
+    from typer.testing import CliRunner
+
+    from coevolve.cli import app
+
+    d = model_dir(tmp_path, QWEN3_4B)
+    r = CliRunner().invoke(app, ["plan", "grpo", f"model.path={d}", "data.source=x.jsonl", "backend=verl",
+                                 "backend.verl.n_gpus_per_node=8", "--device", "a100-80g", "--gpus", "8"])
+    assert r.exit_code == 0, r.output
+    assert "layout: 1 node x 8 GPUs" in r.output and "verl GPU" in r.output and "verdict: fits on the layout" in r.output
+    assert "(model)" in r.output and "(assumed)" in r.output
+    bad = CliRunner().invoke(app, ["plan", "grpo", f"model.path={d}", "--device", "h200", "--gpus", "0"])
+    assert bad.exit_code != 0 and isinstance(bad.exception, ConfigError) and "--gpus" in str(bad.exception)

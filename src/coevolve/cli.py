@@ -254,15 +254,20 @@ def plan_cmd(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config file"),
     device: Optional[str] = typer.Option(None, "--device", help="h200 | a100-80g | a100-40g | cpu (default: this "
                                          "machine's GPU, else its CPU and memory)"),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs per node (default: backend.verl.n_gpus_per_node "
+                                       "with backend=verl, else 1)"),
+    nodes: Optional[int] = typer.Option(None, "--nodes", help="Nodes (default: backend.verl.nnodes with "
+                                        "backend=verl, else 1)"),
 ) -> None:
     """Before anything runs: rollouts and tokens per phase, GPU memory per role and phase, wall
     time; which settings do not fit and what to change. Needs only the model's config.json.
-    Exit 0 when everything fits, 1 when something does not."""
+    With --gpus / --nodes, engine=ray or backend=verl: the per-GPU peak of every phase on that
+    layout and its wall time (docs/scale.md). Exit 0 when everything fits, 1 when something does not."""
     from coevolve.config import load_config
     from coevolve.plan import device_for, format_plan, local_device, make_plan
 
     cfg = load_config(recipe, config, overrides or [])
-    p = make_plan(cfg, device_for(device) if device else local_device(cfg.model.device))
+    p = make_plan(cfg, device_for(device) if device else local_device(cfg.model.device), gpus=gpus, nodes=nodes)
     typer.echo(format_plan(p))
     raise typer.Exit(0 if p.fits else 1)
 

@@ -291,6 +291,7 @@ class Gen:
     call_rows: int
     prompt: int
     max_new: int
+    full_call: int = 0  # rows of one sampler call before engine.max_batch chunks it (a Ray pool splits these)
 
 
 @dataclass(frozen=True)
@@ -343,7 +344,8 @@ def _eval_work(cfg: Any, toy: bool, prompt: int, times: int) -> PhaseWork:
         k = b.default_samples if e.samples == -1 else max(0, e.samples)
         rows += n * (1 + k)
     call = min(cfg.engine.max_batch, max(1, rows))
-    return PhaseWork("eval", times, (Gen("solver", "benchmark answers", rows, call, prompt, e.max_new_tokens),),
+    return PhaseWork("eval", times, (Gen("solver", "benchmark answers", rows, call, prompt, e.max_new_tokens,
+                                         full_call=max(1, rows)),),
                      note=", ".join(b.name for b in benches))
 
 
@@ -356,73 +358,77 @@ def phases(cfg: Any, toy: bool) -> list[PhaseWork]:
     def call(prompts: int, n: int) -> int:
         return max(1, min(mb, prompts * n))
 
+    def gen(role: str, what: str, rows: int, prompts: int, n: int, prompt: int, max_new: int) -> Gen:
+        """``rows`` rollouts in sampler calls of ``prompts`` x ``n`` (generated in chunks of ``engine.max_batch``)."""
+        return Gen(role, what, rows, call(prompts, n), prompt, max_new, full_call=prompts * n)
+
     rounds = int(getattr(cfg, "rounds", 1))
     n_evals = 1 + (rounds if cfg.eval.every_round else 1) if cfg.recipe != "grpo" else 2
     out: list[PhaseWork] = []
     if cfg.recipe == "grpo":
         sp = cfg.solver
         rows = sp.prompts_per_step * sp.group_size
-        out.append(PhaseWork("solver", 1, (Gen("solver", "answers", sp.steps * rows, call(sp.prompts_per_step, sp.group_size),
-                                                 ans, _cap(sp, s)),),
+        out.append(PhaseWork("solver", 1, (gen("solver", "answers", sp.steps * rows,
+                                               sp.prompts_per_step, sp.group_size, ans, _cap(sp, s)),),
                              Train("solver", sp.steps, rows, ans, _cap(sp, s))))
     elif cfg.recipe == "d2evo":
         d, q, b, sp = cfg.difficulty, cfg.questioner, cfg.buffer, cfg.solver
         pool = d.pool_size or cfg.data.limit or POOL_ROWS_IF_UNKNOWN
         qrole = "solver" if q.share_weights else "questioner"
         out.append(PhaseWork("difficulty", rounds + int(d.measure_final),
-                             (Gen("solver", f"{d.samples} answers x {pool} pool questions", pool * d.samples,
-                                  call(s.batch_prompts, d.samples), ans, s.max_new_tokens),)))
+                             (gen("solver", f"{d.samples} answers x {pool} pool questions", pool * d.samples,
+                                  s.batch_prompts, d.samples, ans, s.max_new_tokens),)))
         if q.enabled and q.steps > 0:
             rows = q.prompts_per_step * q.group_size
             scorer = "frozen solver copy" if q.share_weights and q.frozen_scorer else "solver"
             out.append(PhaseWork("questioner", rounds, (
-                Gen(qrole, "questions", q.steps * rows, call(q.prompts_per_step, q.group_size), qst, _cap(q, s)),
-                Gen(scorer, f"{q.reward.solver_samples} answers per question", q.steps * rows * q.reward.solver_samples,
-                    call(s.batch_prompts, q.reward.solver_samples), ans, s.max_new_tokens)),
+                gen(qrole, "questions", q.steps * rows, q.prompts_per_step, q.group_size, qst, _cap(q, s)),
+                gen(scorer, f"{q.reward.solver_samples} answers per question", q.steps * rows * q.reward.solver_samples,
+                    s.batch_prompts, q.reward.solver_samples, ans, s.max_new_tokens)),
                 Train(qrole, q.steps, rows, qst, _cap(q, s))))
         if q.enabled and b.synthesis and b.generate > 0:
             out.append(PhaseWork("buffer", rounds, (
-                Gen(qrole, "questions", b.generate, call(s.batch_prompts, 1), qst, _cap(q, s)),
-                Gen("solver", f"{b.voting.samples} votes per question", b.generate * b.voting.samples,
-                    call(s.batch_prompts, b.voting.samples), ans, s.max_new_tokens))))
+                gen(qrole, "questions", b.generate, s.batch_prompts, 1, qst, _cap(q, s)),
+                gen("solver", f"{b.voting.samples} votes per question", b.generate * b.voting.samples,
+                    s.batch_prompts, b.voting.samples, ans, s.max_new_tokens))))
         if sp.steps > 0:
             rows = sp.prompts_per_step * sp.group_size
-            out.append(PhaseWork("solver", rounds, (Gen("solver", "answers", sp.steps * rows,
-                                                        call(sp.prompts_per_step, sp.group_size), ans, _cap(sp, s)),),
+            out.append(PhaseWork("solver", rounds, (gen("solver", "answers", sp.steps * rows,
+                                                        sp.prompts_per_step, sp.group_size, ans, _cap(sp, s)),),
                                  Train("solver", sp.steps, rows, ans, _cap(sp, s))))
     elif cfg.recipe == "diagevo":
         ch, pc, sp, dg, mem = cfg.challenger, cfg.pool, cfg.solver, cfg.diagnoser, cfg.memory
         if not ch.frozen and ch.steps > 0:
             rows = ch.prompts_per_step * ch.group_size
             out.append(PhaseWork("challenger", rounds, (
-                Gen("challenger", "questions", ch.steps * rows, call(ch.prompts_per_step, ch.group_size), qst, _cap(ch, s)),
-                Gen("solver", f"{ch.reward.solver_samples} answers per question", ch.steps * rows * ch.reward.solver_samples,
-                    call(s.batch_prompts, ch.reward.solver_samples), ans, s.max_new_tokens)),
+                gen("challenger", "questions", ch.steps * rows, ch.prompts_per_step, ch.group_size, qst, _cap(ch, s)),
+                gen("solver", f"{ch.reward.solver_samples} answers per question", ch.steps * rows * ch.reward.solver_samples,
+                    s.batch_prompts, ch.reward.solver_samples, ans, s.max_new_tokens)),
                 Train("challenger", ch.steps, rows, qst, _cap(ch, s))))
         out.append(PhaseWork("pool", rounds, (
-            Gen("challenger", "candidate questions", pc.size, call(s.batch_prompts, 1), qst, _cap(ch, s)),
-            Gen("solver", f"{pc.voting.samples} construction answers", pc.size * pc.voting.samples,
-                call(s.batch_prompts, pc.voting.samples), ans, s.max_new_tokens))))
+            gen("challenger", "candidate questions", pc.size, s.batch_prompts, 1, qst, _cap(ch, s)),
+            gen("solver", f"{pc.voting.samples} construction answers", pc.size * pc.voting.samples,
+                s.batch_prompts, pc.voting.samples, ans, s.max_new_tokens))))
         if sp.steps > 0:
             rows = sp.prompts_per_step * sp.group_size
-            out.append(PhaseWork("solver", rounds, (Gen("solver", "answers", sp.steps * rows,
-                                                        call(sp.prompts_per_step, sp.group_size), ans, _cap(sp, s)),),
+            out.append(PhaseWork("solver", rounds, (gen("solver", "answers", sp.steps * rows,
+                                                        sp.prompts_per_step, sp.group_size, ans, _cap(sp, s)),),
                                  Train("solver", sp.steps, rows, ans, _cap(sp, s))))
         if mem.enabled:
             kept = max(1, int(pc.size * DIAGEVO_KEPT_FRACTION))
             llm = dg.kind == "llm" or (dg.kind == "auto" and not toy)
-            gens = [Gen("solver", "diagnoses", kept, call(s.batch_prompts, 1), 2 * ans, dg.max_new_tokens)] if llm else []
+            gens = [gen("solver", "diagnoses", kept, s.batch_prompts, 1, 2 * ans, dg.max_new_tokens)] if llm else []
             if str(getattr(mem, "promotion_p1", "")) == "updated":
-                gens.append(Gen("solver", "promotion re-measure", kept * pc.voting.samples,
-                                call(s.batch_prompts, pc.voting.samples), ans, s.max_new_tokens))
+                gens.append(gen("solver", "promotion re-measure", kept * pc.voting.samples,
+                                s.batch_prompts, pc.voting.samples, ans, s.max_new_tokens))
             out.append(PhaseWork("memory", rounds, tuple(gens),
                                  note=f"~{kept} kept questions assumed ({DIAGEVO_KEPT_FRACTION:.0%} of the pool)"))
     else:
         sp = getattr(cfg, "solver", None)
         if sp is not None:
             rows = sp.prompts_per_step * sp.group_size
-            out.append(PhaseWork("solver", rounds, (Gen("solver", "answers", sp.steps * rows,
-                                                        call(sp.prompts_per_step, sp.group_size), ans, _cap(sp, s)),),
+            out.append(PhaseWork("solver", rounds, (gen("solver", "answers", sp.steps * rows,
+                                                        sp.prompts_per_step, sp.group_size, ans, _cap(sp, s)),),
                                  Train("solver", sp.steps, rows, ans, _cap(sp, s))))
     out.append(_eval_work(cfg, toy, ans, n_evals))
     return out
@@ -578,6 +584,7 @@ class Plan:
     host_bytes: float
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    layout: "LayoutPlan | None" = None  # a multi-GPU layout (``make_plan(..., gpus=, nodes=)``); its problems are the plan's
 
     @property
     def capacity(self) -> float:
@@ -639,11 +646,18 @@ def _train_seconds(t: Train, times: int, shape: ModelShape, lcfg: LearnerConfig,
 
 
 def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_label: str | None = None,
-              toy: bool | None = None, suggest: bool = True) -> Plan:
+              toy: bool | None = None, suggest: bool = True, gpus: int | None = None,
+              nodes: int | None = None) -> Plan:
     """The plan of ``cfg`` on ``device`` (``shape`` / ``toy`` default to ``cfg.model``'s). When
     it does not fit and ``suggest``, the tightest ``engine.max_batch`` /
     ``learner.max_tokens_per_micro_batch`` named by the problems are tried together, and a set
-    that makes every phase fit is added to ``notes``."""
+    that makes every phase fit is added to ``notes``.
+
+    On a GPU device with more than one GPU (``nodes`` x ``gpus``), ``engine=ray`` or
+    ``backend=verl``, the plan also gets a ``layout`` (``layout_plan``) and its problems are the
+    layout's per-GPU ones: the single-GPU figures stay as the reference they are built from."""
+    if device.kind != "cuda" and (gpus not in (None, 1) or nodes not in (None, 1)):
+        raise ConfigError(f"--gpus / --nodes: a multi-GPU layout needs a GPU --device (got {device.name})")
     if shape is None:
         shape, model_label, toy = load_model_shape(cfg)
     toy = bool(toy)
@@ -719,6 +733,12 @@ def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_l
             host += shape.n_params * b
     plan = Plan(cfg.recipe, model_label or "?", shape, device, b, roles, estimates, host)
     plan.problems, plan.notes = _problems(plan, cfg, lcfg, engine, max_batch_tokens)
+    verl = getattr(getattr(cfg, "backend", None), "kind", "local") == "verl"
+    if gpu and (gpus is not None or nodes is not None or engine == "ray" or verl):
+        plan.layout = layout_plan(plan, cfg, make_layout(cfg, gpus, nodes), works)
+        # with verl the optimizer state lives in verl's job, not in this process's host memory
+        plan.problems = plan.layout.problems + [p for p in plan.problems if p.startswith("host memory") and not verl]
+        return plan
     if plan.problems and suggest:
         fix = combined_fix(plan.problems)
         if fix:
@@ -860,6 +880,423 @@ def _problems(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, max_batch_
     return problems, notes
 
 
+# --------------------------------------------------------------------------- multi-GPU layouts (issue 14)
+RAY_CALL_OVERHEAD_S = Rate(0.15, True, "issue 14's measurement: a Ray pool sample of 32 prompts x 8 over 2 CPU actors "
+                           "(toy model) took 0.1-0.2 s in all; charged per sampler call as the pool's overhead (an "
+                           "upper bound: it includes the sampling)")
+VERL_PHASE_OVERHEAD_S = Rate(300.0, False, "assumed: one main_ppo run per phase (Ray job start, model load, vLLM "
+                             "start-up, checkpoint save and merge to an HF folder)")
+VERL_STATE_BYTES = {"params": 4, "grads": 4, "optimizer": 8}
+"""verl's FSDP actor per trainable parameter, sharded over the job's GPUs: fp32 parameters (verl
+loads the actor in fp32 and computes in bf16 under FSDP mixed precision), fp32 gradients, AdamW's
+fp32 m and v."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The GPUs a run spreads over and how the recipe uses them.
+
+    GPU 0 of the head node belongs to the coevolve process (its roles' weights, the local learner).
+    ``engine=ray`` actors take ``actor_tp`` GPUs each; Ray does not know the coevolve process uses
+    GPU 0, so one actor shares it (the default pool has one actor per GPU group Ray sees).
+    ``backend=verl`` runs each GRPO phase as one job over ``verl_gpus`` GPUs (FSDP over all of
+    them, a colocated rollout engine of ``verl_tp`` GPUs)."""
+
+    nodes: int
+    gpus_per_node: int
+    engine: str  # engine.kind
+    actor_engine: str = "hf"
+    actors: int = 0  # Ray rollout actors (0 unless engine=ray)
+    actor_tp: int = 1
+    actor_util: float = 0.3  # vllm actors: engine.gpu_memory_utilization
+    actor_sleep: bool = True  # vllm actors release their GPU memory between calls (engine.sleep_mode)
+    backend: str = "local"
+    verl_gpus: int = 0  # backend.verl.nnodes x n_gpus_per_node (0 unless backend=verl)
+    verl_tp: int = 1
+    verl_util: float = 0.6
+    shared_cluster: bool = False  # the pool and verl's job place their GPUs in the same Ray cluster
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def actor_on_gpu0(self) -> bool:
+        """Does an actor share GPU 0 with the coevolve process? Always, with a pool: Ray does not
+        know this process uses GPU 0 and hands out GPU ids from 0 up (hide GPUs from the whole
+        run with CUDA_VISIBLE_DEVICES, not with fewer actors)."""
+        return self.actors > 0
+
+    def describe(self) -> str:
+        parts = [f"{self.nodes} node{'s' if self.nodes > 1 else ''} x {self.gpus_per_node} GPU"
+                 f"{'s' if self.gpus_per_node > 1 else ''} ({self.gpus} in all)"]
+        if self.actors:
+            util = f", each engine at gpu_memory_utilization={self.actor_util:g}" if self.actor_engine == "vllm" else ""
+            parts.append(f"engine=ray: {self.actors} {self.actor_engine} actor{'s' if self.actors > 1 else ''} x TP "
+                         f"{self.actor_tp}{util} (one shares GPU 0)")
+        else:
+            parts.append(f"engine={self.engine} in the coevolve process on GPU 0")
+        if self.verl_gpus:
+            parts.append(f"backend=verl: GRPO phases as one job, FSDP over {self.verl_gpus} GPUs, rollout engines of TP "
+                         f"{self.verl_tp} at gpu_memory_utilization={self.verl_util:g}")
+        else:
+            parts.append("backend=local: the learner on GPU 0")
+        return "; ".join(parts)
+
+
+def make_layout(cfg: Any, gpus: int | None = None, nodes: int | None = None) -> Layout:
+    """The layout of ``cfg`` on ``nodes`` x ``gpus`` GPUs (default: ``backend.verl``'s job size
+    with ``backend=verl``, else one GPU). Raises ``ConfigError`` naming the field (or flag) when
+    the settings cannot be placed: a count below 1, a tensor-parallel size that does not divide
+    a node's GPUs, more actor or verl GPUs than the layout has."""
+    ray = getattr(cfg.engine, "ray", None)
+    engine = str(getattr(cfg.engine, "kind", "hf"))
+    bk = getattr(cfg, "backend", None)
+    verl = bk is not None and bk.kind == "verl"
+    v = bk.verl if verl else None
+    g = gpus if gpus is not None else (v.n_gpus_per_node if v is not None else 1)
+    n = nodes if nodes is not None else (v.nnodes if v is not None else 1)
+    if g < 1:
+        raise ConfigError(f"--gpus {g}: GPUs per node must be at least 1")
+    if n < 1:
+        raise ConfigError(f"--nodes {n}: nodes must be at least 1")
+    lay = dict(nodes=n, gpus_per_node=g, engine=engine)
+    if engine == "ray" and ray is not None:
+        tp = ray.tensor_parallel_size
+        if ray.actor_engine == "hf" and tp > 1:
+            raise ConfigError(f"engine.ray.tensor_parallel_size={tp}: hf actors run on one GPU each; set "
+                              "engine.ray.actor_engine=vllm or engine.ray.tensor_parallel_size=1")
+        if g % tp:
+            raise ConfigError(f"engine.ray.tensor_parallel_size={tp} does not divide the {g} GPUs per node (--gpus): "
+                              "a tensor-parallel group stays on one node")
+        # as coevolve.engine.ray does: one actor per tensor-parallel group of every GPU Ray sees
+        actors = ray.num_actors if ray.num_actors is not None else max(1, n * g // tp)
+        if actors * tp > n * g:
+            raise ConfigError(f"engine.ray.num_actors={actors} x engine.ray.tensor_parallel_size={tp} = {actors * tp} "
+                              f"GPUs > the layout's {n * g} (--nodes {n} x --gpus {g})")
+        lay.update(actor_engine=ray.actor_engine, actors=actors, actor_tp=tp,
+                   actor_util=float(cfg.engine.gpu_memory_utilization), actor_sleep=bool(cfg.engine.sleep_mode))
+    if v is not None:
+        if v.n_gpus_per_node % v.tensor_parallel_size:
+            raise ConfigError(f"backend.verl.tensor_parallel_size={v.tensor_parallel_size} does not divide "
+                              f"backend.verl.n_gpus_per_node={v.n_gpus_per_node}")
+        if v.nnodes > n or v.n_gpus_per_node > g:
+            raise ConfigError(f"backend.verl.nnodes={v.nnodes} x backend.verl.n_gpus_per_node={v.n_gpus_per_node} does "
+                              f"not fit the layout's --nodes {n} x --gpus {g}")
+        # one Ray cluster when the pool joins one (`ray start`) and verl's job joins it too, or runs on
+        # several nodes (which needs `ray start`); a local Ray of this process and verl's own are apart
+        shared = engine == "ray" and ray is not None and ray.address is not None and (
+            v.ray_address is not None or v.nnodes > 1)
+        lay.update(backend="verl", verl_gpus=v.nnodes * v.n_gpus_per_node, verl_tp=v.tensor_parallel_size,
+                   verl_util=float(v.gpu_memory_utilization), shared_cluster=shared)
+    return Layout(**lay)
+
+
+def _tp_device(device: Device, tp: int) -> Device:
+    """``device`` with ``tp`` GPUs' bandwidth and matmul rate (a tensor-parallel engine; assumed linear)."""
+    if tp == 1:
+        return device
+    scale = lambda r: Rate(r.value * tp, False, f"{tp} x ({r.source}); linear TP scaling assumed")  # noqa: E731
+    return Device(f"{device.name} x{tp}", device.kind, device.memory_gib, device.host_memory_gib,
+                  scale(device.matmul_tflops), device.train_mfu, scale(device.mem_gbps), device.hf_step_ms_per_layer,
+                  device.vllm_bw_efficiency)
+
+
+@dataclass(frozen=True)
+class VerlMemory:
+    """Per-GPU bytes of a verl job: the FSDP shards (params, grads, optimizer state, a bf16
+    reference model when KL is on), the gathered bf16 FSDP units, a micro-batch's activations and
+    logits, and the colocated rollout engine's share. Training and rollout alternate: vLLM
+    sleeps (weights offloaded, KV cache freed) while the actor trains, and gradients are freed
+    while vLLM generates."""
+
+    params: float
+    grads: float
+    optimizer: float
+    ref: float
+    gathered: float
+    activations: float
+    rollout: float
+
+    @property
+    def train_peak(self) -> float:
+        return self.params + self.grads + self.optimizer + self.ref + self.gathered + self.activations
+
+    @property
+    def rollout_peak(self) -> float:
+        return self.params + self.optimizer + self.ref + self.rollout
+
+    @property
+    def peak(self) -> float:
+        return max(self.train_peak, self.rollout_peak)
+
+
+def verl_memory(shape: ModelShape, lcfg: LearnerConfig, device: Device, b: int, train: Train, world: int,
+                util: float) -> VerlMemory:
+    """Per-GPU bytes of one verl GRPO job over ``world`` GPUs (``VerlMemory``): sharded state =
+    total / world; activations and logits as the local learner's for one micro-batch (verl's
+    dynamic batch size takes ``learner.max_tokens_per_micro_batch`` tokens per GPU); the rollout
+    engine takes ``util`` of the GPU."""
+    N = shape.n_params
+    trainable = shape.lora_params(lcfg.lora_r, lcfg.lora_target_modules) if lcfg.lora else N
+    frozen = (N * b) if lcfg.lora else 0.0  # LoRA: the base stays bf16 and frozen, shards of it
+    params = (frozen + trainable * VERL_STATE_BYTES["params"]) / world
+    grads = trainable * VERL_STATE_BYTES["grads"] / world
+    optimizer = trainable * VERL_STATE_BYTES["optimizer"] / world
+    ref = N * b / world if (lcfg.beta_kl > 0 and not lcfg.lora) else 0.0
+    gathered = 2 * max(shape.layer_params, shape.vocab * shape.hidden) * b  # one unit in use, the next prefetched
+    rm = role_memory(train.role, shape, lcfg, device, b, train, None)
+    return VerlMemory(params, grads, optimizer, ref, gathered, rm.activations + rm.logits,
+                      util * device.memory_gib.value * GiB)
+
+
+@dataclass
+class LayoutPhase:
+    """One phase on a layout: per-GPU peaks by kind of GPU, its peak, and its wall time."""
+
+    name: str
+    gpus: dict[str, float]  # "GPU 0" / "actor GPU" / "verl GPU" -> peak bytes
+    gen_seconds: float
+    train_seconds: float
+    overhead_seconds: float
+
+    @property
+    def peak(self) -> float:
+        return max(self.gpus.values(), default=0.0)
+
+    @property
+    def where(self) -> str:
+        return max(self.gpus, key=lambda k: self.gpus[k]) if self.gpus else "-"
+
+
+@dataclass
+class LayoutPlan:
+    layout: Layout
+    phases: list[LayoutPhase]
+    verl: VerlMemory | None
+    problems: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+
+def _actor_chunk(g: Gen, actors: int, max_batch: int) -> int:
+    """Rows of one actor's generate call: its share of the sampler call, chunked by engine.max_batch."""
+    return max(1, min(max_batch, math.ceil((g.full_call or g.call_rows) / actors)))
+
+
+def _actor_bytes(lay: Layout, shape: ModelShape, b: int, capacity: float, gens: tuple[Gen, ...],
+                 max_batch_tokens: int | None, slots: int, max_batch: int) -> float:
+    """Peak bytes of one actor GPU while the phase samples. The pool is one per process and every
+    sampler (live solver, writer, frozen scorer) is a slot held by every actor (coevolve.engine.ray):
+    hf actors keep every slot's weights on the GPU and add the KV cache of their share of a call;
+    a vllm slot is an engine taking ``engine.gpu_memory_utilization`` of the GPU, the idle ones
+    asleep (``engine.sleep_mode``) or, without sleep, all awake."""
+    if not gens:
+        return _actor_idle_bytes(lay, shape, b, capacity, slots)
+    if lay.actor_engine == "vllm":
+        return (1 if lay.actor_sleep else slots) * lay.actor_util * capacity
+    call = max(sampler_call_bytes(shape, b, _kv_rows(_actor_chunk(g, lay.actors, max_batch), g.prompt, g.max_new,
+                                                     max_batch_tokens), g.prompt, g.max_new) for g in gens)
+    return slots * shape.n_params * b + call
+
+
+def _actor_idle_bytes(lay: Layout, shape: ModelShape, b: int, capacity: float, slots: int) -> float:
+    """An actor GPU between calls: hf actors keep every slot's weights, sleeping vllm engines nothing."""
+    if lay.actors == 0:
+        return 0.0
+    if lay.actor_engine == "vllm":
+        return 0.0 if lay.actor_sleep else slots * lay.actor_util * capacity
+    return slots * shape.n_params * b
+
+
+def _vllm_rows(shape: ModelShape, b: int, budget: float, tp: int, ctx: int, max_seqs: int) -> int:
+    """Sequences one vLLM engine of ``tp`` GPUs keeps in flight: what its KV cache holds (its
+    ``budget`` per GPU less the weights' share) at ``ctx`` tokens each, at most ``max_seqs``."""
+    kv = max(0.0, budget - shape.n_params * b / tp) * tp
+    return max(1, min(max_seqs, int(kv // max(1, shape.kv_bytes_per_token(b) * ctx))))
+
+
+def layout_plan(plan: "Plan", cfg: Any, lay: Layout, works: list[PhaseWork]) -> LayoutPlan:
+    """The per-GPU peak and wall time of every phase of ``plan`` on ``lay``.
+
+    GPU 0 holds what the single-GPU plan keeps resident (every role's weights, the training role's
+    state) and, with the local backend, the learner step; with ``engine=ray`` the sampler calls
+    move to the actors (``_actor_bytes``), else they stay on GPU 0 as in the single-GPU plan. A GRPO
+    phase with ``backend=verl`` runs on the verl job's GPUs (``verl_memory``; GPU 0 is one of them
+    and keeps the coevolve process's weights, the actors keep their idle share). Times: a
+    phase's rollouts split evenly over the actors (or verl's rollout engines), a verl learner step
+    over its data-parallel GPUs; per-call and per-phase overheads from the rates."""
+    shape, device, b = plan.shape, plan.device, plan.dtype_bytes
+    lcfg: LearnerConfig = cfg.learner
+    cap = plan.capacity
+    _, _, _, max_batch_tokens = _engine(cfg)
+    on_verl_phase = lambda w: lay.verl_gpus > 0 and w.train is not None  # noqa: E731
+    slots = len({g.role for w in works if not on_verl_phase(w) for g in w.gens}) if lay.actors else 0
+    weights_gpu0 = sum(rm.weights for rm in plan.roles.values())
+    out = LayoutPlan(lay, [], None)
+    actor_dev = _tp_device(device, lay.actor_tp)
+    for e, w in zip(plan.phases, works):
+        on_verl = on_verl_phase(w)
+        gpus: dict[str, float] = {}
+        gen_s = train_s = over_s = 0.0
+        actor_idle = _actor_idle_bytes(lay, shape, b, cap, slots)
+        if on_verl:
+            vm = verl_memory(shape, lcfg, device, b, w.train, lay.verl_gpus, lay.verl_util)
+            out.verl = vm if out.verl is None or vm.peak > out.verl.peak else out.verl
+            gpus["GPU 0"] = weights_gpu0 + vm.peak + (actor_idle if lay.actor_on_gpu0 else 0.0)
+            if lay.verl_gpus > 1:
+                gpus["verl GPU"] = vm.peak + (actor_idle if lay.actors else 0.0)
+            engines = max(1, lay.verl_gpus // lay.verl_tp)
+            vdev = _tp_device(device, lay.verl_tp)
+            for g in w.gens:
+                if g.role == "frozen solver copy":
+                    continue  # answered by the solver server (backend.verl.solver_url), not in this job
+                in_flight = min(math.ceil(w.train.rows_per_step / engines),
+                                _vllm_rows(shape, b, lay.verl_util * cap, lay.verl_tp, g.prompt + g.max_new, 1 << 30))
+                gen_s += _gen_seconds(Gen(g.role, g.what, math.ceil(g.rows / engines), in_flight, g.prompt, g.max_new),
+                                      shape, vdev, b, "vllm", in_flight) * w.times
+            train_s = e.train_seconds / lay.verl_gpus
+            over_s = VERL_PHASE_OVERHEAD_S.value * w.times
+        else:
+            learner = 0.0
+            if w.train is not None:
+                learner = role_memory(w.train.role, shape, lcfg, device, b, w.train, None).learner_transient
+            if lay.actors:
+                act = _actor_bytes(lay, shape, b, cap, w.gens, max_batch_tokens, slots, cfg.engine.max_batch)
+                # the learner step and the actor's calls alternate: between calls an actor keeps only
+                # its idle share (hf: its weights; a sleeping vllm engine: nothing)
+                gpu0 = e.resident + (max(learner + actor_idle, act) if lay.actor_on_gpu0 else learner)
+                gpus["GPU 0"] = gpu0
+                if lay.gpus > 1 and w.gens:
+                    gpus["actor GPU"] = act
+                for g in w.gens:
+                    per = Gen(g.role, g.what, math.ceil(g.rows / lay.actors),
+                              _actor_chunk(g, lay.actors, cfg.engine.max_batch), g.prompt, g.max_new)
+                    if lay.actor_engine == "vllm":
+                        kvr = min(per.call_rows, _vllm_rows(shape, b, lay.actor_util * cap, lay.actor_tp,
+                                                            g.prompt + g.max_new, cfg.engine.max_batch))
+                    else:
+                        kvr = _kv_rows(per.call_rows, g.prompt, g.max_new, max_batch_tokens)
+                    gen_s += _gen_seconds(per, shape, actor_dev, b, lay.actor_engine, kvr) * w.times
+                    calls = math.ceil(g.rows / max(1, g.full_call or g.call_rows))
+                    over_s += calls * RAY_CALL_OVERHEAD_S.value * w.times
+            else:
+                gpus["GPU 0"] = e.peak
+                gen_s = e.gen_seconds
+            train_s = e.train_seconds
+        out.phases.append(LayoutPhase(w.name, gpus, gen_s, train_s, over_s))
+    out.assumptions = _layout_assumptions(lay)
+    writers = [w.name for w in works if on_verl_phase(w) and w.name in ("questioner", "challenger")]
+    if writers:
+        out.assumptions.append(f"(not counted) phase {', '.join(writers)}: rewards ask the frozen solver served by "
+                               "`vllm serve` (backend.verl.solver_url), its weights and KV cache on a GPU outside this "
+                               "layout (docs/scale.md)")
+    out.problems = _layout_problems(plan, cfg, lcfg, lay, out, works)
+    return out
+
+
+def _layout_assumptions(lay: Layout) -> list[str]:
+    a = ["(model) GPU 0 of the head node belongs to the coevolve process: every role's weights and, with "
+         "backend=local, the learner; Ray gives it an actor too (ids from 0 up), verl's job uses it as well"]
+    if lay.actors:
+        a.append(f"(model) rollout time = one actor's share: rows split evenly over {lay.actors} actors, no straggler "
+                 "or load-balancing loss; one pool, every sampler (live, frozen, writer) a slot in every actor")
+        a.append(f"(measured) Ray per-call overhead {RAY_CALL_OVERHEAD_S.value:g} s: {RAY_CALL_OVERHEAD_S.source}")
+        if lay.actor_tp > 1:
+            a.append(f"(model) a TP-{lay.actor_tp} engine decodes {lay.actor_tp}x as fast as one GPU")
+    if lay.verl_gpus:
+        a.append(f"(model) verl learner step time = the single-GPU estimate / {lay.verl_gpus} (FSDP data parallel, "
+                 "all-gather / reduce-scatter and cross-node traffic not counted)")
+        a.append(f"(model) verl per-GPU memory: fp32 params + fp32 grads + AdamW m, v sharded / {lay.verl_gpus}, "
+                 "2 gathered bf16 FSDP units, one micro-batch's activations and logits unsharded; the colocated vLLM "
+                 "takes backend.verl.gpu_memory_utilization of the GPU while rolling out and sleeps while training")
+        a.append(f"(assumed) {VERL_PHASE_OVERHEAD_S.value:g} s per verl phase run: {VERL_PHASE_OVERHEAD_S.source}")
+    if not lay.actors and not lay.verl_gpus and lay.gpus > 1:
+        a.append("(model) with engine and backend local, only GPU 0 works: set engine=ray and/or backend=verl")
+    a.append("(model) memory and time figures of the single-GPU plan above (its rates table) underlie every row")
+    return a
+
+
+def _layout_problems(plan: "Plan", cfg: Any, lcfg: LearnerConfig, lay: Layout, lp: LayoutPlan,
+                     works: list[PhaseWork]) -> list[str]:
+    """Each phase whose per-GPU peak does not fit, with the fields to change for that GPU."""
+    problems = []
+    gib = lambda x: f"{x / GiB:.1f} GiB"  # noqa: E731
+    for p, e, w in zip(lp.phases, plan.phases, works):
+        for where, size in p.gpus.items():
+            if size <= plan.limit:
+                continue
+            head = f"phase {p.name}: {where} peak {gib(size)} > {gib(plan.limit)}"
+            if where == "actor GPU" or (where == "GPU 0" and lay.actor_on_gpu0 and w.train is None):
+                fix = ("engine.gpu_memory_utilization lower, or more GPUs per actor (engine.ray.tensor_parallel_size)"
+                       if lay.actor_engine == "vllm" else
+                       "engine.max_batch_tokens lower, engine.ray.num_actors higher, or engine.ray.actor_engine=vllm")
+            elif lay.verl_gpus and w.train is not None:
+                fix = ("backend.verl.n_gpus_per_node / backend.verl.nnodes higher (more shards), "
+                       "learner.max_tokens_per_micro_batch lower, or backend.verl.gpu_memory_utilization lower")
+            elif w.train is not None:
+                fix = " or ".join(_learner_fixes(plan, lcfg, w.train, e.resident)) + " or backend=verl"
+            else:
+                fix = " or ".join(_sampler_fixes(plan, cfg, lcfg, lay.engine, w.gens[0], e.resident)) + \
+                    " or engine=ray" if w.gens else "learner.lora=true"
+            problems.append(f"{head}: change {fix}")
+    if lay.verl_gpus and lp.verl is not None:
+        need = plan.shape.n_params * plan.dtype_bytes / lay.verl_tp
+        if need >= 0.9 * lay.verl_util * plan.capacity:
+            problems.append(f"backend.verl: a rollout engine's weights ({gib(need)} per GPU at TP {lay.verl_tp}) leave "
+                            f"no KV cache in backend.verl.gpu_memory_utilization={lay.verl_util:g} of the GPU; raise it "
+                            "or backend.verl.tensor_parallel_size")
+    room = (lay.gpus - lay.verl_gpus) // lay.actor_tp
+    if lay.shared_cluster and lay.actors * lay.actor_tp + lay.verl_gpus > lay.gpus:
+        problems.append(f"engine.ray.num_actors={lay.actors} x tensor_parallel_size={lay.actor_tp} + verl's "
+                        f"{lay.verl_gpus} GPUs > the cluster's {lay.gpus}: the actor pool keeps its placement group "
+                        "through a verl phase and verl's job asks the same Ray cluster (engine.ray.address, "
+                        "backend.verl.ray_address / nnodes > 1) for its GPUs, so it would wait forever; change "
+                        + (f"engine.ray.num_actors={room} or fewer, or " if room >= 1 else "")
+                        + "backend.verl.n_gpus_per_node lower")
+    if lay.actors and lay.actor_engine == "vllm":
+        need = plan.shape.n_params * plan.dtype_bytes / lay.actor_tp
+        if need >= 0.9 * lay.actor_util * plan.capacity:
+            problems.append(f"engine.ray: a vllm actor's weights ({gib(need)} per GPU at TP {lay.actor_tp}) leave no KV "
+                            f"cache in engine.gpu_memory_utilization={lay.actor_util:g}; raise it or "
+                            "engine.ray.tensor_parallel_size")
+    return problems
+
+
+def format_layout(plan: "Plan") -> str:
+    """The layout section of ``format_plan``: per-GPU peak and headroom per phase, the verdict,
+    wall time, and which figures are a model and which were measured."""
+    lp = plan.layout
+    assert lp is not None
+    gib = lambda x: f"{x / GiB:6.1f}"  # noqa: E731
+    kinds = [k for k in ("GPU 0", "actor GPU", "verl GPU") if any(k in p.gpus for p in lp.phases)]
+    L = [f"layout: {lp.layout.describe()}",
+         f"per-GPU peak per phase, GiB ({plan.device.name}, {plan.device.memory_gib.value:g} GiB per GPU; "
+         f"{SAFETY_MARGIN:.0%} headroom required)"]
+    L.append("  " + f"{'phase':<11}" + "".join(f"{k:>11}" for k in kinds) + f"{'peak':>8}{'headroom':>9}"
+             f"{'generate':>10}{'learn':>9}{'overhead':>9}")
+    tot = [0.0, 0.0, 0.0]
+    for p in lp.phases:
+        head = 1 - p.peak / plan.capacity
+        flag = "" if p.peak <= plan.limit else "  <-- does not fit"
+        L.append("  " + f"{p.name:<11}" + "".join(f"{gib(p.gpus[k]) if k in p.gpus else '-':>11}" for k in kinds)
+                 + f"{gib(p.peak):>8}{head:>9.0%}{_fmt_s(p.gen_seconds):>10}{_fmt_s(p.train_seconds):>9}"
+                 f"{_fmt_s(p.overhead_seconds):>9}{flag}")
+        tot[0] += p.gen_seconds
+        tot[1] += p.train_seconds
+        tot[2] += p.overhead_seconds
+    L.append(f"  {'total':<11}" + " " * (11 * len(kinds) + 17) + f"{_fmt_s(tot[0]):>10}{_fmt_s(tot[1]):>9}"
+             f"{_fmt_s(tot[2]):>9}  = {_fmt_s(sum(tot))} (grading and I/O not counted)")
+    if lp.verl is not None:
+        v = lp.verl
+        L.append(f"  verl GPU (largest GRPO phase): params {v.params / GiB:.1f} + grads {v.grads / GiB:.1f} + optimizer "
+                 f"{v.optimizer / GiB:.1f} + ref {v.ref / GiB:.1f} + gathered units {v.gathered / GiB:.1f} + "
+                 f"activations/logits {v.activations / GiB:.1f} = train {v.train_peak / GiB:.1f}; rollout "
+                 f"{v.rollout_peak / GiB:.1f} (vLLM {v.rollout / GiB:.1f})")
+    L.append("scaling assumptions:")
+    L.extend(f"  - {a}" for a in lp.assumptions)
+    return "\n".join(L)
+
+
 # --------------------------------------------------------------------------- output
 def _fmt_s(sec: float) -> str:
     if sec < 120:
@@ -914,7 +1351,8 @@ def format_plan(plan: Plan) -> str:
         L.append(f"  {name:<12}{gib(rm.weights):>8}{gib(rm.masters):>8}{gib(rm.optimizer):>8}{gib(rm.grads):>8}"
                  f"{gib(rm.activations):>8}{gib(rm.logits):>8}{gib(rm.opt_step):>8}{gib(rm.train_peak):>11}{gib(rm.kv):>10}")
     L.append("")
-    L.append("peak per phase, GiB (resident: weights of the roles on the GPU + the training role's state)")
+    L.append("peak per phase, GiB (resident: weights of the roles on the GPU + the training role's state)"
+             + ("; one GPU, the reference of the layout below" if plan.layout is not None else ""))
     L.append(f"  {'phase':<11}{'resident':>9}{'transient':>10}{'peak':>8}{'headroom':>9}  largest transient")
     for e in plan.phases:
         head = 1 - e.peak / plan.capacity
@@ -924,7 +1362,14 @@ def format_plan(plan: Plan) -> str:
     if plan.host_bytes:
         L.append(f"  host memory for offloaded state / parked weights: up to {plan.host_bytes / GiB:.1f} GiB")
     L.append("")
-    if plan.fits:
+    if plan.layout is not None:
+        L.append(format_layout(plan))
+        L.append("")
+    if plan.fits and plan.layout is not None:
+        worst_l = max(plan.layout.phases, key=lambda p: p.peak)
+        L.append(f"verdict: fits on the layout (largest per-GPU peak {worst_l.peak / GiB:.1f} GiB in phase "
+                 f"{worst_l.name} on {worst_l.where}, headroom {1 - worst_l.peak / plan.capacity:.0%})")
+    elif plan.fits:
         worst = max(plan.phases, key=lambda e: e.peak)
         L.append(f"verdict: fits (largest peak {worst.peak / GiB:.1f} GiB in phase {worst.work.name}, "
                  f"headroom {1 - worst.peak / plan.capacity:.0%})")
@@ -944,13 +1389,21 @@ def format_plan(plan: Plan) -> str:
 def preflight_problems(cfg: Any) -> list[str]:
     """What ``coevolve run`` refuses: the plan's problems on the device this run will use
     (the real GPU memory, or this machine's memory on CPU), each naming the field to change."""
-    plan = make_plan(cfg, local_device(cfg.model.device))
+    device = local_device(cfg.model.device)
+    gpus = None
+    ray = getattr(cfg.engine, "ray", None)
+    if device.kind == "cuda" and cfg.engine.kind == "ray" and ray is not None and ray.address is None:
+        import torch
+
+        gpus = torch.cuda.device_count()  # a local Ray sees every GPU of this machine
+    plan = make_plan(cfg, device, gpus=gpus)
     return [f"{p} (see `coevolve plan {cfg.recipe}`)" for p in plan.problems]
 
 
 __all__ = [
     "COMPLETION_FILL", "DEVICES", "Device", "Gen", "ModelShape", "PROMPT_TOKENS", "Plan", "PhaseWork", "Rate",
     "SAFETY_MARGIN", "Train", "device_for", "format_plan", "load_model_shape", "local_device", "make_plan", "phases",
-    "preflight_problems", "role_memory", "trainable_roles",
+    "preflight_problems", "role_memory", "trainable_roles", "Layout", "LayoutPlan", "LayoutPhase", "VerlMemory",
+    "make_layout", "layout_plan", "verl_memory", "format_layout",
 ]
 

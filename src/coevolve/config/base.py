@@ -61,6 +61,23 @@ class SamplingConfig(Strict):
                                "(difficulty, labelling, generation); each chunk gets its own seed.")
 
 
+class RayEngineConfig(Strict):
+    """``engine=ray``: a Ray actor pool of rollout engines (``coevolve.engine.ray.RaySampler``)."""
+
+    actor_engine: Literal["hf", "vllm"] = Field("hf", description="The engine inside each actor.")
+    num_actors: int | None = Field(None, ge=1, description="Rollout actors. None = one per GPU group Ray sees, or 2 on "
+                                   "a CPU-only cluster.")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per actor (vllm actors).")
+    cpus_per_actor: float = Field(1.0, gt=0.0, description="CPUs Ray reserves for each actor.")
+    address: str | None = Field(None, description="None = start a local Ray in this process; 'auto' or 'HOST:PORT' = "
+                                "join a cluster started with `ray start`.")
+    max_restarts: int = Field(3, ge=0, description="An actor that dies is restarted up to this many times and its "
+                              "prompts re-sent.")
+    weight_sync: Literal["broadcast", "path"] = Field(
+        "broadcast", description="After a learner step: 'broadcast' = the state dict through Ray's object store; 'path' "
+        "= a saved HF folder each actor reloads.")
+
+
 class EngineConfig(Strict):
     """The rollout backend every phase samples through (``coevolve.engine.make_sampler``).
 
@@ -69,9 +86,10 @@ class EngineConfig(Strict):
     environment, see docs/engines.md). The fields after ``max_batch`` are vLLM's; ``hf`` ignores
     them."""
 
-    kind: Literal["hf", "vllm"] = Field(
+    kind: Literal["hf", "vllm", "ray"] = Field(
         "hf", description="'hf' = Hugging Face generate (CPU default, the bit-exact reference); 'vllm' = an in-process "
-        "vLLM engine, weights pushed from the learner after every step (docs/engines.md).")
+        "vLLM engine, weights pushed from the learner after every step; 'ray' = a Ray actor pool of engines "
+        "(engine.ray; docs/engines.md).")
     max_batch: int = Field(256, ge=1, description="Max sequences per generate call (hf: larger batches are chunked; "
                            "vllm: sequences in flight, max_num_seqs).")
     max_batch_tokens: int | None = Field(
@@ -98,6 +116,46 @@ class EngineConfig(Strict):
         True, description="vllm on CUDA: the engine sleeps (weights and KV cache released) whenever it is not sampling, "
         "so learner steps get the GPU memory; it wakes and reloads the current weights at the next sample call. "
         "CPU: ignored (vLLM's CPU worker has no sleep).")
+    seed_scope: Literal["call", "prompt"] | None = Field(
+        None, description="'call' = one RNG stream for the whole sampler call (the hf / vllm default; keeps every toy "
+        "figure bit-identical); 'prompt' = each prompt's n samples from their own seed derive_seed(params.seed, <prompt "
+        "text>, <occurrence index of that text in the call>), so results do not depend on how a call is split across "
+        "actors or batches. None = 'prompt' for ray, 'call' otherwise; ray with 'call' is an error.")
+    ray: RayEngineConfig = Field(default_factory=RayEngineConfig,
+                                   description="engine=ray: the actor pool (docs/engines.md).")
+
+
+class VerlBackendConfig(Strict):
+    """``backend=verl``: GRPO phases run as ``verl.trainer.main_ppo`` in a subprocess (package ``coevolve.verl``)."""
+
+    python: str | None = Field(None, description="Interpreter of the environment that has verl; None = this one.")
+    nnodes: int = Field(1, ge=1, description="Nodes of verl's job (trainer.nnodes).")
+    n_gpus_per_node: int = Field(1, ge=1, description="GPUs per node of verl's job (trainer.n_gpus_per_node).")
+    rollout: Literal["vllm", "sglang", "hf"] = Field("vllm", description="verl's rollout engine "
+                                                    "(actor_rollout_ref.rollout.name).")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per rollout engine in verl's job.")
+    gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0, description="Share of each GPU verl's colocated "
+                                          "rollout engine may take.")
+    ray_address: str | None = Field(None, description="Ray cluster verl's job joins (multi-node: the `ray start "
+                                    "--head` address); None = verl starts its own.")
+    solver_url: str | None = Field(None, description="An OpenAI-compatible `vllm serve` of the frozen solver, for "
+                                   "writer rewards.")
+    adv_eps: float = Field(1e-4, gt=0.0, description="eps of the group advantage (coevolve's 1e-4; verl's own is 1e-6).")
+    keep_workdir: bool = Field(False, description="Keep verl's work folder (parquet, checkpoints, logs) after the phase.")
+    extra_overrides: list[str] = Field(default_factory=list, description="Hydra overrides passed through to main_ppo "
+                                       "(last wins).")
+    main: list[str] | None = Field(None, description="Command that runs verl's trainer; None = [<python>, '-m', "
+                                   "'verl.trainer.main_ppo'] (tests point it at a stand-in).")
+    merger: list[str] | None = Field(None, description="Command that runs verl's model merger; None = [<python>, "
+                                     "'-m', 'verl.model_merger'].")
+
+
+class BackendConfig(Strict):
+    """Where GRPO phases train: 'local' = coevolve's learner in this process; 'verl' = verl's trainer."""
+
+    kind: Literal["local", "verl"] = Field("local", description="'local' = coevolve's learner; 'verl' = "
+                                           "verl.trainer.main_ppo in a subprocess (docs/verl.md).")
+    verl: VerlBackendConfig = Field(default_factory=VerlBackendConfig, description="backend=verl settings.")
 
 
 class EvalConfig(Strict):
@@ -142,13 +200,14 @@ class RecipeConfig(Strict):
     Both method recipes reach their ablation switches this way; ``engine=vllm`` (every recipe)
     sets ``engine.kind``. Subclass aliases add to these (``all_aliases``)."""
 
-    ALIASES: ClassVar[dict[str, str]] = {"engine": "engine.kind"}
+    ALIASES: ClassVar[dict[str, str]] = {"engine": "engine.kind", "backend": "backend.kind"}
 
     recipe: str
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    backend: BackendConfig = Field(default_factory=BackendConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     run: RunSection = Field(default_factory=RunSection)
