@@ -273,3 +273,65 @@ def test_stop_strings_and_stop_ids_cut_where_the_text_says(model, tok):
     finally:
         h.remove()
     assert c.finish_reason == "length" and c.stop_reason is None and len(c.token_ids) == 4
+
+
+# ---------------------------------------------------------------- engine.seed_scope (per-prompt seeds)
+
+
+def _ids(out):
+    return [[c.token_ids for c in g] for g in out]
+
+
+def test_prompt_seed_scope_does_not_depend_on_the_split(model, tok):
+    """seed_scope=prompt: a prompt's samples depend on the call seed, its text and its
+    occurrence only; any sub-call (an actor's share) with the call's seeds gives the same ids."""
+    from coevolve.engine.base import prompt_seeds
+
+    prompts = PROMPTS + [PROMPTS[0]]  # a repeated prompt gets its own draws
+    p = SamplingParams(temperature=1.0, max_new_tokens=10, seed=7, return_logprobs=True)
+    whole = HFSampler(model, tok, seed_scope="prompt").sample(prompts, 3, p)
+    seeds = prompt_seeds(7, prompts)
+    other = HFSampler(model, tok, seed_scope="prompt")
+    parts = other.sample_seeded(prompts[:2], 3, p, seeds[:2]) + other.sample_seeded(prompts[2:], 3, p, seeds[2:])
+    assert _ids(whole) == _ids(parts)
+    assert [[c.logprobs for c in g] for g in whole] == [[c.logprobs for c in g] for g in parts]
+    assert _ids(whole)[0] != _ids(whole)[-1]  # occurrence 0 and 1 of the same text differ
+    alone = HFSampler(model, tok, seed_scope="prompt").sample([PROMPTS[2]], 3, p)
+    assert _ids(alone)[0] == _ids(whole)[2]  # the prompt's first occurrence: same seed alone or in a call
+    # the call scope draws the batch from one stream: it differs from the per-prompt draws
+    call = HFSampler(model, tok).sample(prompts, 3, p)
+    assert _ids(call) != _ids(whole)
+
+
+def test_prompt_seeds_reference():
+    """``prompt_seeds`` against its formula written out."""
+    from coevolve.engine.base import prompt_seeds
+    from coevolve.run import derive_seed
+
+    assert prompt_seeds(3, ["a", "b", "a", "a"]) == [derive_seed(3, "a", 0), derive_seed(3, "b", 0),
+                                                     derive_seed(3, "a", 1), derive_seed(3, "a", 2)]
+    assert prompt_seeds(None, ["a", "b"]) == [None, None]
+    assert len(set(prompt_seeds(3, ["a", "a", "a"]))) == 3
+
+
+def test_seed_scope_config_and_errors(model, tok, monkeypatch):
+    from coevolve.config.base import EngineConfig, RecipeConfig, build_config
+    from coevolve.engine import check_engine, make_sampler, seed_scope
+    from coevolve.errors import ConfigError
+
+    assert seed_scope(EngineConfig()) == "call"
+    assert seed_scope(EngineConfig(kind="ray")) == "prompt"
+    assert make_sampler(EngineConfig(), model, tok).seed_scope == "call"  # default path unchanged
+    assert make_sampler(EngineConfig(seed_scope="prompt"), model, tok).seed_scope == "prompt"
+    with pytest.raises(ConfigError, match="seed_scope=call"):
+        check_engine(EngineConfig(kind="ray", seed_scope="call"))
+    cfg = build_config(RecipeConfig, {"recipe": "x"}, ["engine=ray", "engine.ray.num_actors=3"], "test")
+    assert cfg.engine.kind == "ray" and cfg.engine.ray.num_actors == 3
+    with pytest.raises(ConfigError, match="engine.ray.nope"):
+        build_config(RecipeConfig, {"recipe": "x"}, ["engine.ray.nope=1"], "test")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(ConfigError, match="coevolve\\[ray\\]"):
+        check_engine(EngineConfig(kind="ray"))
