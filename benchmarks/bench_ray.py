@@ -2,7 +2,7 @@
 sampling, memory per actor, and token-id equality with ``HFSampler(seed_scope="prompt")``.
 
 Prompts are toy held-out questions through the toy prompter, on the cached toy base model
-(``$COEVOLVE_CACHE``). Times are wall-clock medians of ``--reps`` calls after one warm-up call;
+(``$COEVOLVE_CACHE``). Times are wall-clock medians of ``--reps`` calls (10x that for the tiny call) after one warm-up;
 the pool's start-up is ``make_sampler`` (``ray.init`` + placement group + actors + the first
 weight slot) and is reported split into its parts. Memory: each actor process's resident set
 (``/proc/<pid>/status`` VmRSS, the pool runs on this machine) once a slot is loaded.
@@ -63,9 +63,14 @@ def compare(a: Path, b: Path) -> bool:
                    - {Path("metrics.jsonl")})
     same = True
     for rel in files:
-        eq = (b / rel).is_file() and (a / rel).read_bytes() == (b / rel).read_bytes()
+        if rel.suffix == ".json":  # results.json: its wall-clock fields differ between any two runs
+            eq = (b / rel).is_file() and _untimed(json.loads((a / rel).read_text())) == _untimed(
+                json.loads((b / rel).read_text()))
+        else:
+            eq = (b / rel).is_file() and (a / rel).read_bytes() == (b / rel).read_bytes()
         same &= eq
-        print(f"{'same' if eq else 'DIFFERENT':<10} {rel} ({(a / rel).stat().st_size} bytes)")
+        how = "without timing fields" if rel.suffix == ".json" else "byte for byte"
+        print(f"{'same' if eq else 'DIFFERENT':<10} {rel} ({(a / rel).stat().st_size} bytes, {how})")
     sa, sb = (json.loads((r / "summary.json").read_text()) for r in (a, b))
     eq = _untimed(sa) == _untimed(sb)
     same &= eq
@@ -127,13 +132,17 @@ def main() -> None:
     pids = ray.get([a.pid.remote() for a in pool.actors])
     print("memory per actor (VmRSS, one toy slot): " + ", ".join(f"{rss_mib(p):.0f} MiB" for p in pids))
 
+    t_rt, _ = timed(lambda: ray.get([a.pid.remote() for a in pool.actors]), 20)
+    print(f"round trip of a no-op call to every actor: {t_rt * 1000:.1f} ms (median of 20)")
+
     local_prompt = HFSampler(model, tok, seed_scope="prompt")
     local_call = HFSampler(model, tok)
     rows = []
     for label, ps, n in (("big", prompts, args.n), ("tiny", prompts[:1], 1)):
-        t_pool, out_pool = timed(lambda: sampler.sample(ps, n, params), args.reps)
-        t_lp, out_lp = timed(lambda: local_prompt.sample(ps, n, params), args.reps)
-        t_lc, _ = timed(lambda: local_call.sample(ps, n, params), args.reps)
+        reps = args.reps if label == "big" else 10 * args.reps  # tiny calls: more reps against noise
+        t_pool, out_pool = timed(lambda: sampler.sample(ps, n, params), reps)
+        t_lp, out_lp = timed(lambda: local_prompt.sample(ps, n, params), reps)
+        t_lc, _ = timed(lambda: local_call.sample(ps, n, params), reps)
         same = sum([c.token_ids for c in a] == [c.token_ids for c in b] for a, b in zip(out_pool, out_lp))
         rows.append((label, len(ps), n, t_pool, t_lp, t_lc, same))
     print(f"{'call':<6}{'prompts x n':>12}{'pool s':>9}{'hf prompt s':>13}{'hf call s':>11}{'pool - hf prompt':>18}"

@@ -335,3 +335,35 @@ def test_seed_scope_config_and_errors(model, tok, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
     with pytest.raises(ConfigError, match="coevolve\\[ray\\]"):
         check_engine(EngineConfig(kind="ray"))
+
+
+def test_ray_engine_actor_in_process(model, tok, tmp_path):
+    """The actor's logic without Ray (main lane): a slot rebuilt from config + tokenizer + state
+    dict, and one loaded by path, sample exactly as an in-process per-prompt sampler; a
+    broadcast state replaces the weights."""
+    import copy
+
+    from coevolve.config.base import EngineConfig
+    from coevolve.engine.base import prompt_seeds
+    from coevolve.engine.ray import EngineActor, ModelBlob
+
+    engine = EngineConfig(kind="hf", seed_scope="prompt")
+    actor = EngineActor(engine, threads=1)
+    blob = ModelBlob(model.config, model.generation_config, tok)
+    actor.add(0, None, "cpu", "float32", blob, model.state_dict())
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    actor.add(1, str(tmp_path), "cpu", "float32", None, None)
+    p = SamplingParams(temperature=1.0, max_new_tokens=8, seed=5)
+    want = _ids(HFSampler(model, tok, seed_scope="prompt").sample(PROMPTS, 2, p))
+    seeds = prompt_seeds(5, PROMPTS)
+    assert _ids(actor.sample(0, PROMPTS, 2, p, seeds)) == want
+    assert _ids(actor.sample(1, PROMPTS, 2, p, seeds)) == want
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for prm in other.parameters():
+            prm.add_(0.05 * torch.randn_like(prm))
+    actor.load_state(0, other.state_dict())
+    assert _ids(actor.sample(0, PROMPTS, 2, p, seeds)) == _ids(HFSampler(other, tok, seed_scope="prompt").sample(PROMPTS, 2, p))
+    actor.drop(0)
+    assert list(actor.samplers) == [1]
