@@ -367,3 +367,16 @@ def test_ray_engine_actor_in_process(model, tok, tmp_path):
     assert _ids(actor.sample(0, PROMPTS, 2, p, seeds)) == _ids(HFSampler(other, tok, seed_scope="prompt").sample(PROMPTS, 2, p))
     actor.drop(0)
     assert list(actor.samplers) == [1]
+
+
+def test_vllm_prompt_seeds_need_cuda():
+    """vLLM's CPU build cannot seed single requests: seed_scope=prompt there is a ConfigError
+    (raised before an engine is built; no vllm needed to check it)."""
+    from coevolve.engine.vllm import check_seed_scope
+    from coevolve.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="seed_scope=prompt with a vllm engine needs CUDA"):
+        check_seed_scope("prompt", torch.device("cpu"))
+    check_seed_scope("call", torch.device("cpu"))
+    check_seed_scope(None, torch.device("cpu"))
+    check_seed_scope("prompt", torch.device("cuda"))

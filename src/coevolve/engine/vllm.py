@@ -284,6 +284,15 @@ def _engine_folder(model: Any, tokenizer: Any) -> tempfile.TemporaryDirectory[st
     return tmp
 
 
+def check_seed_scope(seed_scope: str | None, device: torch.device) -> None:
+    """Per-request vLLM seeds (``engine.seed_scope=prompt``) work on CUDA only: on vLLM's CPU
+    build they fail ("CPU Generator does not use offset"), so that is a ``ConfigError``, raised
+    before an engine is built."""
+    if seed_scope == "prompt" and device.type != "cuda":
+        raise ConfigError("engine.seed_scope=prompt with a vllm engine needs CUDA: vLLM's CPU build cannot "
+                          "seed single requests; use engine.seed_scope=call (or the hf engine) on CPU")
+
+
 # --------------------------------------------------------------------------------------------
 # the sampler
 
@@ -310,11 +319,8 @@ class VLLMSampler:
 
     def scoped(self, seed_scope: str | None) -> "VLLMSampler":
         """Set ``engine.seed_scope``: 'prompt' gives every prompt's request its own vLLM seed
-        (``prompt_seeds``), which vLLM supports on CUDA only; on vLLM's CPU build per-request
-        seeds fail ("CPU Generator does not use offset"), so that is a ``ConfigError`` here."""
-        if seed_scope == "prompt" and self.engine.device.type != "cuda":
-            raise ConfigError("engine.seed_scope=prompt with a vllm engine needs CUDA: vLLM's CPU build cannot "
-                              "seed single requests; use engine.seed_scope=call (or the hf engine) on CPU")
+        (``prompt_seeds``); see ``check_seed_scope``."""
+        check_seed_scope(seed_scope, self.engine.device)
         self.seed_scope = seed_scope or "call"
         return self
 
@@ -324,6 +330,7 @@ class VLLMSampler:
         """An engine colocated with ``model`` (a learner's module), serving its weights."""
         require_vllm()
         device = next(model.parameters()).device
+        check_seed_scope(getattr(cfg, "seed_scope", None), device)
         dtype = next(model.parameters()).dtype
         folder = _engine_folder(model, tokenizer)
         engine = _Engine(folder.name, cfg, dtype, device, dummy=True, keep=folder)
@@ -341,6 +348,7 @@ class VLLMSampler:
         from transformers import GenerationConfig
 
         dev = resolve_device(device)
+        check_seed_scope(getattr(cfg, "seed_scope", None), dev)
         dt = resolve_dtype(dtype, dev)
         engine = _Engine(str(path), cfg, dt, dev, dummy=False)
         try:
