@@ -53,6 +53,8 @@ INSTALL_HINT = "install it with pip install 'coevolve[ray]' (Ray 2.60, docs/engi
 PLACEMENT_TIMEOUT_S = 300.0
 """How long to wait for the pool's placement group before reporting that the cluster lacks the
 resources (a request Ray cannot meet otherwise waits forever)."""
+LOCAL_PLACEMENT_TIMEOUT_S = 30.0
+"""The same for a Ray started here, whose resources are fixed (only slow actor starts wait)."""
 
 
 def ray_available() -> bool:
@@ -172,8 +174,8 @@ _POOLS: dict[str, "_Pool"] = {}
 
 def _pool_key(engine: Any) -> str:
     """Samplers whose engine configs agree on everything the actors are built from share a pool
-    (``weight_sync`` and ``max_restarts`` are the sampler's / the driver's business)."""
-    return engine.model_dump_json(exclude={"seed_scope": True, "ray": {"weight_sync", "max_restarts"}})
+    (``weight_sync`` is each sampler's own business)."""
+    return engine.model_dump_json(exclude={"seed_scope": True, "ray": {"weight_sync"}})
 
 
 def _init_ray(r: Any) -> None:
@@ -261,12 +263,14 @@ class _Pool:
         n = r.num_actors or (max(1, gpus // r.tensor_parallel_size) if gpus > 0 else 2)
         bundle = {"CPU": r.cpus_per_actor, **({"GPU": self.gpus} if self.gpus else {})}
         self.pg = placement_group([dict(bundle) for _ in range(n)], strategy="PACK")
-        ready, _ = ray.wait([self.pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
+        # a cluster we joined may still be scaling up; a local one started here will not grow
+        timeout = PLACEMENT_TIMEOUT_S if r.address is not None else LOCAL_PLACEMENT_TIMEOUT_S
+        ready, _ = ray.wait([self.pg.ready()], timeout=timeout)
         if not ready:
-            have = ray.cluster_resources()
+            have = ray.available_resources()
             ray.util.remove_placement_group(self.pg)
             raise SamplerError(f"engine.ray: the cluster cannot place {n} actors of {bundle} within "
-                               f"{PLACEMENT_TIMEOUT_S:.0f} s (it has {have}); lower engine.ray.num_actors, "
+                               f"{timeout:.0f} s (available: {have}); lower engine.ray.num_actors, "
                                "cpus_per_actor or tensor_parallel_size")
         self.actors = [self._new_actor(i) for i in range(n)]
         self.restarts = [0] * n
