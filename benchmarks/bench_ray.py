@@ -17,6 +17,13 @@ Usage::
 
     PYTHONPATH=src python benchmarks/bench_ray.py [--actors 2] [--prompts 32] [--n 8] [--reps 3]
     PYTHONPATH=src python benchmarks/bench_ray.py --compare RUN_A RUN_B
+    # on a GPU machine (untested here): vllm actors, one per GPU, a real model
+    PYTHONPATH=src python benchmarks/bench_ray.py --model /path/to/Qwen3-4B-Base --actors 0 \
+        --actor-engine vllm --device auto --max-new 1024 --prompts 256
+
+"equal prompts" compares the pool with an in-process ``HFSampler(seed_scope="prompt")``: exact
+for ``hf`` actors on the same device type; ``vllm`` actors draw differently (other kernels and
+RNG), so there it only says how many agree by chance.
 """
 
 from __future__ import annotations
@@ -87,7 +94,11 @@ def compare(a: Path, b: Path) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("RUN_A", "RUN_B"))
-    ap.add_argument("--actors", type=int, default=2)
+    ap.add_argument("--actors", type=int, default=2, help="engine.ray.num_actors (0 = Ray's default: one per GPU group, 2 on CPU)")
+    ap.add_argument("--actor-engine", choices=["hf", "vllm"], default="hf", help="engine.ray.actor_engine (vllm: GPU)")
+    ap.add_argument("--tp", type=int, default=1, help="engine.ray.tensor_parallel_size")
+    ap.add_argument("--model", default=None, help="HF model folder (default: the cached toy base)")
+    ap.add_argument("--device", default="cpu", help="device of the in-process reference samplers (auto on a GPU box)")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=48)
@@ -107,8 +118,8 @@ def main() -> None:
     from coevolve.types import SamplingParams
     from coevolve.world.toy import ToyWorld
 
-    base = ensure_base(None)
-    model, tok = load_model(str(base), device="cpu")
+    base = args.model or ensure_base(None)
+    model, tok = load_model(str(base), device=args.device)
     world = ToyWorld()
     tasks = world.draw(random.Random(0), args.prompts)
     prompts = [world.prompter.solver(t.question) for t in tasks]
@@ -119,7 +130,8 @@ def main() -> None:
           f"{args.prompts} prompts x {args.n}, max_new_tokens {args.max_new}, {args.actors} actors, "
           f"driver threads {args.threads}")
 
-    engine = EngineConfig(kind="ray", ray={"num_actors": args.actors})
+    engine = EngineConfig(kind="ray", ray={"num_actors": args.actors or None, "actor_engine": args.actor_engine,
+                                           "tensor_parallel_size": args.tp})
     t0 = time.perf_counter()
     engine_ray._init_ray(engine.ray)
     t1 = time.perf_counter()
@@ -127,7 +139,7 @@ def main() -> None:
     t2 = time.perf_counter()
     sampler = make_sampler(engine, model, tok)
     t3 = time.perf_counter()
-    print(f"start-up: ray.init {t1 - t0:.2f} s + placement group and {args.actors} actors {t2 - t1:.2f} s "
+    print(f"start-up: ray.init {t1 - t0:.2f} s + placement group and {len(pool.actors)} actors {t2 - t1:.2f} s "
           f"+ first weight slot {t3 - t2:.2f} s = {t3 - t0:.2f} s")
     pids = ray.get([a.pid.remote() for a in pool.actors])
     print("memory per actor (VmRSS, one toy slot): " + ", ".join(f"{rss_mib(p):.0f} MiB" for p in pids))
@@ -152,7 +164,7 @@ def main() -> None:
 
     t4 = time.perf_counter()
     sampler.sync_weights(model)
-    print(f"weight sync (broadcast, {args.actors} actors): {time.perf_counter() - t4:.3f} s")
+    print(f"weight sync (broadcast, {len(pool.actors)} actors): {time.perf_counter() - t4:.3f} s")
     t5 = time.perf_counter()
     engine_ray.shutdown()
     print(f"shutdown: {time.perf_counter() - t5:.2f} s")

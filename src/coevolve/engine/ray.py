@@ -194,7 +194,10 @@ def _init_ray(r: Any) -> None:
     if r.address is not None:
         ray.init(address=r.address, runtime_env={"env_vars": env}, logging_level="WARNING", log_to_driver=False)
         return
-    want = int(max(os.cpu_count() or 1, (r.num_actors or 2) * r.cpus_per_actor + 1))
+    import torch
+
+    actors = r.num_actors or (torch.cuda.device_count() // r.tensor_parallel_size) or 2  # as _Pool._start counts
+    want = int(max(os.cpu_count() or 1, actors * r.cpus_per_actor + 1))
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path  # inherited by the raylet and its workers (a local cluster only)
     try:
