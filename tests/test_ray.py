@@ -145,8 +145,8 @@ def test_recipe_round_equals_hf_prompt_scope(pool_sampler, tmp_path):
 
     cache = tmp_path / "toycache"
     ensure_base(cache, steps=30, seed=0)
-    tiny = ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=12",
-            "eval.samples=2", "run.progress=false", "sampling.max_new_tokens=32", "eval.max_new_tokens=32",
+    tiny = ["solver.steps=2", "solver.prompts_per_step=3", "solver.group_size=4", "eval.heldout_size=8",
+            "eval.samples=2", "run.progress=false", "sampling.max_new_tokens=24", "eval.max_new_tokens=24",
             "run.threads=1", f"model.toy_cache={cache}", "model.toy_steps=30"]
     pool_fields = ["engine.ray.num_actors=2", f"engine.ray.object_store_memory={ENGINE.ray.object_store_memory}"]
     runs = {}
