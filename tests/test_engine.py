@@ -380,3 +380,15 @@ def test_vllm_prompt_seeds_need_cuda():
     check_seed_scope("call", torch.device("cpu"))
     check_seed_scope(None, torch.device("cpu"))
     check_seed_scope("prompt", torch.device("cuda"))
+
+
+def test_default_lane_never_imports_ray():
+    """Ray is imported only when a pool starts: configs, the factory and the engine module load
+    without it (so the main lane needs no ray, and `engine=ray` fails with the install line)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from coevolve.config import load_config; import coevolve.engine, coevolve.engine.ray, "
+            "coevolve.recipes.d2evo; load_config('grpo', None, ['engine=ray']); print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
