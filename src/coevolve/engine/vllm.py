@@ -364,7 +364,9 @@ class VLLMSampler:
         now (a frozen scorer while the role trains on): a host-memory snapshot, pushed to the
         engine whenever the frozen sampler samples after the live one did."""
         snap = _snapshot(model, self.engine.dtype)
-        return VLLMSampler(self.engine, self.tokenizer, self.eos_ids, snapshot=snap, owner=False)
+        frozen = VLLMSampler(self.engine, self.tokenizer, self.eos_ids, snapshot=snap, owner=False)
+        frozen.seed_scope = self.seed_scope  # draws as the live sampler's would
+        return frozen
 
     # ------------------------------------------------------------------ weights
     def sync_weights(self, model: Any) -> None:
