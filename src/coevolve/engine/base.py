@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from coevolve.errors import CoevolveError
+from coevolve.run import derive_seed
 from coevolve.types import SamplingParams, Stop
 
 
@@ -31,6 +32,26 @@ def validate_params(n: int, params: SamplingParams) -> None:
         raise SamplerError(
             f"SamplingParams.max_new_tokens must be >= 1, got {params.max_new_tokens}"
         )
+
+
+def prompt_seeds(seed: int | None, prompts: Sequence[str]) -> list[int | None]:
+    """Per-prompt seeds of one call (``engine.seed_scope=prompt``):
+
+        seed_i = derive_seed(seed, prompts[i], #{j < i : prompts[j] == prompts[i]})
+
+    i.e. the call seed, the prompt text and the occurrence of that text so far in the call.
+    A prompt's draws then depend on nothing else in the call, so a call split over actors or
+    batches in any way gives the same samples; a repeated prompt still gets fresh draws.
+    None when the call is unseeded."""
+    if seed is None:
+        return [None] * len(prompts)
+    seen: dict[str, int] = {}
+    out: list[int | None] = []
+    for p in prompts:
+        k = seen.get(p, 0)
+        seen[p] = k + 1
+        out.append(derive_seed(seed, p, k))
+    return out
 
 
 def decode_ids(tokenizer: Any, ids: Sequence[int]) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import Tensor
 
-from coevolve.engine.base import SamplerError, cut_completion, decode_ids, validate_params
+from coevolve.engine.base import SamplerError, cut_completion, decode_ids, prompt_seeds, validate_params
 from coevolve.errors import ModelLoadError
 from coevolve.rl.grpo import sequence_logprobs
 from coevolve.rl.learner import pack_rows
@@ -186,6 +186,14 @@ class HFSampler:
     a 4k answer budget the cache, not the row count, is what fills the GPU. ``logprob_batch`` caps the
     rows per log-prob forward pass. The sampler shares the module with the learner, so
     ``sync_weights`` is a no-op (a vLLM sampler pushes weights there).
+
+    ``seed_scope="call"`` (default) draws a whole call from one RNG stream, all prompts batched
+    together. ``"prompt"`` (``engine.seed_scope``) generates each prompt's ``n`` rows as their own
+    group from their own seed (``prompt_seeds``): a group has one prompt length, so no padding and
+    no other prompt touches its floats, and any split of a call (over Ray actors, or batches)
+    gives identical token ids (for the same ``max_batch`` / ``max_batch_tokens``: a group larger
+    than a chunk is drawn chunk after chunk). It costs one ``generate`` per prompt instead of per
+    chunk.
     """
 
     def __init__(
@@ -196,7 +204,11 @@ class HFSampler:
         device: str | torch.device | None = None,
         logprob_batch: int = 64,
         max_batch_tokens: int | None = None,
+        seed_scope: str = "call",
     ) -> None:
+        if seed_scope not in ("call", "prompt"):
+            raise SamplerError(f"HFSampler: seed_scope must be 'call' or 'prompt', got {seed_scope!r}")
+        self.seed_scope = seed_scope
         if max_batch < 1:
             raise SamplerError(f"HFSampler: max_batch must be >= 1, got {max_batch}")
         if max_batch_tokens is not None and max_batch_tokens < 1:
@@ -304,8 +316,7 @@ class HFSampler:
         return pack_rows(order, [n + max_new for n in prompt_lens], self.max_batch, self.max_batch_tokens)
 
     # ------------------------------------------------------------------ API
-    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
-        """``n`` completions per prompt; outer list follows ``prompts``, inner holds the n samples."""
+    def _encode_call(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[int]]:
         validate_params(n, params)
         if isinstance(prompts, str):
             raise SamplerError("sample: prompts must be a sequence of strings, not one string")
@@ -316,6 +327,41 @@ class HFSampler:
                     f"sample: prompt {i} encodes to zero tokens and the tokenizer adds no BOS; "
                     "cannot condition on an empty prompt"
                 )
+        return encoded
+
+    def _completion(self, prompt_ids: list[int], cut: tuple[list[int], str, str | int | None],
+                    logprobs: list[float] | None) -> Completion:
+        ids, reason, why = cut
+        return Completion(text=self.decode(ids), token_ids=ids, prompt_ids=list(prompt_ids),
+                          finish_reason=reason, logprobs=logprobs, stop_reason=why)  # type: ignore[arg-type]
+
+    def sample_seeded(self, prompts: Sequence[str], n: int, params: SamplingParams,
+                      seeds: Sequence[int | None]) -> list[list[Completion]]:
+        """Per-prompt sampling (``seed_scope="prompt"``) with the seeds given: prompt ``i``'s
+        ``n`` rows are generated as one group (chunked by ``max_batch`` / ``max_batch_tokens``)
+        under ``seeds[i]``. A pool sends each actor its share of a call with the seeds of the
+        whole call, so occurrence counts stay those of the call."""
+        encoded = self._encode_call(prompts, n, params)
+        if len(seeds) != len(encoded):
+            raise SamplerError(f"sample_seeded: {len(seeds)} seeds for {len(encoded)} prompts")
+        result: list[list[Completion]] = []
+        with _eval_no_grad(self.model):
+            for e, seed in zip(encoded, seeds):
+                with _seeded(seed, self.device):
+                    gen: list[list[int]] = []
+                    for chunk in self._chunks(list(range(n)), [len(e)] * n, params.max_new_tokens):
+                        gen += self._generate_chunk([e] * len(chunk), params)
+                    cut = [self._cut(g, params.stop) for g in gen]
+                    lps = (self.completion_logprobs([e] * n, [c[0] for c in cut]) if params.return_logprobs
+                           else [None] * n)
+                result.append([self._completion(e, c, lp) for c, lp in zip(cut, lps)])
+        return result
+
+    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        """``n`` completions per prompt; outer list follows ``prompts``, inner holds the n samples."""
+        if self.seed_scope == "prompt":
+            return self.sample_seeded(prompts, n, params, prompt_seeds(params.seed, list(prompts)))
+        encoded = self._encode_call(prompts, n, params)
         # one row per (prompt, sample); sorted by prompt length (stable) to reduce padding
         rows = [(pi, k) for pi in range(len(prompts)) for k in range(n)]
         order = sorted(range(len(rows)), key=lambda r: len(encoded[rows[r][0]]))
@@ -333,15 +379,5 @@ class HFSampler:
                 )
         result: list[list[Completion]] = [[] for _ in prompts]
         for r, (pi, _) in enumerate(rows):
-            ids, reason, why = cut[r]
-            result[pi].append(
-                Completion(
-                    text=self.decode(ids),
-                    token_ids=ids,
-                    prompt_ids=list(encoded[pi]),
-                    finish_reason=reason,  # type: ignore[arg-type]
-                    logprobs=None if logprobs is None else logprobs[r],
-                    stop_reason=why,
-                )
-            )
+            result[pi].append(self._completion(encoded[pi], cut[r], None if logprobs is None else logprobs[r]))
         return result

@@ -53,7 +53,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from coevolve.engine.base import SamplerError, cut_completion, decode_ids, validate_params
+from coevolve.engine.base import SamplerError, cut_completion, decode_ids, prompt_seeds, validate_params
 from coevolve.engine.hf import _eos_ids, resolve_device, resolve_dtype
 from coevolve.errors import ConfigError
 from coevolve.types import Completion, SamplingParams
@@ -284,6 +284,15 @@ def _engine_folder(model: Any, tokenizer: Any) -> tempfile.TemporaryDirectory[st
     return tmp
 
 
+def check_seed_scope(seed_scope: str | None, device: torch.device) -> None:
+    """Per-request vLLM seeds (``engine.seed_scope=prompt``) work on CUDA only: on vLLM's CPU
+    build they fail ("CPU Generator does not use offset"), so that is a ``ConfigError``, raised
+    before an engine is built."""
+    if seed_scope == "prompt" and device.type != "cuda":
+        raise ConfigError("engine.seed_scope=prompt with a vllm engine needs CUDA: vLLM's CPU build cannot "
+                          "seed single requests; use engine.seed_scope=call (or the hf engine) on CPU")
+
+
 # --------------------------------------------------------------------------------------------
 # the sampler
 
@@ -306,6 +315,14 @@ class VLLMSampler:
         self._snapshot = snapshot  # a fixed weight version in host memory (frozen samplers)
         self._owner = owner
         self._version: object = engine.loaded if engine.loaded is not None else object()
+        self.seed_scope = "call"
+
+    def scoped(self, seed_scope: str | None) -> "VLLMSampler":
+        """Set ``engine.seed_scope``: 'prompt' gives every prompt's request its own vLLM seed
+        (``prompt_seeds``); see ``check_seed_scope``."""
+        check_seed_scope(seed_scope, self.engine.device)
+        self.seed_scope = seed_scope or "call"
+        return self
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -313,6 +330,7 @@ class VLLMSampler:
         """An engine colocated with ``model`` (a learner's module), serving its weights."""
         require_vllm()
         device = next(model.parameters()).device
+        check_seed_scope(getattr(cfg, "seed_scope", None), device)
         dtype = next(model.parameters()).dtype
         folder = _engine_folder(model, tokenizer)
         engine = _Engine(folder.name, cfg, dtype, device, dummy=True, keep=folder)
@@ -330,6 +348,7 @@ class VLLMSampler:
         from transformers import GenerationConfig
 
         dev = resolve_device(device)
+        check_seed_scope(getattr(cfg, "seed_scope", None), dev)
         dt = resolve_dtype(dtype, dev)
         engine = _Engine(str(path), cfg, dt, dev, dummy=False)
         try:
@@ -345,7 +364,9 @@ class VLLMSampler:
         now (a frozen scorer while the role trains on): a host-memory snapshot, pushed to the
         engine whenever the frozen sampler samples after the live one did."""
         snap = _snapshot(model, self.engine.dtype)
-        return VLLMSampler(self.engine, self.tokenizer, self.eos_ids, snapshot=snap, owner=False)
+        frozen = VLLMSampler(self.engine, self.tokenizer, self.eos_ids, snapshot=snap, owner=False)
+        frozen.seed_scope = self.seed_scope  # draws as the live sampler's would
+        return frozen
 
     # ------------------------------------------------------------------ weights
     def sync_weights(self, model: Any) -> None:
@@ -405,6 +426,19 @@ class VLLMSampler:
     def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
         """``n`` completions per prompt (one vLLM request with ``n`` samples each); outer list
         follows ``prompts``, inner holds the n samples in vLLM's sample order."""
+        seeds = prompt_seeds(params.seed, list(prompts)) if self.seed_scope == "prompt" else None
+        return self._sample(prompts, n, params, seeds)
+
+    def sample_seeded(self, prompts: Sequence[str], n: int, params: SamplingParams,
+                      seeds: Sequence[int | None]) -> list[list[Completion]]:
+        """Per-prompt seeds given by the caller (a Ray pool's share of a call); CUDA only."""
+        self.scoped("prompt")
+        if len(seeds) != len(prompts):
+            raise SamplerError(f"sample_seeded: {len(seeds)} seeds for {len(prompts)} prompts")
+        return self._sample(prompts, n, params, list(seeds))
+
+    def _sample(self, prompts: Sequence[str], n: int, params: SamplingParams,
+                seeds: list[int | None] | None) -> list[list[Completion]]:
         validate_params(n, params)
         if isinstance(prompts, str):
             raise SamplerError("sample: prompts must be a sequence of strings, not one string")
@@ -423,7 +457,7 @@ class VLLMSampler:
         self._ensure()
         self.engine.ready_kv()
         try:
-            with _seeded(params.seed, self.engine.device):
+            with _seeded(params.seed if seeds is None else None, self.engine.device):
                 if params.seed is not None:  # the same start state for every seeded call
                     self.engine.llm.reset_prefix_cache()
                 # one request per prompt with n samples; vLLM itself ends a sequence that reaches
@@ -431,8 +465,13 @@ class VLLMSampler:
                 # vLLM refuses greedy requests with n > 1; greedy samples are identical, so ask
                 # for one and repeat it (what HF generate returns for n greedy rows)
                 n_req = 1 if params.temperature == 0 else n
+                vparams: Any = self._vllm_params(n_req, params)
+                if seeds is not None:  # seed_scope=prompt: vLLM's per-request generator (CUDA)
+                    vparams = [vparams.clone() for _ in seeds]
+                    for vp, sd in zip(vparams, seeds):
+                        vp.seed = sd
                 outs = self.engine.llm.generate([{"prompt_token_ids": e} for e in encoded],
-                                                self._vllm_params(n_req, params), use_tqdm=False)
+                                                vparams, use_tqdm=False)
         finally:
             self.engine.rest()
         result: list[list[Completion]] = []

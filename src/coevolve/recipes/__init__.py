@@ -108,5 +108,9 @@ def _execute_locked(cfg: RecipeConfig, path: Path, skip_finished: bool, force: b
         raise
     finally:
         run.metrics.close()  # live trackers flush and close even when the run stops early
+        if cfg.engine.kind == "ray":  # the run's actor pool (and a Ray it started) end with the run
+            from coevolve.engine.ray import shutdown
+
+            shutdown()
     run.state.set_status("finished")
     return summary

@@ -1,0 +1,499 @@
+"""Ray actor pool of rollout engines (``engine.kind=ray``): every sampler call is split over a
+pool of Ray actors, each holding an ``hf`` or ``vllm`` sampler built by the one factory
+(``make_sampler`` inside the actor), one actor per GPU or tensor-parallel group.
+
+Design decisions (why, not what):
+
+* **Per-prompt seeds.** A pool only reproduces in-process sampling when each prompt's draws
+  depend on that prompt alone: measured on the toy model, one seed per batch matched 0 of 32
+  prompts, one seed per prompt 32 of 32. The pool therefore always samples with
+  ``seed_scope=prompt`` (``prompt_seeds`` of the whole call, computed here and sent with each
+  actor's share), and an in-process ``HFSampler(seed_scope="prompt")`` gives the same token ids.
+* **One pool per process, one slot per weight version.** The live solver, the live writer, a
+  frozen scorer, a judge: each sampler is a *slot* (a model held by every actor) of the one pool
+  its engine config names, not a pool of its own. Actors are processes (~0.45 GB each before any
+  model on the toy), so a frozen scorer costs one more copy of the weights in every actor, not
+  more actors; a slot is dropped when its sampler is closed or collected.
+* **Weights.** A slot from a live module starts from its config, tokenizer and a CPU state dict
+  put once in Ray's object store (no shared filesystem needed); ``sync_weights`` either puts the
+  new state dict once and every actor loads it (``weight_sync=broadcast``) or saves an HF folder
+  every actor reloads (``path``: needs a filesystem all nodes see). ``load_sampler`` slots load
+  the folder by path.
+* **Faults.** An actor that dies (``RayActorError``) is recreated by us, not by Ray's
+  ``max_restarts``: Ray would re-run the constructor only, while we must also bring back every
+  slot at its current weights. Then its share of the call is sent again; with per-prompt seeds
+  the result equals a call without the failure. After ``engine.ray.max_restarts`` recreations of
+  one actor the call raises ``SamplerError`` naming the actor and the cause.
+* **Lifecycle.** A Ray started here (``address=None``) is shut down when the process ends
+  (``atexit``) or by ``shutdown()``; a cluster joined by address is left running. No ports or
+  device ids are chosen here: Ray picks free ports, placement groups pick the GPUs.
+
+Ray is imported lazily: the default ``hf`` lane never imports it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import itertools
+import os
+import sys
+import tempfile
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from coevolve.engine.base import SamplerError, prompt_seeds, validate_params
+from coevolve.errors import ConfigError
+from coevolve.types import Completion, SamplingParams
+
+INSTALL_HINT = "install it with pip install 'coevolve[ray]' (Ray 2.60, docs/engines.md)"
+PLACEMENT_TIMEOUT_S = 300.0
+"""How long to wait for the pool's placement group before reporting that the cluster lacks the
+resources (a request Ray cannot meet otherwise waits forever)."""
+LOCAL_PLACEMENT_TIMEOUT_S = 30.0
+"""The same for a Ray started here, whose resources are fixed (only slow actor starts wait)."""
+
+
+def ray_available() -> bool:
+    return importlib.util.find_spec("ray") is not None
+
+
+def require_ray(field_name: str = "engine.kind") -> None:
+    if not ray_available():
+        raise ConfigError(f"{field_name}=ray needs the ray package, which is not installed; {INSTALL_HINT}")
+
+
+# --------------------------------------------------------------------------------------------
+# the actor (runs in a Ray worker process)
+
+
+class EngineActor:
+    """One engine process of the pool: a sampler per slot, all built by ``make_sampler`` with
+    ``seed_scope=prompt``. Wrapped by ``ray.remote`` in ``_Pool``; plain methods so it can also
+    be driven in-process by tests."""
+
+    def __init__(self, engine: Any, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(max(1, int(threads)))
+        self.engine = engine
+        self.samplers: dict[int, Any] = {}
+        self.models: dict[int, Any] = {}  # slot -> the module a broadcast loads into (not for folder slots)
+        self.fault = False
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def add(self, slot: int, folder: str | None, device: str, dtype: str, blob: Any, state: Any) -> None:
+        """Build slot ``slot``: from ``blob`` (config, generation config, tokenizer) and the state
+        dict ``state`` (a live or frozen module of the driver), or by path from the HF ``folder``
+        (``load_sampler``: a vllm actor engine then reads the folder itself)."""
+        from coevolve.engine import load_sampler, make_sampler, resolve_device, resolve_dtype
+
+        self.drop(slot)
+        if blob is None:
+            self.samplers[slot] = load_sampler(self.engine, str(folder), device=device, dtype=dtype)
+            return
+        from transformers import AutoModelForCausalLM
+
+        dev = resolve_device(device)
+        model = AutoModelForCausalLM.from_config(blob.config, dtype=resolve_dtype(dtype, dev))
+        if blob.generation_config is not None:
+            model.generation_config = blob.generation_config
+        model.load_state_dict(state)
+        model.to(dev)
+        model.eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
+        self.samplers[slot] = make_sampler(self.engine, model, blob.tokenizer)
+        if self.engine.kind == "vllm":
+            # the engine holds the weights on the GPU; the module only feeds later pushes, so it
+            # waits in host memory (one host copy per slot, no second GPU copy)
+            model.to("cpu")
+        self.models[slot] = model
+
+    def load_state(self, slot: int, state: dict[str, Any]) -> None:
+        """A broadcast weight update of ``slot`` (the object store's copy, loaded in place)."""
+        model = self.models[slot]
+        model.load_state_dict(state)
+        self.samplers[slot].sync_weights(model)
+
+    def drop(self, slot: int) -> None:
+        sampler = self.samplers.pop(slot, None)
+        self.models.pop(slot, None)
+        if sampler is not None and hasattr(sampler, "close"):
+            sampler.close()
+        import gc
+
+        gc.collect()
+
+    def arm_fault(self) -> None:
+        """Test hook: the next ``sample`` call kills this process mid-call."""
+        self.fault = True
+
+    def sample(self, slot: int, prompts: list[str], n: int, params: SamplingParams,
+               seeds: list[int | None]) -> list[list[Completion]]:
+        if self.fault:
+            os._exit(1)
+        return self.samplers[slot].sample_seeded(prompts, n, params, seeds)
+
+
+# --------------------------------------------------------------------------------------------
+# the pool (driver side)
+
+
+@dataclass
+class ModelBlob:
+    """What an actor needs to rebuild a live module without a shared filesystem (the weights
+    travel separately as a state dict)."""
+
+    config: Any
+    generation_config: Any
+    tokenizer: Any
+
+
+@dataclass
+class _Slot:
+    """One weight version served by every actor; enough to rebuild it in a recreated actor."""
+
+    device: str
+    dtype: str
+    folder: str | None = None
+    blob: Any = None  # ObjectRef of a ModelBlob
+    state: Any = None  # ObjectRef of the latest broadcast state dict
+    tmp: Any = None  # a TemporaryDirectory owning ``folder`` (weight_sync=path)
+    frozen: bool = False
+
+
+_STARTED_HERE = False
+_POOLS: dict[str, "_Pool"] = {}
+
+
+def _pool_key(engine: Any) -> str:
+    """Samplers whose engine configs agree on everything the actors are built from share a pool
+    (``weight_sync`` is each sampler's own business)."""
+    return engine.model_dump_json(exclude={"seed_scope": True, "ray": {"weight_sync"}})
+
+
+def _init_ray(r: Any) -> None:
+    """Join ``address`` or start a local Ray (logical CPUs: at least what the pool asks, so a
+    2-core machine can still hold a 2-actor pool beside the driver)."""
+    global _STARTED_HERE
+    import ray
+
+    if ray.is_initialized():
+        return
+    # Workers must import the same coevolve as this process (a source tree on sys.path, not an
+    # installed copy): pass its folder on, in front of the inherited PYTHONPATH.
+    src = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join([src] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env = {"PYTHONPATH": path}
+    if r.address is not None:
+        ray.init(address=r.address, runtime_env={"env_vars": env}, logging_level="WARNING", log_to_driver=False)
+        return
+    import torch
+
+    actors = r.num_actors or (torch.cuda.device_count() // r.tensor_parallel_size) or 2  # as _Pool._start counts
+    want = int(max(os.cpu_count() or 1, actors * r.cpus_per_actor + 1))
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = path  # inherited by the raylet and its workers (a local cluster only)
+    try:
+        ray.init(num_cpus=want, include_dashboard=False, object_store_memory=r.object_store_memory,
+                 logging_level="WARNING", log_to_driver=False)
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+    _STARTED_HERE = True
+    atexit.register(shutdown)
+
+
+def shutdown() -> None:
+    """Kill every pool's actors and, when this process started Ray, stop it."""
+    global _STARTED_HERE
+    for pool in list(_POOLS.values()):
+        pool.close()
+    _POOLS.clear()
+    if _STARTED_HERE:
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        _STARTED_HERE = False
+
+
+@dataclass
+class _Pool:
+    """The actors of one engine config, their placement group, and the slots they serve."""
+
+    engine: Any  # the EngineConfig (kind=ray)
+    actors: list[Any] = field(default_factory=list)
+    restarts: list[int] = field(default_factory=list)
+    slots: dict[int, _Slot] = field(default_factory=dict)
+    pg: Any = None
+    gpus: int = 0
+    _ids: Any = field(default_factory=itertools.count)
+
+    @classmethod
+    def get(cls, engine: Any) -> "_Pool":
+        key = _pool_key(engine)
+        pool = _POOLS.get(key)
+        if pool is None or not pool.actors:
+            require_ray()
+            pool = cls(engine)
+            pool._start()
+            _POOLS[key] = pool
+        return pool
+
+    # ---------------------------------------------------------------- actors
+    def _inner_engine(self) -> Any:
+        """The config every actor builds its samplers from: the same engine fields, with the
+        actor's engine kind and per-prompt seeds."""
+        return self.engine.model_copy(update={"kind": self.engine.ray.actor_engine, "seed_scope": "prompt"})
+
+    def _start(self) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+
+        r = self.engine.ray
+        _init_ray(r)
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        self.gpus = r.tensor_parallel_size if gpus > 0 else 0
+        n = r.num_actors or (max(1, gpus // r.tensor_parallel_size) if gpus > 0 else 2)
+        bundle = {"CPU": r.cpus_per_actor, **({"GPU": self.gpus} if self.gpus else {})}
+        self.pg = placement_group([dict(bundle) for _ in range(n)], strategy="PACK")
+        # a cluster we joined may still be scaling up; a local one started here will not grow
+        timeout = PLACEMENT_TIMEOUT_S if r.address is not None else LOCAL_PLACEMENT_TIMEOUT_S
+        ready, _ = ray.wait([self.pg.ready()], timeout=timeout)
+        if not ready:
+            have = ray.available_resources()
+            ray.util.remove_placement_group(self.pg)
+            raise SamplerError(f"engine.ray: the cluster cannot place {n} actors of {bundle} within "
+                               f"{timeout:.0f} s (available: {have}); lower engine.ray.num_actors, "
+                               "cpus_per_actor or tensor_parallel_size")
+        self.actors = [self._new_actor(i) for i in range(n)]
+        self.restarts = [0] * n
+        ray.get([a.pid.remote() for a in self.actors])  # constructed and importable everywhere
+
+    def _new_actor(self, i: int) -> Any:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        r = self.engine.ray
+        cls = ray.remote(EngineActor)
+        strategy = PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=i)
+        return cls.options(num_cpus=r.cpus_per_actor, num_gpus=self.gpus, max_restarts=0,
+                           scheduling_strategy=strategy).remote(self._inner_engine(), r.cpus_per_actor)
+
+    def _restart(self, i: int, cause: BaseException) -> None:
+        """Recreate actor ``i`` with every slot at its current weights (or give up)."""
+        import ray
+
+        self.restarts[i] += 1
+        if self.restarts[i] > self.engine.ray.max_restarts:
+            raise SamplerError(f"Ray engine actor {i} died {self.restarts[i]} times (engine.ray.max_restarts="
+                               f"{self.engine.ray.max_restarts}); last cause: {type(cause).__name__}: {cause}")
+        with contextlib.suppress(Exception):
+            ray.kill(self.actors[i], no_restart=True)
+        self.actors[i] = self._new_actor(i)
+        self._call(i, lambda a: [a.add.remote(sid, s.folder, s.device, s.dtype, s.blob, s.state)
+                                 for sid, s in self.slots.items()])
+
+    def _call(self, i: int, submit: Any) -> Any:
+        """``ray.get`` of what ``submit(actor i)`` returns, recreating the actor when it dies."""
+        from ray.exceptions import RayActorError
+        import ray
+
+        while True:
+            try:
+                return ray.get(submit(self.actors[i]))
+            except RayActorError as e:
+                self._restart(i, e)
+
+    def on_all(self, submit: Any) -> list[Any]:
+        """``submit`` on every actor at once; an actor that dies is recreated and asked again."""
+        from ray.exceptions import RayActorError
+        import ray
+
+        refs = [submit(a) for a in self.actors]
+        out = []
+        for i, ref in enumerate(refs):
+            try:
+                out.append(ray.get(ref))
+            except RayActorError as e:
+                self._restart(i, e)
+                out.append(self._call(i, submit))
+        return out
+
+    # ---------------------------------------------------------------- slots
+    def add_slot(self, slot: _Slot) -> int:
+        sid = next(self._ids)
+        self.slots[sid] = slot
+        self.on_all(lambda a: a.add.remote(sid, slot.folder, slot.device, slot.dtype, slot.blob, slot.state))
+        return sid
+
+    def drop_slot(self, sid: int) -> None:
+        slot = self.slots.pop(sid, None)
+        if slot is None:
+            return
+        for a in self.actors:
+            with contextlib.suppress(Exception):
+                a.drop.remote(sid)
+        if slot.tmp is not None:
+            slot.tmp.cleanup()
+
+    def close(self) -> None:
+        import ray
+
+        for sid in list(self.slots):
+            self.drop_slot(sid)
+        for a in self.actors:
+            with contextlib.suppress(Exception):
+                ray.kill(a, no_restart=True)
+        self.actors = []
+        if self.pg is not None:
+            with contextlib.suppress(Exception):
+                ray.util.remove_placement_group(self.pg)
+            self.pg = None
+
+    # ---------------------------------------------------------------- sampling
+    def sample(self, sid: int, prompts: list[str], n: int, params: SamplingParams,
+               seeds: list[int | None]) -> list[list[Completion]]:
+        """Contiguous shares balanced by prompt count (call order kept); a share whose actor
+        died is sent again to its recreated actor."""
+        from ray.exceptions import RayActorError
+        import ray
+
+        k = min(len(self.actors), len(prompts))
+        bounds = [(j * len(prompts) // k, (j + 1) * len(prompts) // k) for j in range(k)]
+        parts: dict[int, list[list[Completion]]] = {}
+        pending = list(range(k))
+        while pending:
+            refs = {j: self.actors[j].sample.remote(sid, prompts[bounds[j][0]:bounds[j][1]], n, params,
+                                                    seeds[bounds[j][0]:bounds[j][1]]) for j in pending}
+            pending = []
+            for j, ref in refs.items():
+                try:
+                    parts[j] = ray.get(ref)
+                except RayActorError as e:
+                    self._restart(j, e)
+                    pending.append(j)
+        return [group for j in range(k) for group in parts[j]]
+
+
+# --------------------------------------------------------------------------------------------
+# the sampler
+
+
+class RaySampler:
+    """``Sampler`` over a Ray actor pool. Build it with ``coevolve.engine.make_sampler`` /
+    ``freeze_sampler`` / ``load_sampler`` (``engine.kind=ray``).
+
+    ``tokenizer`` is this process's copy (prompt encoding for callers, e.g. chat templates);
+    the actors hold their own. ``sync_weights(model)`` pushes ``model``'s weights to every actor
+    (``engine.ray.weight_sync``); a frozen sampler refuses it. ``close()`` drops this sampler's
+    slot; ``coevolve.engine.ray.shutdown()`` ends the pool and a Ray started here."""
+
+    def __init__(self, engine: Any, pool: _Pool, slot: int, tokenizer: Any) -> None:
+        self.engine, self.pool, self.slot, self.tokenizer = engine, pool, slot, tokenizer
+        self._finalizer = weakref.finalize(self, _drop_quietly, pool, slot)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def for_model(cls, engine: Any, model: Any, tokenizer: Any, frozen: bool = False) -> "RaySampler":
+        """A slot serving ``model``'s current weights (a learner's module, or a frozen copy)."""
+        import ray
+
+        from coevolve.engine.vllm import _snapshot
+
+        pool = _Pool.get(engine)
+        base = model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+        dtype = next(model.parameters()).dtype
+        blob = ModelBlob(base.config, getattr(base, "generation_config", None), tokenizer)
+        slot = _Slot(device="auto" if pool.gpus else "cpu", dtype=str(dtype).removeprefix("torch."),
+                     blob=ray.put(blob), state=ray.put(_snapshot(model, dtype)), frozen=frozen)
+        return cls(engine, pool, pool.add_slot(slot), tokenizer)
+
+    @classmethod
+    def for_path(cls, engine: Any, path: str, tokenizer: Any, device: str = "auto", dtype: str = "auto") -> "RaySampler":
+        """A slot loaded by every actor from the model folder ``path`` (a judge, a diagnoser,
+        a model to evaluate); on several nodes the folder must be on a filesystem they share."""
+        pool = _Pool.get(engine)
+        dev = "cpu" if device == "cpu" or not pool.gpus else "auto"
+        slot = _Slot(device=dev, dtype=dtype, folder=str(Path(path).resolve()), frozen=True)
+        return cls(engine, pool, pool.add_slot(slot), tokenizer)
+
+    def pinned(self, model: Any) -> "RaySampler":
+        """A frozen slot of ``model``'s current weights in the same actors (one more copy of the
+        weights per actor, no new actors)."""
+        return RaySampler.for_model(self.engine, model, self.tokenizer, frozen=True)
+
+    # ------------------------------------------------------------------ weights
+    def sync_weights(self, model: Any) -> None:
+        """Every actor serves ``model``'s current weights when this returns."""
+        import ray
+
+        from coevolve.engine.vllm import _snapshot
+
+        slot = self.pool.slots.get(self.slot)
+        if slot is None:
+            raise SamplerError("sync_weights on a closed Ray sampler")
+        if slot.frozen:
+            raise SamplerError("sync_weights on a frozen (pinned or loaded) Ray sampler: its weights are fixed by design")
+        dtype = next(model.parameters()).dtype
+        if self.engine.ray.weight_sync == "broadcast":
+            slot.state = ray.put(_snapshot(model, dtype))
+            self.pool.on_all(lambda a: a.load_state.remote(self.slot, slot.state))
+            return
+        tmp = tempfile.TemporaryDirectory(prefix="coevolve-ray-weights-")
+        base = model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+        base.config.save_pretrained(tmp.name)
+        if getattr(base, "generation_config", None) is not None:
+            with contextlib.suppress(Exception):
+                base.generation_config.save_pretrained(tmp.name)
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in _snapshot(model, dtype).items()},
+                  os.path.join(tmp.name, "model.safetensors"), metadata={"format": "pt"})
+        self.tokenizer.save_pretrained(tmp.name)
+        old = slot.tmp
+        slot.folder, slot.blob, slot.state, slot.tmp = tmp.name, None, None, tmp
+        self.pool.on_all(lambda a: a.add.remote(self.slot, slot.folder, slot.device, slot.dtype, None, None))
+        if old is not None:
+            old.cleanup()
+
+    # ------------------------------------------------------------------ API
+    def encode(self, prompt: str) -> list[int]:
+        return list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
+
+    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        """``n`` completions per prompt; outer list follows ``prompts``. Each prompt's samples
+        come from its own seed (``prompt_seeds``), so they equal an in-process
+        ``HFSampler(seed_scope="prompt")`` of the same weights, however the call is split."""
+        validate_params(n, params)
+        if isinstance(prompts, str):
+            raise SamplerError("sample: prompts must be a sequence of strings, not one string")
+        if self.slot not in self.pool.slots:
+            raise SamplerError("sample on a closed Ray sampler")
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        return self.pool.sample(self.slot, prompts, n, params, prompt_seeds(params.seed, prompts))
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _drop_quietly(pool: _Pool, slot: int) -> None:
+    """Drop a collected sampler's slot; nothing to do once Ray is gone (interpreter exit)."""
+    if "ray" not in sys.modules:
+        return
+    with contextlib.suppress(Exception):
+        pool.drop_slot(slot)
+
+
+__all__ = ["EngineActor", "RaySampler", "ray_available", "require_ray", "shutdown"]

@@ -1,0 +1,162 @@
+"""engine.kind=ray: a Ray actor pool of hf engines on CPU (the ``ray`` lane: pytest -m ray).
+
+One local Ray and one 2-actor pool for the whole module (starting them is most of the lane's
+time); every test compares the pool with an in-process ``HFSampler(seed_scope="prompt")`` of the
+same weights, token id for token id."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
+
+from coevolve.config.base import EngineConfig  # noqa: E402
+from coevolve.engine import HFSampler, freeze_sampler, load_sampler, make_sampler  # noqa: E402
+from coevolve.engine.base import SamplerError  # noqa: E402
+from coevolve.engine.ray import RaySampler  # noqa: E402
+from coevolve.types import SamplingParams  # noqa: E402
+from test_engine import make_model, make_tokenizer  # noqa: E402
+
+torch.set_num_threads(1)
+
+PROMPTS = [f"Q:{a}+{b}=\nA:" for a in range(3) for b in range(4)] + ["x", "Q:0+0=\nA:"]  # one repeat
+PARAMS = SamplingParams(temperature=1.0, max_new_tokens=10, seed=11)
+ENGINE = EngineConfig(kind="ray", ray={"num_actors": 2, "object_store_memory": 100 * 2**20})
+
+
+def ids(out):
+    return [[c.token_ids for c in g] for g in out]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return make_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return make_model(len(tok))
+
+
+@pytest.fixture(scope="module")
+def pool_sampler(model, tok):
+    from coevolve.engine import ray as engine_ray
+
+    s = make_sampler(ENGINE, model, tok)
+    yield s
+    engine_ray.shutdown()
+
+
+def reference(model, tok, prompts=PROMPTS, n=3, params=PARAMS):
+    return HFSampler(model, tok, seed_scope="prompt").sample(prompts, n, params)
+
+
+def test_pool_equals_in_process_prompt_scope(pool_sampler, model, tok):
+    assert isinstance(pool_sampler, RaySampler) and len(pool_sampler.pool.actors) == 2
+    p = SamplingParams(temperature=1.0, max_new_tokens=10, seed=11, return_logprobs=True)
+    got = pool_sampler.sample(PROMPTS, 3, p)
+    want = reference(model, tok, params=p)
+    assert ids(got) == ids(want)
+    assert [[c.logprobs for c in g] for g in got] == [[c.logprobs for c in g] for g in want]
+    assert [g[0].prompt_ids for g in got] == [g[0].prompt_ids for g in want]
+    assert [[c.text for c in g] for g in got] == [[c.text for c in g] for g in want]
+    # the split over actors does not matter: one prompt alone, or an odd share, gives the same
+    assert ids(pool_sampler.sample(PROMPTS[:1], 3, PARAMS)) == ids(reference(model, tok))[:1]
+    assert ids(pool_sampler.sample(PROMPTS[:5], 3, PARAMS)) == ids(reference(model, tok))[:5]
+    # and a per-call seed (one stream for the batch) would not have matched
+    assert ids(HFSampler(model, tok).sample(PROMPTS, 3, PARAMS)) != ids(want)
+    assert pool_sampler.sample([], 3, PARAMS) == []
+
+
+def test_actor_death_is_recovered_with_identical_results(pool_sampler, model, tok):
+    import ray
+
+    pool = pool_sampler.pool
+    want = ids(reference(model, tok))
+    before = list(pool.restarts)
+    ray.get(pool.actors[1].arm_fault.remote())  # dies inside its next sample call
+    assert ids(pool_sampler.sample(PROMPTS, 3, PARAMS)) == want
+    assert pool.restarts[1] == before[1] + 1
+    ray.kill(pool.actors[0], no_restart=True)  # dead between calls
+    assert ids(pool_sampler.sample(PROMPTS, 3, PARAMS)) == want
+    assert pool.restarts[0] == before[0] + 1
+
+
+def test_actor_that_keeps_dying_raises_naming_it(pool_sampler, model, tok):
+    import ray
+
+    pool = pool_sampler.pool
+    saved = pool.restarts[1]
+    pool.restarts[1] = pool.engine.ray.max_restarts  # its restart budget is spent
+    ray.get(pool.actors[1].arm_fault.remote())
+    with pytest.raises(SamplerError, match=r"actor 1 died \d+ times \(engine.ray.max_restarts=3\)"):
+        pool_sampler.sample(PROMPTS, 3, PARAMS)
+    pool.restarts[1] = saved  # the next call recreates it and works again
+    assert ids(pool_sampler.sample(PROMPTS, 3, PARAMS)) == ids(reference(model, tok))
+
+
+@pytest.mark.parametrize("mode", ["broadcast", "path"])
+def test_weight_sync_and_frozen_slot(pool_sampler, model, tok, mode):
+    engine = ENGINE.model_copy(update={"ray": ENGINE.ray.model_copy(update={"weight_sync": mode})})
+    learner = copy.deepcopy(model)
+    live = make_sampler(engine, learner, tok)
+    assert live.pool is pool_sampler.pool  # new slots of the same actors, not a new pool
+    frozen = freeze_sampler(engine, live, learner, tok)
+    base = ids(reference(model, tok))
+    assert ids(live.sample(PROMPTS, 3, PARAMS)) == base
+    with torch.no_grad():  # a "learner step"
+        for prm in learner.parameters():
+            prm.add_(0.05 * torch.randn_like(prm))
+    live.sync_weights(learner)
+    new = ids(live.sample(PROMPTS, 3, PARAMS))
+    assert new != base
+    assert new == ids(reference(learner, tok))  # equals a fresh in-process sampler of the new weights
+    assert ids(frozen.sample(PROMPTS, 3, PARAMS)) == base  # the frozen slot kept the old weights
+    with pytest.raises(SamplerError, match="frozen"):
+        frozen.sync_weights(learner)
+    n_slots = len(pool_sampler.pool.slots)
+    live.close()
+    frozen.close()
+    assert len(pool_sampler.pool.slots) == n_slots - 2
+
+
+def test_load_sampler_by_path(pool_sampler, model, tok, tmp_path):
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    s = load_sampler(ENGINE, str(tmp_path))
+    assert isinstance(s, RaySampler)
+    assert ids(s.sample(PROMPTS, 2, PARAMS)) == ids(reference(model, tok, n=2))
+    s.close()
+
+
+def test_recipe_round_equals_hf_prompt_scope(pool_sampler, tmp_path):
+    """A grpo run with engine=ray writes the same rollouts, evaluation items and summary as
+    engine=hf with engine.seed_scope=prompt (the pool serves every phase through ``Sampler``
+    only). Last in the module: the end of a ray run shuts the process's pool and Ray down."""
+    import json
+
+    from coevolve.config import load_config
+    from coevolve.recipes import execute
+    from coevolve.toy import ensure_base
+
+    cache = tmp_path / "toycache"
+    ensure_base(cache, steps=30, seed=0)
+    tiny = ["solver.steps=2", "solver.prompts_per_step=3", "solver.group_size=4", "eval.heldout_size=8",
+            "eval.samples=2", "run.progress=false", "sampling.max_new_tokens=24", "eval.max_new_tokens=24",
+            "run.threads=1", f"model.toy_cache={cache}", "model.toy_steps=30"]
+    pool_fields = ["engine.ray.num_actors=2", f"engine.ray.object_store_memory={ENGINE.ray.object_store_memory}"]
+    runs = {}
+    for name, extra in (("hf", ["engine=hf", "engine.seed_scope=prompt"]), ("ray", ["engine=ray"] + pool_fields)):
+        runs[name] = tmp_path / name
+        execute(load_config("grpo", None, tiny + extra), runs[name])
+    files = sorted(p.relative_to(runs["hf"]) for p in runs["hf"].rglob("*.jsonl") if p.name != "metrics.jsonl")
+    assert any("rollouts" in str(f) for f in files) and any("items_" in str(f) for f in files)
+    for rel in files:
+        assert (runs["ray"] / rel).read_bytes() == (runs["hf"] / rel).read_bytes(), rel
+    ev = [json.loads((runs[n] / "summary.json").read_text())["eval"] for n in ("hf", "ray")]
+    assert ev[0] == ev[1]
+    assert (runs["ray"] / "checkpoints").is_dir()
