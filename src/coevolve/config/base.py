@@ -100,6 +100,46 @@ class EngineConfig(Strict):
         "CPU: ignored (vLLM's CPU worker has no sleep).")
 
 
+class VerlBackendConfig(Strict):
+    """How a GRPO phase runs under ``backend=verl`` (``coevolve.verl``, docs/verl.md): verl's
+    ``main_ppo`` in a subprocess, started from the role's current weights, its checkpoint merged
+    back into the role. The fields map onto verl overrides; ``extra_overrides`` go last."""
+
+    python: str | None = Field(None, description="Interpreter of the environment that has verl (its own venv is "
+                               "allowed); None = this interpreter.")
+    nnodes: int = Field(1, ge=1, description="trainer.nnodes (multi-node: `ray start` first, see docs/verl.md).")
+    n_gpus_per_node: int = Field(1, ge=1, description="trainer.n_gpus_per_node.")
+    rollout: Literal["vllm", "sglang", "hf"] = Field("vllm", description="actor_rollout_ref.rollout.name.")
+    tensor_parallel_size: int = Field(1, ge=1, description="actor_rollout_ref.rollout.tensor_model_parallel_size.")
+    gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0, description="actor_rollout_ref.rollout."
+                                          "gpu_memory_utilization (verl's rollout engine share of each GPU).")
+    ray_address: str | None = Field(None, description="Ray cluster to join ('auto' or HOST:PORT, started with "
+                                    "`ray start`); None = main_ppo starts its own local Ray.")
+    solver_url: str | None = Field(None, description="OpenAI-compatible completions URL of a `vllm serve` of the "
+                                   "frozen solver (e.g. http://host:8000/v1): writer phases' rewards ask it for the "
+                                   "solver's answers (R-Zero's way). Required by questioner / challenger phases.")
+    adv_eps: float | None = Field(None, gt=0, description="Epsilon added to the group std in verl's GRPO advantage. "
+                                  "None = learner.adv_eps (coevolve's 1e-4; verl's own default is 1e-6).")
+    keep_workdir: bool = Field(False, description="Keep the phase's verl work folder (parquet, verl checkpoints, "
+                               "rollout dumps) after the phase; false = removed once converted.")
+    extra_overrides: list[str] = Field(default_factory=list, description="More verl overrides (key=value) passed to "
+                                       "main_ppo after coevolve's own; the last one of a key wins.")
+    main: list[str] | None = Field(None, description="Command that runs verl's trainer; None = "
+                                   "[<python>, -m, verl.trainer.main_ppo]. Tests point it at a stand-in.")
+    merger: list[str] | None = Field(None, description="Command that runs verl's model merger; None = "
+                                     "[<python>, -m, verl.model_merger].")
+
+
+class BackendConfig(Strict):
+    """Where GRPO phases train: ``local`` (coevolve's own learner, the reference) or ``verl``
+    (``backend=verl``: verl's trainer in a subprocess, for models and GPU counts past one
+    device; docs/verl.md lists every difference)."""
+
+    kind: Literal["local", "verl"] = Field("local", description="'local' = coevolve's learner in this process; "
+                                           "'verl' = verl.trainer.main_ppo per GRPO phase (docs/verl.md).")
+    verl: VerlBackendConfig = Field(default_factory=VerlBackendConfig, description="Settings of backend=verl.")
+
+
 class EvalConfig(Strict):
     benches: list[str] | None = Field(
         None,
@@ -140,15 +180,16 @@ class RecipeConfig(Strict):
     ``ALIASES`` maps flat names (the papers' ablation names, e.g. ``challenger_frozen``) to the
     dotted field they set, so ``challenger_frozen=true`` works on the command line and in YAML.
     Both method recipes reach their ablation switches this way; ``engine=vllm`` (every recipe)
-    sets ``engine.kind``. Subclass aliases add to these (``all_aliases``)."""
+    sets ``engine.kind``, ``backend=verl`` ``backend.kind``. Subclass aliases add to these (``all_aliases``)."""
 
-    ALIASES: ClassVar[dict[str, str]] = {"engine": "engine.kind"}
+    ALIASES: ClassVar[dict[str, str]] = {"engine": "engine.kind", "backend": "backend.kind"}
 
     recipe: str
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    backend: BackendConfig = Field(default_factory=BackendConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     run: RunSection = Field(default_factory=RunSection)
