@@ -118,15 +118,13 @@ class VerlBackendConfig(Strict):
     solver_url: str | None = Field(None, description="OpenAI-compatible completions URL of a `vllm serve` of the "
                                    "frozen solver (e.g. http://host:8000/v1): writer phases' rewards ask it for the "
                                    "solver's answers (R-Zero's way). Required by questioner / challenger phases.")
-    adv_eps: float | None = Field(None, gt=0, description="Epsilon added to the group std in verl's GRPO advantage. "
-                                  "None = learner.adv_eps (coevolve's 1e-4; verl's own default is 1e-6).")
     keep_workdir: bool = Field(False, description="Keep the phase's verl work folder (parquet, verl checkpoints, "
                                "rollout dumps) after the phase; false = removed once converted.")
     extra_overrides: list[str] = Field(default_factory=list, description="More verl overrides (key=value) passed to "
                                        "main_ppo after coevolve's own; the last one of a key wins.")
-    main: list[str] | None = Field(None, description="Command that runs verl's trainer; None = "
+    main: list[str] | None = Field(None, min_length=1, description="Command that runs verl's trainer; None = "
                                    "[<python>, -m, verl.trainer.main_ppo]. Tests point it at a stand-in.")
-    merger: list[str] | None = Field(None, description="Command that runs verl's model merger; None = "
+    merger: list[str] | None = Field(None, min_length=1, description="Command that runs verl's model merger; None = "
                                      "[<python>, -m, verl.model_merger].")
 
 

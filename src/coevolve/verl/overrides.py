@@ -56,12 +56,14 @@ def default_commands(verl: Any) -> tuple[list[str], list[str]]:
 
 
 def phase_overrides(*, phase: Any, learner: Any, verl: Any, temperature: float, top_p: float, top_k: int,
-                    max_new_tokens: int, max_prompt_tokens: int, paths: PhasePaths, experiment: str) -> list[str]:
+                    max_new_tokens: int, max_prompt_tokens: int, paths: PhasePaths, experiment: str,
+                    seed: int) -> list[str]:
     """``key=value`` overrides of ``main_ppo`` for one GRPO phase.
 
     ``phase`` is the ``GRPOPhase`` (steps, prompts_per_step, group_size), ``learner`` the run's
     ``LearnerConfig``, ``verl`` its ``VerlBackendConfig``; decoding values are the phase's
-    resolved ones (``loop.sampling_params``). One optimiser step per rollout batch
+    resolved ones (``loop.sampling_params``); ``seed`` seeds verl's rollout engine (the phase's
+    ``derive_seed(ctx.seed, "rollout")``, so a rerun of the phase draws the same). One optimiser step per rollout batch
     (``ppo_mini_batch_size = train_batch_size``) times ``epochs_per_batch``, as the local learner."""
     if learner.lora:
         raise ConfigError("backend=verl: learner.lora is not mapped to verl yet (use backend=local, or set verl's "
@@ -71,7 +73,6 @@ def phase_overrides(*, phase: Any, learner: Any, verl: Any, temperature: float, 
         raise ConfigError(f"backend=verl: prompts_per_step x group_size = {phase.prompts_per_step * phase.group_size} "
                           f"rollouts per step must divide over the {world} GPUs of backend.verl.nnodes x n_gpus_per_node")
     micro = max(1, min(learner.micro_batch_size, phase.prompts_per_step * phase.group_size // world))
-    eps = learner.adv_eps if verl.adv_eps is None else verl.adv_eps
     kv: list[tuple[str, Any]] = [
         ("algorithm.adv_estimator", "grpo"),
         ("algorithm.norm_adv_by_std_in_grpo", learner.scale_std),
@@ -100,7 +101,6 @@ def phase_overrides(*, phase: Any, learner: Any, verl: Any, temperature: float, 
         ("actor_rollout_ref.actor.ppo_mini_batch_size", phase.prompts_per_step),
         ("actor_rollout_ref.actor.ppo_epochs", learner.epochs_per_batch),
         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", micro),
-        ("actor_rollout_ref.model.enable_gradient_checkpointing", bool(learner.gradient_checkpointing)),
         ("actor_rollout_ref.rollout.name", verl.rollout),
         ("actor_rollout_ref.rollout.n", phase.group_size),
         ("actor_rollout_ref.rollout.temperature", temperature),
@@ -108,6 +108,7 @@ def phase_overrides(*, phase: Any, learner: Any, verl: Any, temperature: float, 
         ("actor_rollout_ref.rollout.top_k", top_k if top_k > 0 else -1),
         ("actor_rollout_ref.rollout.tensor_model_parallel_size", verl.tensor_parallel_size),
         ("actor_rollout_ref.rollout.gpu_memory_utilization", verl.gpu_memory_utilization),
+        ("actor_rollout_ref.rollout.seed", seed),
         ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", micro),
         ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", micro),
         ("reward.custom_reward_function.path", str(paths.reward_module)),
@@ -126,8 +127,11 @@ def phase_overrides(*, phase: Any, learner: Any, verl: Any, temperature: float, 
         ("trainer.project_name", "coevolve"),
         ("trainer.experiment_name", experiment),
     ]
+    if learner.gradient_checkpointing is not None:  # None = coevolve's auto; verl's default is on
+        kv.append(("actor_rollout_ref.model.enable_gradient_checkpointing", learner.gradient_checkpointing))
+    if learner.max_tokens_per_micro_batch:  # micro-batches by tokens (verl: dynamic batch size; rollout / ref follow)
+        kv += [("actor_rollout_ref.actor.use_dynamic_bsz", True),
+               ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", learner.max_tokens_per_micro_batch)]
     if verl.ray_address:
         kv.append(("+ray_kwargs.ray_init.address", verl.ray_address))
-    if eps != 1e-6:
-        kv.append(("+algorithm.grpo_adv_eps", eps))
     return [f"{k}={_fmt(v)}" for k, v in kv] + list(verl.extra_overrides)

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import coevolve
 from coevolve.errors import CoevolveError
 from coevolve.loop import Role, TrainResult, _rollout_rows
-from coevolve.run import PhaseContext
+from coevolve.run import PhaseContext, derive_seed
 from coevolve.run.faults import fault_point
 from coevolve.schema import GRPOPhase
 from coevolve.types import SamplingParams, Task
@@ -105,7 +105,8 @@ def verl_grpo_train(role: Role, phase: GRPOPhase, *, cfg: Any, batches: Callable
     overrides = phase_overrides(phase=phase, learner=cfg.learner, verl=vcfg, temperature=params.temperature,
                                 top_p=params.top_p, top_k=params.top_k, max_new_tokens=params.max_new_tokens,
                                 max_prompt_tokens=longest, paths=paths,
-                                experiment=f"{ctx.phase.key}".replace("/", "-"))
+                                experiment=f"{ctx.phase.key}".replace("/", "-"),
+                                seed=derive_seed(ctx.seed, "rollout"))
     (work / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
     metrics_file = ctx.dir / METRICS_FILE
     metrics_file.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ The extras ``acc`` / ``format`` / ``match`` and ``row`` (the parquet row index) 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from coevolve.answers.grader import Grader
@@ -27,6 +28,7 @@ from coevolve.rewards import signed_match_rewards, solver_rewards
 from coevolve.verl.parquet import RewardSpec
 
 _GRADER: Grader | None = None
+_LOCK = threading.Lock()  # verl's reward loop calls compute_score from executor threads; a Grader is one pipe
 
 
 class VerlRewardError(CoevolveError, ValueError):
@@ -51,7 +53,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
                               "(not a parquet written by coevolve.verl.parquet)")
     spec = RewardSpec.from_dict(info["reward"])
     label = ground_truth or ""
-    right = bool(label) and _grader(spec.grader_timeout).grade(label, solution_str)
+    with _LOCK:
+        right = bool(label) and _grader(spec.grader_timeout).grade(label, solution_str)
     row = float(info.get("index", -1))
     if spec.kind == "solver":
         r, bd = solver_rewards([solution_str], [right], spec.alpha)
