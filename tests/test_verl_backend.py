@@ -266,3 +266,30 @@ def test_cli_run_with_a_crashing_trainer_then_resume(tmp_path, cache):
     assert [x.key for x in run.state.records()] == ["base/eval", "01/solver", "01/eval"]
     rows = run.read_jsonl("round_01/solver_rollouts.jsonl")
     assert len(rows) == 8 and [m["step"] for m in run.metrics.rows() if m.get("phase") == "solver" and "step" in m] == [0, 1]
+
+
+def test_diagevo_solver_phase_on_the_standin_feeds_the_diagnosis(tmp_path, cache):
+    """DiagEvo with a frozen challenger: the solver phase runs on (stand-in) verl with the ±1
+    match reward, and its per-question records (responses, matches) reach optimisation.jsonl,
+    which the diagnosis reads."""
+    from coevolve.recipes import diagevo
+    from coevolve.toy import default_cache_dir
+    from coevolve.toy.pretrain import _is_built
+    from coevolve.toy.world import WORLD_VERSION
+
+    built = default_cache_dir() / f"base-w{WORLD_VERSION}-steps600-seed0"  # writes real questions, when cached
+    base = [f"model.toy_cache={built.parent}", "model.toy_steps=600"] if _is_built(built) else []
+    smoke = Path(__file__).resolve().parents[1] / "configs" / "diagevo_smoke.yaml"
+    cfg = load_config("diagevo", smoke, ["rounds=1", "memory.embedder=hash", "eval.heldout_size=8", "eval.samples=0",
+                                         "pool.size=16", "solver.steps=1", "challenger_frozen=true",
+                                         "run.progress=false", "model.toy_steps=2", *standin(cache), *base])
+    run = Run.create(tmp_path / "run", dump_yaml(cfg), "diagevo")
+    diagevo.run(cfg, run)
+    rows = run.read_jsonl("round_01/solver_rollouts.jsonl")
+    opt = run.read_jsonl("round_01/optimisation.jsonl")
+    if not rows:  # the tiny base kept no question: nothing to train (the phase says so)
+        pytest.skip("the 2-step toy base wrote no kept question")
+    assert all(r["rewards"] == [1.0, -1.0] * (len(r["rewards"]) // 2) for r in rows)
+    assert {o["id"] for o in opt} == {r["task_id"] for r in rows}
+    assert all(o["matches"] == [True, False] * (len(o["matches"]) // 2) and len(o["responses"]) == len(o["matches"])
+               for o in opt)
