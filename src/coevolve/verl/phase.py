@@ -89,6 +89,8 @@ def verl_grpo_train(role: Role, phase: GRPOPhase, *, cfg: Any, batches: Callable
                     ns: str, rollouts_file: Path | None = None) -> TrainResult:
     """``loop.grpo_train``'s contract, trained by verl (module docstring); ``cfg`` is the recipe
     config (``learner`` and ``backend.verl`` sections)."""
+    if phase.steps == 0:
+        return TrainResult(0.0, 0, 0, 0, [], 0)
     vcfg = cfg.backend.verl
     main, merger = default_commands(vcfg)
     work = ctx.dir / WORK_DIR
@@ -97,8 +99,6 @@ def verl_grpo_train(role: Role, phase: GRPOPhase, *, cfg: Any, batches: Callable
     paths = PhasePaths(model=work / "model", train_file=work / "train.parquet", checkpoints=work / "checkpoints",
                        rollouts=work / "rollouts", reward_module=Path(__file__).with_name("reward.py"))
     rows = phase_rows(phase.steps, batches, prompt, role.name, reward)
-    if phase.steps == 0:
-        return TrainResult(0.0, 0, 0, 0, [], 0)
     export_model(role, paths.model)
     write_parquet(rows, paths.train_file)
     longest = max(len(role.tokenizer(r.prompt, add_special_tokens=False)["input_ids"]) for r in rows)
