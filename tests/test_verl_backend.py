@@ -28,23 +28,29 @@ torch.set_num_threads(1)
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 STANDIN = str(Path(__file__).with_name("verl_standin.py"))
 TINY = ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=8",
-        "eval.samples=0", "run.progress=false", "sampling.max_new_tokens=24", "eval.max_new_tokens=24",
-        "model.toy_steps=2"]
+        "eval.samples=0", "run.progress=false", "sampling.max_new_tokens=24", "eval.max_new_tokens=24"]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    """One tiny toy base for the module (building one measures it, which costs more than the run)."""
-    from coevolve.toy import ensure_base
+def cache(tmp_path_factory) -> list[str]:
+    """The toy base of the module's runs: the cached default one when it is built (none of these
+    tests depends on its quality), else a 2-step base built once (building measures the model,
+    which costs more than the runs)."""
+    from coevolve.toy import default_cache_dir, ensure_base
+    from coevolve.toy.pretrain import _is_built
+    from coevolve.toy.world import WORLD_VERSION
 
+    built = default_cache_dir() / f"base-w{WORLD_VERSION}-steps600-seed0"
+    if _is_built(built):
+        return [f"model.toy_cache={built.parent}", "model.toy_steps=600"]
     cache = tmp_path_factory.mktemp("toycache")
     ensure_base(cache, steps=2, seed=0)
-    return cache
+    return [f"model.toy_cache={cache}", "model.toy_steps=2"]
 
 
-def standin(cache: Path) -> list[str]:
+def standin(toy: list[str]) -> list[str]:
     return ["backend=verl", f"backend.verl.main=[{sys.executable},{STANDIN},main]",
-            f"backend.verl.merger=[{sys.executable},{STANDIN}]", f"model.toy_cache={cache}"]
+            f"backend.verl.merger=[{sys.executable},{STANDIN}]", *toy]
 
 
 def _tasks(step: int) -> list[Task]:
@@ -194,7 +200,7 @@ def test_reward_module_equals_coevolve_rewards():
         compute_score("s", "x", "3", {})
 
 
-def _grpo(tmp: Path, cache: Path, extra: list[str]):
+def _grpo(tmp: Path, cache: list[str], extra: list[str]):
     from coevolve.recipes import grpo
 
     cfg = load_config("grpo", None, TINY + standin(cache) + extra)
@@ -273,16 +279,10 @@ def test_diagevo_solver_phase_on_the_standin_feeds_the_diagnosis(tmp_path, cache
     match reward, and its per-question records (responses, matches) reach optimisation.jsonl,
     which the diagnosis reads."""
     from coevolve.recipes import diagevo
-    from coevolve.toy import default_cache_dir
-    from coevolve.toy.pretrain import _is_built
-    from coevolve.toy.world import WORLD_VERSION
-
-    built = default_cache_dir() / f"base-w{WORLD_VERSION}-steps600-seed0"  # writes real questions, when cached
-    base = [f"model.toy_cache={built.parent}", "model.toy_steps=600"] if _is_built(built) else []
     smoke = Path(__file__).resolve().parents[1] / "configs" / "diagevo_smoke.yaml"
     cfg = load_config("diagevo", smoke, ["rounds=1", "memory.embedder=hash", "eval.heldout_size=8", "eval.samples=0",
                                          "pool.size=16", "solver.steps=1", "challenger_frozen=true",
-                                         "run.progress=false", "model.toy_steps=2", *standin(cache), *base])
+                                         "run.progress=false", *standin(cache)])
     run = Run.create(tmp_path / "run", dump_yaml(cfg), "diagevo")
     diagevo.run(cfg, run)
     rows = run.read_jsonl("round_01/solver_rollouts.jsonl")

@@ -33,9 +33,13 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory) -> Path:
-    from coevolve.toy import ensure_base
+    """The cached default toy base when it is built, else a 2-step one (any toy model will do)."""
+    from coevolve.toy import default_cache_dir, ensure_base
+    from coevolve.toy.pretrain import _is_built
+    from coevolve.toy.world import WORLD_VERSION
 
-    return ensure_base(tmp_path_factory.mktemp("toycache"), steps=2, seed=0)
+    built = default_cache_dir() / f"base-w{WORLD_VERSION}-steps600-seed0"
+    return built if _is_built(built) else ensure_base(tmp_path_factory.mktemp("toycache"), steps=2, seed=0)
 
 
 def _compose(overrides: list[str]):

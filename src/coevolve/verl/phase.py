@@ -41,6 +41,9 @@ MAIN_LOG = "verl_main.log"
 MERGE_LOG = "verl_merge.log"
 METRICS_FILE = "verl_metrics.jsonl"
 LOG_TAIL_CHARS = 3000
+PROMPT_MARGIN_TOKENS = 8
+"""Room above the longest prompt for special tokens verl's tokenisation might add (the identity
+template adds none; a prompt over data.max_prompt_length stops verl with truncation=error)."""
 
 
 class VerlPhaseError(CoevolveError):
@@ -104,7 +107,7 @@ def verl_grpo_train(role: Role, phase: GRPOPhase, *, cfg: Any, batches: Callable
     longest = max(len(role.tokenizer(r.prompt, add_special_tokens=False)["input_ids"]) for r in rows)
     overrides = phase_overrides(phase=phase, learner=cfg.learner, verl=vcfg, temperature=params.temperature,
                                 top_p=params.top_p, top_k=params.top_k, max_new_tokens=params.max_new_tokens,
-                                max_prompt_tokens=longest, paths=paths,
+                                max_prompt_tokens=longest + PROMPT_MARGIN_TOKENS, paths=paths,
                                 experiment=f"{ctx.phase.key}".replace("/", "-"),
                                 seed=derive_seed(ctx.seed, "rollout"))
     (work / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
