@@ -293,3 +293,55 @@ def test_diagevo_solver_phase_on_the_standin_feeds_the_diagnosis(tmp_path, cache
     assert {o["id"] for o in opt} == {r["task_id"] for r in rows}
     assert all(o["matches"] == [True, False] * (len(o["matches"]) // 2) and len(o["responses"]) == len(o["matches"])
                for o in opt)
+
+
+def test_converters_refuse_outputs_that_do_not_match_the_rows(tmp_path):
+    from coevolve.verl.convert import VerlOutputError, latest_checkpoint, read_metrics, step_rollouts
+
+    rows = phase_rows(2, _tasks, str, "solver", RewardSpec("solver"))
+    d = tmp_path / "dumps"
+    d.mkdir()
+
+    def dump(step: int, samples: list[tuple[int, float]]) -> None:
+        (d / f"{step}.jsonl").write_text("".join(json.dumps({"input": "p", "output": f"o{r}", "gts": "", "score": s,
+                                                             "step": step, "row": float(r), "acc": s}) + "\n"
+                                                 for r, s in samples))
+
+    dump(1, [(r, float(i % 2)) for r in (0, 1, 2) for i in range(2)])
+    with pytest.raises(VerlOutputError, match="2.jsonl"):  # step 2's dump is missing
+        step_rollouts(d, rows, 2, 2)
+    dump(2, [(r, 1.0) for r in (3, 4, 5) for _ in range(2)])
+    got = step_rollouts(d, rows, 2, 2)
+    assert [s.step for s in got] == [0, 1] and [r.task.id for r in got[1].rows] == ["t1-0", "t1-1", "t1-2"]
+    assert got[0].scores == [[0.0, 1.0]] * 3 and got[0].texts[2] == ["o2", "o2"]
+    with pytest.raises(VerlOutputError, match="row 3 .* 1 samples, expected 2"):
+        dump(2, [(3, 1.0), (4, 1.0), (4, 1.0), (5, 1.0), (5, 1.0)])
+        step_rollouts(d, rows, 2, 2)
+    with pytest.raises(VerlOutputError, match="not step 1's"):
+        dump(2, [(r, 1.0) for r in (3, 4, 5, 0) for _ in range(2)])
+        step_rollouts(d, rows, 2, 2)
+    with pytest.raises(VerlOutputError, match="latest_checkpointed_iteration"):
+        latest_checkpoint(tmp_path / "ckpt")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text("3")
+    with pytest.raises(VerlOutputError, match="global_step_3"):
+        latest_checkpoint(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "global_step_3" / "actor").mkdir(parents=True)
+    assert latest_checkpoint(tmp_path / "ckpt") == (3, tmp_path / "ckpt" / "global_step_3" / "actor")
+    (tmp_path / "m.jsonl").write_text(json.dumps({"step": 1, "data": {"actor/pg_loss": 0.1}}) + "\n")
+    assert read_metrics(tmp_path / "m.jsonl") == {1: {"actor/pg_loss": 0.1}} and read_metrics(tmp_path / "x") == {}
+
+
+def test_step_metrics_use_coevolves_definitions():
+    from coevolve.verl.convert import StepRollouts, step_metrics
+    from coevolve.types import Completion
+
+    rows = phase_rows(1, lambda s: _tasks(s)[:2], str, "solver", RewardSpec("solver"))
+    sr = StepRollouts(0, rows, [["a", "b"], ["c", "d"]], [[1.0, 0.0], [1.0, 1.0]],
+                      [[{"acc": 1.0, "format": 0.0}, {"acc": 0.0, "format": 1.0}], [{"acc": 1.0, "format": 1.0}] * 2])
+    comps = [[Completion(t, [1] * n, []) for t, n in zip(g, (3, 5))] for g in sr.texts]
+    m = step_metrics(sr, comps, {"actor/pg_loss": 0.25, "timing_s/gen": 2.0, "actor/unmapped": 7.0})
+    assert m["reward_mean"] == 0.75 and m["frac_zero_std"] == 0.5 and m["skipped"] == 0.0
+    assert m["n_tokens"] == 8.0  # only the group with reward variance trains (its 3 + 5 tokens)
+    assert m["acc_mean"] == 0.75 and m["format_mean"] == 0.75 and m["completion_len_mean"] == 4.0
+    assert m["loss"] == 0.25 and m["gen_seconds"] == 2.0 and "unmapped" not in m
