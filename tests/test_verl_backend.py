@@ -163,13 +163,14 @@ def test_backend_config_errors_name_the_field(tmp_path):
     assert cfg.backend.kind == "verl"
     assert default_commands(cfg.backend.verl) == (["/opt/verl/bin/python", "-m", "verl.trainer.main_ppo"],
                                                   ["/opt/verl/bin/python", "-m", "verl.model_merger"])
-    # writer phases are refused before any work, naming the field to change
-    from coevolve.recipes import d2evo, diagevo
-
-    with pytest.raises(ConfigError, match=r"questioner\.steps"):
-        d2evo.run(load_config("d2evo", None, ["backend=verl"]), None)
-    with pytest.raises(ConfigError, match=r"challenger\.steps"):
-        diagevo.run(load_config("diagevo", None, ["backend=verl"]), None)
+    # writer phases are refused with the config, before any work, naming the field to change
+    with pytest.raises(ConfigError, match=r"questioner\.steps=5"):
+        load_config("d2evo", None, ["backend=verl"])
+    with pytest.raises(ConfigError, match=r"challenger\.steps=5"):
+        load_config("diagevo", None, ["backend=verl"])
+    assert load_config("d2evo", None, ["backend=verl", "questioner=false"]).backend.kind == "verl"
+    assert load_config("d2evo", None, ["backend=verl", "questioner.steps=0"]).backend.kind == "verl"
+    assert load_config("diagevo", None, ["backend=verl", "challenger_frozen=true"]).backend.kind == "verl"
 
 
 def test_reward_module_equals_coevolve_rewards():

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from coevolve.errors import ConfigError
 from coevolve.rl.learner import LearnerConfig
-from coevolve.schema import Strict
+from coevolve.schema import GRPOPhase, Strict
 
 
 class ModelConfig(Strict):
@@ -191,6 +191,21 @@ class RecipeConfig(Strict):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     run: RunSection = Field(default_factory=RunSection)
+
+    def writer_phases(self) -> dict[str, GRPOPhase | None]:
+        """The recipe's question-writer GRPO phases (field name -> phase, None when this config
+        will not train it); recipes with writers override this."""
+        return {}
+
+    @model_validator(mode="after")
+    def _verl_trains_no_writer(self) -> "RecipeConfig":
+        """backend=verl takes solver rewards only so far (docs/verl.md): refused before any work."""
+        if self.backend.kind == "verl":
+            for name, ph in self.writer_phases().items():
+                if ph is not None and ph.steps > 0:
+                    raise ValueError(f"backend=verl: {name}.steps={ph.steps}, but writer phases cannot run on verl "
+                                     f"yet (set {name}.steps=0 or backend=local; docs/verl.md)")
+        return self
 
 
 # ---------------------------------------------------------------------------------------------

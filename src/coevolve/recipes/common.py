@@ -97,7 +97,7 @@ class Setup:
             return grpo_train(role, phase, **kw)
         if verl_reward is None:
             raise ConfigError(f"backend=verl: the {kw.get('ns')} phase has no verl reward (writer phases are not "
-                              "supported by backend=verl yet, docs/verl.md)")
+                              "supported by backend=verl yet, docs/verl.md; the config check should have said so)")
         from coevolve.verl.phase import verl_grpo_train
 
         kw.pop("progress", None)
@@ -111,18 +111,6 @@ class Setup:
 
     def rep_tokenizer(self, reward: WriterReward) -> str:
         return self.world.rep_tokenizer if reward.rep_tokenizer == "auto" else reward.rep_tokenizer
-
-
-def check_backend(cfg: RecipeConfig, writers: dict[str, GRPOPhase | None]) -> None:
-    """Refuse ``backend=verl`` before any work when a question-writer phase would train
-    (``writers``: field name -> its phase, None when the recipe will not train it): verl phases
-    take solver rewards only so far (docs/verl.md)."""
-    if cfg.backend.kind != "verl":
-        return
-    for name, ph in writers.items():
-        if ph is not None and ph.steps > 0:
-            raise ConfigError(f"backend=verl: {name}.steps={ph.steps}, but writer phases cannot run on verl yet "
-                              f"(set {name}.steps=0 or backend=local; docs/verl.md)")
 
 
 def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader) -> Setup:

@@ -45,7 +45,7 @@ from coevolve.curriculum import (
 )
 from coevolve.engine import load_sampler
 from coevolve.loop import Observed, RewardFn, Role, labelled_reward
-from coevolve.recipes.common import Setup, check_backend, eval_due, finish, phase_eval, setup
+from coevolve.recipes.common import Setup, eval_due, finish, phase_eval, setup
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.types import Completion, Sampler, Task
 from coevolve.verl.parquet import RewardSpec
@@ -278,7 +278,6 @@ def plan(cfg: D2EvoConfig) -> list[Phase]:
 def run(cfg: D2EvoConfig, run: Run) -> dict[str, Any]:
     """Base eval, then ``cfg.rounds`` rounds of difficulty -> anchors -> questioner -> buffer ->
     solver -> eval, then the final difficulty histogram."""
-    check_backend(cfg, {"questioner": cfg.questioner if cfg.questioner.enabled else None})
     with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
         s = setup(cfg, run, grader)
         solver = s.role("solver")

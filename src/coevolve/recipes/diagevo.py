@@ -38,7 +38,7 @@ from coevolve.memory.cli import MEMORY_FILE
 from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, clip_middle
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
 from coevolve.memory.store import ErrorMemory
-from coevolve.recipes.common import Setup, check_backend, eval_due, finish, phase_eval, setup
+from coevolve.recipes.common import Setup, eval_due, finish, phase_eval, setup
 from coevolve.rewards import signed_match_rewards
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.errors import RunStateError
@@ -346,7 +346,6 @@ def plan(cfg: DiagEvoConfig) -> list[Phase]:
 
 def run(cfg: DiagEvoConfig, run: Run) -> dict[str, Any]:
     """Base eval, then ``cfg.rounds`` rounds of challenger -> pool -> solver -> memory -> eval."""
-    check_backend(cfg, {"challenger": None if cfg.challenger.frozen else cfg.challenger})
     with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
         s = setup(cfg, run, grader)
         solver, challenger = s.role("solver"), s.role("challenger")
