@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from coevolve.errors import ConfigError
 from coevolve.rl.learner import LearnerConfig
-from coevolve.schema import Strict
+from coevolve.schema import GRPOPhase, Strict
 
 
 class ModelConfig(Strict):
@@ -136,36 +136,41 @@ class EngineConfig(Strict):
 
 
 class VerlBackendConfig(Strict):
-    """``backend=verl``: GRPO phases run as ``verl.trainer.main_ppo`` in a subprocess (package ``coevolve.verl``)."""
+    """How a GRPO phase runs under ``backend=verl`` (``coevolve.verl``, docs/verl.md): verl's
+    ``main_ppo`` in a subprocess, started from the role's current weights, its checkpoint merged
+    back into the role. The fields map onto verl overrides; ``extra_overrides`` go last."""
 
-    python: str | None = Field(None, description="Interpreter of the environment that has verl; None = this one.")
-    nnodes: int = Field(1, ge=1, description="Nodes of verl's job (trainer.nnodes).")
-    n_gpus_per_node: int = Field(1, ge=1, description="GPUs per node of verl's job (trainer.n_gpus_per_node).")
-    rollout: Literal["vllm", "sglang", "hf"] = Field("vllm", description="verl's rollout engine "
-                                                    "(actor_rollout_ref.rollout.name).")
-    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per rollout engine in verl's job.")
-    gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0, description="Share of each GPU verl's colocated "
-                                          "rollout engine may take.")
-    ray_address: str | None = Field(None, description="Ray cluster verl's job joins (multi-node: the `ray start "
-                                    "--head` address); None = verl starts its own.")
-    solver_url: str | None = Field(None, description="An OpenAI-compatible `vllm serve` of the frozen solver, for "
-                                   "writer rewards.")
-    adv_eps: float = Field(1e-4, gt=0.0, description="eps of the group advantage (coevolve's 1e-4; verl's own is 1e-6).")
-    keep_workdir: bool = Field(False, description="Keep verl's work folder (parquet, checkpoints, logs) after the phase.")
-    extra_overrides: list[str] = Field(default_factory=list, description="Hydra overrides passed through to main_ppo "
-                                       "(last wins).")
-    main: list[str] | None = Field(None, description="Command that runs verl's trainer; None = [<python>, '-m', "
-                                   "'verl.trainer.main_ppo'] (tests point it at a stand-in).")
-    merger: list[str] | None = Field(None, description="Command that runs verl's model merger; None = [<python>, "
-                                     "'-m', 'verl.model_merger'].")
+    python: str | None = Field(None, description="Interpreter of the environment that has verl (its own venv is "
+                               "allowed); None = this interpreter.")
+    nnodes: int = Field(1, ge=1, description="trainer.nnodes (multi-node: `ray start` first, see docs/verl.md).")
+    n_gpus_per_node: int = Field(1, ge=1, description="trainer.n_gpus_per_node.")
+    rollout: Literal["vllm", "sglang", "hf"] = Field("vllm", description="actor_rollout_ref.rollout.name.")
+    tensor_parallel_size: int = Field(1, ge=1, description="actor_rollout_ref.rollout.tensor_model_parallel_size.")
+    gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0, description="actor_rollout_ref.rollout."
+                                          "gpu_memory_utilization (verl's rollout engine share of each GPU).")
+    ray_address: str | None = Field(None, description="Ray cluster to join ('auto' or HOST:PORT, started with "
+                                    "`ray start`); None = main_ppo starts its own local Ray.")
+    solver_url: str | None = Field(None, description="OpenAI-compatible completions URL of a `vllm serve` of the "
+                                   "frozen solver (e.g. http://host:8000/v1): writer phases' rewards ask it for the "
+                                   "solver's answers (R-Zero's way). Required by questioner / challenger phases.")
+    keep_workdir: bool = Field(False, description="Keep the phase's verl work folder (parquet, verl checkpoints, "
+                               "rollout dumps) after the phase; false = removed once converted.")
+    extra_overrides: list[str] = Field(default_factory=list, description="More verl overrides (key=value) passed to "
+                                       "main_ppo after coevolve's own; the last one of a key wins.")
+    main: list[str] | None = Field(None, min_length=1, description="Command that runs verl's trainer; None = "
+                                   "[<python>, -m, verl.trainer.main_ppo]. Tests point it at a stand-in.")
+    merger: list[str] | None = Field(None, min_length=1, description="Command that runs verl's model merger; None = "
+                                     "[<python>, -m, verl.model_merger].")
 
 
 class BackendConfig(Strict):
-    """Where GRPO phases train: 'local' = coevolve's learner in this process; 'verl' = verl's trainer."""
+    """Where GRPO phases train: ``local`` (coevolve's own learner, the reference) or ``verl``
+    (``backend=verl``: verl's trainer in a subprocess, for models and GPU counts past one
+    device; docs/verl.md lists every difference)."""
 
-    kind: Literal["local", "verl"] = Field("local", description="'local' = coevolve's learner; 'verl' = "
-                                           "verl.trainer.main_ppo in a subprocess (docs/verl.md).")
-    verl: VerlBackendConfig = Field(default_factory=VerlBackendConfig, description="backend=verl settings.")
+    kind: Literal["local", "verl"] = Field("local", description="'local' = coevolve's learner in this process; "
+                                           "'verl' = verl.trainer.main_ppo per GRPO phase (docs/verl.md).")
+    verl: VerlBackendConfig = Field(default_factory=VerlBackendConfig, description="Settings of backend=verl.")
 
 
 class EvalConfig(Strict):
@@ -208,7 +213,7 @@ class RecipeConfig(Strict):
     ``ALIASES`` maps flat names (the papers' ablation names, e.g. ``challenger_frozen``) to the
     dotted field they set, so ``challenger_frozen=true`` works on the command line and in YAML.
     Both method recipes reach their ablation switches this way; ``engine=vllm`` (every recipe)
-    sets ``engine.kind``. Subclass aliases add to these (``all_aliases``)."""
+    sets ``engine.kind``, ``backend=verl`` ``backend.kind``. Subclass aliases add to these (``all_aliases``)."""
 
     ALIASES: ClassVar[dict[str, str]] = {"engine": "engine.kind", "backend": "backend.kind"}
 
@@ -221,6 +226,21 @@ class RecipeConfig(Strict):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     run: RunSection = Field(default_factory=RunSection)
+
+    def writer_phases(self) -> dict[str, GRPOPhase | None]:
+        """The recipe's question-writer GRPO phases (field name -> phase, None when this config
+        will not train it); recipes with writers override this."""
+        return {}
+
+    @model_validator(mode="after")
+    def _verl_trains_no_writer(self) -> "RecipeConfig":
+        """backend=verl takes solver rewards only so far (docs/verl.md): refused before any work."""
+        if self.backend.kind == "verl":
+            for name, ph in self.writer_phases().items():
+                if ph is not None and ph.steps > 0:
+                    raise ValueError(f"backend=verl: {name}.steps={ph.steps}, but writer phases cannot run on verl "
+                                     f"yet (set {name}.steps=0 or backend=local; docs/verl.md)")
+        return self
 
 
 # ---------------------------------------------------------------------------------------------

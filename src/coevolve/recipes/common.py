@@ -12,7 +12,8 @@ from typing import Any
 from coevolve.config.base import RecipeConfig
 from coevolve.engine import HFSampler, freeze_sampler, load_model, load_tokenizer, make_sampler
 from coevolve.eval.suite import evaluate_suite
-from coevolve.loop import ParkedSampler, Role, sampling_params
+from coevolve.errors import ConfigError
+from coevolve.loop import ParkedSampler, Role, TrainResult, grpo_train, sampling_params
 from coevolve.prompts import StopKind
 from coevolve.rl.learner import OPTIM_FILE, Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
@@ -21,6 +22,7 @@ from coevolve.run.files import TMP_SUFFIX, atomic_write_json
 from coevolve.run.trackers import make_trackers
 from coevolve.schema import GRPOPhase, WriterReward
 from coevolve.types import AnswerGrader, Sampler, SamplingParams
+from coevolve.verl.parquet import RewardSpec
 from coevolve.world import CHECKPOINT_META, CHECKPOINT_META_FORMAT, World, base_model_path, make_world
 
 
@@ -86,6 +88,21 @@ class Setup:
         shutil.rmtree(path, ignore_errors=True)  # a rerun of the phase (killed after the rename, before its mark)
         os.replace(staging, path)
         return {role.name: path}
+
+    def train(self, role: Role, phase: GRPOPhase, *, verl_reward: RewardSpec | None, **kw: Any) -> TrainResult:
+        """A GRPO phase on the configured ``backend``: ``loop.grpo_train`` (local) or
+        ``verl.phase.verl_grpo_train`` (verl, rewarded by ``verl_reward``, the same rule as
+        ``kw["reward"]`` in a form verl's reward workers can apply)."""
+        if self.cfg.backend.kind == "local":
+            return grpo_train(role, phase, **kw)
+        if verl_reward is None:
+            raise ConfigError(f"backend=verl: the {kw.get('ns')} phase has no verl reward (writer phases are not "
+                              "supported by backend=verl yet, docs/verl.md; the config check should have said so)")
+        from coevolve.verl.phase import verl_grpo_train
+
+        kw.pop("progress", None)
+        kw.pop("reward")
+        return verl_grpo_train(role, phase, cfg=self.cfg, reward=verl_reward, **kw)
 
     def params(self, seed: int | None, phase: GRPOPhase | None = None, kind: StopKind = "answer") -> SamplingParams:
         """Decoding parameters of a phase: the run's sampling section, the phase's own cap and

@@ -44,10 +44,11 @@ from coevolve.curriculum import (
     score_writer_batch,
 )
 from coevolve.engine import load_sampler
-from coevolve.loop import Observed, RewardFn, Role, grpo_train, labelled_reward
+from coevolve.loop import Observed, RewardFn, Role, labelled_reward
 from coevolve.recipes.common import Setup, eval_due, finish, phase_eval, setup
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.types import Completion, Sampler, Task
+from coevolve.verl.parquet import RewardSpec
 
 
 def _anchors(s: Setup, t: int) -> list[PassRecord]:
@@ -169,8 +170,8 @@ def phase_questioner(s: Setup, solver: Role, questioner: Role, t: int) -> PhaseR
                                problem=None if anchors else "no anchors in the band: the questioner was not trained")
         scorer = s.frozen(solver) if questioner is solver and q.frozen_scorer else solver.sampler
         rng = random.Random(ctx.seed)
-        res = grpo_train(
-            questioner, q, batches=lambda step: rng.choices(anchors, k=q.prompts_per_step),
+        res = s.train(
+            questioner, q, verl_reward=None, batches=lambda step: rng.choices(anchors, k=q.prompts_per_step),
             prompt=lambda a: prompter.questioner(a.question, a.answer or "", a.features["difficulty"]),
             reward=questioner_reward(s, scorer, ctx.seed), params=s.params(ctx.seed, q, "question"), ctx=ctx,
             ns="questioner", progress=cfg.run.progress,
@@ -251,8 +252,9 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
             return PhaseResult({"steps": 0, "reward_mean": None, "buffer": len(buffer)},
                                problem="the hybrid buffer is empty: the solver was not trained" if not buffer else None)
         k = sp.prompts_per_step
-        res = grpo_train(
-            solver, sp, batches=lambda step: rng.sample(buffer, k) if len(buffer) >= k else rng.choices(buffer, k=k),
+        res = s.train(
+            solver, sp, verl_reward=RewardSpec("solver", sp.alpha, cfg.run.grader_timeout),
+            batches=lambda step: rng.sample(buffer, k) if len(buffer) >= k else rng.choices(buffer, k=k),
             prompt=lambda x: s.world.prompter.solver(x.question), reward=labelled_reward(sp.alpha, s.grader),
             params=s.params(ctx.seed, sp), ctx=ctx, ns="solver", progress=cfg.run.progress,
             rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)

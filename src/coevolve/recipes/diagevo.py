@@ -33,7 +33,7 @@ from coevolve.answers import make_grader
 from coevolve.config.diagevo import DiagEvoConfig
 from coevolve.curriculum import label_questions, parse_yes_no, propose_questions, score_writer_batch
 from coevolve.engine import load_sampler
-from coevolve.loop import Observed, RewardFn, Role, ShuffledPasses, grpo_train
+from coevolve.loop import Observed, RewardFn, Role, ShuffledPasses
 from coevolve.memory.cli import MEMORY_FILE
 from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, clip_middle
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
@@ -43,6 +43,7 @@ from coevolve.rewards import signed_match_rewards
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.errors import RunStateError
 from coevolve.types import AnswerGrader, Completion, SamplingParams, Task
+from coevolve.verl.parquet import RewardSpec
 
 
 def load_memory(run: Run, t: int) -> ErrorMemory:
@@ -158,7 +159,7 @@ def phase_challenger(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseR
             return [Task(f"r{t:02d}-ch{step:03d}-{i:03d}", s.world.prompter.challenger(p.cause_texts),
                          features={"plan": p.to_dict()}) for i, p in enumerate(plans)]
 
-        res = grpo_train(challenger, ch, batches=batches, prompt=lambda task: task.question,
+        res = s.train(challenger, ch, verl_reward=None, batches=batches, prompt=lambda task: task.question,
                          reward=challenger_reward(s, solver, mem, ctx.seed), params=s.params(ctx.seed, ch, "question"),
                          ctx=ctx, ns="challenger", progress=cfg.run.progress,
                          rollouts_file=ctx.dir / "challenger_rollouts.jsonl" if cfg.run.save_rollouts else None)
@@ -251,7 +252,8 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
             return PhaseResult({"skipped": True},
                                problem="the filter kept no question: the solver was not trained" if not tasks else None)
         passes = ShuffledPasses(tasks, random.Random(ctx.seed))
-        res = grpo_train(solver, sc, batches=lambda step: passes.take(min(sc.prompts_per_step, len(tasks))),
+        res = s.train(solver, sc, verl_reward=RewardSpec("match", grader_timeout=cfg.run.grader_timeout),
+                      batches=lambda step: passes.take(min(sc.prompts_per_step, len(tasks))),
                          prompt=lambda task: s.world.prompter.solver(task.question), reward=match_reward(s.grader),
                          params=s.params(ctx.seed, sc), ctx=ctx, ns="solver", progress=cfg.run.progress,
                          rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)

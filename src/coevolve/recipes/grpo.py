@@ -14,10 +14,11 @@ from typing import Any
 
 from coevolve.answers import make_grader
 from coevolve.config.grpo import GRPOConfig
-from coevolve.loop import Role, grpo_train, labelled_reward
+from coevolve.loop import Role, labelled_reward
 from coevolve.recipes.common import Setup, finish, phase_eval, setup
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run
 from coevolve.types import Task
+from coevolve.verl.parquet import RewardSpec
 
 
 def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
@@ -33,8 +34,8 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
             labelled.update(t.id for t in tasks)
             return tasks
 
-        res = grpo_train(
-            solver, sp, batches=batch,
+        res = s.train(
+            solver, sp, verl_reward=RewardSpec("solver", sp.alpha, cfg.run.grader_timeout), batches=batch,
             prompt=lambda task: s.world.prompter.solver(task.question), reward=labelled_reward(sp.alpha, s.grader),
             params=s.params(ctx.seed, sp), ctx=ctx, ns="solver", progress=cfg.run.progress,
             rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)

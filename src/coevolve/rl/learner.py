@@ -605,6 +605,16 @@ class Learner:
         self.optimizer.load_state_dict(blob["optimizer"])
         self.step_count = int(state["step"])
 
+    def load_weights(self, in_dir: str | Path) -> None:
+        """Only the weights of an HF folder (``*.safetensors``, or a LoRA adapter), e.g. what
+        another trainer produced (``backend=verl``); optimizer state, masters and step stay as
+        they are, and fp32 masters are refreshed from the new weights."""
+        self._load_weights(Path(in_dir))
+        if self.master is not None:
+            with torch.no_grad():
+                for p, m in zip(self.params, self.master):
+                    m.copy_(p.detach().to(m.device, m.dtype))
+
     def _load_weights(self, d: Path) -> None:
         if self.cfg.lora:
             from peft import set_peft_model_state_dict

@@ -1,0 +1,65 @@
+"""The ``compute_score`` verl calls for every rollout of a ``backend=verl`` phase.
+
+verl 0.9.1 scores one sample per call (``NaiveRewardManager``)::
+
+    compute_score(data_source, solution_str, ground_truth, extra_info=None, **reward_kwargs)
+        -> float | {"score": float, **extras}
+
+and puts a dict's other keys into ``reward_extra_info`` (one list per key over the batch, also
+written into the rollout dumps). This module dispatches on the row's ``RewardSpec``
+(``extra_info["reward"]``) to coevolve's own reward functions and grader, so a verl phase is
+rewarded by the same rules as a local one:
+
+    solver  R = α·acc + (1-α)·fmt        (``rewards.solver_rewards``; acc graded by ``Grader``)
+    match   R = +1 if the answer matches the pseudo-label else -1   (``rewards.signed_match_rewards``)
+
+The extras ``acc`` / ``format`` / ``match`` and ``row`` (the parquet row index) let
+``coevolve.verl.convert`` rebuild the phase's rollouts file and metrics from verl's dumps.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from coevolve.answers.grader import Grader
+from coevolve.errors import CoevolveError
+from coevolve.rewards import signed_match_rewards, solver_rewards
+from coevolve.verl.parquet import RewardSpec
+
+_GRADER: Grader | None = None
+_LOCK = threading.Lock()  # verl's reward loop calls compute_score from executor threads; a Grader is one pipe
+
+
+class VerlRewardError(CoevolveError, ValueError):
+    """A row verl asked to score carries no usable coevolve reward spec."""
+
+
+def _grader(timeout: float) -> Grader:
+    """One grader per reward worker process, started at its first call (a grader owns a child
+    process for math-verify's timeouts; starting one per sample would dominate the cost)."""
+    global _GRADER
+    if _GRADER is None:
+        _GRADER = Grader(timeout=timeout)
+    return _GRADER
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict[str, Any] | None = None,
+                  **kwargs: Any) -> dict[str, float]:
+    """Score one completion by the coevolve reward its row names (module docstring)."""
+    info = extra_info or {}
+    if not isinstance(info.get("reward"), dict):
+        raise VerlRewardError(f"compute_score: row of {data_source!r} has no extra_info['reward'] "
+                              "(not a parquet written by coevolve.verl.parquet)")
+    spec = RewardSpec.from_dict(info["reward"])
+    label = ground_truth or ""
+    with _LOCK:
+        right = bool(label) and _grader(spec.grader_timeout).grade(label, solution_str)
+    row = float(info.get("index", -1))
+    if spec.kind == "solver":
+        r, bd = solver_rewards([solution_str], [right], spec.alpha)
+        return {"score": r[0], "acc": bd["acc"][0], "format": bd["format"][0], "row": row}
+    if spec.kind == "match":
+        r, bd = signed_match_rewards([right])
+        return {"score": r[0], "match": bd["match"][0], "row": row}
+    raise VerlRewardError(f"compute_score: unknown reward kind {spec.kind!r} in row {row:g} of {data_source!r}")
