@@ -99,6 +99,24 @@ def test_actor_that_keeps_dying_raises_naming_it(pool_sampler, model, tok):
     assert ids(pool_sampler.sample(PROMPTS, 3, PARAMS)) == ids(reference(model, tok))
 
 
+def test_released_pool_frees_its_actors_and_comes_back_with_the_same_weights(pool_sampler, model, tok):
+    """What a verl phase does first (``engine.ray.release``): actors and placement group go, the
+    slots stay; the next call starts new actors that serve the same weights."""
+    import ray
+
+    from coevolve.engine import ray as engine_ray
+
+    pool = pool_sampler.pool
+    frozen = freeze_sampler(ENGINE, pool_sampler, model, tok)
+    pids = ray.get([a.pid.remote() for a in pool.actors])
+    engine_ray.release()
+    assert pool.actors == [] and pool.pg is None
+    assert ids(pool_sampler.sample(PROMPTS, 3, PARAMS)) == ids(reference(model, tok))
+    assert ids(frozen.sample(PROMPTS[:3], 2, PARAMS)) == ids(reference(model, tok, PROMPTS[:3], 2))
+    assert len(pool.actors) == 2 and set(ray.get([a.pid.remote() for a in pool.actors])).isdisjoint(pids)
+    frozen.close()
+
+
 @pytest.mark.parametrize("mode", ["broadcast", "path"])
 def test_weight_sync_and_frozen_slot(pool_sampler, model, tok, mode):
     engine = ENGINE.model_copy(update={"ray": ENGINE.ray.model_copy(update={"weight_sync": mode})})

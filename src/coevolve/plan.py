@@ -914,7 +914,9 @@ class Layout:
     verl_gpus: int = 0  # backend.verl.nnodes x n_gpus_per_node (0 unless backend=verl)
     verl_tp: int = 1
     verl_util: float = 0.6
-    shared_cluster: bool = False  # the pool and verl's job place their GPUs in the same Ray cluster
+    # the pool and verl's job place their GPUs in the same Ray cluster; no conflict, because the pool
+    # releases its actors and placement group before every verl phase (engine.ray.release)
+    shared_cluster: bool = False
 
     @property
     def gpus(self) -> int:
@@ -1245,14 +1247,6 @@ def _layout_problems(plan: "Plan", cfg: Any, lcfg: LearnerConfig, lay: Layout, l
             problems.append(f"backend.verl: a rollout engine's weights ({gib(need)} per GPU at TP {lay.verl_tp}) leave "
                             f"no KV cache in backend.verl.gpu_memory_utilization={lay.verl_util:g} of the GPU; raise it "
                             "or backend.verl.tensor_parallel_size")
-    room = (lay.gpus - lay.verl_gpus) // lay.actor_tp
-    if lay.shared_cluster and lay.actors * lay.actor_tp + lay.verl_gpus > lay.gpus:
-        problems.append(f"engine.ray.num_actors={lay.actors} x tensor_parallel_size={lay.actor_tp} + verl's "
-                        f"{lay.verl_gpus} GPUs > the cluster's {lay.gpus}: the actor pool keeps its placement group "
-                        "through a verl phase and verl's job asks the same Ray cluster (engine.ray.address, "
-                        "backend.verl.ray_address / nnodes > 1) for its GPUs, so it would wait forever; change "
-                        + (f"engine.ray.num_actors={room} or fewer, or " if room >= 1 else "")
-                        + "backend.verl.n_gpus_per_node lower")
     if lay.actors and lay.actor_engine == "vllm":
         need = plan.shape.n_params * plan.dtype_bytes / lay.actor_tp
         if need >= 0.9 * lay.actor_util * plan.capacity:

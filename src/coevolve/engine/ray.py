@@ -212,6 +212,13 @@ def _init_ray(r: Any) -> None:
     atexit.register(shutdown)
 
 
+def release() -> None:
+    """Free every pool's actors and placement group until its next call (``_Pool.release``);
+    nothing to do when no pool was started in this process."""
+    for pool in list(_POOLS.values()):
+        pool.release()
+
+
 def shutdown() -> None:
     """Kill every pool's actors and, when this process started Ray, stop it."""
     global _STARTED_HERE
@@ -242,11 +249,12 @@ class _Pool:
     def get(cls, engine: Any) -> "_Pool":
         key = _pool_key(engine)
         pool = _POOLS.get(key)
-        if pool is None or not pool.actors:
+        if pool is None:
             require_ray()
             pool = cls(engine)
             pool._start()
             _POOLS[key] = pool
+        pool.ensure()
         return pool
 
     # ---------------------------------------------------------------- actors
@@ -289,6 +297,31 @@ class _Pool:
         return cls.options(num_cpus=r.cpus_per_actor, num_gpus=self.gpus, max_restarts=0,
                            scheduling_strategy=strategy).remote(self._inner_engine(), r.cpus_per_actor)
 
+    def release(self) -> None:
+        """Free the actors and the placement group (their GPUs and memory) but keep every slot at
+        its current weights; ``ensure`` (run by the next call) starts them again. A verl phase
+        does this first: its trainer wants the same GPUs (on a joined cluster, the same Ray
+        resources) for the whole phase, and the rollout actors are idle meanwhile."""
+        import ray
+
+        for a in self.actors:
+            with contextlib.suppress(Exception):
+                ray.kill(a, no_restart=True)
+        self.actors = []
+        if self.pg is not None:
+            with contextlib.suppress(Exception):
+                ray.util.remove_placement_group(self.pg)
+            self.pg = None
+
+    def ensure(self) -> None:
+        """Start a released pool again: new actors, every slot re-added at its current weights."""
+        if self.actors:
+            return
+        self._start()
+        for i in range(len(self.actors)):
+            self._call(i, lambda a: [a.add.remote(sid, s.folder, s.device, s.dtype, s.blob, s.state)
+                                     for sid, s in self.slots.items()])
+
     def _restart(self, i: int, cause: BaseException) -> None:
         """Recreate actor ``i`` with every slot at its current weights (or give up)."""
         import ray
@@ -319,6 +352,7 @@ class _Pool:
         from ray.exceptions import RayActorError
         import ray
 
+        self.ensure()
         refs = [submit(a) for a in self.actors]
         out = []
         for i, ref in enumerate(refs):
@@ -368,6 +402,7 @@ class _Pool:
         from ray.exceptions import RayActorError
         import ray
 
+        self.ensure()
         k = min(len(self.actors), len(prompts))
         bounds = [(j * len(prompts) // k, (j + 1) * len(prompts) // k) for j in range(k)]
         parts: dict[int, list[list[Completion]]] = {}
@@ -496,4 +531,4 @@ def _drop_quietly(pool: _Pool, slot: int) -> None:
         pool.drop_slot(slot)
 
 
-__all__ = ["EngineActor", "RaySampler", "ray_available", "require_ray", "shutdown"]
+__all__ = ["EngineActor", "RaySampler", "ray_available", "release", "require_ray", "shutdown"]

@@ -100,6 +100,10 @@ class Setup:
                               "supported by backend=verl yet, docs/verl.md; the config check should have said so)")
         from coevolve.verl.phase import verl_grpo_train
 
+        if self.cfg.engine.kind == "ray":
+            from coevolve.engine import ray as engine_ray
+
+            engine_ray.release()  # verl's trainer gets the idle rollout actors' GPUs; the next sample call restarts them
         kw.pop("progress", None)
         kw.pop("reward")
         return verl_grpo_train(role, phase, cfg=self.cfg, reward=verl_reward, **kw)
