@@ -216,11 +216,11 @@ def test_whole_phase_against_the_standin(tmp_path, cache, monkeypatch):
     assert len(rows) == 2 * 4 and [r["step"] for r in rows] == [0] * 4 + [1] * 4
     assert all(r["rewards"] == [1.0, 0.0, 1.0, 0.0] and len(r["completions"]) == 4 for r in rows)
     assert all(r["completions"][0] == f"<think>ok</think>\\boxed{{{r['label']}}}" for r in rows)
-    parquet = read_parquet(phase / "verl" / "train.parquet")
+    parquet = read_parquet(phase / "verl_solver" / "train.parquet")
     assert [p["extra_info"]["task_id"] for p in parquet] == [r["task_id"] for r in rows]
     assert [p["prompt"][0]["content"] for p in parquet] == [r["prompt"] for r in rows]
     args = json.loads((tmp_path / "args.json").read_text())
-    assert args == (phase / "verl" / "overrides.txt").read_text().split()
+    assert args == (phase / "verl_solver" / "overrides.txt").read_text().split()
     steps = [m for m in run.metrics.rows() if m.get("phase") == "solver" and "step" in m]
     assert [m["step"] for m in steps] == [0, 1]
     for m in steps:
@@ -230,12 +230,12 @@ def test_whole_phase_against_the_standin(tmp_path, cache, monkeypatch):
     assert rec.values["steps"] == 2 and rec.values["updates"] == 2 and rec.values["reward_mean"] == 0.5
     assert rec.compute["rollouts"] >= 2 * 4 * 4 and rec.compute["trained_tokens"] > 0
     # the merged checkpoint (stand-in: every weight + DELTA) is what the run continues with and saves
-    start = load_file(str(phase / "verl" / "model" / "model.safetensors"))
+    start = load_file(str(phase / "verl_solver" / "model" / "model.safetensors"))
     saved = load_file(str(run.checkpoint("solver") / "model.safetensors"))
     assert start.keys() == saved.keys()
     for k in start:
         torch.testing.assert_close(saved[k], start[k] + DELTA, rtol=0, atol=1e-6)
-    assert (phase / "verl" / "model" / "chat_template.jinja").read_text() == IDENTITY_CHAT_TEMPLATE
+    assert (phase / "verl_solver" / "model" / "chat_template.jinja").read_text() == IDENTITY_CHAT_TEMPLATE
     assert summary["ok"] and (run.path / "report" / "report.md").is_file()
 
 
@@ -244,7 +244,7 @@ def test_a_finished_run_is_not_rerun_and_the_workdir_goes(tmp_path, cache, monke
 
     monkeypatch.setenv("STANDIN_ARGS", str(tmp_path / "args.json"))
     summary, run = _grpo(tmp_path, cache, [])
-    assert not (run.path / "round_01" / "verl").exists()  # keep_workdir=false
+    assert not (run.path / "round_01" / "verl_solver").exists()  # keep_workdir=false
     (tmp_path / "args.json").unlink()
     again = grpo.run(load_config("grpo", None, TINY + standin(cache)), Run.open(run.path))
     assert again == summary and not (tmp_path / "args.json").exists()
@@ -262,8 +262,8 @@ def test_cli_run_with_a_crashing_trainer_then_resume(tmp_path, cache):
     rd = tmp_path / "r"
     r = _cli("run", "grpo", *TINY, *standin(cache), "--run-dir", str(rd), env={"STANDIN_FAIL": "1"})
     assert r.returncode != 0
-    assert "verl main_ppo exited with status 3" in r.stderr + r.stdout and "verl_main.log" in r.stderr + r.stdout
-    assert "simulated crash" in (rd / "round_01" / "verl_main.log").read_text()
+    assert "verl main_ppo exited with status 3" in r.stderr + r.stdout and "verl_solver_main.log" in r.stderr + r.stdout
+    assert "simulated crash" in (rd / "round_01" / "verl_solver_main.log").read_text()
     r = _cli("resume", str(rd))
     assert r.returncode == 0, r.stderr[-2000:]
     run = Run.open(rd)
@@ -512,8 +512,6 @@ def test_d2evo_smoke_on_the_standin_trains_the_questioner(tmp_path, cache):
     assert q.values["well_formed"] == 0.5 and q.values["steps"] == 2 and q.values["rollouts_verify"] > 0
     steps = [m for m in run.metrics.rows() if m.get("phase") == "questioner" and "step" in m]
     assert [m["step"] for m in steps] == [0, 1] and all(m["questioner/well_formed"] == 0.5 for m in steps)
-    spec = json.loads((run.path / "round_01" / "questioner" / "verl" / "writer_spec.json").read_text()
-                      if (run.path / "round_01" / "questioner").is_dir() else
-                      next(run.path.rglob("writer_spec.json")).read_text())
+    spec = json.loads((run.path / "round_01" / "verl_questioner" / "writer_spec.json").read_text())
     assert spec["solver_url"] is None and Path(spec["solver_path"]).name == "solver"
     assert spec["reward"]["kind"] == "plateau" and spec["reward"]["solver_samples"] == 4

@@ -1,10 +1,10 @@
 """One GRPO phase trained by verl (``backend=verl``): export -> parquet -> ``main_ppo`` ->
 merge -> load -> convert.
 
-1. the role's current weights and tokenizer go to ``<phase>/verl/model`` as an HF folder whose
+1. the role's current weights and tokenizer go to ``<phase>/verl_<ns>/model`` as an HF folder whose
    chat template is the identity (``parquet.IDENTITY_CHAT_TEMPLATE``: coevolve renders prompts);
 2. the phase's batches, in the local backend's order, go to ``train.parquet``;
-3. ``backend.verl.main`` runs with ``overrides.phase_overrides`` (log: ``<phase>/verl_main.log``);
+3. ``backend.verl.main`` runs with ``overrides.phase_overrides`` (log: ``<phase>/verl_<ns>_main.log``);
 4. ``backend.verl.merger`` merges the last checkpoint (``global_step_K/actor``) into an HF
    folder, whose weights are loaded into the role (the role's sampler is synced);
 5. verl's rollout dumps and metrics become the phase's rollouts file, its metrics under
@@ -39,10 +39,11 @@ from coevolve.verl.overrides import PhasePaths, default_commands, phase_override
 from coevolve.verl.parquet import IDENTITY_CHAT_TEMPLATE, RewardSpec, phase_rows, write_parquet
 from coevolve.verl.writer import SPEC_FILE, WriterSpec, check_served_model, writer_batch
 
-WORK_DIR = "verl"
-MAIN_LOG = "verl_main.log"
-MERGE_LOG = "verl_merge.log"
-METRICS_FILE = "verl_metrics.jsonl"
+WORK_DIR = "verl_{ns}"
+MAIN_LOG = "verl_{ns}_main.log"
+MERGE_LOG = "verl_{ns}_merge.log"
+METRICS_FILE = "verl_{ns}_metrics.jsonl"
+"""Named by the phase's namespace: D²Evo's questioner and solver phases share a round folder."""
 LOG_TAIL_CHARS = 3000
 PROMPT_MARGIN_TOKENS = 8
 """Room above the longest prompt for special tokens verl's tokenisation might add (the identity
@@ -125,7 +126,7 @@ def verl_grpo_train(role: Role, phase: GRPOPhase, *, cfg: Any, batches: Callable
     if writer is not None and vcfg.solver_url:  # before any work: a wrong or absent server fails here
         check_served_model(vcfg.solver_url, vcfg.solver_model, writer.spec.timeout_s, writer.spec.retries)
     main, merger = default_commands(vcfg)
-    work = ctx.dir / WORK_DIR
+    work = ctx.dir / WORK_DIR.format(ns=ns)
     shutil.rmtree(work, ignore_errors=True)  # a killed verl phase restarts from scratch
     work.mkdir(parents=True)
     paths = PhasePaths(model=work / "model", train_file=work / "train.parquet", checkpoints=work / "checkpoints",
@@ -144,17 +145,17 @@ def verl_grpo_train(role: Role, phase: GRPOPhase, *, cfg: Any, batches: Callable
                                 experiment=f"{ctx.phase.key}".replace("/", "-"),
                                 seed=derive_seed(ctx.seed, "rollout"))
     (work / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
-    metrics_file = ctx.dir / METRICS_FILE
+    metrics_file = ctx.dir / METRICS_FILE.format(ns=ns)
     metrics_file.unlink(missing_ok=True)
     env = _env(metrics_file)
     ctx.say(f"[{ns}] verl: {phase.steps} steps x {phase.prompts_per_step} prompts x {phase.group_size} "
-            f"(log {ctx.dir / MAIN_LOG})")
-    _run(main + overrides, ctx.dir / MAIN_LOG, env, "verl main_ppo")
+            f"(log {ctx.dir / MAIN_LOG.format(ns=ns)})")
+    _run(main + overrides, ctx.dir / MAIN_LOG.format(ns=ns), env, "verl main_ppo")
     fault_point("verl")
     _, actor = convert.latest_checkpoint(paths.checkpoints)
     merged = work / "merged"
     _run(merger + ["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(merged)],
-         ctx.dir / MERGE_LOG, env, "verl model_merger")
+         ctx.dir / MERGE_LOG.format(ns=ns), env, "verl model_merger")
     role.learner.load_weights(merged)
     role.sync()
 
