@@ -163,14 +163,11 @@ def test_backend_config_errors_name_the_field(tmp_path):
     assert cfg.backend.kind == "verl"
     assert default_commands(cfg.backend.verl) == (["/opt/verl/bin/python", "-m", "verl.trainer.main_ppo"],
                                                   ["/opt/verl/bin/python", "-m", "verl.model_merger"])
-    # writer phases are refused with the config, before any work, naming the field to change
-    with pytest.raises(ConfigError, match=r"questioner\.steps=5"):
-        load_config("d2evo", None, ["backend=verl"])
-    with pytest.raises(ConfigError, match=r"challenger\.steps=5"):
-        load_config("diagevo", None, ["backend=verl"])
-    assert load_config("d2evo", None, ["backend=verl", "questioner=false"]).backend.kind == "verl"
-    assert load_config("d2evo", None, ["backend=verl", "questioner.steps=0"]).backend.kind == "verl"
-    assert load_config("diagevo", None, ["backend=verl", "challenger_frozen=true"]).backend.kind == "verl"
+    # writer phases load under verl (docs/scale.md's commands); solver_model is a field
+    assert load_config("d2evo", None, ["backend=verl"]).questioner.steps == 5
+    cfg = load_config("diagevo", None, ["backend=verl", "backend.verl.solver_url=http://h:8000/v1",
+                                        "backend.verl.solver_model=solver-r01"])
+    assert (cfg.challenger.steps, cfg.backend.verl.solver_model) == (5, "solver-r01")
 
 
 def test_reward_module_equals_coevolve_rewards():
@@ -219,11 +216,11 @@ def test_whole_phase_against_the_standin(tmp_path, cache, monkeypatch):
     assert len(rows) == 2 * 4 and [r["step"] for r in rows] == [0] * 4 + [1] * 4
     assert all(r["rewards"] == [1.0, 0.0, 1.0, 0.0] and len(r["completions"]) == 4 for r in rows)
     assert all(r["completions"][0] == f"<think>ok</think>\\boxed{{{r['label']}}}" for r in rows)
-    parquet = read_parquet(phase / "verl" / "train.parquet")
+    parquet = read_parquet(phase / "verl_solver" / "train.parquet")
     assert [p["extra_info"]["task_id"] for p in parquet] == [r["task_id"] for r in rows]
     assert [p["prompt"][0]["content"] for p in parquet] == [r["prompt"] for r in rows]
     args = json.loads((tmp_path / "args.json").read_text())
-    assert args == (phase / "verl" / "overrides.txt").read_text().split()
+    assert args == (phase / "verl_solver" / "overrides.txt").read_text().split()
     steps = [m for m in run.metrics.rows() if m.get("phase") == "solver" and "step" in m]
     assert [m["step"] for m in steps] == [0, 1]
     for m in steps:
@@ -233,12 +230,12 @@ def test_whole_phase_against_the_standin(tmp_path, cache, monkeypatch):
     assert rec.values["steps"] == 2 and rec.values["updates"] == 2 and rec.values["reward_mean"] == 0.5
     assert rec.compute["rollouts"] >= 2 * 4 * 4 and rec.compute["trained_tokens"] > 0
     # the merged checkpoint (stand-in: every weight + DELTA) is what the run continues with and saves
-    start = load_file(str(phase / "verl" / "model" / "model.safetensors"))
+    start = load_file(str(phase / "verl_solver" / "model" / "model.safetensors"))
     saved = load_file(str(run.checkpoint("solver") / "model.safetensors"))
     assert start.keys() == saved.keys()
     for k in start:
         torch.testing.assert_close(saved[k], start[k] + DELTA, rtol=0, atol=1e-6)
-    assert (phase / "verl" / "model" / "chat_template.jinja").read_text() == IDENTITY_CHAT_TEMPLATE
+    assert (phase / "verl_solver" / "model" / "chat_template.jinja").read_text() == IDENTITY_CHAT_TEMPLATE
     assert summary["ok"] and (run.path / "report" / "report.md").is_file()
 
 
@@ -247,7 +244,7 @@ def test_a_finished_run_is_not_rerun_and_the_workdir_goes(tmp_path, cache, monke
 
     monkeypatch.setenv("STANDIN_ARGS", str(tmp_path / "args.json"))
     summary, run = _grpo(tmp_path, cache, [])
-    assert not (run.path / "round_01" / "verl").exists()  # keep_workdir=false
+    assert not (run.path / "round_01" / "verl_solver").exists()  # keep_workdir=false
     (tmp_path / "args.json").unlink()
     again = grpo.run(load_config("grpo", None, TINY + standin(cache)), Run.open(run.path))
     assert again == summary and not (tmp_path / "args.json").exists()
@@ -265,8 +262,8 @@ def test_cli_run_with_a_crashing_trainer_then_resume(tmp_path, cache):
     rd = tmp_path / "r"
     r = _cli("run", "grpo", *TINY, *standin(cache), "--run-dir", str(rd), env={"STANDIN_FAIL": "1"})
     assert r.returncode != 0
-    assert "verl main_ppo exited with status 3" in r.stderr + r.stdout and "verl_main.log" in r.stderr + r.stdout
-    assert "simulated crash" in (rd / "round_01" / "verl_main.log").read_text()
+    assert "verl main_ppo exited with status 3" in r.stderr + r.stdout and "verl_solver_main.log" in r.stderr + r.stdout
+    assert "simulated crash" in (rd / "round_01" / "verl_solver_main.log").read_text()
     r = _cli("resume", str(rd))
     assert r.returncode == 0, r.stderr[-2000:]
     run = Run.open(rd)
@@ -346,3 +343,175 @@ def test_step_metrics_use_coevolves_definitions():
     assert m["n_tokens"] == 8.0  # only the group with reward variance trains (its 3 + 5 tokens)
     assert m["acc_mean"] == 0.75 and m["format_mean"] == 0.75 and m["completion_len_mean"] == 4.0
     assert m["loss"] == 0.25 and m["gen_seconds"] == 2.0 and "unmapped" not in m
+
+
+# ---------------------------------------------------------------------------------------------
+# writer phases (D²Evo questioner, DiagEvo / R-Zero challenger)
+
+
+class _CannedSolver:
+    """A frozen solver whose answers depend on the question only: 3 of 4 say the sum, 1 says 0."""
+
+    tokenizer = None
+
+    def __init__(self):
+        self.calls = 0
+
+    def sample(self, prompts, n, params):
+        from coevolve.toy.prompts import solver_prompt
+        from coevolve.types import Completion
+
+        self.calls += 1
+        out = []
+        for p in prompts:
+            q = next(q for q in ("1+2", "2+3", "3+4") if solver_prompt(q) == p)
+            right = str(eval(q))
+            out.append([Completion(f"\\boxed{{{right if i % 4 else 0}}}", [], []) for i in range(n)])
+        return out
+
+    def sync_weights(self, model):
+        pass
+
+
+def _writer_spec(kind: str, **kw):
+    from coevolve.verl.writer import WriterSpec
+
+    return WriterSpec(reward={"kind": kind, "solver_samples": 4}, seed=3, ns="verify",
+                      params={"temperature": 1.0, "max_new_tokens": 8}, prompter={"kind": "toy"},
+                      rep_tokenizer="char", batch_prompts=8, **kw)
+
+
+def test_writer_reward_equals_coevolve_rewards():
+    """Per sample (verl) = coevolve's batch scorer (local) for the plateau reward on fixed answers;
+    R-Zero's per-sample repetition penalty is the batch-of-one constant 1 (docs/verl.md)."""
+    from coevolve.answers import make_grader
+    from coevolve.curriculum import score_writer_batch
+    from coevolve.rewards import rzero_rewards
+    from coevolve.schema import WriterReward
+    from coevolve.toy.prompts import ToyPrompter, question_completion
+    from coevolve.types import Completion, SamplingParams
+    from coevolve.verl.writer import score_sample
+
+    texts = [[question_completion("1+2"), "junk", question_completion("2+3")],
+             [question_completion("1+2"), question_completion("3+4"), "<question>x</question>"]]
+    prompter = ToyPrompter()
+    with make_grader(5.0, 1) as grader:
+        for kind in ("plateau", "rzero"):
+            solver = _CannedSolver()
+            spec = _writer_spec(kind)
+            got = [[score_sample(spec, t, 0, grader, solver, prompter) for t in g] for g in texts]
+            # one vote per distinct question per step, as the local scorer's "unique questions"
+            assert solver.calls == 3 and sum(e["solver_rollouts"] for g in got for e in g) == 3 * 4
+            wb = score_writer_batch([[Completion(t, [], []) for t in g] for g in texts], parse=prompter.parse_question,
+                                    scorer=_CannedSolver(), prompter=prompter, reward=WriterReward(**spec.reward),
+                                    grader=grader, params=SamplingParams(), batch_prompts=8, rep_tokenizer="char")
+            assert [[e["p1"] if e["well_formed"] else None for e in g] for g in got] == wb.x
+            assert [[bool(e["in_band"]) for e in g] for g in got] == wb.in_band
+            if kind == "plateau":
+                assert [[e["score"] for e in g] for g in got] == wb.rewards
+                assert got[0][0]["score"] == 1.0 and got[0][1]["score"] == 0.0 and got[0][0]["label"] == "3"
+            else:
+                flat_x = [x for row in wb.x for x in row]
+                flat_q = [q for row in wb.questions for q in row]
+                want = [rzero_rewards([q is not None], [x], [q], "char")[0][0] for q, x in zip(flat_q, flat_x)]
+                assert [e["score"] for g in got for e in g] == want
+                assert got[0][1]["score"] == -2.0 and got[0][0]["score"] == pytest.approx(0.25 - 1.0)
+
+
+def _fake_openai(model: str):
+    """A tiny OpenAI-compatible server (/v1/models, /v1/completions) in a thread: every answer is
+    ``\\boxed{3}``; the bodies it got are kept for assertions."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    bodies: list[dict] = []
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, obj, code=200):
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._send({"data": [{"id": model}]} if self.path == "/v1/models" else {"error": "no"}, 200 if
+                       self.path == "/v1/models" else 404)
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            bodies.append(body)
+            if body.get("model") != model:
+                return self._send({"error": "unknown model"}, 404)
+            self._send({"choices": [{"index": i, "text": "\\boxed{3}", "finish_reason": "stop"}
+                                    for i in range(body["n"])]})
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}/v1", bodies
+
+
+def test_writer_reward_through_a_solver_server():
+    from coevolve.answers import make_grader
+    from coevolve.toy.prompts import question_completion, solver_prompt
+    from coevolve.types import SamplingParams
+    from coevolve.verl import writer
+    from coevolve.verl.writer import RemoteSolver, SolverServerError, check_served_model, score_sample
+
+    srv, url, bodies = _fake_openai("solver-r01")
+    try:
+        assert check_served_model(url, "solver-r01") == "solver-r01" and check_served_model(url, None) == "solver-r01"
+        with pytest.raises(SolverServerError, match=r"serves \['solver-r01'\], not backend\.verl\.solver_model='solver-r00'"):
+            check_served_model(url, "solver-r00")
+        comps = RemoteSolver(url, "solver-r01").sample(["a", "b"], 3, SamplingParams(temperature=0.7, max_new_tokens=9,
+                                                                                    seed=5))
+        assert [[c.text for c in g] for g in comps] == [["\\boxed{3}"] * 3] * 2
+        assert bodies[-1] == {"model": "solver-r01", "prompt": "b", "n": 3, "temperature": 0.7, "top_p": 1.0,
+                              "max_tokens": 9, "seed": 6}
+        with make_grader(5.0, 1) as grader:
+            spec = _writer_spec("plateau", solver_url=url, solver_model="solver-r01", retries=0)
+            out = score_sample(spec, question_completion("1+2"), 1, grader)
+        assert out["p1"] == 1.0 and out["score"] == 0.0 and out["label"] == "3"  # all agree: too easy
+        assert bodies[-1]["prompt"] == solver_prompt("1+2") and bodies[-1]["n"] == 4
+        with pytest.raises(SolverServerError, match=r"serves .*solver_model='other'"):
+            score_sample(_writer_spec("plateau", solver_url=url, solver_model="other", retries=0),
+                         question_completion("2+3"), 1, grader)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        writer._SAMPLERS.clear()
+    with pytest.raises(SolverServerError, match=rf"frozen solver server {url}/models"):
+        check_served_model(url, "solver-r01", timeout=2.0, retries=0)
+
+
+def test_d2evo_smoke_on_the_standin_trains_the_questioner(tmp_path, cache):
+    """D²Evo with backend=verl (stand-in main_ppo): the questioner phase is rewarded in the
+    trainer's reward workers by the frozen solver folder the phase exported, and its rollouts,
+    audit records and metrics reach the run folder as with the local backend."""
+    from coevolve.recipes import d2evo
+
+    smoke = Path(__file__).resolve().parents[1] / "configs" / "d2evo_smoke.yaml"
+    cfg = load_config("d2evo", smoke, ["rounds=1", "eval.heldout_size=8", "eval.samples=0", "solver.steps=1",
+                                       "backend.verl.keep_workdir=true", *standin(cache)])
+    run = Run.create(tmp_path / "run", dump_yaml(cfg), "d2evo")
+    d2evo.run(cfg, run)
+    recs = {r.key: r for r in run.state.records()}
+    q = recs["01/questioner"]
+    if q.values.get("skipped"):
+        pytest.skip(f"the toy base gave no anchors: {q.values['skipped']}")
+    rows = run.read_jsonl("round_01/questioner_rollouts.jsonl")
+    assert len(rows) == 2 * 4 and all(len(r["completions"]) == 2 for r in rows)
+    assert all(r["completions"][1] == "no question" and r["rewards"][1] == 0.0 for r in rows)
+    gen = run.read_jsonl("round_01/questioner_generated.jsonl")
+    assert len(gen) == 2 * 4 * 2 and [g["well_formed"] for g in gen] == [True, False] * 8
+    assert all(0.0 <= g["x"] <= 1.0 and g["label"] is not None for g in gen if g["well_formed"])
+    assert q.values["well_formed"] == 0.5 and q.values["steps"] == 2 and q.values["rollouts_verify"] > 0
+    steps = [m for m in run.metrics.rows() if m.get("phase") == "questioner" and "step" in m]
+    assert [m["step"] for m in steps] == [0, 1] and all(m["questioner/well_formed"] == 0.5 for m in steps)
+    spec = json.loads((run.path / "round_01" / "verl_questioner" / "writer_spec.json").read_text())
+    assert spec["solver_url"] is None and Path(spec["solver_path"]).name == "solver"
+    assert spec["reward"]["kind"] == "plateau" and spec["reward"]["solver_samples"] == 4

@@ -176,3 +176,61 @@ def test_model_merger_on_a_two_rank_fsdp2_gloo_checkpoint(toy, tmp_path):
         for k, v in got.state_dict().items():  # the merger writes bf16: each weight is the bf16 rounding of ours
             torch.testing.assert_close(v, ref_bf16[k], rtol=0, atol=0, msg=k)
         torch.testing.assert_close(got(ids).logits, want, rtol=0.05, atol=0.05)
+
+
+def test_verl_scores_one_sample_per_call_so_writers_are_scored_per_sample():
+    """docs/verl.md's reason for the per-sample writer reward: the reward loop that main_ppo uses
+    splits batches into single samples and registers no batch manager. If verl adds one, this
+    fails, and the writer reward could call ``score_writer_batch`` on the whole batch."""
+    import inspect
+
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+    from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
+
+    assert "batch" not in REWARD_MANAGER
+    assert "data[i : i + 1]" in inspect.getsource(RewardLoopWorker.compute_score_batch)
+
+
+def test_writer_reward_through_verls_naive_reward_manager(toy, tmp_path):
+    """A writer's rows through ``NaiveRewardManager`` on a real ``DataProto``: the frozen solver is
+    the toy folder (the local fallback, loaded in the reward process), the scores and extras are
+    ``score_sample``'s."""
+    from verl import DataProto
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    from coevolve.answers import make_grader
+    from coevolve.engine import load_tokenizer
+    from coevolve.toy.prompts import question_completion
+    from coevolve.verl import writer
+    from coevolve.verl.parquet import RewardSpec
+    from coevolve.verl.reward import compute_score
+
+    spec = writer.WriterSpec(reward={"kind": "plateau", "solver_samples": 4}, seed=1, ns="verify",
+                             params={"temperature": 1.0, "max_new_tokens": 16}, prompter={"kind": "toy"},
+                             rep_tokenizer="char", batch_prompts=8, solver_path=str(toy), device="cpu")
+    path = spec.write(tmp_path / "writer_spec.json")
+    tok = load_tokenizer(toy)
+    answers = [question_completion("1+2"), "junk", question_completion("3*4")]
+    P = 3
+    R = max(len(tok(a, add_special_tokens=False)["input_ids"]) for a in answers) + 2
+    pid = torch.full((3, P), tok.pad_token_id)
+    rid = torch.full((3, R), tok.pad_token_id)
+    mask = torch.zeros((3, P + R), dtype=torch.long)
+    for i, a in enumerate(answers):
+        ai = tok(a, add_special_tokens=False)["input_ids"]
+        rid[i, : len(ai)] = torch.tensor(ai)
+        mask[i, P: P + len(ai)] = 1
+    rs = RewardSpec("writer", writer=str(path)).to_dict()
+    data = DataProto.from_dict(
+        tensors={"prompts": pid, "responses": rid, "attention_mask": mask},
+        non_tensors={"data_source": np.array(["coevolve/questioner"] * 3, dtype=object),
+                     "reward_model": np.array([{"style": "rule", "ground_truth": "7"}] * 3, dtype=object),
+                     "extra_info": np.array([{"index": i, "step": 0, "reward": rs} for i in range(3)], dtype=object)})
+    out = NaiveRewardManager(tok, num_examine=0, compute_score=compute_score)(data, return_dict=True)
+    info = out["reward_extra_info"]
+    assert info["well_formed"] == [1.0, 0.0, 1.0] and info["row"] == [0.0, 1.0, 2.0]
+    assert info["solver_rollouts"] == [4.0, 0.0, 4.0] and info["p1"][1] == -1.0
+    writer._VOTES.clear()  # scored again from scratch: the same seeds, the same votes
+    with make_grader(5.0, 1) as grader:
+        want = [writer.score_sample(spec, a, 0, grader) for a in answers]
+    assert info["score"] == [w["score"] for w in want] and info["p1"] == [w["p1"] for w in want]

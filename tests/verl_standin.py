@@ -2,7 +2,8 @@
 
 ``python verl_standin.py main k=v ...`` does what coevolve relies on from ``main_ppo``: reads the
 overrides and the parquet, "generates" ``rollout.n`` completions per row (alternately the right
-boxed answer with a think block and a wrong bare one, so groups have reward variance), scores
+boxed answer with a think block and a wrong bare one, so groups have reward variance; for a
+writer's rows alternately a toy ``<question>`` block and a malformed text), scores
 each through the reward module named by ``reward.custom_reward_function.path/name`` one sample
 per call (as verl's ``NaiveRewardManager``), and writes verl's outputs: ``<rollout_data_dir>/
 <step>.jsonl`` dumps, file-logger metrics at ``$VERL_FILE_LOGGER_PATH``, and the checkpoint
@@ -58,8 +59,13 @@ def main(args: list[str]) -> int:
         lines = []
         for row in rows[(step - 1) * bs : step * bs]:
             gt = row["reward_model"]["ground_truth"]
+            writer = row["extra_info"]["reward"]["kind"] == "writer"
             for i in range(n):
-                text = f"<think>ok</think>\\boxed{{{gt}}}" if i % 2 == 0 else "\\boxed{-1}"
+                if writer:
+                    idx = row["extra_info"]["index"]
+                    text = f"<question>{idx % 9 + 1}+{i // 2 % 9 + 1}</question>" if i % 2 == 0 else "no question"
+                else:
+                    text = f"<think>ok</think>\\boxed{{{gt}}}" if i % 2 == 0 else "\\boxed{-1}"
                 res = score(row["data_source"], text, gt, extra_info=row["extra_info"])
                 res = res if isinstance(res, dict) else {"score": res}
                 lines.append(json.dumps({"input": row["prompt"][0]["content"], "output": text, "gts": gt,

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError
 
 from coevolve.errors import ConfigError
 from coevolve.rl.learner import LearnerConfig
-from coevolve.schema import GRPOPhase, Strict
+from coevolve.schema import Strict
 
 
 class ModelConfig(Strict):
@@ -152,7 +152,10 @@ class VerlBackendConfig(Strict):
                                     "`ray start`); None = main_ppo starts its own local Ray.")
     solver_url: str | None = Field(None, description="OpenAI-compatible completions URL of a `vllm serve` of the "
                                    "frozen solver (e.g. http://host:8000/v1): writer phases' rewards ask it for the "
-                                   "solver's answers (R-Zero's way). Required by questioner / challenger phases.")
+                                   "solver's answers (R-Zero's way); the user serves the current round's solver. "
+                                   "None = each reward worker loads the solver folder the phase exports (engine section).")
+    solver_model: str | None = Field(None, description="Model name the solver_url server must list at /models (the "
+                                     "phase fails before training otherwise); None = the first one it lists.")
     keep_workdir: bool = Field(False, description="Keep the phase's verl work folder (parquet, verl checkpoints, "
                                "rollout dumps) after the phase; false = removed once converted.")
     extra_overrides: list[str] = Field(default_factory=list, description="More verl overrides (key=value) passed to "
@@ -226,21 +229,6 @@ class RecipeConfig(Strict):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     run: RunSection = Field(default_factory=RunSection)
-
-    def writer_phases(self) -> dict[str, GRPOPhase | None]:
-        """The recipe's question-writer GRPO phases (field name -> phase, None when this config
-        will not train it); recipes with writers override this."""
-        return {}
-
-    @model_validator(mode="after")
-    def _verl_trains_no_writer(self) -> "RecipeConfig":
-        """backend=verl takes solver rewards only so far (docs/verl.md): refused before any work."""
-        if self.backend.kind == "verl":
-            for name, ph in self.writer_phases().items():
-                if ph is not None and ph.steps > 0:
-                    raise ValueError(f"backend=verl: {name}.steps={ph.steps}, but writer phases cannot run on verl "
-                                     f"yet (set {name}.steps=0 or backend=local; docs/verl.md)")
-        return self
 
 
 # ---------------------------------------------------------------------------------------------

@@ -103,6 +103,3 @@ class D2EvoConfig(RecipeConfig):
     solver: SolverPhase = Field(
         default_factory=lambda: SolverPhase(steps=40, prompts_per_step=16, group_size=8),
         description="Step 4: solver GRPO on the hybrid buffer, α·acc + (1-α)·format.")
-
-    def writer_phases(self) -> dict[str, GRPOPhase | None]:
-        return {"questioner": self.questioner if self.questioner.enabled else None}

@@ -80,6 +80,3 @@ class DiagEvoConfig(RecipeConfig):
         description="Stage 3: solver GRPO on the kept questions, G fresh responses, reward +1 / -1 for matching ŷ.")
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     diagnoser: DiagnoserSection = Field(default_factory=DiagnoserSection)
-
-    def writer_phases(self) -> dict[str, GRPOPhase | None]:
-        return {"challenger": None if self.challenger.frozen else self.challenger}

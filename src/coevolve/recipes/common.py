@@ -12,7 +12,6 @@ from typing import Any
 from coevolve.config.base import RecipeConfig
 from coevolve.engine import HFSampler, freeze_sampler, load_model, load_tokenizer, make_sampler
 from coevolve.eval.suite import evaluate_suite
-from coevolve.errors import ConfigError
 from coevolve.loop import ParkedSampler, Role, TrainResult, grpo_train, sampling_params
 from coevolve.prompts import StopKind
 from coevolve.rl.learner import OPTIM_FILE, Learner
@@ -89,15 +88,14 @@ class Setup:
         os.replace(staging, path)
         return {role.name: path}
 
-    def train(self, role: Role, phase: GRPOPhase, *, verl_reward: RewardSpec | None, **kw: Any) -> TrainResult:
+    def train(self, role: Role, phase: GRPOPhase, *, verl_reward: RewardSpec, writer: Any = None,
+              **kw: Any) -> TrainResult:
         """A GRPO phase on the configured ``backend``: ``loop.grpo_train`` (local) or
         ``verl.phase.verl_grpo_train`` (verl, rewarded by ``verl_reward``, the same rule as
-        ``kw["reward"]`` in a form verl's reward workers can apply)."""
+        ``kw["reward"]`` in a form verl's reward workers can apply; a writer's phase also
+        passes its ``verl.phase.WriterPhase``, built by ``writer_phase``)."""
         if self.cfg.backend.kind == "local":
             return grpo_train(role, phase, **kw)
-        if verl_reward is None:
-            raise ConfigError(f"backend=verl: the {kw.get('ns')} phase has no verl reward (writer phases are not "
-                              "supported by backend=verl yet, docs/verl.md; the config check should have said so)")
         from coevolve.verl.phase import verl_grpo_train
 
         if self.cfg.engine.kind == "ray":
@@ -106,7 +104,27 @@ class Setup:
             engine_ray.release()  # verl's trainer gets the idle rollout actors' GPUs; the next sample call restarts them
         kw.pop("progress", None)
         kw.pop("reward")
-        return verl_grpo_train(role, phase, cfg=self.cfg, reward=verl_reward, **kw)
+        return verl_grpo_train(role, phase, cfg=self.cfg, reward=verl_reward, writer=writer, **kw)
+
+    def writer_phase(self, solver: Role, reward: WriterReward, seed: int, ns: str, audit: Any) -> Any:
+        """A writer's ``verl.phase.WriterPhase`` (None on the local backend): its reward workers
+        vote with ``solver``'s weights at the start of the phase (the frozen solver), drawing with
+        the local reward's seed parts (``derive_seed(seed, ns, step, ...)``); ``audit`` turns a
+        step's ``WriterBatch`` into the local reward's ``Observed``."""
+        if self.cfg.backend.kind == "local":
+            return None
+        from coevolve.toy.prompts import ToyPrompter
+        from coevolve.verl.phase import WriterPhase
+        from coevolve.verl.writer import WriterSpec, sampling_dict
+
+        cfg = self.cfg
+        prompter = ({"kind": "toy"} if isinstance(self.world.prompter, ToyPrompter) else
+                    {"kind": "chat", "chat_template": cfg.model.chat_template, "enable_thinking": cfg.model.enable_thinking})
+        spec = WriterSpec(reward=reward.model_dump(mode="json"), seed=seed, ns=ns, params=sampling_dict(self.params(None)),
+                          prompter=prompter, rep_tokenizer=self.rep_tokenizer(reward),
+                          batch_prompts=cfg.sampling.batch_prompts, engine=cfg.engine.model_dump(mode="json"),
+                          device=cfg.model.device, dtype=cfg.model.dtype)
+        return WriterPhase(solver, spec, self.world.prompter.parse_question, audit)
 
     def params(self, seed: int | None, phase: GRPOPhase | None = None, kind: StopKind = "answer") -> SamplingParams:
         """Decoding parameters of a phase: the run's sampling section, the phase's own cap and

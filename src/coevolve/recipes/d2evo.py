@@ -43,6 +43,7 @@ from coevolve.curriculum import (
     random_anchors,
     score_writer_batch,
 )
+from coevolve.curriculum.proposals import WriterBatch
 from coevolve.engine import load_sampler
 from coevolve.loop import Observed, RewardFn, Role, labelled_reward
 from coevolve.recipes.common import Setup, eval_due, finish, phase_eval, setup
@@ -137,25 +138,31 @@ def phase_anchors(s: Setup, t: int) -> PhaseRecord:
 
 def questioner_reward(s: Setup, scorer: Sampler, seed: int) -> RewardFn:
     """R_comp per generated question, scored by the frozen solver (``score_writer_batch``), with
-    one audit record per completion (its anchor, x, label, reward, whether it copies the anchor)."""
+    the audit records of ``questioner_audit``."""
     q, prompter = s.cfg.questioner, s.world.prompter
 
     def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
         wb = score_writer_batch(comps, parse=prompter.parse_question, scorer=scorer, prompter=prompter, reward=q.reward,
                                 grader=s.grader, params=s.params(derive_seed(seed, "verify", step)),
                                 batch_prompts=s.cfg.sampling.batch_prompts, rep_tokenizer=s.rep_tokenizer(q.reward))
-        records = []
-        for task, g, qs, xs, rs, bs in zip(tasks, comps, wb.questions, wb.x, wb.rewards, wb.in_band):
-            for c, pq, x, r, b in zip(g, qs, xs, rs, bs):
-                vote = wb.votes.get(pq) if pq is not None else None
-                records.append({"anchor_id": task.id, "anchor": task.question, "anchor_difficulty": task.features["difficulty"],
-                                "completion": c.text, "question": pq, "well_formed": pq is not None, "x": x,
-                                "label": None if vote is None else vote.label, "reward": r, "in_band": b,
-                                "copy_of_anchor": pq is not None and normalize_question(pq) == normalize_question(task.question)})
-        copies = sum(r["copy_of_anchor"] for r in records) / max(1, len(records))
-        return wb.rewards, Observed({**wb.metrics(), "copies": copies}, records, wb.rollouts)
+        return wb.rewards, questioner_audit(step, tasks, comps, wb)
 
     return reward
+
+
+def questioner_audit(step: int, tasks: list[Task], comps: list[list[Completion]], wb: WriterBatch) -> Observed:
+    """One audit record per completion (its anchor, x, label, reward, whether it copies the
+    anchor) and the batch figures; shared by both backends (verl rebuilds ``wb`` from its dumps)."""
+    records = []
+    for task, g, qs, xs, rs, bs in zip(tasks, comps, wb.questions, wb.x, wb.rewards, wb.in_band):
+        for c, pq, x, r, b in zip(g, qs, xs, rs, bs):
+            vote = wb.votes.get(pq) if pq is not None else None
+            records.append({"anchor_id": task.id, "anchor": task.question, "anchor_difficulty": task.features["difficulty"],
+                            "completion": c.text, "question": pq, "well_formed": pq is not None, "x": x,
+                            "label": None if vote is None else vote.label, "reward": r, "in_band": b,
+                            "copy_of_anchor": pq is not None and normalize_question(pq) == normalize_question(task.question)})
+    copies = sum(r["copy_of_anchor"] for r in records) / max(1, len(records))
+    return Observed({**wb.metrics(), "copies": copies}, records, wb.rollouts)
 
 
 def phase_questioner(s: Setup, solver: Role, questioner: Role, t: int) -> PhaseRecord:
@@ -171,7 +178,8 @@ def phase_questioner(s: Setup, solver: Role, questioner: Role, t: int) -> PhaseR
         scorer = s.frozen(solver) if questioner is solver and q.frozen_scorer else solver.sampler
         rng = random.Random(ctx.seed)
         res = s.train(
-            questioner, q, verl_reward=None, batches=lambda step: rng.choices(anchors, k=q.prompts_per_step),
+            questioner, q, verl_reward=RewardSpec("writer", grader_timeout=cfg.run.grader_timeout),
+            writer=s.writer_phase(solver, q.reward, ctx.seed, "verify", questioner_audit), batches=lambda step: rng.choices(anchors, k=q.prompts_per_step),
             prompt=lambda a: prompter.questioner(a.question, a.answer or "", a.features["difficulty"]),
             reward=questioner_reward(s, scorer, ctx.seed), params=s.params(ctx.seed, q, "question"), ctx=ctx,
             ns="questioner", progress=cfg.run.progress,

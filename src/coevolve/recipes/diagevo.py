@@ -32,6 +32,7 @@ import numpy as np
 from coevolve.answers import make_grader
 from coevolve.config.diagevo import DiagEvoConfig
 from coevolve.curriculum import label_questions, parse_yes_no, propose_questions, score_writer_batch
+from coevolve.curriculum.proposals import WriterBatch
 from coevolve.engine import load_sampler
 from coevolve.loop import Observed, RewardFn, Role, ShuffledPasses
 from coevolve.memory.cli import MEMORY_FILE
@@ -118,15 +119,26 @@ def _epsilon(cfg: DiagEvoConfig, mem: ErrorMemory) -> float:
 
 
 def challenger_reward(s: Setup, solver: Role, mem: ErrorMemory, seed: int) -> RewardFn:
-    """The writer reward on the frozen solver's p1 (``score_writer_batch``), plus per question
-    whether it exercises the cause it was targeted at (where the world can tell)."""
+    """The writer reward on the frozen solver's p1 (``score_writer_batch``), with the records of
+    ``challenger_audit``."""
     ch, prompter = s.cfg.challenger, s.world.prompter
+    audit = challenger_audit(s, mem)
 
     def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
         wb = score_writer_batch(comps, parse=prompter.parse_question, scorer=solver.sampler, prompter=prompter,
                                 reward=ch.reward, grader=s.grader,
                                 params=s.params(derive_seed(seed, "solve", step)),
                                 batch_prompts=s.cfg.sampling.batch_prompts, rep_tokenizer=s.rep_tokenizer(ch.reward))
+        return wb.rewards, audit(step, tasks, comps, wb)
+
+    return reward
+
+
+def challenger_audit(s: Setup, mem: ErrorMemory) -> Callable[[int, list[Task], list[list[Completion]], WriterBatch], Observed]:
+    """Per question whether it exercises the cause it was targeted at (where the world can tell),
+    and the batch figures; shared by both backends (verl rebuilds ``wb`` from its dumps)."""
+
+    def audit(step: int, tasks: list[Task], comps: list[list[Completion]], wb: WriterBatch) -> Observed:
         records = []
         for task, qs, xs, rs in zip(tasks, wb.questions, wb.x, wb.rewards):
             plan = task.features["plan"]
@@ -137,9 +149,9 @@ def challenger_reward(s: Setup, solver: Role, mem: ErrorMemory, seed: int) -> Re
         hits = [float(r["shows_target"][0]) for r in records if r["shows_target"] is not None]
         extra = {"targeted_share": _mean([float(bool(t.features["plan"]["cause_ids"])) for t in tasks]) or 0.0,
                  **({"target_hit_rate": _mean(hits)} if hits else {})}
-        return wb.rewards, Observed({**wb.metrics(), **extra}, records, wb.rollouts)
+        return Observed({**wb.metrics(), **extra}, records, wb.rollouts)
 
-    return reward
+    return audit
 
 
 def phase_challenger(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseRecord:
@@ -159,7 +171,8 @@ def phase_challenger(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseR
             return [Task(f"r{t:02d}-ch{step:03d}-{i:03d}", s.world.prompter.challenger(p.cause_texts),
                          features={"plan": p.to_dict()}) for i, p in enumerate(plans)]
 
-        res = s.train(challenger, ch, verl_reward=None, batches=batches, prompt=lambda task: task.question,
+        res = s.train(challenger, ch, verl_reward=RewardSpec("writer", grader_timeout=cfg.run.grader_timeout),
+                      writer=s.writer_phase(solver, ch.reward, ctx.seed, "solve", challenger_audit(s, mem)), batches=batches, prompt=lambda task: task.question,
                          reward=challenger_reward(s, solver, mem, ctx.seed), params=s.params(ctx.seed, ch, "question"),
                          ctx=ctx, ns="challenger", progress=cfg.run.progress,
                          rollouts_file=ctx.dir / "challenger_rollouts.jsonl" if cfg.run.save_rollouts else None)

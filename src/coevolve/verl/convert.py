@@ -38,8 +38,9 @@ VERL_METRICS: dict[str, str] = {
 }
 """verl metric -> the ``grpo_train`` metric it stands for (logged as ``<ns>/<name>``)."""
 
-REWARD_EXTRAS = ("acc", "format", "match")
-"""``compute_score`` extras averaged per step: ``acc_mean``, ``format_mean``, ``match_rate``."""
+REWARD_EXTRAS = ("acc", "format", "match", "well_formed", "p1", "p2", "in_band", "label", "solver_rollouts")
+"""``compute_score`` extras read back: the solvers' (averaged per step: ``acc_mean``,
+``format_mean``, ``match_rate``) and the writers' (``verl.writer.WRITER_EXTRAS``)."""
 
 
 class VerlOutputError(CoevolveError):

@@ -31,7 +31,7 @@ IDENTITY_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{
 
 ABILITY = "math"
 
-RewardKind = Literal["solver", "match"]
+RewardKind = Literal["solver", "match", "writer"]
 
 
 @dataclass(frozen=True)
@@ -41,18 +41,22 @@ class RewardSpec:
 
     ``solver``: ``α·acc + (1-α)·fmt`` against the row's label (``rewards.solver_rewards``, the
     grpo and D²Evo solver). ``match``: +1 / -1 against the pseudo-label
-    (``rewards.signed_match_rewards``, the DiagEvo solver)."""
+    (``rewards.signed_match_rewards``, the DiagEvo solver). ``writer``: a question writer's
+    reward on the frozen solver's votes (``coevolve.verl.writer``); ``writer`` names the phase's
+    ``WriterSpec`` file."""
 
     kind: RewardKind
     alpha: float = 0.9
     grader_timeout: float = 5.0
+    writer: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RewardSpec":
-        return cls(kind=d["kind"], alpha=float(d.get("alpha", 0.9)), grader_timeout=float(d.get("grader_timeout", 5.0)))
+        return cls(kind=d["kind"], alpha=float(d.get("alpha", 0.9)), grader_timeout=float(d.get("grader_timeout", 5.0)),
+                   writer=str(d.get("writer") or ""))
 
 
 @dataclass

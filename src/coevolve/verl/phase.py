@@ -1,10 +1,10 @@
 """One GRPO phase trained by verl (``backend=verl``): export -> parquet -> ``main_ppo`` ->
 merge -> load -> convert.
 
-1. the role's current weights and tokenizer go to ``<phase>/verl/model`` as an HF folder whose
+1. the role's current weights and tokenizer go to ``<phase>/verl_<ns>/model`` as an HF folder whose
    chat template is the identity (``parquet.IDENTITY_CHAT_TEMPLATE``: coevolve renders prompts);
 2. the phase's batches, in the local backend's order, go to ``train.parquet``;
-3. ``backend.verl.main`` runs with ``overrides.phase_overrides`` (log: ``<phase>/verl_main.log``);
+3. ``backend.verl.main`` runs with ``overrides.phase_overrides`` (log: ``<phase>/verl_<ns>_main.log``);
 4. ``backend.verl.merger`` merges the last checkpoint (``global_step_K/actor``) into an HF
    folder, whose weights are loaded into the role (the role's sampler is synced);
 5. verl's rollout dumps and metrics become the phase's rollouts file, its metrics under
@@ -22,24 +22,28 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import coevolve
 from coevolve.errors import CoevolveError
-from coevolve.loop import Role, TrainResult, _rollout_rows
+from coevolve.curriculum.proposals import WriterBatch
+from coevolve.loop import Observed, Role, TrainResult, _rollout_rows
 from coevolve.run import PhaseContext, derive_seed
 from coevolve.run.faults import fault_point
 from coevolve.schema import GRPOPhase
-from coevolve.types import SamplingParams, Task
+from coevolve.types import Completion, SamplingParams, Task
 from coevolve.verl import convert
 from coevolve.verl.overrides import PhasePaths, default_commands, phase_overrides
 from coevolve.verl.parquet import IDENTITY_CHAT_TEMPLATE, RewardSpec, phase_rows, write_parquet
+from coevolve.verl.writer import SPEC_FILE, WriterSpec, check_served_model, writer_batch
 
-WORK_DIR = "verl"
-MAIN_LOG = "verl_main.log"
-MERGE_LOG = "verl_merge.log"
-METRICS_FILE = "verl_metrics.jsonl"
+WORK_DIR = "verl_{ns}"
+MAIN_LOG = "verl_{ns}_main.log"
+MERGE_LOG = "verl_{ns}_merge.log"
+METRICS_FILE = "verl_{ns}_metrics.jsonl"
+"""Named by the phase's namespace: D²Evo's questioner and solver phases share a round folder."""
 LOG_TAIL_CHARS = 3000
 PROMPT_MARGIN_TOKENS = 8
 """Room above the longest prompt for special tokens verl's tokenisation might add (the identity
@@ -48,6 +52,28 @@ template adds none; a prompt over data.max_prompt_length stops verl with truncat
 
 class VerlPhaseError(CoevolveError):
     """verl's trainer or model merger failed; the message names the command and its log."""
+
+
+@dataclass
+class WriterPhase:
+    """What a question writer's phase adds (``RewardSpec("writer")``): the frozen solver whose
+    answers reward it, the ``WriterSpec`` its reward workers read (``solver_path`` is filled
+    here), the world's question parser, and the recipe's ``audit`` (its local reward's records
+    and metrics from a step's ``WriterBatch``)."""
+
+    solver: Role
+    spec: WriterSpec
+    parse: Callable[[str], "str | None"]
+    audit: Callable[[int, list[Task], list[list[Completion]], WriterBatch], Observed]
+
+
+def export_solver(solver: Role, out: Path) -> Path:
+    """The frozen solver's current weights and tokenizer, unchanged (its prompts are rendered
+    by the world's prompter in the reward worker, with the tokenizer's own chat template)."""
+    out.mkdir(parents=True, exist_ok=True)
+    solver.model.save_pretrained(str(out))
+    solver.tokenizer.save_pretrained(str(out))
+    return out
 
 
 def export_model(role: Role, out: Path) -> Path:
@@ -89,18 +115,26 @@ def _env(metrics_file: Path) -> dict[str, str]:
 
 def verl_grpo_train(role: Role, phase: GRPOPhase, *, cfg: Any, batches: Callable[[int], list[Task]],
                     prompt: Callable[[Task], str], reward: RewardSpec, params: SamplingParams, ctx: PhaseContext,
-                    ns: str, rollouts_file: Path | None = None) -> TrainResult:
+                    ns: str, rollouts_file: Path | None = None, writer: WriterPhase | None = None) -> TrainResult:
     """``loop.grpo_train``'s contract, trained by verl (module docstring); ``cfg`` is the recipe
-    config (``learner`` and ``backend.verl`` sections)."""
+    config (``learner`` and ``backend.verl`` sections); ``writer`` for a writer's reward."""
     if phase.steps == 0:
         return TrainResult(0.0, 0, 0, 0, [], 0)
+    if (reward.kind == "writer") != (writer is not None):
+        raise VerlPhaseError(f"{ns}: a writer reward needs its WriterPhase and only it has one")
     vcfg = cfg.backend.verl
+    if writer is not None and vcfg.solver_url:  # before any work: a wrong or absent server fails here
+        check_served_model(vcfg.solver_url, vcfg.solver_model, writer.spec.timeout_s, writer.spec.retries)
     main, merger = default_commands(vcfg)
-    work = ctx.dir / WORK_DIR
+    work = ctx.dir / WORK_DIR.format(ns=ns)
     shutil.rmtree(work, ignore_errors=True)  # a killed verl phase restarts from scratch
     work.mkdir(parents=True)
     paths = PhasePaths(model=work / "model", train_file=work / "train.parquet", checkpoints=work / "checkpoints",
                        rollouts=work / "rollouts", reward_module=Path(__file__).with_name("reward.py"))
+    if writer is not None:
+        solver_path = "" if vcfg.solver_url else str(export_solver(writer.solver, work / "solver"))
+        spec = replace(writer.spec, solver_path=solver_path, solver_url=vcfg.solver_url, solver_model=vcfg.solver_model)
+        reward = replace(reward, writer=str(spec.write(work / SPEC_FILE)))
     rows = phase_rows(phase.steps, batches, prompt, role.name, reward)
     export_model(role, paths.model)
     write_parquet(rows, paths.train_file)
@@ -111,17 +145,17 @@ def verl_grpo_train(role: Role, phase: GRPOPhase, *, cfg: Any, batches: Callable
                                 experiment=f"{ctx.phase.key}".replace("/", "-"),
                                 seed=derive_seed(ctx.seed, "rollout"))
     (work / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
-    metrics_file = ctx.dir / METRICS_FILE
+    metrics_file = ctx.dir / METRICS_FILE.format(ns=ns)
     metrics_file.unlink(missing_ok=True)
     env = _env(metrics_file)
     ctx.say(f"[{ns}] verl: {phase.steps} steps x {phase.prompts_per_step} prompts x {phase.group_size} "
-            f"(log {ctx.dir / MAIN_LOG})")
-    _run(main + overrides, ctx.dir / MAIN_LOG, env, "verl main_ppo")
+            f"(log {ctx.dir / MAIN_LOG.format(ns=ns)})")
+    _run(main + overrides, ctx.dir / MAIN_LOG.format(ns=ns), env, "verl main_ppo")
     fault_point("verl")
     _, actor = convert.latest_checkpoint(paths.checkpoints)
     merged = work / "merged"
     _run(merger + ["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(merged)],
-         ctx.dir / MERGE_LOG, env, "verl model_merger")
+         ctx.dir / MERGE_LOG.format(ns=ns), env, "verl model_merger")
     role.learner.load_weights(merged)
     role.sync()
 
@@ -129,7 +163,7 @@ def verl_grpo_train(role: Role, phase: GRPOPhase, *, cfg: Any, batches: Callable
     steps = convert.step_rollouts(paths.rollouts, rows, phase.steps, phase.group_size)
     seen: list[float] = []
     records: list[dict[str, Any]] = []
-    rollouts = updates = 0
+    rollouts = updates = reward_rollouts = 0
     fh = open(rollouts_file, "w", encoding="utf-8") if rollouts_file is not None else None  # noqa: SIM115
     try:
         for sr in steps:
@@ -141,6 +175,12 @@ def verl_grpo_train(role: Role, phase: GRPOPhase, *, cfg: Any, batches: Callable
                 ctx.compute.trained(int(m["n_tokens"]) * cfg.learner.epochs_per_batch)
             seen.extend(x for g in sr.scores for x in g)
             rollouts += sum(len(g) for g in sr.texts)
+            if writer is not None:
+                wb = writer_batch(sr.texts, sr.scores, sr.extras, writer.parse, int(writer.spec.reward["solver_samples"]))
+                obs = writer.audit(sr.step, [r.task for r in sr.rows], comps, wb)
+                reward_rollouts += obs.rollouts
+                records.extend({"step": sr.step, **r} for r in obs.records)
+                m.update({k: v for k, v in obs.metrics.items() if isinstance(v, (int, float)) and k not in m})
             ctx.log({f"{ns}/{k}": v for k, v in m.items()}, step=sr.step)
             if reward.kind == "match":
                 records.extend({"step": sr.step, **r} for r in convert.match_records(sr))
@@ -153,4 +193,4 @@ def verl_grpo_train(role: Role, phase: GRPOPhase, *, cfg: Any, batches: Callable
     if not vcfg.keep_workdir:
         shutil.rmtree(work, ignore_errors=True)
     role.offload()
-    return TrainResult(sum(seen) / max(1, len(seen)), phase.steps, rollouts, 0, records, updates)
+    return TrainResult(sum(seen) / max(1, len(seen)), phase.steps, rollouts, reward_rollouts, records, updates)

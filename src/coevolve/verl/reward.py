@@ -12,6 +12,7 @@ rewarded by the same rules as a local one:
 
     solver  R = α·acc + (1-α)·fmt        (``rewards.solver_rewards``; acc graded by ``Grader``)
     match   R = +1 if the answer matches the pseudo-label else -1   (``rewards.signed_match_rewards``)
+    writer  R = the writer reward on the frozen solver's vote        (``verl.writer.score_sample``)
 
 The extras ``acc`` / ``format`` / ``match`` and ``row`` (the parquet row index) let
 ``coevolve.verl.convert`` rebuild the phase's rollouts file and metrics from verl's dumps.
@@ -44,6 +45,33 @@ def _grader(timeout: float) -> Grader:
     return _GRADER
 
 
+_SPECS: dict[str, Any] = {}
+
+
+def _writer_spec(path: str) -> Any:
+    from coevolve.verl.writer import WriterSpec
+
+    if path not in _SPECS:
+        _SPECS[path] = WriterSpec.read(path)
+    return _SPECS[path]
+
+
+class _LockedGrader:
+    """The worker's grader behind ``_LOCK`` (the writer path votes from executor threads too)."""
+
+    def __init__(self, grader: Grader):
+        self.grader = grader
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self.grader, name)
+
+        def call(*a: Any, **k: Any) -> Any:
+            with _LOCK:
+                return fn(*a, **k)
+
+        return call
+
+
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict[str, Any] | None = None,
                   **kwargs: Any) -> dict[str, float]:
     """Score one completion by the coevolve reward its row names (module docstring)."""
@@ -52,10 +80,17 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
         raise VerlRewardError(f"compute_score: row of {data_source!r} has no extra_info['reward'] "
                               "(not a parquet written by coevolve.verl.parquet)")
     spec = RewardSpec.from_dict(info["reward"])
+    row = float(info.get("index", -1))
+    if spec.kind == "writer":
+        from coevolve.verl.writer import score_sample
+
+        if not spec.writer:
+            raise VerlRewardError(f"compute_score: writer row {row:g} of {data_source!r} names no writer spec file")
+        return {**score_sample(_writer_spec(spec.writer), solution_str, int(info.get("step", 0)),
+                               _LockedGrader(_grader(spec.grader_timeout))), "row": row}
     label = ground_truth or ""
     with _LOCK:
         right = bool(label) and _grader(spec.grader_timeout).grade(label, solution_str)
-    row = float(info.get("index", -1))
     if spec.kind == "solver":
         r, bd = solver_rewards([solution_str], [right], spec.alpha)
         return {"score": r[0], "acc": bd["acc"][0], "format": bd["format"][0], "row": row}

@@ -1,0 +1,269 @@
+"""A question writer's reward (D²Evo questioner, DiagEvo / R-Zero challenger) inside verl's
+reward workers, and the frozen solver it needs.
+
+The local backend scores a whole batch at once (``curriculum.score_writer_batch``): parse every
+completion, the *unique* questions are answered ``N_v`` times by the frozen solver, vote, then
+the writer reward. verl 0.9.1 scores one sample per call: its reward loop
+(``verl.experimental.reward_loop``) splits every batch into single samples before calling the
+reward manager (``compute_score_batch`` -> ``run_single(data[i:i+1])``), and its registry has
+no batch manager (the legacy ``BatchRewardManager`` is not reachable from ``main_ppo``). So
+per sample (``score_sample``)::
+
+    q = prompter.parse_question(completion)          # coevolve's parser
+    votes(q) = label_questions(solver, [q], N_v, seed = derive_seed(seed, "verify", step, q))
+    R = questioner_rewards([ok], [p1]) | rzero_rewards([ok], [p1], [q])   # coevolve's rewards
+
+What this keeps: the same parser, voting, reward functions; one vote per distinct question per
+step (votes are cached per (step, question) in the worker, and the draw is seeded by the
+question, so copies of a question get the same x as with the local "unique questions").
+What differs (docs/verl.md): the solver's draws (seeded per question, not per batch), and
+R-Zero's repetition penalty, which clusters a whole batch: on a batch of one it is always
+``|C|/B = 1``, a constant that GRPO's group normalisation cancels, so the across-batch
+penalty does not shape the advantages under verl.
+
+The frozen solver is either a ``vllm serve`` (``backend.verl.solver_url``, ``RemoteSolver``)
+or the folder the phase exported, loaded once per worker process with ``engine.load_sampler``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from coevolve.curriculum.proposals import WriterBatch
+from coevolve.curriculum.voting import VoteRecord, label_questions
+from coevolve.errors import CoevolveError
+from coevolve.rewards import questioner_rewards, rzero_rewards
+from coevolve.types import AnswerGrader, Completion, SamplingParams, Stop
+
+SPEC_FILE = "writer_spec.json"
+
+
+class SolverServerError(CoevolveError):
+    """The frozen solver's server (``backend.verl.solver_url``) failed or serves another model."""
+
+
+@dataclass(frozen=True)
+class WriterSpec:
+    """Everything a reward worker needs to score a writer's sample, as plain data (written to
+    ``<phase>/verl/writer_spec.json``; the rows' ``RewardSpec.writer`` names the file)."""
+
+    reward: dict[str, Any]  # schema.WriterReward, dumped
+    seed: int  # the phase's reward seed (the local reward's ``seed``)
+    ns: str  # "verify" (D²Evo) or "solve" (DiagEvo): the local reward's seed part
+    params: dict[str, Any]  # SamplingParams of the solver's answers (seed set per question)
+    prompter: dict[str, Any]  # {"kind": "toy"} or {"kind": "chat", "chat_template": .., "enable_thinking": ..}
+    rep_tokenizer: str
+    batch_prompts: int
+    solver_path: str = ""  # the frozen solver folder the phase exported ("" with solver_url)
+    engine: dict[str, Any] = field(default_factory=dict)  # the run's engine section, dumped
+    device: str = "auto"
+    dtype: str = "auto"
+    solver_url: str | None = None
+    solver_model: str | None = None
+    timeout_s: float = 300.0
+    retries: int = 3
+
+    def write(self, path: Path) -> Path:
+        path.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
+        return path
+
+    @classmethod
+    def read(cls, path: str | Path) -> "WriterSpec":
+        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+
+    def sampling(self, step: int, question: str) -> SamplingParams:
+        """The solver's decoding for ``question`` at ``step``: seeded by the question, so every
+        copy of it draws the same answers (the local backend votes once per distinct question)."""
+        from coevolve.run import derive_seed
+
+        p = dict(self.params)
+        stop = p.pop("stop", None) or {}
+        return SamplingParams(**p, seed=derive_seed(self.seed, self.ns, step, question),
+                              stop=Stop(tuple(stop.get("strings", ())), tuple(stop.get("token_ids", ()))))
+
+
+def sampling_dict(params: SamplingParams) -> dict[str, Any]:
+    """``SamplingParams`` as ``WriterSpec.params`` (no seed: the worker seeds per question)."""
+    d = asdict(params)
+    d.pop("seed", None)
+    d["stop"] = {"strings": list(params.stop.strings), "token_ids": list(params.stop.token_ids)}
+    return d
+
+
+# --------------------------------------------------------------------------------------------
+# the frozen solver behind an OpenAI-compatible server
+
+
+def _request(url: str, body: dict[str, Any] | None, timeout: float, retries: int) -> dict[str, Any]:
+    """GET (``body`` None) or POST JSON, with ``retries`` retries on connection errors and 5xx."""
+    data = None if body is None else json.dumps(body).encode("utf-8")
+    last = ""
+    for attempt in range(retries + 1):
+        req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
+                                     method="GET" if body is None else "POST")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return json.loads(resp.read().decode("utf-8"))
+        except urllib.error.HTTPError as e:
+            last = f"HTTP {e.code}: {e.read()[:300].decode('utf-8', 'replace')}"
+            if e.code < 500:
+                break
+        except (urllib.error.URLError, TimeoutError, OSError) as e:
+            last = str(getattr(e, "reason", e))
+        except json.JSONDecodeError as e:
+            last = f"not JSON ({e.msg})"
+            break
+        if attempt < retries:
+            time.sleep(min(2.0 ** attempt, 10.0))
+    raise SolverServerError(f"frozen solver server {url}: {last} (backend.verl.solver_url; is `vllm serve` "
+                            "running and reachable from the reward workers?)")
+
+
+def served_models(url: str, timeout: float = 30.0, retries: int = 1) -> list[str]:
+    """The model names ``GET {url}/models`` lists."""
+    got = _request(url.rstrip("/") + "/models", None, timeout, retries)
+    return [str(m.get("id")) for m in got.get("data", []) if isinstance(m, dict)]
+
+
+def check_served_model(url: str, model: str | None, timeout: float = 30.0, retries: int = 1) -> str:
+    """The served model name, checked against ``backend.verl.solver_model`` (the server must be
+    serving the current round's solver: nothing here can tell which weights it holds)."""
+    names = served_models(url, timeout, retries)
+    if not names:
+        raise SolverServerError(f"frozen solver server {url}/models lists no model")
+    if model is None:
+        return names[0]
+    if model not in names:
+        raise SolverServerError(f"frozen solver server {url} serves {names}, not backend.verl.solver_model="
+                                f"{model!r}: serve this round's solver under that name")
+    return model
+
+
+class RemoteSolver:
+    """A ``Sampler`` over ``POST {url}/completions`` (model, prompt, n, temperature, top_p,
+    max_tokens, seed, stop): the answers come back as text only (no token ids)."""
+
+    tokenizer: Any = None
+
+    def __init__(self, url: str, model: str, timeout: float = 300.0, retries: int = 3):
+        self.url, self.model, self.timeout, self.retries = url.rstrip("/"), model, timeout, retries
+
+    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        out = []
+        for i, prompt in enumerate(prompts):
+            body: dict[str, Any] = {"model": self.model, "prompt": prompt, "n": n, "temperature": params.temperature,
+                                    "top_p": params.top_p, "max_tokens": params.max_new_tokens,
+                                    "seed": None if params.seed is None else params.seed + i}
+            if params.top_k:
+                body["top_k"] = params.top_k
+            if params.stop.strings:
+                body["stop"] = list(params.stop.strings)
+            got = _request(self.url + "/completions", body, self.timeout, self.retries)
+            choices = sorted(got.get("choices", []), key=lambda c: c.get("index", 0))
+            if len(choices) != n:
+                raise SolverServerError(f"frozen solver server {self.url}/completions returned {len(choices)} "
+                                        f"choices for n={n}")
+            out.append([Completion(str(c.get("text", "")), [], [], finish_reason=c.get("finish_reason") or "stop")
+                        for c in choices])
+        return out
+
+    def sync_weights(self, model: Any) -> None:  # the server's weights are the user's to manage
+        pass
+
+
+# --------------------------------------------------------------------------------------------
+# per-sample scoring in the reward worker
+
+_LOCK = threading.Lock()
+_SAMPLERS: dict[tuple[str, str, str], Any] = {}
+_VOTES: dict[tuple[str, int, str], VoteRecord] = {}
+
+
+def _prompter(spec: WriterSpec) -> Any:
+    if spec.prompter.get("kind") == "toy":
+        from coevolve.toy.prompts import ToyPrompter
+
+        return ToyPrompter()
+    from coevolve.engine import load_tokenizer
+    from coevolve.prompts.chat import ChatPrompter
+
+    tok = load_tokenizer(spec.solver_path) if spec.prompter.get("chat_template") else None
+    return ChatPrompter(tok, use_chat_template=bool(spec.prompter.get("chat_template")),
+                        enable_thinking=spec.prompter.get("enable_thinking"))
+
+
+def solver_of(spec: WriterSpec) -> Any:
+    """The frozen solver of ``spec``, one per worker process and folder (a model load per sample
+    would dominate): the server, or ``engine.load_sampler`` over the exported folder."""
+    key = (spec.solver_url or "", spec.solver_model or "", spec.solver_path)
+    if key not in _SAMPLERS:
+        if spec.solver_url:
+            model = check_served_model(spec.solver_url, spec.solver_model, spec.timeout_s, spec.retries)
+            _SAMPLERS[key] = RemoteSolver(spec.solver_url, model, spec.timeout_s, spec.retries)
+        else:
+            from coevolve.config.base import EngineConfig
+            from coevolve.engine import load_sampler
+
+            _SAMPLERS[key] = load_sampler(EngineConfig(**spec.engine), spec.solver_path, spec.device, spec.dtype)
+    return _SAMPLERS[key]
+
+
+def score_sample(spec: WriterSpec, text: str, step: int, grader: AnswerGrader, sampler: Any = None,
+                 prompter: Any = None) -> dict[str, Any]:
+    """One writer completion's reward and extras (module docstring): ``score``, ``well_formed``,
+    ``p1`` / ``p2`` (-1 when malformed), ``in_band``, ``label`` ("" when none), ``solver_rollouts``
+    (answers drawn for this sample: 0 when its question was already voted on this step)."""
+    from coevolve.schema import WriterReward
+
+    reward = WriterReward(**spec.reward)
+    prompter = prompter or _prompter(spec)
+    q = prompter.parse_question(text)
+    vote, drawn = None, 0
+    if q is not None:
+        key = (json.dumps(asdict(spec), sort_keys=True), step, q)
+        with _LOCK:
+            vote = _VOTES.get(key)
+            if vote is None:
+                vote = label_questions(sampler or solver_of(spec), prompter, [q], reward.solver_samples,
+                                       spec.sampling(step, q), grader, spec.batch_prompts)[0]
+                _VOTES[key] = vote
+                drawn = reward.solver_samples
+    x = None if vote is None else vote.p1
+    if reward.kind == "plateau":
+        r, _ = questioner_rewards([q is not None], [x], reward.band.low, reward.band.high, reward.a)
+    else:
+        r, _ = rzero_rewards([q is not None], [x], [q], spec.rep_tokenizer, reward.rep_threshold)
+    return {"score": r[0], "well_formed": float(q is not None), "p1": -1.0 if vote is None else vote.p1,
+            "p2": -1.0 if vote is None else vote.p2, "in_band": float(x is not None and reward.band.contains(x)),
+            "label": "" if vote is None or vote.label is None else vote.label, "solver_rollouts": float(drawn)}
+
+
+WRITER_EXTRAS = ("well_formed", "p1", "p2", "in_band", "label", "solver_rollouts")
+"""``score_sample``'s extras that ``writer_batch`` reads back from verl's dumps."""
+
+
+def writer_batch(texts: list[list[str]], scores: list[list[float]], extras: list[list[dict[str, Any]]],
+                 parse: Any, n: int) -> WriterBatch:
+    """A step's ``WriterBatch`` rebuilt from verl's dumps, so the recipes' audit records and
+    metrics come from the same code as locally (``votes`` holds what the dumps carry: label,
+    p1, p2; not the answers)."""
+    questions = [[parse(t) for t in g] for g in texts]
+    xs: list[list[float | None]] = []
+    band: list[list[bool]] = []
+    votes: dict[str, VoteRecord] = {}
+    rollouts = 0
+    for qs, ex in zip(questions, extras):
+        xs.append([float(e["p1"]) if q is not None else None for q, e in zip(qs, ex)])
+        band.append([bool(e.get("in_band")) for e in ex])
+        for q, e in zip(qs, ex):
+            rollouts += int(e.get("solver_rollouts", 0))
+            if q is not None and q not in votes:
+                votes[q] = VoteRecord(q, n, [], e.get("label") or None, float(e["p1"]), float(e.get("p2", 0.0)), [])
+    return WriterBatch(questions, xs, scores, band, votes, rollouts)
