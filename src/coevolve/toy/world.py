@@ -376,3 +376,30 @@ def sample_tasks(
 ) -> list[Task]:
     """Training tasks with ``features`` filled (duplicates possible: draws are independent)."""
     return [p.to_task() for p in sample_problems(rng, n, levels, exclude_heldout)]
+
+
+def labelled_set(n: int, levels: Sequence[int] | None = None, seed: int = 0) -> list[Task]:
+    """A fixed labelled set of ``n`` distinct problems (level uniform over ``levels``, never a
+    default held-out question), the same for every caller with the same arguments.
+
+    Why: fresh draws give GRPO an unlimited labelled set of exactly the held-out distribution;
+    the papers' setting is a limited labelled pool, shared by the full-label baseline and D²Evo's
+    anchors. Raises DataError when the levels hold fewer than ``n`` allowed problems.
+    """
+    lv = _check_levels(levels)
+    rng = random.Random(seed)
+    banned = heldout_questions()
+    seen: set[str] = set()
+    out: list[Problem] = []
+    misses = 0
+    while len(out) < n:
+        p = random_problem(rng, rng.choice(lv))
+        if p.question in banned or p.question in seen:
+            misses += 1
+            if misses > 100 * n + 10_000:  # the levels are (nearly) exhausted: L1 has 255 problems
+                raise DataError(f"labelled_set: cannot find {n} distinct problems of levels {list(lv)} outside the "
+                                f"held-out set (found {len(out)}); lower data.limit or add levels")
+            continue
+        seen.add(p.question)
+        out.append(p)
+    return [p.to_task() for p in out]
