@@ -111,7 +111,10 @@ class EvalConfig(Strict):
         description="Benchmarks or groups (toy, math7, general, all, or names). None = the world's default: "
         "'toy' in the toy world, 'math7' (the papers' seven math sets) for a real model.path.",
     )
-    heldout_size: int = Field(500, ge=4, le=2000, description="Size of the toy held-out set (fixed, seeded, balanced over levels).")
+    heldout_size: int = Field(
+        500, ge=4, le=1020, description="Size of the toy held-out set (fixed, seeded, balanced over levels). At most "
+        "1020: L1 has 255 problems. Only the default 500 are kept out of the toy base's pretraining and of training "
+        "draws, so a larger set partly measures problems the model has seen.")
     samples: int = Field(8, ge=-1, description="T=1 samples per item for mean@k; 0 = greedy only; -1 = each "
                          "benchmark's default (mean@32 on AIME/AMC, greedy elsewhere).")
     max_new_tokens: int = Field(64, ge=1, description="Completion cap at evaluation.")

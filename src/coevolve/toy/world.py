@@ -35,6 +35,9 @@ WORLD_VERSION = 2
 
 LEVELS: tuple[int, ...] = (1, 2, 3, 4)
 
+L1_PROBLEMS = 255
+"""Distinct L1 problems: 100 sums, 55 differences (a >= b), 100 products of one-digit numbers."""
+
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 _QUESTION_RE = re.compile(r"^(\d+)([+\-*])(\d+)(?:([+\-])(\d+))?$")
@@ -354,6 +357,10 @@ def heldout_tasks(n: int = 500, seed: int = 1234) -> list[Task]:
     """
     if n < len(LEVELS) or n > 2000:
         raise DataError(f"heldout_tasks: n={n} must be in [{len(LEVELS)}, 2000]")
+    if -(-n // len(LEVELS)) > L1_PROBLEMS:  # the balanced draw would search for L1 problems that do not exist
+        raise DataError(f"eval.heldout_size={n}: a held-out set balanced over {len(LEVELS)} levels needs "
+                        f"{-(-n // len(LEVELS))} distinct L1 problems and L1 has {L1_PROBLEMS}; use at most "
+                        f"{L1_PROBLEMS * len(LEVELS)} (only the default 500 were kept out of the base's pretraining)")
     return [p.to_task(source="toy-heldout") for p in _heldout_problems(n, seed)]
 
 
