@@ -118,6 +118,22 @@ def band_table(run: Path, low: float, high: float) -> list[str]:
     return out
 
 
+def compute_totals(run: Path) -> dict[str, dict[str, int]] | None:
+    """The run's compute totals: summary.json's, else the last ``compute/*`` row of metrics.jsonl
+    (runs whose summary was written before it held them); None when neither has them."""
+    if (run / "summary.json").is_file():
+        c = json.loads((run / "summary.json").read_text()).get("compute")
+        if c:
+            return c
+    out: dict[str, dict[str, int]] = {}
+    for row in _jsonl(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else []:
+        for k, v in row.items():
+            if k.startswith("compute/"):
+                _, part, name = k.split("/")
+                out.setdefault(part, {})[name] = v
+    return out if {"train", "eval"} <= set(out) else None
+
+
 def final_eval_dir(run: Path) -> Path:
     evals = sorted(run.glob("round_*/eval/items_toy.jsonl"))
     if not evals:
@@ -150,7 +166,7 @@ def main() -> None:
     lines += ["", "| run | train rollouts | generated tokens | trained tokens | labels | eval rollouts |",
               "|---|---|---|---|---|---|"]
     for r in a.runs:
-        c = json.loads((r / "summary.json").read_text()).get("compute") if (r / "summary.json").is_file() else None
+        c = compute_totals(r)
         if c:
             t = c["train"]
             lines.append(f"| {r.name} | {t['rollouts']} | {t['generated_tokens']} | {t['trained_tokens']} | "
