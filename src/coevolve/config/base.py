@@ -43,7 +43,12 @@ class DataConfig(Strict):
     on_error: Literal["raise", "skip"] = Field(
         "raise", description="Broken dataset rows: 'raise' stops with file:line, 'skip' reports them and continues."
     )
-    limit: int | None = Field(None, ge=1, description="Use at most this many rows of a JSONL source (first N).")
+    limit: int | None = Field(
+        None, ge=1, description="The size of the labelled set. JSONL source: its first N rows. Toy world: a fixed set "
+        "of N distinct problems (levels data.toy_levels, drawn once with data.toy_seed, the same for every recipe "
+        "and run.seed) instead of fresh problems on every draw (None: fresh draws, an unlimited labelled set).")
+    toy_seed: int = Field(0, description="Seed of the toy world's fixed labelled set (data.limit); not run.seed, so "
+                          "runs of different recipes and seeds are paired on the same labels.")
     toy_levels: list[int] = Field(default_factory=lambda: [1, 2, 3, 4], description="Toy levels to draw problems from.")
     exclude_heldout: bool = Field(
         True, description="Drop generated questions that are evaluation items (the toy held-out set), so no "
@@ -182,7 +187,10 @@ class EvalConfig(Strict):
         description="Benchmarks or groups (toy, math7, general, all, or names). None = the world's default: "
         "'toy' in the toy world, 'math7' (the papers' seven math sets) for a real model.path.",
     )
-    heldout_size: int = Field(500, ge=4, le=2000, description="Size of the toy held-out set (fixed, seeded, balanced over levels).")
+    heldout_size: int = Field(
+        500, ge=4, le=1020, description="Size of the toy held-out set (fixed, seeded, balanced over levels). At most "
+        "1020: L1 has 255 problems. Only the default 500 are kept out of the toy base's pretraining and of training "
+        "draws, so a larger set partly measures problems the model has seen.")
     samples: int = Field(8, ge=-1, description="T=1 samples per item for mean@k; 0 = greedy only; -1 = each "
                          "benchmark's default (mean@32 on AIME/AMC, greedy elsewhere).")
     max_new_tokens: int = Field(64, ge=1, description="Completion cap at evaluation.")

@@ -15,6 +15,7 @@ from coevolve.toy.world import (
     features,
     heldout_questions,
     heldout_tasks,
+    labelled_set,
     make_problem,
     oracle,
     parse_toy_question,
@@ -26,7 +27,7 @@ from coevolve.toy.world import (
 __all__ = [
     "CAUSES", "Divergence", "LEVELS", "LEVEL_DIFFICULTY", "MixConfig", "Problem", "ToyPrompter",
     "WORLD_VERSION", "build_base", "build_model", "build_tokenizer", "cause_by_text", "default_cache_dir",
-    "ensure_base", "explain_divergence", "features", "heldout_questions", "heldout_tasks", "make_problem",
+    "ensure_base", "explain_divergence", "features", "heldout_questions", "heldout_tasks", "labelled_set", "make_problem",
     "oracle", "parse_toy_question", "parse_trace", "problem_for_causes", "random_problem", "sample_problems",
     "sample_tasks", "shows_cause", "ToyCause",
 ]

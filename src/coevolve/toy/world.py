@@ -35,6 +35,9 @@ WORLD_VERSION = 2
 
 LEVELS: tuple[int, ...] = (1, 2, 3, 4)
 
+L1_PROBLEMS = 255
+"""Distinct L1 problems: 100 sums, 55 differences (a >= b), 100 products of one-digit numbers."""
+
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 _QUESTION_RE = re.compile(r"^(\d+)([+\-*])(\d+)(?:([+\-])(\d+))?$")
@@ -354,6 +357,10 @@ def heldout_tasks(n: int = 500, seed: int = 1234) -> list[Task]:
     """
     if n < len(LEVELS) or n > 2000:
         raise DataError(f"heldout_tasks: n={n} must be in [{len(LEVELS)}, 2000]")
+    if -(-n // len(LEVELS)) > L1_PROBLEMS:  # the balanced draw would search for L1 problems that do not exist
+        raise DataError(f"eval.heldout_size={n}: a held-out set balanced over {len(LEVELS)} levels needs "
+                        f"{-(-n // len(LEVELS))} distinct L1 problems and L1 has {L1_PROBLEMS}; use at most "
+                        f"{L1_PROBLEMS * len(LEVELS)} (only the default 500 were kept out of the base's pretraining)")
     return [p.to_task(source="toy-heldout") for p in _heldout_problems(n, seed)]
 
 
@@ -376,3 +383,30 @@ def sample_tasks(
 ) -> list[Task]:
     """Training tasks with ``features`` filled (duplicates possible: draws are independent)."""
     return [p.to_task() for p in sample_problems(rng, n, levels, exclude_heldout)]
+
+
+def labelled_set(n: int, levels: Sequence[int] | None = None, seed: int = 0) -> list[Task]:
+    """A fixed labelled set of ``n`` distinct problems (level uniform over ``levels``, never a
+    default held-out question), the same for every caller with the same arguments.
+
+    Why: fresh draws give GRPO an unlimited labelled set of exactly the held-out distribution;
+    the papers' setting is a limited labelled pool, shared by the full-label baseline and D²Evo's
+    anchors. Raises DataError when the levels hold fewer than ``n`` allowed problems.
+    """
+    lv = _check_levels(levels)
+    rng = random.Random(seed)
+    banned = heldout_questions()
+    seen: set[str] = set()
+    out: list[Problem] = []
+    misses = 0
+    while len(out) < n:
+        p = random_problem(rng, rng.choice(lv))
+        if p.question in banned or p.question in seen:
+            misses += 1
+            if misses > 100 * n + 10_000:  # the levels are (nearly) exhausted: L1 has 255 problems
+                raise DataError(f"labelled_set: cannot find {n} distinct problems of levels {list(lv)} outside the "
+                                f"held-out set (found {len(out)}); lower data.limit or add levels")
+            continue
+        seen.add(p.question)
+        out.append(p)
+    return [p.to_task() for p in out]

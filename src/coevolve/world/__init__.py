@@ -80,13 +80,19 @@ def base_model_path(model_cfg: Any, say: Callable[[str], None]) -> Path:
 
 def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
     """The world a recipe config describes: the toy world when ``model.path`` is unset (fresh
-    problems, or a JSONL of toy problems as ``data.source``), else a real model with
+    problems, a fixed set of ``data.limit`` of them, or a JSONL of toy problems as ``data.source``), else a real model with
     ``data.source`` (a JSONL file, or no labelled data for label-free recipes)."""
     if cfg.model.path is None:
         from coevolve.world.real import load_labelled
         from coevolve.world.toy import ToyWorld
 
+        from coevolve.toy import labelled_set
+
         tasks = load_labelled(cfg.data, say) if cfg.data.source != "toy" else None
+        if tasks is None and cfg.data.limit is not None:
+            tasks = labelled_set(cfg.data.limit, cfg.data.toy_levels, cfg.data.toy_seed)
+            say(f"[data] toy world: a fixed labelled set of {len(tasks)} problems (levels {cfg.data.toy_levels}, "
+                f"seed {cfg.data.toy_seed})")
         return ToyWorld(levels=tuple(cfg.data.toy_levels), heldout_size=cfg.eval.heldout_size,
                         exclude_heldout=cfg.data.exclude_heldout, tasks=tasks)
     from coevolve.world.real import RealWorld
