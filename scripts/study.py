@@ -1,0 +1,148 @@
+"""Multi-seed study: run a grid of (variant × seed) one run at a time through the real CLI, then
+write study.json and the markdown report (docs/results/study.md): per variant mean and 95 %
+t-interval of held-out greedy / sampled accuracy, paired differences to the full method (or
+full-label grpo), seed sd next to the held-out binomial se, pseudo-label oracle agreement,
+compute at the end of each run, one accuracy-vs-compute figure of the main runs, and the papers'
+claims judged by a stated rule. The variants and the statistics live in coevolve.eval.study.
+
+    PYTHONPATH=src python scripts/study.py --out /tmp/study run.threads=1
+    PYTHONPATH=src python scripts/study.py --out /tmp/study --only grpo,d2evo,diagevo,rzero --seeds 0,1,2
+    PYTHONPATH=src python scripts/study.py --out /tmp/study --methods diagevo --preset configs/hard
+    PYTHONPATH=src python scripts/study.py --out /tmp/study --report-only
+
+--preset is a folder holding grpo.yaml, d2evo.yaml, diagevo.yaml, rzero.yaml (default: configs/);
+key=value overrides apply to every run (the variant's own overrides win). Each run is a fresh
+``python -m coevolve run`` process in OUT/<variant>/seed<k>; a finished folder is skipped, an
+unfinished one continued with ``coevolve resume``, so the study can be stopped and restarted.
+A run that fails is reported and the grid goes on. --stop-at HH:MM (UTC) launches no run after
+that time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from coevolve.eval import study as st  # noqa: E402
+
+
+def _past(stop_at: str | None) -> bool:
+    if not stop_at:
+        return False
+    now = dt.datetime.now(dt.timezone.utc)
+    h, m = (int(x) for x in stop_at.split(":"))
+    return (now.hour, now.minute) >= (h, m)
+
+
+def run_grid(cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: str | None, log) -> list[str]:
+    """Advance every cell that is not finished, one process at a time; returns the failures."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    failures = []
+    for i, c in enumerate(cells, 1):
+        status = st.cell_status(c.path)
+        if status == "finished":
+            continue
+        if _past(stop_at):
+            log(f"stop-at {stop_at} reached: not launching {c.variant.name} seed{c.seed} and the rest")
+            break
+        if status == "empty" and c.path.exists() and any(c.path.iterdir()):
+            failures.append(f"{c.path}: a folder without state.json (not a run); left alone")
+            log(failures[-1])
+            continue
+        if status == "empty" and c.path.exists():
+            c.path.rmdir()  # an empty folder `coevolve run` would refuse
+        cmd = st.run_command(c, preset, overrides, sys.executable)
+        log(f"[{i}/{len(cells)}] {c.variant.name} seed{c.seed}: {' '.join(cmd[1:])}")
+        c.path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.time()
+        with open(c.path.parent / f"seed{c.seed}.log", "a", encoding="utf-8") as fh:
+            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
+        log(f"    rc {rc} in {time.time() - t0:.0f} s -> {st.cell_status(c.path)}")
+        if st.cell_status(c.path) != "finished":
+            failures.append(f"{c.variant.name} seed{c.seed}: exit {rc}, see {c.path.parent / f'seed{c.seed}.log'}")
+    return failures
+
+
+def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[str], notes: list[str]) -> Path:
+    """study.json in ``out`` and the markdown (+ its figure) at ``out_md``."""
+    from coevolve.eval.report import compute_curve, load_run, plot_compute
+
+    results, missing = st.read_results(cells)
+    variants = list(dict.fromkeys(c.variant.name for c in cells))
+    stats = [s for v in variants if (s := st.variant_stats(results, st.VARIANTS[v])) is not None]
+    verdicts = st.judge_claims(results)
+    curves = {}
+    for c in cells:
+        if c.variant.main and st.cell_status(c.path) == "finished":
+            curve = compute_curve(load_run(c.path), f"{c.variant.name} s{c.seed}")
+            if curve:
+                curves[f"{c.variant.name} s{c.seed}"] = curve
+    figure = None
+    if curves:
+        fig_name = out_md.stem + "_accuracy_vs_compute.png"
+        plot_compute(curves, out_md.parent, fig_name)
+        figure = fig_name
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    out_md.write_text(st.render_markdown(stats, verdicts, missing, setting, figure, notes), encoding="utf-8")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "study.json").write_text(json.dumps(st.study_json(results, stats, verdicts, missing, setting), indent=1)
+                                    + "\n", encoding="utf-8")
+    return out_md
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", type=Path, default=ROOT / "configs",
+                    help="folder with grpo.yaml, d2evo.yaml, diagevo.yaml, rzero.yaml")
+    ap.add_argument("--out", type=Path, required=True, help="study folder: OUT/<variant>/seed<k>, study.json")
+    ap.add_argument("--out-md", type=Path, default=ROOT / "docs" / "results" / "study.md")
+    ap.add_argument("--seeds", default="0,1,2", help="comma-separated run.seed values")
+    ap.add_argument("--only", default="", help="comma-separated variants (see coevolve.eval.study.VARIANTS)")
+    ap.add_argument("--methods", default="", help="comma-separated methods: each with all its ablations")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the report from existing run folders")
+    ap.add_argument("--stop-at", default=None, help="HH:MM UTC: launch no run after this time")
+    ap.add_argument("--note", action="append", default=[], help="a line for the report's Notes section")
+    ap.add_argument("overrides", nargs="*", help="key=value overrides for every run")
+    a = ap.parse_args(argv)
+    try:
+        variants = st.select_variants(a.only.split(","), a.methods.split(","))
+    except st.StudyError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    a.seeds = [int(x) for x in a.seeds.replace(" ", ",").split(",") if x]
+    cells = st.expand_grid(variants, a.seeds, a.out)
+
+    def log(msg: str) -> None:
+        print(f"{dt.datetime.now(dt.timezone.utc):%H:%M:%S} {msg}", flush=True)
+
+    spec_path = a.out / "study_spec.json"
+    try:
+        preset = str(a.preset.resolve().relative_to(ROOT))
+    except ValueError:
+        preset = str(a.preset)
+    spec = {"preset": preset, "overrides": a.overrides}
+    if a.report_only and spec_path.is_file():  # the setting the runs were made with, not this command's
+        spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    elif not a.report_only:
+        a.out.mkdir(parents=True, exist_ok=True)
+        spec_path.write_text(json.dumps(spec) + "\n", encoding="utf-8")
+    failures = [] if a.report_only else run_grid(cells, a.preset, a.overrides, a.stop_at, log)
+    setting = [f"- preset: `{spec['preset']}` ({', '.join(sorted({c.variant.config for c in cells}))})",
+               f"- overrides on every run: `{' '.join(spec['overrides']) or '(none)'}`",
+               f"- seeds: {' '.join(map(str, a.seeds))}; variants: {', '.join(v.name for v in variants)}"]
+    md = write_report(cells, a.out, a.out_md, setting, [*a.note, *(f"- failed: {f}" for f in failures)])
+    log(f"wrote {md} and {a.out / 'study.json'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
