@@ -80,6 +80,10 @@ def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[st
     variants = list(dict.fromkeys(c.variant.name for c in cells))
     stats = [s for v in variants if (s := st.variant_stats(results, st.VARIANTS[v])) is not None]
     verdicts = st.judge_claims(results)
+    sizes = sorted({(r.bench, r.n) for r in results})
+    if sizes:
+        setting = [*setting, "- held-out set: " + ", ".join(f"{n} questions of `{b}`" for b, n in sizes)
+                   + " (fixed by the world and its size, not by run.seed: every run of the study answers the same questions)"]
     curves = {}
     for c in cells:
         if c.variant.main and st.cell_status(c.path) == "finished":
@@ -92,7 +96,7 @@ def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[st
         plot_compute(curves, out_md.parent, fig_name)
         figure = fig_name
     out_md.parent.mkdir(parents=True, exist_ok=True)
-    out_md.write_text(st.render_markdown(stats, verdicts, missing, setting, figure, notes), encoding="utf-8")
+    out_md.write_text(st.render_markdown(stats, verdicts, missing, setting, figure, notes, results), encoding="utf-8")
     out.mkdir(parents=True, exist_ok=True)
     (out / "study.json").write_text(json.dumps(st.study_json(results, stats, verdicts, missing, setting), indent=1)
                                     + "\n", encoding="utf-8")

@@ -283,12 +283,25 @@ class CellResult:
     compute: Compute
     wall_seconds: float | None
     oracle_agreement: dict[str, float] = field(default_factory=dict)
+    curriculum: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "compute": self.compute.to_dict()}
 
 
 ORACLE_FILTERS = ("none", "absolute", "dual", "kept")
+
+CURRICULUM_KEYS = ("anchors/anchors", "buffer/buffer_real", "buffer/buffer_generated", "pool/kept",
+                   "solver/reward_mean")
+"""Per-round figures of what each solver phase trained on (mean over rounds in the per-run table):
+real anchors and generated questions in D²Evo's buffer, questions DiagEvo's filter kept, and the
+solver's mean training reward; they explain accuracy differences that compute alone does not."""
+
+
+def _round_mean(rounds: Sequence[dict[str, Any]], keys: Sequence[str]) -> float | None:
+    vals = [float(r[k]) for r in rounds for k in keys if isinstance(r.get(k), (int, float))
+            and not isinstance(r.get(k), bool)]
+    return sum(vals) / len(vals) if vals else None
 
 
 def read_cell(variant: str, seed: int, path: Path) -> CellResult:
@@ -304,15 +317,13 @@ def read_cell(variant: str, seed: int, path: Path) -> CellResult:
         raise StudyError(f"{spath}: no eval.final (the run did not finish)")
     bench = next(iter(final))
     f, base = final[bench], ((s.get("eval") or {}).get("base") or {}).get(bench) or {}
-    oracle: dict[str, float] = {}
-    for m in ORACLE_FILTERS:
-        vals = [r[k] for r in s.get("rounds") or [] for k in (f"pool/oracle_acc_{m}", f"buffer/oracle_acc_{m}")
-                if isinstance(r.get(k), (int, float))]
-        if vals:
-            oracle[m] = sum(vals) / len(vals)
+    rounds = s.get("rounds") or []
+    oracle = {m: v for m in ORACLE_FILTERS
+              if (v := _round_mean(rounds, (f"pool/oracle_acc_{m}", f"buffer/oracle_acc_{m}"))) is not None}
+    curriculum = {k: v for k in CURRICULUM_KEYS if (v := _round_mean(rounds, (k,))) is not None}
     return CellResult(variant, seed, bench, int(f.get("n") or 0), float(f["greedy"]), f.get("sampled"),
                       base.get("greedy"), Compute.from_dict(((s.get("compute") or {}).get("train")) or {}),
-                      s.get("wall_seconds"), oracle)
+                      s.get("wall_seconds"), oracle, curriculum)
 
 
 def read_results(cells: Sequence[Cell]) -> tuple[list[CellResult], list[str]]:
@@ -455,10 +466,24 @@ def _big(x: float) -> str:
     return f"{x:.3g}" if x >= 1e4 else f"{x:.0f}"
 
 
+def runs_table(results: Sequence[CellResult]) -> list[str]:
+    """One row per finished run: accuracy, wall time, compute and the curriculum means."""
+    head = ["variant", "seed", "base greedy", "greedy", "sampled", "wall s", "rollouts", "trained tokens", "labels",
+            *(k.split("/")[1] if k != "solver/reward_mean" else "solver reward" for k in CURRICULUM_KEYS)]
+    out = ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(head) - 2)]
+    for r in results:
+        out.append(f"| {r.variant} | {r.seed} | {_f(r.base_greedy)} | {_f(r.greedy)} | {_f(r.sampled)} | "
+                   f"{_f(r.wall_seconds, 0)} | {_big(r.compute.rollouts)} | {_big(r.compute.trained_tokens)} | "
+                   f"{r.compute.labels} | " + " | ".join(_f(r.curriculum.get(k), 1 if k != "solver/reward_mean" else 3)
+                                                         for k in CURRICULUM_KEYS) + " |")
+    return out
+
+
 def render_markdown(stats: Sequence[VariantStats], verdicts: Sequence[ClaimResult], missing: Sequence[str],
-                    setting: Sequence[str], figure: str | None, notes: Sequence[str] = ()) -> str:
+                    setting: Sequence[str], figure: str | None, notes: Sequence[str] = (),
+                    results: Sequence[CellResult] = ()) -> str:
     """``docs/results/study.md``: setting, main methods, ablations, oracle agreement, compute,
-    the figure, the claims table, and every cell not run."""
+    the figure, the claims table, every run, and every cell not run."""
     pct = int(CONFIDENCE * 100)
     L = ["# Multi-seed study: methods, paper ablations and the papers' claims", "",
          "Written by `scripts/study.py` from the run folders (every figure also in `study.json`).", "",
@@ -511,6 +536,10 @@ def render_markdown(stats: Sequence[VariantStats], verdicts: Sequence[ClaimResul
     L.append("")
     if notes:
         L += ["## Notes", "", *notes, ""]
+    if results:
+        L += ["## Every run", "", "Curriculum columns: mean over rounds of D²Evo's anchors and buffer (real / "
+              "generated), DiagEvo's kept questions, and the solver's mean training reward.", "",
+              *runs_table(results), ""]
     if missing:
         L += ["## Not run", "", *(f"- {m}" for m in missing), ""]
     return "\n".join(L)
