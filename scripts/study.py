@@ -7,10 +7,11 @@ claims judged by a stated rule. The variants and the statistics live in coevolve
 
     PYTHONPATH=src python scripts/study.py --out /tmp/study run.threads=1
     PYTHONPATH=src python scripts/study.py --out /tmp/study --only grpo,d2evo,diagevo,rzero --seeds 0,1,2
-    PYTHONPATH=src python scripts/study.py --out /tmp/study --methods diagevo --preset configs/hard
+    PYTHONPATH=src python scripts/study.py --out /tmp/study --methods diagevo --preset DIR
     PYTHONPATH=src python scripts/study.py --out /tmp/study --report-only
 
---preset is a folder holding grpo.yaml, d2evo.yaml, diagevo.yaml, rzero.yaml (default: configs/);
+--preset is a folder holding grpo.yaml, d2evo.yaml, diagevo.yaml, rzero.yaml (default: configs/;
+--src names the coevolve source tree the runs import when the preset needs another checkout's code);
 key=value overrides apply to every run (the variant's own overrides win). Each run is a fresh
 ``python -m coevolve run`` process in OUT/<variant>/seed<k>; a finished folder is skipped, an
 unfinished one continued with ``coevolve resume``, so the study can be stopped and restarted.
@@ -43,9 +44,11 @@ def _past(stop_at: str | None) -> bool:
     return (now.hour, now.minute) >= (h, m)
 
 
-def run_grid(cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: str | None, log) -> list[str]:
-    """Advance every cell that is not finished, one process at a time; returns the failures."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+def run_grid(cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: str | None, log,
+             src: Path = ROOT / "src") -> list[str]:
+    """Advance every cell that is not finished, one process at a time, each importing coevolve from
+    ``src``; returns the failures."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     failures = []
     for i, c in enumerate(cells, 1):
         status = st.cell_status(c.path)
@@ -115,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from existing run folders")
     ap.add_argument("--stop-at", default=None, help="HH:MM UTC: launch no run after this time")
     ap.add_argument("--note", action="append", default=[], help="a line for the report's Notes section")
+    ap.add_argument("--src", type=Path, default=ROOT / "src",
+                    help="the coevolve source tree the runs import (default: this checkout's src/), e.g. another "
+                         "commit's checkout whose preset needs its config fields")
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     a = ap.parse_args(argv)
     try:
@@ -133,15 +139,16 @@ def main(argv: list[str] | None = None) -> int:
         preset = str(a.preset.resolve().relative_to(ROOT))
     except ValueError:
         preset = str(a.preset)
-    spec = {"preset": preset, "overrides": a.overrides}
+    spec = {"preset": preset, "overrides": a.overrides, "src": str(a.src)}
     if a.report_only and spec_path.is_file():  # the setting the runs were made with, not this command's
         spec = json.loads(spec_path.read_text(encoding="utf-8"))
     elif not a.report_only:
         a.out.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(json.dumps(spec) + "\n", encoding="utf-8")
-    failures = [] if a.report_only else run_grid(cells, a.preset, a.overrides, a.stop_at, log)
+    failures = [] if a.report_only else run_grid(cells, a.preset, a.overrides, a.stop_at, log, a.src)
     setting = [f"- preset: `{spec['preset']}` ({', '.join(sorted({c.variant.config for c in cells}))})",
                f"- overrides on every run: `{' '.join(spec['overrides']) or '(none)'}`",
+               *([f"- coevolve source of the runs: `{spec['src']}`"] if spec.get("src") != str(ROOT / "src") else []),
                f"- seeds: {' '.join(map(str, a.seeds))}; variants: {', '.join(v.name for v in variants)}"]
     md = write_report(cells, a.out, a.out_md, setting, [*a.note, *(f"- failed: {f}" for f in failures)])
     log(f"wrote {md} and {a.out / 'study.json'}")

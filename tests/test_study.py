@@ -160,10 +160,11 @@ def test_run_grid_skips_finished_and_resumes_unfinished(tmp_path, monkeypatch):
 
     def fake_run(cmd, **kw):
         calls.append(cmd[3:5])
+        assert kw["env"]["PYTHONPATH"].split(mod.os.pathsep)[0] == str(tmp_path / "other_src")
         return Done()
 
     monkeypatch.setattr(mod.subprocess, "run", fake_run)
-    failures = mod.run_grid(cells, ROOT / "configs", [], None, lambda m: None)
+    failures = mod.run_grid(cells, ROOT / "configs", [], None, lambda m: None, tmp_path / "other_src")
     assert calls == [["resume", str(cells[1].path)], ["run", "grpo"]]
     assert len(failures) == 2  # the fake runs wrote nothing: both still unfinished, reported
     calls.clear()
