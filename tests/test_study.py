@@ -190,7 +190,7 @@ def test_report_only_renders_from_fixture_folders(tmp_path):
     text = md.read_text()
     d = st.t_interval([0.670 - 0.688, 0.660 - 0.678, 0.654 - 0.684])
     assert d.high < 0
-    row = next(line for line in text.splitlines() if "D²Evo matches or beats full-label GRPO" in line)
+    row = next(line for line in text.splitlines() if "D²Evo beats full-label GRPO" in line)
     assert f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]" in row and "**not reproduced**" in row
     row = next(line for line in text.splitlines() if line.startswith("| D²Evo beats the R-Zero"))
     assert "**reproduced**" in row
