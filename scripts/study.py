@@ -36,15 +36,19 @@ sys.path.insert(0, str(ROOT / "src"))
 from coevolve.eval import study as st  # noqa: E402
 
 
-def _past(stop_at: str | None) -> bool:
-    if not stop_at:
-        return False
-    now = dt.datetime.now(dt.timezone.utc)
-    h, m = (int(x) for x in stop_at.split(":"))
-    return (now.hour, now.minute) >= (h, m)
+def stop_deadline(spec: str | None, now: dt.datetime) -> dt.datetime | None:
+    """The UTC time after which no run is launched: ``HH:MM`` is its next occurrence after ``now``
+    (a study started at 22:50 with 00:05 stops after midnight), ``YYYY-MM-DDTHH:MM`` is taken as is."""
+    if not spec:
+        return None
+    if "T" in spec:
+        return dt.datetime.fromisoformat(spec).replace(tzinfo=dt.timezone.utc)
+    h, m = (int(x) for x in spec.split(":"))
+    t = now.replace(hour=h, minute=m, second=0, microsecond=0)
+    return t if t > now else t + dt.timedelta(days=1)
 
 
-def run_grid(cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: str | None, log,
+def run_grid(cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: dt.datetime | None, log,
              src: Path = ROOT / "src") -> list[str]:
     """Advance every cell that is not finished, one process at a time, each importing coevolve from
     ``src``; returns the failures."""
@@ -54,8 +58,8 @@ def run_grid(cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: 
         status = st.cell_status(c.path)
         if status == "finished":
             continue
-        if _past(stop_at):
-            log(f"stop-at {stop_at} reached: not launching {c.variant.name} seed{c.seed} and the rest")
+        if stop_at is not None and dt.datetime.now(dt.timezone.utc) >= stop_at:
+            log(f"stop-at {stop_at:%Y-%m-%d %H:%M} UTC reached: not launching {c.variant.name} seed{c.seed} and the rest")
             break
         if status == "empty" and c.path.exists() and any(c.path.iterdir()):
             failures.append(f"{c.path}: a folder without state.json (not a run); left alone")
@@ -116,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated variants (see coevolve.eval.study.VARIANTS)")
     ap.add_argument("--methods", default="", help="comma-separated methods: each with all its ablations")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from existing run folders")
-    ap.add_argument("--stop-at", default=None, help="HH:MM UTC: launch no run after this time")
+    ap.add_argument("--stop-at", default=None,
+                    help="HH:MM UTC (its next occurrence) or YYYY-MM-DDTHH:MM: launch no run after this time")
     ap.add_argument("--note", action="append", default=[], help="a line for the report's Notes section")
     ap.add_argument("--src", type=Path, default=ROOT / "src",
                     help="the coevolve source tree the runs import (default: this checkout's src/), e.g. another "
@@ -145,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     elif not a.report_only:
         a.out.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(json.dumps(spec) + "\n", encoding="utf-8")
-    failures = [] if a.report_only else run_grid(cells, a.preset, a.overrides, a.stop_at, log, a.src)
+    failures = [] if a.report_only else run_grid(cells, a.preset, a.overrides, stop_deadline(a.stop_at, dt.datetime.now(dt.timezone.utc)),
+                                                 log, a.src)
     setting = [f"- preset: `{spec['preset']}` ({', '.join(sorted({c.variant.config for c in cells}))})",
                f"- overrides on every run: `{' '.join(spec['overrides']) or '(none)'}`",
                *([f"- coevolve source of the runs: `{spec['src']}`"] if spec.get("src") != str(ROOT / "src") else []),

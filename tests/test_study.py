@@ -168,8 +168,13 @@ def test_run_grid_skips_finished_and_resumes_unfinished(tmp_path, monkeypatch):
     assert calls == [["resume", str(cells[1].path)], ["run", "grpo"]]
     assert len(failures) == 2  # the fake runs wrote nothing: both still unfinished, reported
     calls.clear()
-    mod.run_grid(cells, ROOT / "configs", [], "00:00", lambda m: None)  # stop-at in the past: launches nothing
+    past = mod.stop_deadline("2000-01-01T00:00", mod.dt.datetime.now(mod.dt.timezone.utc))
+    mod.run_grid(cells, ROOT / "configs", [], past, lambda m: None)  # stop-at in the past: launches nothing
     assert calls == []
+    now = mod.dt.datetime(2026, 11, 30, 22, 50, tzinfo=mod.dt.timezone.utc)
+    assert mod.stop_deadline("00:05", now) == mod.dt.datetime(2026, 12, 1, 0, 5, tzinfo=mod.dt.timezone.utc)
+    assert mod.stop_deadline("23:40", now) == mod.dt.datetime(2026, 11, 30, 23, 40, tzinfo=mod.dt.timezone.utc)
+    assert mod.stop_deadline(None, now) is None
 
 
 def test_report_only_renders_from_fixture_folders(tmp_path):
