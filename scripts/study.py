@@ -79,6 +79,67 @@ def run_grid(cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: 
     return failures
 
 
+ADOPT_ALWAYS_IGNORED = ("run.progress", "run.root", "run.name")
+"""Config fields that say how a run was shown or named, not what it computed."""
+
+
+def strip_keys(cfg: dict, keys) -> dict:
+    """A copy of a resolved config without the dotted ``keys`` (absent ones are fine)."""
+    out = json.loads(json.dumps(cfg))
+    for k in keys:
+        *head, last = k.split(".")
+        d = out
+        for h in head:
+            d = d.get(h) if isinstance(d, dict) else None
+        if isinstance(d, dict):
+            d.pop(last, None)
+    return out
+
+
+def resolved_config(cell: st.Cell, preset: Path, overrides: list[str], env: dict) -> dict:
+    """The config ``coevolve run`` would save for ``cell`` (``coevolve config`` of the same command)."""
+    import yaml
+
+    cmd = st.run_command(st.Cell(cell.variant, cell.seed, Path("/nonexistent")), preset, overrides, sys.executable)
+    args = [x for x in cmd[4:] if x not in ("--run-dir", "/nonexistent")]
+    out = subprocess.run([sys.executable, "-m", "coevolve", "config", *args], env=env, cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    return yaml.safe_load(out)
+
+
+def adopt_runs(cells: list[st.Cell], candidates: list[Path], preset: Path, overrides: list[str], src: Path,
+               ignore: list[str], log, resolve=resolved_config) -> list[str]:
+    """Copy each finished run folder of ``candidates`` (made outside the study, e.g. by another
+    helper with the same preset) into the first unfinished cell whose resolved config equals the
+    folder's config.yaml, apart from ``ADOPT_ALWAYS_IGNORED`` and ``ignore``; checkpoints are not
+    copied. Returns one line per adopted folder, for the report."""
+    import shutil
+
+    import yaml
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
+    keys = [*ADOPT_ALWAYS_IGNORED, *ignore]
+    wanted = [(c, strip_keys(resolve(c, preset, overrides, env), keys)) for c in cells
+              if st.cell_status(c.path) != "finished"]
+    lines = []
+    for d in candidates:
+        if st.cell_status(d) != "finished":
+            log(f"adopt: {d} is not a finished run; skipped")
+            continue
+        have = strip_keys(yaml.safe_load((Path(d) / "config.yaml").read_text(encoding="utf-8")), keys)
+        match = next((c for c, cfg in wanted if cfg == have and st.cell_status(c.path) != "finished"), None)
+        if match is None:
+            log(f"adopt: {d} matches no unfinished cell's config; skipped")
+            continue
+        if match.path.exists():
+            shutil.rmtree(match.path)  # an unfinished folder of ours: the adopted run replaces it
+        shutil.copytree(d, match.path, ignore=shutil.ignore_patterns("checkpoints", "run.lock"))
+        lines.append(f"- {match.variant.name} seed{match.seed}: adopted from `{d}` (same resolved config"
+                     + (f" apart from {', '.join(ignore)}" if ignore else "") + ")")
+        log(lines[-1])
+    return lines
+
+
 def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[str], notes: list[str]) -> Path:
     """study.json in ``out`` and the markdown (+ its figure) at ``out_md``."""
     from coevolve.eval.report import compute_curve, load_run, plot_compute
@@ -126,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--src", type=Path, default=ROOT / "src",
                     help="the coevolve source tree the runs import (default: this checkout's src/), e.g. another "
                          "commit's checkout whose preset needs its config fields")
+    ap.add_argument("--adopt", type=Path, nargs="*", default=[],
+                    help="finished run folders made outside the study: each is copied into the unfinished cell whose "
+                         "resolved config it equals (checked with `coevolve config`)")
+    ap.add_argument("--adopt-ignore", action="append", default=[],
+                    help="a dotted config field that may differ for --adopt (said in the report)")
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     a = ap.parse_args(argv)
     try:
@@ -149,6 +215,13 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.loads(spec_path.read_text(encoding="utf-8"))
     elif not a.report_only:
         a.out.mkdir(parents=True, exist_ok=True)
+        if spec_path.is_file():  # runs adopted by an earlier invocation stay listed
+            spec["adopted"] = json.loads(spec_path.read_text(encoding="utf-8")).get("adopted", [])
+        spec_path.write_text(json.dumps(spec) + "\n", encoding="utf-8")
+    adopted = adopt_runs(cells, a.adopt, a.preset, a.overrides, a.src, a.adopt_ignore, log) if a.adopt else []
+    if adopted:
+        prev = spec.get("adopted", [])
+        spec["adopted"] = [*prev, *adopted]
         spec_path.write_text(json.dumps(spec) + "\n", encoding="utf-8")
     failures = [] if a.report_only else run_grid(cells, a.preset, a.overrides, stop_deadline(a.stop_at, dt.datetime.now(dt.timezone.utc)),
                                                  log, a.src)
@@ -156,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                f"- overrides on every run: `{' '.join(spec['overrides']) or '(none)'}`",
                *([f"- coevolve source of the runs: `{spec['src']}`"] if spec.get("src") != str(ROOT / "src") else []),
                f"- seeds: {' '.join(map(str, a.seeds))}; variants: {', '.join(v.name for v in variants)}"]
-    md = write_report(cells, a.out, a.out_md, setting, [*a.note, *(f"- failed: {f}" for f in failures)])
+    md = write_report(cells, a.out, a.out_md, setting,
+                      [*a.note, *spec.get("adopted", []), *(f"- failed: {f}" for f in failures)])
     log(f"wrote {md} and {a.out / 'study.json'}")
     return 1 if failures else 0
 

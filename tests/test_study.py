@@ -227,3 +227,29 @@ def test_smoke_study_end_to_end(tmp_path):
     before = (out / "diagevo" / "seed0" / "summary.json").stat().st_mtime_ns
     assert mod.main(args) == 0  # resumable: finished runs are skipped, nothing is rerun
     assert (out / "diagevo" / "seed0" / "summary.json").stat().st_mtime_ns == before
+
+
+def test_adopt_copies_a_matching_finished_run_and_refuses_others(tmp_path):
+    import yaml
+
+    mod = _script()
+    cells = st.expand_grid(st.select_variants(["grpo"]), [0, 1], tmp_path / "study")
+    resolved = {c.seed: {"recipe": "grpo", "data": {"limit": 64}, "run": {"seed": c.seed, "progress": False}}
+                for c in cells}
+    other = _fake_run(tmp_path / "other_s1", 0.61)
+    (other / "config.yaml").write_text(yaml.safe_dump({"recipe": "grpo", "data": {"limit": 64},
+                                                       "run": {"seed": 1, "progress": True}}))
+    (other / "checkpoints").mkdir()
+    wrong = _fake_run(tmp_path / "wrong_s0", 0.9)
+    (wrong / "config.yaml").write_text(yaml.safe_dump({"recipe": "grpo", "data": {"limit": None},
+                                                       "run": {"seed": 0, "progress": False}}))
+    unfinished = _fake_run(tmp_path / "unfinished", 0.5, status="running", summary=False)
+    lines = mod.adopt_runs(cells, [other, wrong, unfinished], ROOT / "configs", [], ROOT / "src", [],
+                           lambda m: None, resolve=lambda c, *a: resolved[c.seed])
+    assert len(lines) == 1 and "grpo seed1" in lines[0]
+    assert st.read_cell("grpo", 1, cells[1].path).greedy == 0.61
+    assert not (cells[1].path / "checkpoints").exists()
+    assert st.cell_status(cells[0].path) == "empty"  # data.limit differs: not the same run
+    lines = mod.adopt_runs(cells, [wrong], ROOT / "configs", [], ROOT / "src", ["data.limit"],
+                           lambda m: None, resolve=lambda c, *a: resolved[c.seed])
+    assert "apart from data.limit" in lines[0] and st.cell_status(cells[0].path) == "finished"
