@@ -187,9 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--src", type=Path, default=ROOT / "src",
                     help="the coevolve source tree the runs import (default: this checkout's src/), e.g. another "
                          "commit's checkout whose preset needs its config fields")
-    ap.add_argument("--adopt", type=Path, nargs="*", default=[],
-                    help="finished run folders made outside the study: each is copied into the unfinished cell whose "
-                         "resolved config it equals (checked with `coevolve config`)")
+    ap.add_argument("--adopt", type=Path, action="append", default=[],
+                    help="a finished run folder made outside the study (repeatable): copied into the unfinished cell "
+                         "whose resolved config it equals (checked with `coevolve config`)")
     ap.add_argument("--adopt-ignore", action="append", default=[],
                     help="a dotted config field that may differ for --adopt (said in the report)")
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run")
