@@ -386,6 +386,31 @@ def variant_stats(results: Sequence[CellResult], variant: Variant) -> VariantSta
 
 
 @dataclass(frozen=True)
+class Separation:
+    """The best and the worst main method by mean greedy accuracy, their paired difference on the
+    common seeds and ``ratio`` = mean difference / its standard error (issue 15's acceptance: the
+    setting separates methods when ratio > 3)."""
+
+    best: str
+    worst: str
+    diff: Interval
+    ratio: float | None
+
+
+def separation(results: Sequence[CellResult], names: Sequence[str]) -> Separation | None:
+    """``Separation`` over the variants ``names`` that have at least 2 seeds (None when fewer than two
+    such variants)."""
+    means = {n: t_interval(list(_by_seed(results, n, "greedy").values())) for n in names}
+    ok = sorted((i.mean, n) for n, i in means.items() if i.n >= 2 and i.mean is not None)
+    if len(ok) < 2:
+        return None
+    worst, best = ok[0][1], ok[-1][1]
+    d = paired_difference(_by_seed(results, best, "greedy"), _by_seed(results, worst, "greedy"))
+    ratio = d.mean / d.se if d.se and d.mean is not None else None
+    return Separation(best, worst, d, ratio)
+
+
+@dataclass(frozen=True)
 class Claim:
     """One direction a paper claims: ``better`` beats ``worse`` on held-out greedy accuracy (or, for
     ``metric="oracle"``, the dual filter's pseudo-labels agree with the oracle more often than
@@ -487,7 +512,7 @@ def runs_table(results: Sequence[CellResult]) -> list[str]:
 
 def render_markdown(stats: Sequence[VariantStats], verdicts: Sequence[ClaimResult], missing: Sequence[str],
                     setting: Sequence[str], figure: str | None, notes: Sequence[str] = (),
-                    results: Sequence[CellResult] = ()) -> str:
+                    results: Sequence[CellResult] = (), sep: Separation | None = None) -> str:
     """``docs/results/study.md``: setting, main methods, ablations, oracle agreement, compute,
     the figure, the claims table, every run, and every cell not run."""
     pct = int(CONFIDENCE * 100)
@@ -512,6 +537,10 @@ def render_markdown(stats: Sequence[VariantStats], verdicts: Sequence[ClaimResul
     main = [s for s in stats if VARIANTS[s.variant].main]
     abl = [s for s in stats if not VARIANTS[s.variant].main]
     L += ["## Main methods (held-out accuracy at the end of the run)", "", *rows(main), ""]
+    if sep is not None:
+        L += [f"Separation of the main methods: best {sep.best} - worst {sep.worst} = "
+              f"{_ci(sep.diff, signed=True)} over {sep.diff.n} paired seeds, paired se {_f(sep.diff.se, 4)}: "
+              f"{_f(sep.ratio, 1)} standard errors (issue 15 asks for > 3).", ""]
     if abl:
         L += ["## Ablations (Δ vs the full method: negative = the ablation lowers accuracy)", "", *rows(abl), ""]
     orc = [s for s in stats if s.oracle_agreement]
