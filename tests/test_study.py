@@ -145,7 +145,13 @@ def test_skip_and_resume_decisions(tmp_path):
     _fake_run(cell.path, 0.5)
     assert st.cell_status(cell.path) == "finished"
     r = st.read_cell(v.name, 2, cell.path)
-    assert (r.greedy, r.n, r.compute.labels, r.base_greedy) == (0.5, 500, 5, 0.3)
+    assert (r.greedy, r.n, r.compute.labels, r.base_greedy) == (0.5, 500, 5, 0.3)  # no phase compute: summary's
+    phase = lambda name, key, n: {"key": key, "name": name, "compute": {"rollouts": n, "labels": 1}}  # noqa: E731
+    (cell.path / "state.json").write_text(json.dumps({"status": "finished", "phases": [
+        phase("eval", "base/eval", 1000), phase("difficulty", "01/difficulty", 30), phase("solver", "01/solver", 7),
+        phase("eval", "01/eval", 1000), phase("difficulty", "final/difficulty", 30)]}))
+    r = st.read_cell(v.name, 2, cell.path)  # training before the last eval: not the final re-measure, not evals
+    assert (r.compute.rollouts, r.compute.labels) == (37, 2)
 
 
 def test_run_grid_skips_finished_and_resumes_unfinished(tmp_path, monkeypatch):

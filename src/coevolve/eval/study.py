@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from coevolve.errors import CoevolveError
-from coevolve.run.compute import COUNTERS, Compute
+from coevolve.run.compute import COUNTERS, EVAL_PHASE, Compute
 
 CONFIDENCE = 0.95
 """Coverage of every interval in the study."""
@@ -322,8 +322,27 @@ def read_cell(variant: str, seed: int, path: Path) -> CellResult:
               if (v := _round_mean(rounds, (f"pool/oracle_acc_{m}", f"buffer/oracle_acc_{m}"))) is not None}
     curriculum = {k: v for k in CURRICULUM_KEYS if (v := _round_mean(rounds, (k,))) is not None}
     return CellResult(variant, seed, bench, int(f.get("n") or 0), float(f["greedy"]), f.get("sampled"),
-                      base.get("greedy"), Compute.from_dict(((s.get("compute") or {}).get("train")) or {}),
-                      s.get("wall_seconds"), oracle, curriculum)
+                      base.get("greedy"), _compute_at_final_eval(Path(path), s), s.get("wall_seconds"), oracle,
+                      curriculum)
+
+
+def _compute_at_final_eval(path: Path, summary: dict[str, Any]) -> Compute:
+    """Training compute spent before the run's last held-out evaluation (the x of its last point in
+    the accuracy-vs-compute figure): phases after it (D²Evo's report-only re-measure of the pool,
+    ``final/difficulty``) measure, they do not train. From state.json's phase records; the
+    summary's total when they carry no compute."""
+    try:
+        phases = json.loads((path / "state.json").read_text(encoding="utf-8")).get("phases") or []
+    except (OSError, json.JSONDecodeError):
+        phases = []
+    last = max((i for i, p in enumerate(phases) if p.get("name") == EVAL_PHASE), default=None)
+    if last is None or any(p.get("compute") is None for p in phases[: last + 1]):
+        return Compute.from_dict(((summary.get("compute") or {}).get("train")) or {})
+    total = Compute()
+    for p in phases[: last + 1]:
+        if p.get("name") != EVAL_PHASE:
+            total += Compute.from_dict(p["compute"])
+    return total
 
 
 def read_results(cells: Sequence[Cell]) -> tuple[list[CellResult], list[str]]:
@@ -552,7 +571,9 @@ def render_markdown(stats: Sequence[VariantStats], verdicts: Sequence[ClaimResul
         L += [f"| {s.variant} | " + " | ".join(_f(s.oracle_agreement.get(m)) for m in ORACLE_FILTERS) + " |"
               for s in orc]
         L.append("")
-    L += ["## Compute at the end of the run (mean over seeds, training only)", "",
+    L += ["## Compute at the end of the run (mean over seeds)", "",
+          "Training compute spent before the final held-out evaluation (evaluations and D²Evo's report-only "
+          "re-measure of the pool after it excluded): the x of each run's last point in the figure below.", "",
           "| variant | " + " | ".join(COUNTERS) + " |", "|---|" + "---:|" * len(COUNTERS)]
     L += [f"| {s.variant} | " + " | ".join(_big(s.compute[k]) for k in COUNTERS) + " |" for s in stats]
     L.append("")
