@@ -164,12 +164,13 @@ def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[st
         plot_compute(curves, out_md.parent, fig_name)
         figure = fig_name
     out_md.parent.mkdir(parents=True, exist_ok=True)
-    sep = st.separation(results, [v for v in variants if st.VARIANTS[v].main])
+    mains = [v for v in variants if st.VARIANTS[v].main]
+    sep = [sp for m in ("greedy", "sampled") if (sp := st.separation(results, mains, m)) is not None]
     out_md.write_text(st.render_markdown(stats, verdicts, missing, setting, figure, notes, results, sep),
                       encoding="utf-8")
     out.mkdir(parents=True, exist_ok=True)
     data = {**st.study_json(results, stats, verdicts, missing, setting),
-            "separation": None if sep is None else {**sep.__dict__, "diff": sep.diff.to_dict()}}
+            "separation": [{**sp.__dict__, "diff": sp.diff.to_dict()} for sp in sep]}
     (out / "study.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return out_md
 

@@ -211,7 +211,8 @@ def test_report_only_renders_from_fixture_folders(tmp_path):
     assert "**reproduced**" in row  # dual 0.75..0.79 vs none 0.6 on the same pools
     assert "diagevo.no_filter seed1: not run" in text and "diagevo.no_filter seed2: not run" in text
     sep = st.t_interval([0.688 - 0.60, 0.678 - 0.61, 0.684 - 0.62])  # best grpo, worst rzero
-    assert f"best grpo - worst rzero = {sep.mean:+.3f}" in text and f"{sep.mean / sep.se:.1f} standard errors" in text
+    assert f"greedy accuracy: best grpo - worst rzero = {sep.mean:+.3f}" in text
+    assert f"{sep.mean / sep.se:.1f} standard errors" in text and "on sampled accuracy: best grpo" in text
     data = json.loads((out / "study.json").read_text())
     assert len(data["cells"]) == 13 and data["missing"] and "grpo" in json.dumps(data["variants"])
 
