@@ -213,6 +213,8 @@ def test_report_only_renders_from_fixture_folders(tmp_path):
     sep = st.t_interval([0.688 - 0.60, 0.678 - 0.61, 0.684 - 0.62])  # best grpo, worst rzero
     assert f"greedy accuracy: best grpo - worst rzero = {sep.mean:+.3f}" in text
     assert f"{sep.mean / sep.se:.1f} standard errors" in text and "on sampled accuracy: best grpo" in text
+    g, r = st.t_interval([0.688, 0.678, 0.684]), st.t_interval([0.60, 0.61, 0.62])
+    assert f"unpaired (each method's own seed se): {(g.mean - r.mean) / math.hypot(g.se, r.se):.1f}" in text
     data = json.loads((out / "study.json").read_text())
     assert len(data["cells"]) == 13 and data["missing"] and "grpo" in json.dumps(data["variants"])
 
