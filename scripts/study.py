@@ -37,15 +37,17 @@ from coevolve.eval import study as st  # noqa: E402
 
 
 def stop_deadline(spec: str | None, now: dt.datetime) -> dt.datetime | None:
-    """The UTC time after which no run is launched: ``HH:MM`` is its next occurrence after ``now``
-    (a study started at 22:50 with 00:05 stops after midnight), ``YYYY-MM-DDTHH:MM`` is taken as is."""
+    """The UTC time after which no run is launched: ``HH:MM`` is its occurrence within 12 hours of
+    ``now`` (at 22:50, 00:05 is after midnight; at 00:09, 00:08 has passed),
+    ``YYYY-MM-DDTHH:MM`` is taken as is."""
     if not spec:
         return None
     if "T" in spec:
         return dt.datetime.fromisoformat(spec).replace(tzinfo=dt.timezone.utc)
     h, m = (int(x) for x in spec.split(":"))
     t = now.replace(hour=h, minute=m, second=0, microsecond=0)
-    return t if t > now else t + dt.timedelta(days=1)
+    half = dt.timedelta(hours=12)
+    return t + dt.timedelta(days=1) if now - t > half else t - dt.timedelta(days=1) if t - now > half else t
 
 
 def run_grid(cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: dt.datetime | None, log,

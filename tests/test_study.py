@@ -181,6 +181,9 @@ def test_run_grid_skips_finished_and_resumes_unfinished(tmp_path, monkeypatch):
     assert mod.stop_deadline("00:05", now) == mod.dt.datetime(2026, 12, 1, 0, 5, tzinfo=mod.dt.timezone.utc)
     assert mod.stop_deadline("23:40", now) == mod.dt.datetime(2026, 11, 30, 23, 40, tzinfo=mod.dt.timezone.utc)
     assert mod.stop_deadline(None, now) is None
+    late = mod.dt.datetime(2026, 12, 1, 0, 9, tzinfo=mod.dt.timezone.utc)  # just past 00:08: passed, not tomorrow
+    assert mod.stop_deadline("00:08", late) == mod.dt.datetime(2026, 12, 1, 0, 8, tzinfo=mod.dt.timezone.utc)
+    assert mod.stop_deadline("23:50", late) == mod.dt.datetime(2026, 11, 30, 23, 50, tzinfo=mod.dt.timezone.utc)
 
 
 def test_report_only_renders_from_fixture_folders(tmp_path):
