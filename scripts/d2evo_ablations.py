@@ -1,10 +1,11 @@
-"""Run the D²Evo ablations (configs/d2evo_ablations.yaml) one after another, one seed each, and
+"""Run the D²Evo ablations (``coevolve.eval.study.ablations("d2evo")``) one after another, one seed each, and
 print / save a comparison table (held-out greedy and sampled accuracy per round, anchors, buffer
 real/generated, pseudo-label accuracy, wall time, rollouts per phase kind) as ablations.json / .md.
 
     python scripts/d2evo_ablations.py --config configs/d2evo.yaml --out runs/d2evo_ablations
     python scripts/d2evo_ablations.py --config configs/d2evo_smoke.yaml --only full,no_questioner
 
+For several seeds with intervals and the papers' claims, use scripts/study.py (same variants).
 Each variant is an ordinary run folder under --out (resumable with `coevolve resume`); a variant
 whose folder already holds a finished run is not re-run, so the script itself can be restarted.
 """
@@ -17,22 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from coevolve.config import load_config  # noqa: E402
-from coevolve.errors import ConfigError  # noqa: E402
+from coevolve.eval.study import ablations  # noqa: E402
 from coevolve.recipes import execute  # noqa: E402
-
-
-def load_variants(path: Path) -> dict[str, list[str]]:
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    variants = data.get("variants")
-    if not isinstance(variants, dict) or not all(isinstance(v, list) for v in variants.values()):
-        raise ConfigError(f"{path}: expected 'variants: {{name: [override, ...]}}'")
-    return {str(k): [str(x) for x in v] for k, v in variants.items()}
 
 
 def run_variant(name: str, config: Path, overrides: list[str], out: Path) -> Path:
@@ -101,13 +92,12 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "d2evo.yaml")
-    ap.add_argument("--variants", type=Path, default=ROOT / "configs" / "d2evo_ablations.yaml")
     ap.add_argument("--out", type=Path, default=Path("runs") / "d2evo_ablations")
     ap.add_argument("--only", default="", help="comma-separated variant names")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("overrides", nargs="*", help="extra key=value overrides for every variant")
     a = ap.parse_args()
-    variants = load_variants(a.variants)
+    variants = {k: list(v.overrides) for k, v in ablations("d2evo").items()}
     names = [n for n in a.only.split(",") if n] or list(variants)
     unknown = [n for n in names if n not in variants]
     if unknown:

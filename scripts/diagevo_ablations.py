@@ -1,14 +1,15 @@
-"""Run the DiagEvo ablation grid (configs/diagevo_ablations.yaml) one after another, one seed,
+"""Run the DiagEvo ablation grid (``coevolve.eval.study.ablations("diagevo")``) one after another, one seed,
 and print a table: held-out greedy/sampled accuracy, memory size (causes / nodes / mastered,
 promotions and re-activations over the run), mean pseudo-label oracle agreement of the kept
 questions, wall time. ``ablations.json`` also holds, per run and round, the oracle agreement of
 the three filters (none / absolute / dual) on the same candidate pool.
 
     PYTHONPATH=src python scripts/diagevo_ablations.py [--base configs/diagevo.yaml] \
-        [--grid configs/diagevo_ablations.yaml] [--out runs/diagevo_ablations] [--seed 0] \
+        [--out runs/diagevo_ablations] [--seed 0] \
         [--only full,no_filter] [extra key=value overrides applied to every run]
 
-Finished runs are skipped, interrupted ones resumed, so the script itself can be re-run.
+Finished runs are skipped, interrupted ones resumed, so the script itself can be re-run. For
+several seeds with intervals and the papers' claims, use scripts/study.py (same variants).
 """
 
 from __future__ import annotations
@@ -18,13 +19,10 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", default="configs/diagevo.yaml")
-    ap.add_argument("--grid", default="configs/diagevo_ablations.yaml")
     ap.add_argument("--out", default="runs/diagevo_ablations")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default="", help="comma-separated subset of the grid names")
@@ -33,12 +31,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from coevolve.config import load_config
     from coevolve.errors import CoevolveError
+    from coevolve.eval.study import ablations
     from coevolve.recipes import execute
 
-    grid = yaml.safe_load(Path(args.grid).read_text(encoding="utf-8"))
-    if not isinstance(grid, dict):
-        print(f"error: {args.grid}: top level must map ablation name -> list of overrides", file=sys.stderr)
-        return 2
+    grid = {k: list(v.overrides) for k, v in ablations("diagevo").items()}
     names = [n for n in grid if not args.only or n in args.only.split(",")]
     rows = []
     for name in names:

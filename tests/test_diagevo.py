@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from coevolve.config import dump_yaml, load_config
 from coevolve.errors import ConfigError, RunStateError
@@ -65,11 +64,13 @@ def test_shipped_configs_load_and_document_paper_defaults():
     assert cfg.memory.theta_up == 0.8 and cfg.memory.k == 1.0 and cfg.challenger.reward.kind == "plateau"
     assert cfg.sampling.max_new_tokens == 48  # toy solver cap (prototype GRPO: max_new 48)
     load_config("diagevo", SMOKE)
-    grid = yaml.safe_load((ROOT / "configs" / "diagevo_ablations.yaml").read_text())
+    from coevolve.eval.study import ablations
+
+    grid = ablations("diagevo")
     assert {"full", "frozen_challenger", "explore_only", "targeted_only", "no_filter", "absolute_filter",
-            "random_pair", "llm_diagnoser"} <= set(grid)
-    for name, ovs in grid.items():
-        load_config("diagevo", ROOT / "configs" / "diagevo.yaml", ovs)
+            "random_pair", "llm_diagnoser", "no_memory"} <= set(grid)
+    for name, v in grid.items():
+        load_config("diagevo", ROOT / "configs" / "diagevo.yaml", list(v.overrides))
     for name, section in type(cfg).model_fields.items():
         sub = getattr(cfg, name)
         for fname, f in getattr(type(sub), "model_fields", {}).items():

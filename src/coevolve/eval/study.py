@@ -1,0 +1,623 @@
+"""Multi-seed study: the variant grid (methods × paper ablations), its statistics and the verdicts
+on the papers' claims. ``scripts/study.py`` runs the grid and writes the markdown; the ablation
+scripts (``scripts/d2evo_ablations.py``, ``scripts/diagevo_ablations.py``) take their variant
+lists from ``VARIANTS`` here, so each ablation is defined once.
+
+Statistics (pure functions, tested against slow references in ``tests/test_study.py``):
+
+    mean    x̄ = (1/n) Σ x_i,     sd s = sqrt(Σ (x_i - x̄)² / (n - 1)),     se = s / sqrt(n)
+    95 % t-interval           x̄ ± t_{0.975, n-1} · s / sqrt(n)                   (n >= 2)
+    paired difference         d_i = a_i - b_i over the seeds both variants ran, then the
+                              t-interval of the d_i (same held-out set, same seeds: the seed's
+                              own luck cancels, so this is the comparison, not two intervals)
+    held-out binomial se      sqrt(p (1 - p) / N)      (N held-out questions, p the accuracy)
+    claim rule                the paired 95 % interval of (claimed-better - claimed-worse)
+                              lies above 0: reproduced; below 0: not reproduced; contains 0:
+                              not distinguishable; fewer than 2 paired seeds: not run
+
+Why seeds and not the held-out set's binomial error as the yardstick: two runs on the same
+held-out set share its sampling error, and the seed-to-seed spread (init of sampling, order of
+batches) is what separates two methods' runs (issue 15: sd ≈ 0.006 against a binomial se of
+≈ 0.021 for N = 500).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from coevolve.errors import CoevolveError
+from coevolve.run.compute import COUNTERS, EVAL_PHASE, Compute
+
+CONFIDENCE = 0.95
+"""Coverage of every interval in the study."""
+
+
+class StudyError(CoevolveError):
+    """A study spec that names an unknown variant or a run folder the study cannot read."""
+
+
+# ----------------------------------------------------------------------------------------------
+# the grid
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One cell family of the grid: a recipe, the preset file it starts from (a file name looked
+    up in the preset folder: ``grpo.yaml``, ``d2evo.yaml``, ``diagevo.yaml``, ``rzero.yaml``), the
+    overrides that make it this variant, the variant it is compared with (``reference``: the
+    full method for an ablation, None for a reference itself) and the paper's figure for it."""
+
+    name: str
+    recipe: str
+    config: str
+    overrides: tuple[str, ...] = ()
+    reference: str | None = None
+    paper: str = ""
+    main: bool = False
+
+
+def _abl(method: str, short: str, overrides: Sequence[str], paper: str) -> Variant:
+    return Variant(f"{method}.{short}", method, f"{method}.yaml", tuple(overrides), method, paper)
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in [
+    Variant("grpo", "grpo", "grpo.yaml", (), None, "full-data GRPO (19K labels): 49.28 (4B math)", main=True),
+    Variant("d2evo", "d2evo", "d2evo.yaml", (), None, "D²Evo (0.1K labels): 51.35 (4B math)", main=True),
+    Variant("diagevo", "diagevo", "diagevo.yaml", (), None, "DiagEvo: 72.3 (8B math)", main=True),
+    Variant("rzero", "diagevo", "rzero.yaml", (), None, "R-Zero: 46.91 (4B math, D²Evo table); 67.8 (8B, DiagEvo)",
+            main=True),
+    # D²Evo paper ablations (Qwen3-4B-Base math avg; full 51.35) and one of ours
+    _abl("d2evo", "no_questioner", ["questioner=false"], "47.94"),
+    _abl("d2evo", "no_share_weights", ["share_weights=false"], "49.99"),
+    _abl("d2evo", "no_synthesis", ["synthesis=false"], "48.71"),
+    _abl("d2evo", "random_anchors", ["anchor_selection=random"], "49.22"),
+    _abl("d2evo", "rzero_reward", ["questioner_reward=rzero"], "ours: R-Zero's questioner reward"),
+    # DiagEvo paper ablations (Qwen3-8B math avg; full 72.3) and ours
+    _abl("diagevo", "frozen_challenger", ["challenger.frozen=true"], "68.5 (-3.8)"),
+    _abl("diagevo", "explore_only", ["memory.schedule=explore_only"], "69.5"),
+    _abl("diagevo", "targeted_only", ["memory.schedule=targeted_only"], "70.1"),
+    _abl("diagevo", "no_filter", ["pool.voting.filter=none"], "69.4"),
+    _abl("diagevo", "absolute_filter", ["pool.voting.filter=absolute"], "70.9"),
+    _abl("diagevo", "random_pair", ["memory.stitching=random_pair"], "71.3 (same-node +1.0)"),
+    _abl("diagevo", "no_stitching", ["memory.stitching=off"], "-"),
+    _abl("diagevo", "no_memory", ["memory.enabled=false", "memory.schedule=explore_only"],
+         "ours: no error memory (free exploration, no diagnosis)"),
+    _abl("diagevo", "llm_diagnoser", ["diagnoser.kind=llm"], "+1 math from 4B to 235B diagnoser"),
+    _abl("diagevo", "rzero_reward", ["challenger.reward.kind=rzero"], "ours: R-Zero's challenger reward"),
+]}
+"""Every variant the study knows, main methods first; ablations are named ``method.short``."""
+
+
+def ablations(method: str) -> dict[str, Variant]:
+    """``{short name: variant}`` of one method, the full method as ``full`` (the ablation
+    scripts' grid)."""
+    out = {"full": VARIANTS[method]}
+    out.update({v.name.split(".", 1)[1]: v for v in VARIANTS.values() if v.reference == method})
+    return out
+
+
+def select_variants(only: Iterable[str] = (), methods: Iterable[str] = ()) -> list[Variant]:
+    """The variants of a study in ``VARIANTS`` order: those named in ``only`` plus every variant of
+    the ``methods`` (a method and its ablations); everything when both are empty. Raises
+    ``StudyError`` on an unknown name."""
+    only, methods = [n for n in only if n], [m for m in methods if m]
+    unknown = [n for n in [*only, *methods] if n not in VARIANTS]
+    if unknown:
+        raise StudyError(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    if not only and not methods:
+        return list(VARIANTS.values())
+    keep = set(only) | {v.name for v in VARIANTS.values() if v.name in methods or v.reference in methods}
+    return [v for v in VARIANTS.values() if v.name in keep]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the grid: a variant at a seed, in ``path`` (``out/<variant>/seed<k>``)."""
+
+    variant: Variant
+    seed: int
+    path: Path
+
+
+def expand_grid(variants: Sequence[Variant], seeds: Sequence[int], out: Path) -> list[Cell]:
+    """Cells in run order: seed-major (every variant at seed 0, then at seed 1, ...), so that a
+    study cut short has paired seeds for as many variants as possible."""
+    return [Cell(v, s, Path(out) / v.name / f"seed{s}") for s in seeds for v in variants]
+
+
+def cell_status(path: Path) -> str:
+    """``finished`` (state.json says finished and summary.json holds a final evaluation),
+    ``unfinished`` (a run folder to resume), ``empty`` (no folder, or one with no state.json)."""
+    path = Path(path)
+    try:
+        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return "empty"
+    if state.get("status") == "finished":
+        try:
+            summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return "unfinished"
+        if (summary.get("eval") or {}).get("final"):
+            return "finished"
+    return "unfinished"
+
+
+def run_command(cell: Cell, preset: Path, overrides: Sequence[str], python: str = "python") -> list[str]:
+    """The CLI command that advances ``cell``: ``coevolve resume`` for an unfinished folder, else
+    ``coevolve run`` of the variant's preset file with the study's overrides, then the variant's
+    (they win), then the seed. None of these is needed for a finished cell (the caller skips it)."""
+    if cell_status(cell.path) == "unfinished":
+        return [python, "-m", "coevolve", "resume", str(cell.path), "run.progress=false"]
+    return [python, "-m", "coevolve", "run", cell.variant.recipe, "-c", str(Path(preset) / cell.variant.config),
+            "--run-dir", str(cell.path), "run.progress=false", *overrides, *cell.variant.overrides,
+            f"run.seed={cell.seed}"]
+
+
+# ----------------------------------------------------------------------------------------------
+# statistics
+
+
+def t_cdf_abs(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with integer ``df`` >= 1 (Abramowitz & Stegun 26.7.3-4), with
+    θ = atan(t / sqrt(df)):
+
+        df = 1:     2θ/π
+        df odd:     (2/π) [θ + sin θ (cos θ + (2/3) cos³θ + ... + (2·4···(df-3))/(1·3···(df-2)) cos^(df-2) θ)]
+        df even:    sin θ [1 + (1/2) cos²θ + (1·3)/(2·4) cos⁴θ + ... + (1·3···(df-3))/(2·4···(df-2)) cos^(df-2) θ]
+    """
+    if df < 1:
+        raise StudyError(f"t distribution needs df >= 1, got {df}")
+    t = abs(t)
+    th = math.atan(t / math.sqrt(df))
+    c, s = math.cos(th), math.sin(th)
+    if df % 2 == 1:
+        total, term = 0.0, c
+        for k in range(1, (df - 1) // 2 + 1):  # terms cos^(2k-1): coefficient (2·4···(2k-2))/(1·3···(2k-1))
+            if k > 1:
+                term *= c * c * (2 * k - 2) / (2 * k - 1)
+            total += term
+        return (2 / math.pi) * (th + s * total) if df > 1 else 2 * th / math.pi
+    total, term = 1.0, 1.0
+    for k in range(1, (df - 2) // 2 + 1):  # terms cos^(2k): coefficient (1·3···(2k-1))/(2·4···2k)
+        term *= c * c * (2 * k - 1) / (2 * k)
+        total += term
+    return s * total
+
+
+def t_quantile(conf: float, df: int) -> float:
+    """The two-sided critical value t with P(|T| <= t) = ``conf`` (e.g. t_{0.975, df} for conf =
+    0.95), by bisection on ``t_cdf_abs`` to 1e-12."""
+    if not 0 < conf < 1:
+        raise StudyError(f"confidence must be in (0, 1), got {conf}")
+    lo, hi = 0.0, 1.0
+    while t_cdf_abs(hi, df) < conf:
+        hi *= 2
+    while hi - lo > 1e-12 * max(1.0, hi):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_cdf_abs(mid, df) < conf else (lo, mid)
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Mean of ``n`` values with its ``conf`` t-interval [low, high] (None for n < 2), the sample
+    sd and the standard error sd/sqrt(n)."""
+
+    n: int
+    mean: float | None
+    sd: float | None
+    se: float | None
+    low: float | None
+    high: float | None
+    conf: float = CONFIDENCE
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def t_interval(xs: Sequence[float], conf: float = CONFIDENCE) -> Interval:
+    """x̄ ± t_{(1+conf)/2, n-1} · s/sqrt(n) (module doc); n = 1 gives the mean alone, n = 0 nothing."""
+    n = len(xs)
+    if n == 0:
+        return Interval(0, None, None, None, None, None, conf)
+    mean = sum(xs) / n
+    if n == 1:
+        return Interval(1, mean, None, None, None, None, conf)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    se = sd / math.sqrt(n)
+    h = t_quantile(conf, n - 1) * se
+    return Interval(n, mean, sd, se, mean - h, mean + h, conf)
+
+
+def paired_difference(a: dict[int, float], b: dict[int, float], conf: float = CONFIDENCE) -> Interval:
+    """t-interval of d_s = a_s - b_s over the seeds s present in both (module doc)."""
+    return t_interval([a[s] - b[s] for s in sorted(set(a) & set(b))], conf)
+
+
+def binomial_se(p: float, n: int) -> float:
+    """Standard error of an accuracy p measured on n independent questions: sqrt(p(1-p)/n)."""
+    if n <= 0:
+        raise StudyError(f"binomial se needs n >= 1 questions, got {n}")
+    return math.sqrt(p * (1 - p) / n)
+
+
+REPRODUCED, NOT_REPRODUCED, NOT_DISTINGUISHABLE, NOT_RUN = (
+    "reproduced", "not reproduced", "not distinguishable", "not run")
+
+
+def claim_verdict(diff: Interval) -> str:
+    """The claim rule (module doc) on the paired interval of (claimed better - claimed worse)."""
+    if diff.n < 2 or diff.low is None or diff.high is None:
+        return NOT_RUN
+    if diff.low > 0:
+        return REPRODUCED
+    if diff.high < 0:
+        return NOT_REPRODUCED
+    return NOT_DISTINGUISHABLE
+
+
+# ----------------------------------------------------------------------------------------------
+# run folders -> results
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """What the study reads from one finished run folder: final held-out ``greedy`` / ``sampled``
+    accuracy on ``bench`` over ``n`` questions, base accuracy, the run's training ``compute`` at
+    its end, wall seconds, and the mean over rounds of the oracle agreement of the pseudo-labels
+    per filter (``none`` / ``absolute`` / ``dual`` on the same candidates, and ``kept``: the
+    filter the run used; empty when the run has no generated questions with an oracle)."""
+
+    variant: str
+    seed: int
+    bench: str
+    n: int
+    greedy: float
+    sampled: float | None
+    base_greedy: float | None
+    compute: Compute
+    wall_seconds: float | None
+    oracle_agreement: dict[str, float] = field(default_factory=dict)
+    curriculum: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "compute": self.compute.to_dict()}
+
+
+ORACLE_FILTERS = ("none", "absolute", "dual", "kept")
+
+CURRICULUM_KEYS = ("anchors/anchors", "buffer/buffer_real", "buffer/buffer_generated", "pool/kept",
+                   "solver/reward_mean")
+"""Per-round figures of what each solver phase trained on (mean over rounds in the per-run table):
+real anchors and generated questions in D²Evo's buffer, questions DiagEvo's filter kept, and the
+solver's mean training reward; they explain accuracy differences that compute alone does not."""
+
+
+def _round_mean(rounds: Sequence[dict[str, Any]], keys: Sequence[str]) -> float | None:
+    vals = [float(r[k]) for r in rounds for k in keys if isinstance(r.get(k), (int, float))
+            and not isinstance(r.get(k), bool)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def read_cell(variant: str, seed: int, path: Path) -> CellResult:
+    """The ``CellResult`` of a finished run folder (summary.json); ``StudyError`` naming the file
+    when it lacks a final evaluation."""
+    spath = Path(path) / "summary.json"
+    try:
+        s = json.loads(spath.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise StudyError(f"{spath}: unreadable ({e})") from e
+    final = (s.get("eval") or {}).get("final") or {}
+    if not final:
+        raise StudyError(f"{spath}: no eval.final (the run did not finish)")
+    bench = next(iter(final))
+    f, base = final[bench], ((s.get("eval") or {}).get("base") or {}).get(bench) or {}
+    rounds = s.get("rounds") or []
+    oracle = {m: v for m in ORACLE_FILTERS
+              if (v := _round_mean(rounds, (f"pool/oracle_acc_{m}", f"buffer/oracle_acc_{m}"))) is not None}
+    curriculum = {k: v for k in CURRICULUM_KEYS if (v := _round_mean(rounds, (k,))) is not None}
+    return CellResult(variant, seed, bench, int(f.get("n") or 0), float(f["greedy"]), f.get("sampled"),
+                      base.get("greedy"), _compute_at_final_eval(Path(path), s), s.get("wall_seconds"), oracle,
+                      curriculum)
+
+
+def _compute_at_final_eval(path: Path, summary: dict[str, Any]) -> Compute:
+    """Training compute spent before the run's last held-out evaluation (the x of its last point in
+    the accuracy-vs-compute figure): phases after it (D²Evo's report-only re-measure of the pool,
+    ``final/difficulty``) measure, they do not train. From state.json's phase records; the
+    summary's total when they carry no compute."""
+    try:
+        phases = json.loads((path / "state.json").read_text(encoding="utf-8")).get("phases") or []
+    except (OSError, json.JSONDecodeError):
+        phases = []
+    last = max((i for i, p in enumerate(phases) if p.get("name") == EVAL_PHASE), default=None)
+    if last is None or any(p.get("compute") is None for p in phases[: last + 1]):
+        return Compute.from_dict(((summary.get("compute") or {}).get("train")) or {})
+    total = Compute()
+    for p in phases[: last + 1]:
+        if p.get("name") != EVAL_PHASE:
+            total += Compute.from_dict(p["compute"])
+    return total
+
+
+def read_results(cells: Sequence[Cell]) -> tuple[list[CellResult], list[str]]:
+    """Results of the finished cells, and the ``variant seedK: status`` of the others."""
+    out, missing = [], []
+    for c in cells:
+        st = cell_status(c.path)
+        if st == "finished":
+            out.append(read_cell(c.variant.name, c.seed, c.path))
+        else:
+            missing.append(f"{c.variant.name} seed{c.seed}: {'not run' if st == 'empty' else 'unfinished'}")
+    return out, missing
+
+
+# ----------------------------------------------------------------------------------------------
+# aggregation
+
+
+@dataclass(frozen=True)
+class VariantStats:
+    """Per variant over its seeds: greedy and sampled t-intervals, the paired difference to its
+    reference (or, for the main methods, to full-label grpo) on greedy and sampled, the held-out
+    binomial se at its mean greedy accuracy, mean compute and oracle agreement."""
+
+    variant: str
+    seeds: list[int]
+    greedy: Interval
+    sampled: Interval
+    versus: str | None
+    diff_greedy: Interval | None
+    diff_sampled: Interval | None
+    heldout_n: int
+    binomial_se: float | None
+    compute: dict[str, float]
+    oracle_agreement: dict[str, float]
+
+
+def _by_seed(results: Sequence[CellResult], variant: str, key: str) -> dict[int, float]:
+    return {r.seed: float(getattr(r, key)) for r in results if r.variant == variant and getattr(r, key) is not None}
+
+
+def variant_stats(results: Sequence[CellResult], variant: Variant) -> VariantStats | None:
+    """``VariantStats`` of one variant (None when no seed of it finished). A main method other
+    than grpo is compared with full-label grpo; an ablation with its full method."""
+    mine = [r for r in results if r.variant == variant.name]
+    if not mine:
+        return None
+    versus = variant.reference or (None if variant.name == "grpo" else "grpo")
+    g, sm = _by_seed(results, variant.name, "greedy"), _by_seed(results, variant.name, "sampled")
+    dg = paired_difference(g, _by_seed(results, versus, "greedy")) if versus else None
+    ds = paired_difference(sm, _by_seed(results, versus, "sampled")) if versus else None
+    gi = t_interval(list(g.values()))
+    n = mine[0].n
+    comp = {k: sum(getattr(r.compute, k) for r in mine) / len(mine) for k in COUNTERS}
+    oracle = {m: sum(r.oracle_agreement[m] for r in mine if m in r.oracle_agreement)
+              / sum(m in r.oracle_agreement for r in mine)
+              for m in ORACLE_FILTERS if any(m in r.oracle_agreement for r in mine)}
+    return VariantStats(variant.name, sorted(g), gi, t_interval(list(sm.values())), versus, dg, ds, n,
+                        binomial_se(gi.mean, n) if gi.mean is not None and n else None, comp, oracle)
+
+
+@dataclass(frozen=True)
+class Separation:
+    """The best and the worst main method by mean accuracy on ``metric``, their paired difference on
+    the common seeds, ``ratio`` = mean paired difference / its standard error, and
+    ``ratio_unpaired`` = (mean_best - mean_worst) / sqrt(se_best² + se_worst²) with each method's own
+    seed standard error (issue 15's acceptance: the setting separates methods when > 3)."""
+
+    best: str
+    worst: str
+    diff: Interval
+    ratio: float | None
+    metric: str = "greedy"
+    ratio_unpaired: float | None = None
+
+
+def separation(results: Sequence[CellResult], names: Sequence[str], metric: str = "greedy") -> Separation | None:
+    """``Separation`` on ``metric`` (greedy / sampled) over the variants ``names`` that have at least
+    2 seeds (None when fewer than two such variants)."""
+    means = {n: t_interval(list(_by_seed(results, n, metric).values())) for n in names}
+    ok = sorted((i.mean, n) for n, i in means.items() if i.n >= 2 and i.mean is not None)
+    if len(ok) < 2:
+        return None
+    worst, best = ok[0][1], ok[-1][1]
+    d = paired_difference(_by_seed(results, best, metric), _by_seed(results, worst, metric))
+    ratio = d.mean / d.se if d.se and d.mean is not None else None
+    b, w = means[best], means[worst]
+    se = math.sqrt((b.se or 0.0) ** 2 + (w.se or 0.0) ** 2)
+    return Separation(best, worst, d, ratio, metric, (b.mean - w.mean) / se if se else None)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One direction a paper claims: ``better`` beats ``worse`` on held-out greedy accuracy (or, for
+    ``metric="oracle"``, the dual filter's pseudo-labels agree with the oracle more often than
+    ``worse``'s filter on the same candidates of ``better``'s runs)."""
+
+    text: str
+    better: str
+    worse: str
+    paper: str
+    metric: str = "greedy"
+
+
+def claims() -> list[Claim]:
+    """The directions METHODS.md claims, each as a paired comparison."""
+    out = [
+        Claim("D²Evo beats the R-Zero-style baseline", "d2evo", "rzero", "51.35 vs 46.91 (4B math)"),
+        Claim("D²Evo beats full-label GRPO with a fraction of the labels", "d2evo", "grpo",
+              "51.35 (0.1K labels) vs 49.28 (19K)"),
+        Claim("DiagEvo beats the R-Zero-style baseline", "diagevo", "rzero", "72.3 vs 67.8 (8B math)"),
+    ]
+    for v in VARIANTS.values():
+        if v.reference and not v.paper.startswith(("ours", "-", "+")):
+            out.append(Claim(f"ablation {v.name} lowers accuracy", v.reference, v.name, f"{v.paper}"))
+    out += [
+        Claim("the dual filter raises pseudo-label accuracy over no filter", "dual", "none",
+              "no filter 69.4 vs 72.3; oracle agreement 65% -> 75%", "oracle"),
+        Claim("the dual filter raises pseudo-label accuracy over the absolute filter alone", "dual", "absolute",
+              "absolute only 70.9 vs 72.3", "oracle"),
+        Claim("memory-guided targeting beats free exploration", "diagevo", "diagevo.explore_only", "72.3 vs 69.5"),
+        Claim("memory-guided targeting beats no memory at all", "diagevo", "diagevo.no_memory", "(R-Zero has none)"),
+        Claim("same-node stitching beats random pairs", "diagevo", "diagevo.random_pair", "+1.0"),
+    ]
+    return out
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """A claim's paired interval on its metric, the verdict, and (accuracy claims) the paired
+    interval on sampled accuracy for context (the verdict is greedy's)."""
+
+    claim: Claim
+    diff: Interval
+    verdict: str
+    diff_sampled: Interval | None = None
+    verdict_sampled: str | None = None
+
+
+def judge_claims(results: Sequence[CellResult]) -> list[ClaimResult]:
+    """Every claim's paired interval and verdict (``claim_verdict``). Oracle claims pair the filters
+    within the full DiagEvo runs (same candidate pools), per seed."""
+    out = []
+    for c in claims():
+        if c.metric == "oracle":
+            runs = [r for r in results if r.variant == "diagevo"]
+            a = {r.seed: r.oracle_agreement[c.better] for r in runs if c.better in r.oracle_agreement}
+            b = {r.seed: r.oracle_agreement[c.worse] for r in runs if c.worse in r.oracle_agreement}
+        else:
+            a, b = _by_seed(results, c.better, "greedy"), _by_seed(results, c.worse, "greedy")
+        d = paired_difference(a, b)
+        ds = None if c.metric == "oracle" else paired_difference(_by_seed(results, c.better, "sampled"),
+                                                                  _by_seed(results, c.worse, "sampled"))
+        out.append(ClaimResult(c, d, claim_verdict(d), ds, None if ds is None else claim_verdict(ds)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# markdown
+
+
+def _f(x: float | None, nd: int = 3) -> str:
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def _ci(i: Interval | None, nd: int = 3, signed: bool = False) -> str:
+    if i is None or i.mean is None:
+        return "-"
+    m = f"{i.mean:+.{nd}f}" if signed else f"{i.mean:.{nd}f}"
+    if i.low is None:
+        return f"{m} (n=1)"
+    lo, hi = (f"{i.low:+.{nd}f}", f"{i.high:+.{nd}f}") if signed else (f"{i.low:.{nd}f}", f"{i.high:.{nd}f}")
+    return f"{m} [{lo}, {hi}]"
+
+
+def _big(x: float) -> str:
+    return f"{x:.3g}" if x >= 1e4 else f"{x:.0f}"
+
+
+def runs_table(results: Sequence[CellResult]) -> list[str]:
+    """One row per finished run: accuracy, wall time, compute and the curriculum means."""
+    head = ["variant", "seed", "base greedy", "greedy", "sampled", "wall s", "rollouts", "trained tokens", "labels",
+            *(k.split("/")[1] if k != "solver/reward_mean" else "solver reward" for k in CURRICULUM_KEYS)]
+    out = ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(head) - 2)]
+    for r in results:
+        out.append(f"| {r.variant} | {r.seed} | {_f(r.base_greedy)} | {_f(r.greedy)} | {_f(r.sampled)} | "
+                   f"{_f(r.wall_seconds, 0)} | {_big(r.compute.rollouts)} | {_big(r.compute.trained_tokens)} | "
+                   f"{r.compute.labels} | " + " | ".join(_f(r.curriculum.get(k), 1 if k != "solver/reward_mean" else 3)
+                                                         for k in CURRICULUM_KEYS) + " |")
+    return out
+
+
+def render_markdown(stats: Sequence[VariantStats], verdicts: Sequence[ClaimResult], missing: Sequence[str],
+                    setting: Sequence[str], figure: str | None, notes: Sequence[str] = (),
+                    results: Sequence[CellResult] = (), sep: Sequence[Separation] = ()) -> str:
+    """``docs/results/study.md``: setting, main methods, ablations, oracle agreement, compute,
+    the figure, the claims table, every run, and every cell not run."""
+    pct = int(CONFIDENCE * 100)
+    L = ["# Multi-seed study: methods, paper ablations and the papers' claims", "",
+         "Written by `scripts/study.py` from the run folders (every figure also in `study.json`).", "",
+         "## Setting", "", *setting, "",
+         f"Intervals are {pct} % t-intervals over seeds; `Δ vs` is the paired difference to the named variant on "
+         "the same seeds and held-out set. `sd` is the seed-to-seed standard deviation of greedy accuracy, "
+         "`binomial se` the held-out set's own standard error sqrt(p(1-p)/N) at the mean.", ""]
+
+    def rows(sel: Sequence[VariantStats]) -> list[str]:
+        head = ["variant", "seeds", "greedy", "sampled", "sd (greedy)", "binomial se", "Δ greedy vs", "Δ sampled",
+                "paper"]
+        out = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---:|---:|---|---:|---|"]
+        for s in sel:
+            out.append(f"| {s.variant} | {','.join(map(str, s.seeds))} | {_ci(s.greedy)} | {_ci(s.sampled)} | "
+                       f"{_f(s.greedy.sd, 4)} | {_f(s.binomial_se, 4)} | "
+                       f"{(s.versus + ': ' + _ci(s.diff_greedy, signed=True)) if s.versus else '-'} | "
+                       f"{_ci(s.diff_sampled, signed=True)} | {VARIANTS[s.variant].paper} |")
+        return out
+
+    main = [s for s in stats if VARIANTS[s.variant].main]
+    abl = [s for s in stats if not VARIANTS[s.variant].main]
+    L += ["## Main methods (held-out accuracy at the end of the run)", "", *rows(main), ""]
+    for sp in sep:
+        L += [f"Separation of the main methods on {sp.metric} accuracy: best {sp.best} - worst {sp.worst} = "
+              f"{_ci(sp.diff, signed=True)} over {sp.diff.n} paired seeds, paired se {_f(sp.diff.se, 4)}: "
+              f"{_f(sp.ratio, 1)} standard errors; unpaired (each method's own seed se): "
+              f"{_f(sp.ratio_unpaired, 1)} (issue 15 asks for > 3).", ""]
+    if abl:
+        L += ["## Ablations (Δ vs the full method: negative = the ablation lowers accuracy)", "", *rows(abl), ""]
+    orc = [s for s in stats if s.oracle_agreement]
+    if orc:
+        L += ["## Pseudo-label oracle agreement (mean over rounds and seeds)", "",
+              "Share of generated questions whose pseudo-label (majority vote) equals the oracle's answer, "
+              "for the questions each filter keeps from the same candidates (`kept` = the run's own filter).", "",
+              "| variant | " + " | ".join(ORACLE_FILTERS) + " |", "|---|" + "---:|" * len(ORACLE_FILTERS)]
+        L += [f"| {s.variant} | " + " | ".join(_f(s.oracle_agreement.get(m)) for m in ORACLE_FILTERS) + " |"
+              for s in orc]
+        L.append("")
+    L += ["## Compute at the end of the run (mean over seeds)", "",
+          "Training compute spent before the final held-out evaluation (evaluations and D²Evo's report-only "
+          "re-measure of the pool after it excluded): the x of each run's last point in the figure below.", "",
+          "| variant | " + " | ".join(COUNTERS) + " |", "|---|" + "---:|" * len(COUNTERS)]
+    L += [f"| {s.variant} | " + " | ".join(_big(s.compute[k]) for k in COUNTERS) + " |" for s in stats]
+    L.append("")
+    if figure:
+        L += ["## Held-out accuracy against compute (main methods, every seed)", "", f"![accuracy vs compute]({figure})",
+              ""]
+    L += ["## The papers' claims", "",
+          f"Rule: the paired {pct} % interval of (claimed better - claimed worse) above 0 = reproduced, below 0 = "
+          "not reproduced, containing 0 = not distinguishable; fewer than 2 paired seeds = not run. Greedy held-out "
+          "accuracy, except the filter claims (oracle agreement of the kept pseudo-labels, filters compared on the "
+          "same candidate pools of the full DiagEvo runs). One configuration for every claim.", "",
+          "The verdict is on greedy accuracy (declared before the runs); the same rule on sampled accuracy (mean "
+          "over the eval samples per question, less noisy per seed) is shown beside it.", "",
+          "| claim | better - worse | seeds | paired Δ greedy [95 % CI] | verdict | paired Δ sampled [95 % CI] | "
+          "on sampled | paper |", "|---|---|---:|---|---|---|---|---|"]
+    for v in verdicts:
+        L.append(f"| {v.claim.text} | {v.claim.better} - {v.claim.worse} | {v.diff.n} | "
+                 f"{_ci(v.diff, signed=True)} | **{v.verdict}** | {_ci(v.diff_sampled, signed=True)} | "
+                 f"{v.verdict_sampled or '-'} | {v.claim.paper} |")
+    L.append("")
+    if notes:
+        L += ["## Notes", "", *notes, ""]
+    if results:
+        L += ["## Every run", "", "Curriculum columns: mean over rounds of D²Evo's anchors and buffer (real / "
+              "generated), DiagEvo's kept questions, and the solver's mean training reward.", "",
+              *runs_table(results), ""]
+    if missing:
+        L += ["## Not run", "", *(f"- {m}" for m in missing), ""]
+    return "\n".join(L)
+
+
+def study_json(results: Sequence[CellResult], stats: Sequence[VariantStats], verdicts: Sequence[ClaimResult],
+               missing: Sequence[str], setting: Sequence[str]) -> dict[str, Any]:
+    """Every figure of the study as plain JSON."""
+    return {"setting": list(setting), "cells": [r.to_dict() for r in results],
+            "variants": [asdict(s) for s in stats],
+            "claims": [{**asdict(v.claim), "diff": v.diff.to_dict(), "verdict": v.verdict,
+                        "diff_sampled": v.diff_sampled.to_dict() if v.diff_sampled else None,
+                        "verdict_sampled": v.verdict_sampled} for v in verdicts],
+            "missing": list(missing)}
