@@ -381,18 +381,10 @@ class _Pool:
             slot.tmp.cleanup()
 
     def close(self) -> None:
-        import ray
-
+        """Drop every slot, then release the actors and the placement group."""
         for sid in list(self.slots):
             self.drop_slot(sid)
-        for a in self.actors:
-            with contextlib.suppress(Exception):
-                ray.kill(a, no_restart=True)
-        self.actors = []
-        if self.pg is not None:
-            with contextlib.suppress(Exception):
-                ray.util.remove_placement_group(self.pg)
-            self.pg = None
+        self.release()
 
     # ---------------------------------------------------------------- sampling
     def sample(self, sid: int, prompts: list[str], n: int, params: SamplingParams,
