@@ -54,6 +54,12 @@ def prompt_seeds(seed: int | None, prompts: Sequence[str]) -> list[int | None]:
     return out
 
 
+def unwrap_peft(model: Any) -> Any:
+    """The Hugging Face model under a PEFT (LoRA) wrapper, or ``model`` itself: what has the
+    config, generation config and Hugging Face weight names an engine is built from."""
+    return model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+
+
 def decode_ids(tokenizer: Any, ids: Sequence[int]) -> str:
     """Completion text of ``ids``: special tokens (EOS/pad/BOS) dropped, plain added tokens such as
     ``<think>`` kept, no clean-up of spaces, so char-level text round-trips exactly. Every

@@ -39,13 +39,12 @@ import importlib.util
 import itertools
 import os
 import sys
-import tempfile
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from coevolve.engine.base import SamplerError, prompt_seeds, validate_params
+from coevolve.engine.base import SamplerError, prompt_seeds, unwrap_peft, validate_params
 from coevolve.errors import ConfigError
 from coevolve.types import Completion, SamplingParams
 
@@ -438,7 +437,7 @@ class RaySampler:
         from coevolve.engine.vllm import _snapshot
 
         pool = _Pool.get(engine)
-        base = model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+        base = unwrap_peft(model)
         dtype = next(model.parameters()).dtype
         blob = ModelBlob(base.config, getattr(base, "generation_config", None), tokenizer)
         slot = _Slot(device="auto" if pool.gpus else "cpu", dtype=str(dtype).removeprefix("torch."),
@@ -476,17 +475,13 @@ class RaySampler:
             slot.state = ray.put(_snapshot(model, dtype))
             self.pool.on_all(lambda a: a.load_state.remote(self.slot, slot.state))
             return
-        tmp = tempfile.TemporaryDirectory(prefix="coevolve-ray-weights-")
-        base = model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
-        base.config.save_pretrained(tmp.name)
-        if getattr(base, "generation_config", None) is not None:
-            with contextlib.suppress(Exception):
-                base.generation_config.save_pretrained(tmp.name)
         from safetensors.torch import save_file
 
+        from coevolve.engine.vllm import _engine_folder
+
+        tmp = _engine_folder(model, self.tokenizer, prefix="coevolve-ray-weights-")  # config, generation config, tokenizer
         save_file({k: v.contiguous() for k, v in _snapshot(model, dtype).items()},
                   os.path.join(tmp.name, "model.safetensors"), metadata={"format": "pt"})
-        self.tokenizer.save_pretrained(tmp.name)
         old = slot.tmp
         slot.folder, slot.blob, slot.state, slot.tmp = tmp.name, None, None, tmp
         self.pool.on_all(lambda a: a.add.remote(self.slot, slot.folder, slot.device, slot.dtype, None, None))

@@ -53,7 +53,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from coevolve.engine.base import SamplerError, cut_completion, decode_ids, prompt_seeds, validate_params
+from coevolve.engine.base import SamplerError, cut_completion, decode_ids, prompt_seeds, unwrap_peft, validate_params
 from coevolve.engine.hf import _eos_ids, resolve_device, resolve_dtype
 from coevolve.errors import ConfigError
 from coevolve.types import Completion, SamplingParams
@@ -89,7 +89,7 @@ def hf_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
     (Hugging Face names). A PEFT LoRA model yields its base weights with the active adapters
     added (W + ΔW, ``get_delta_weight``), computed per layer without touching the learner's
     module (no merge/unmerge round trip that would perturb the trained weights)."""
-    base = model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+    base = unwrap_peft(model)
     loras = {name: mod for name, mod in base.named_modules()
              if hasattr(mod, "base_layer") and hasattr(mod, "get_delta_weight") and hasattr(mod, "lora_A")}
     with torch.no_grad():
@@ -269,12 +269,12 @@ _FROM_DISK = object()
 """Version token of the weights an engine read from its model folder."""
 
 
-def _engine_folder(model: Any, tokenizer: Any) -> tempfile.TemporaryDirectory[str]:
+def _engine_folder(model: Any, tokenizer: Any, prefix: str = "coevolve-vllm-") -> tempfile.TemporaryDirectory[str]:
     """A folder describing ``model`` to vLLM: its config, generation config and tokenizer, no
     weights (the engine starts with dummy weights and gets the real ones pushed from memory),
     so a model that was trained, wrapped (LoRA) or never saved needs no checkpoint."""
-    tmp = tempfile.TemporaryDirectory(prefix="coevolve-vllm-")
-    base = model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+    tmp = tempfile.TemporaryDirectory(prefix=prefix)
+    base = unwrap_peft(model)
     base.config.save_pretrained(tmp.name)
     gen = getattr(base, "generation_config", None)
     if gen is not None:
