@@ -65,6 +65,12 @@ def grader():
         ("Let me add 3 + 4 = 7. Then we need to", None),  # an unfinished output states no answer
         ("The area is $x = 3$ units.", "x = 3"),
         ("The answer is Evelyn.", "Evelyn"),
+        ("Answer: Evelyn", "Evelyn"),
+        ("no boxed answer here", None),  # a word after the bare noun "answer" is no answer
+        ("The answers are 1, 2.", "1, 2"),
+        ("I answered 3 questions. 25 - 14 = 11.", "11"),  # "answered" is no answer statement
+        ("**Answer:** 42", "42"),
+        ("The answer is: **42**.", "42"),
         ("The roots are 1, 2.", "1, 2"),
         ("So the result is [1, 3).", "[1, 3)"),
         ("<think>25 - 14 = 11", None),  # the reasoning never finished

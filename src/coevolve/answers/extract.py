@@ -36,7 +36,7 @@ A math span is a math environment (its content) or a run of numbers, operators, 
 commands and one-letter variables in the text ("25 - 14 = 11", "3x + 2", "\\frac{2}{5}"). A chain
 of numeric equalities reads as its last value ("25 - 14 = 11" -> "11", math-verify's last-equation
 rule); an equation with a variable (``x = 3``, ``2x + y = 5``) is kept whole for the grader. A
-span that is prose (``$? just about 1$``) is no answer.
+span that is a sentence (``$? just about 1$``) is no answer.
 """
 
 from __future__ import annotations
@@ -156,8 +156,8 @@ ANSWER_WORDS: tuple[str, ...] = (
     "उत्तर", "উত্তর", "ਜਵਾਬ", "જવાબ", "பதில்", "జవాబు", "คำตอบ", "回答", "答案",
 )
 _WORD_ALT = "|".join(re.escape(w) for w in sorted(ANSWER_WORDS, key=len, reverse=True))
-# (a) "final answer ... is" (math-verify: final answer.{0,100}?\s+is); (b) answer word + colon;
-# (c) any answer word. In alphabets written with spaces between words an answer word must start a
+# Anchors of answer statements: (a) "final answer ... is" (math-verify's final answer.{0,100}?\s+is,
+# within one sentence); (b) an answer word and a colon; (c) an answer word. In alphabets written with spaces between words an answer word must start a
 # word ("answer", not "ranswer"); in Chinese, Japanese and Arabic ("الإجابة") it need not.
 _SPACED = r"A-Za-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff"  # Latin, Greek, Cyrillic letters
 _WORD_START = rf"(?<![{_SPACED}])"
@@ -175,14 +175,18 @@ def _anchor_res(words: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str
             re.compile(rf"{_WORD_START}(?i:{alt}){_WORD_END}"))
 
 
-def _anchor_kinds(s: str) -> list[re.Pattern[str]]:
-    """The anchor patterns worth running on ``s``, strongest kind first."""
+def _anchor_kinds(s: str) -> list[tuple[re.Pattern[str], bool]]:
+    """The anchor patterns worth running on ``s``, strongest kind first, each with whether the
+    anchor itself says "is" / ":" (then a word alone after it is an answer)."""
     low = s.lower()
-    kinds = [_FINAL_RE] if "final" in low else []
+    kinds = [(_FINAL_RE, True)] if "final" in low else []
     words = tuple(w for w in ANSWER_WORDS if w in low)
     if words:
-        kinds.extend(_anchor_res(words))
+        colon, word = _anchor_res(words)
+        kinds += [(colon, True), (word, False)]
     return kinds
+
+
 ANCHOR_WINDOW = 50
 """Characters after an answer statement's anchor within which its math span must start (math-verify's ``.{0,50}?``)."""
 _MAX_X = 300  # a statement's X longer than this is not tried as a bare answer (bounds the cost per anchor)
@@ -193,6 +197,8 @@ _LEAD_RE = re.compile(
     r"(?![^\W\d_]))?[\s*:：=]*"
 )
 _CLAUSE_BREAK_RE = re.compile(r"[,;，；،、]")
+_SAID_RE = re.compile(r"[^\s*\-—]")  # the lead holds a copula, a colon or "="
+_MATHISH_RE = re.compile(r"[\d$\\]")  # a digit, a math delimiter or a LaTeX command
 
 # Math environments: $$..$$ and \[..\] over any lines; $..$ and \(..\) on one line. An opening $ is
 # not escaped and not right after a digit ("1,000.99$" is a price, as in math-verify).
@@ -219,7 +225,7 @@ _DIGIT_RE = re.compile(r"\d")
 _ALNUM_RE = re.compile(r"[^\W_]")
 _LONE_LETTER_RE = re.compile(r"^(?:[A-Za-z]\s+)+(?=[-\d$.(\\])")  # "a 5", "I 3": an article, not a variable
 _TRAILING_LETTER_RE = re.compile(r"(?<=[$€£¥₹%])\s+[A-Za-z]$")  # "2,74 $ a": a word after a price
-_PROSE_RE = re.compile(r"(?<![\\\w])[^\W\d_]{2,}\s+[^\W\d_]{2,}|[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\u0e00-\u0e7f]")
+_SENTENCE_RE = re.compile(r"(?<![\\\w])[^\W\d_]{2,}\s+[^\W\d_]{2,}|[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\u0e00-\u0e7f]")
 _TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mbox)\s*\{([^{}]*)\}")
 _EQ_SPLIT_RE = re.compile(r"(?<![<>!:=\\])=(?!=)")
 _LATEX_CMD_RE = re.compile(r"\\[A-Za-z]+")
@@ -250,7 +256,8 @@ class _Doc:
     """An answer section with its math environments and sentence ends, each found once.
 
     Every step is linear in the text's length (up to a log factor): each environment opener looks
-    up its closer by bisection, a statement's answer is read from at most ``_MAX_X`` characters.
+    up its closer by bisection, a statement's math span is looked for within ``ANCHOR_WINDOW``
+    characters of its anchor.
     """
 
     def __init__(self, s: str):
@@ -320,8 +327,9 @@ class _Doc:
             cur = env.end
             k += 1
 
-    def statement_answer(self, at: int) -> str | None:
-        """X of an answer statement whose anchor ends at ``at`` (module docstring, step 3).
+    def statement_answer(self, at: int, said: bool) -> str | None:
+        """X of an answer statement whose anchor ends at ``at`` (module docstring, step 3);
+        ``said``: the anchor ends in "is" or a colon.
 
         X is never cut short: an X longer than ``_MAX_X`` is not tried as a bare answer (it would
         be over the grader's length limit anyway) but its first math span is read whole -- cutting
@@ -332,9 +340,12 @@ class _Doc:
         x0 = lead.end() if lead else at
         if stop - x0 <= _MAX_X:
             rest = s[x0:stop].strip()
-            if rest and not _is_prose(rest) and _balanced(rest):
-                bare = _strip_delims(rest.strip("*")).rstrip(".,;:*").strip()
-                if _ALNUM_RE.search(bare):
+            if rest and not _is_sentence(rest) and _balanced(rest):
+                bare = _one_env_content(rest.strip("*")).rstrip(".,;:*").strip()
+                # a word alone is an answer only after "is" or a colon ("The answer is Evelyn"),
+                # not after the bare noun ("no boxed answer here")
+                said = said or (lead is not None and _SAID_RE.search(lead.group()) is not None)
+                if _ALNUM_RE.search(bare) and (said or _MATHISH_RE.search(rest)):
                     return _chain_value(bare)
         cut = _CLAUSE_BREAK_RE.search(s, at, at + ANCHOR_WINDOW)
         for span in self.spans(at, stop, cut.start() if cut else at + ANCHOR_WINDOW):
@@ -394,10 +405,10 @@ def _trim_run(s: str) -> str:
     return s[lo:hi]
 
 
-def _is_prose(s: str) -> bool:
-    """Two words in a row (not LaTeX commands, ``\\text{}`` contents unwrapped) or a script
+def _is_sentence(s: str) -> bool:
+    """Two words in a row (not LaTeX commands; ``\\text{}`` contents unwrapped) or a script
     written without spaces (CJK, Thai): a sentence, not an answer."""
-    return bool(_PROSE_RE.search(_TEXT_CMD_RE.sub(r" \1 ", s)))
+    return bool(_SENTENCE_RE.search(_TEXT_CMD_RE.sub(r" \1 ", s)))
 
 
 def _chain_value(s: str) -> str:
@@ -416,16 +427,17 @@ def _chain_value(s: str) -> str:
 
 
 def _span_answer(span: _Span) -> str | None:
-    """The answer a math span states, or None (prose, or nothing left)."""
+    """The answer a math span states, or None (a sentence, or nothing left)."""
     text = span.text.strip() if span.env else _trim_run(span.text)
-    if not text or _is_prose(text):
+    if not text or _is_sentence(text):
         return None
     text = _chain_value(text).strip().rstrip(".,;:").strip()
     return text or None
 
 
-def _strip_delims(s: str) -> str:
-    """``s`` without the math delimiters around it when it is one environment (``$5$`` -> ``5``)."""
+def _one_env_content(s: str) -> str:
+    """The content of ``s`` when ``s`` is exactly one math environment (``$5$`` -> ``5``; not
+    ``$1$ and $2$``), else ``s`` stripped."""
     s = s.strip()
     for a, b in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
         n = len(_DOLLAR_RE.findall(s)) if a[0] == "$" else s.count(a)
@@ -448,17 +460,17 @@ def answer_section(text: str) -> str | None:
     return text
 
 
-def read_unboxed(text: str) -> str | None:
+def _read_unboxed(text: str) -> str | None:
     """Final answer of an output without a box: answer statements, then the final sentence
     (module docstring, steps 2-5)."""
     s = answer_section(text)
     if s is None or not s.strip():
         return None
     doc = _Doc(s)
-    for kind in _anchor_kinds(s):
+    for kind, said in _anchor_kinds(s):
         found = [m for m in kind.finditer(s) if not doc.in_env(m.start())]
         for m in reversed(found):
-            ans = doc.statement_answer(m.end())
+            ans = doc.statement_answer(m.end(), said)
             if ans is not None:
                 return ans
     return doc.final_sentence_answer()
@@ -484,7 +496,7 @@ def extract_answer(text: str | None, fallback: bool = True) -> str | None:
         return None
     if has_box(text):
         return boxed_answer(text)
-    return read_unboxed(text) if fallback else None
+    return _read_unboxed(text) if fallback else None
 
 
 _BARE_WORDS = frozenset(UNIT_WORDS) | {"and", "or"}
@@ -494,7 +506,7 @@ def _is_bare(s: str) -> bool:
     """True when ``s`` reads as a bare answer rather than a sentence: one math environment, or text
     whose words (outside math, LaTeX commands and ``\\text{}``) are at most units, "and" / "or",
     or one word standing alone (``Evelyn``), with no answer word and no sentence end inside."""
-    if _strip_delims(s) != s:
+    if _one_env_content(s) != s:
         return True
     if _WORD_RE.search(s) or _SENT_END_RE.search(s.rstrip(". ")):
         return False
@@ -513,4 +525,4 @@ def answer_or_whole(text: str) -> str | None:
     if has_box(text):
         return boxed_answer(text)
     s = text.strip()
-    return s if _is_bare(s) else read_unboxed(s)
+    return s if _is_bare(s) else _read_unboxed(s)
