@@ -97,6 +97,14 @@ def test_extract_answer(text: str, expected: str | None) -> None:
     assert extract_answer(text) == expected
 
 
+def test_doctests() -> None:
+    import doctest
+
+    from coevolve.answers import extract
+
+    assert doctest.testmod(extract).failed == 0
+
+
 def test_extract_none_and_options() -> None:
     assert extract_answer("I computed it and then stopped") is None
     assert extract_answer("") is None and extract_answer(None) is None
