@@ -1,15 +1,20 @@
-"""Agreement and throughput of the answer grader.
+"""Agreement, extraction speed and throughput of the answer grader.
 
-Agreement: ``Grader.grade_pair`` against the (gold, pred, expected) regression set harvested from
-the test suites of math-verify, Hendrycks MATH ``is_equiv``, Qwen2.5-Math ``math_equal`` plus
-synthetic cases for the usual surface variants (``tests/data/grader_cases.jsonl``). Optionally the
-same set through plain math-verify with default settings, for comparison.
+Agreement: ``Grader.grade_pair`` against (gold, pred, expected) case sets, each printed on its own:
+``tests/data/grader_cases_published.jsonl`` (the published test cases of Math-Verify and
+lighteval, harvested by ``scripts/harvest_grader_cases.py``) and ``tests/data/grader_cases.jsonl``
+(Hendrycks MATH ``is_equiv``, Qwen2.5-Math ``math_equal`` and synthetic surface variants).
+Optionally the same sets through plain math-verify with default settings, for comparison.
+
+Extraction: microseconds per output of ``extract_answer`` (the reading behind reward, vote and
+evaluation) over the case sets' texts and over generated arithmetic outputs in the forms a small
+model writes (boxed, "The answer is X", a bare final sentence, a long unfinished one).
 
 Throughput: per-call cost of the cheap path (integer answers, as in the toy world), of a vote over
 16 integer answers, and of a math-verify worker call; and graded answers/s of ``grade_batch`` with
 one worker and with a ``GraderPool`` of N workers on the same answers (``--workers N``).
 
-Usage: ``PYTHONPATH=src python benchmarks/bench_grader.py [--cases PATH] [--misses] [--baseline] [--workers N]``
+Usage: ``PYTHONPATH=src python benchmarks/bench_grader.py [--cases PATH ...] [--misses] [--baseline] [--workers N]``
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import random
 import time
 from pathlib import Path
 
-from coevolve.answers import Grader, GraderPool
+from coevolve.answers import Grader, GraderPool, extract_answer
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 
 
 def load_cases(path: Path) -> list[dict]:
@@ -46,6 +53,7 @@ def agreement(grader: Grader, cases: list[dict], show_misses: bool) -> float:
     dt = time.perf_counter() - t0
     n_ok, n = sum(ok.values()), len(cases)
     print(f"agreement: {n_ok}/{n} = {100 * n_ok / n:.1f}%   ({dt:.1f}s, {1000 * dt / n:.1f} ms/case)")
+    print(f"  disagreeing ids: {sorted(c.get('id', '?') for c in misses)}")
     for src in sorted(tot):
         print(f"  {src:48s} {ok[src]:4d}/{tot[src]:<4d} {100 * ok[src] / tot[src]:6.1f}%")
     if show_misses:
@@ -67,6 +75,47 @@ def baseline(cases: list[dict]) -> float:
         n_ok += v == c["expected"]
     print(f"plain math-verify (defaults): {n_ok}/{len(cases)} = {100 * n_ok / len(cases):.1f}%")
     return n_ok / len(cases)
+
+
+def arithmetic_outputs(n: int, seed: int = 0) -> list[str]:
+    """Generated outputs of a small model on two-number arithmetic, in the forms it writes."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        op, val = rng.choice([("+", a + b), ("-", a - b), ("*", a * b)])
+        form = i % 5
+        if form == 0:
+            out.append(f"<think>{a} {op} {b} = {val}</think> The answer is \\boxed{{{val}}}.")
+        elif form == 1:
+            out.append(f"To find {a} {op} {b}, we compute it step by step. The answer is {val}.")
+        elif form == 2:
+            out.append(f"Sure! Let's compute: {a} {op} {b} = {val}.")
+        elif form == 3:
+            out.append(f"Réponse : {val}")
+        else:  # an unfinished long answer (the sampler's budget ran out)
+            steps = " ".join(f"Then {a + k} {op} {b} = {val + k}." for k in range(40))
+            out.append(f"Let me think about {a} {op} {b}. {steps} So the next step is")
+    return out
+
+
+def extraction(case_sets: list[list[dict]], rounds: int = 5) -> None:
+    """Microseconds per output of ``extract_answer`` (the fastest of ``rounds`` passes: the
+    machine is shared) on the cases' texts and on each form of the arithmetic outputs."""
+    texts = [t for cases in case_sets for c in cases for t in (c["gold"], c["pred"])]
+    arith = arithmetic_outputs(2000)
+    corpora = {"case texts": texts, "arithmetic outputs, all forms": arith}
+    for i, form in enumerate(("boxed", "'The answer is X.'", "bare final sentence", "'Réponse : X'", "unfinished")):
+        corpora[f"arithmetic outputs, {form}"] = arith[i::5]
+    for name, corpus in corpora.items():
+        best = float("inf")
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for t in corpus:
+                extract_answer(t)
+            best = min(best, (time.perf_counter() - t0) / len(corpus))
+        mean_len = sum(map(len, corpus)) / len(corpus)
+        print(f"extract_answer, {name} ({len(corpus)}, mean {mean_len:.0f} chars): {1e6 * best:.1f} us/output")
 
 
 def throughput(grader: Grader) -> None:
@@ -127,24 +176,30 @@ def pool_throughput(cases: list[dict], workers: list[int], repeat: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", type=Path, default=Path(__file__).resolve().parent.parent / "tests/data/grader_cases.jsonl")
+    ap.add_argument("--cases", type=Path, nargs="+",
+                    default=[DATA / "grader_cases_published.jsonl", DATA / "grader_cases.jsonl"])
     ap.add_argument("--misses", action="store_true", help="list the disagreeing cases")
     ap.add_argument("--baseline", action="store_true", help="also score plain math-verify")
     ap.add_argument("--workers", type=int, default=0, help="also time grade_batch with 1 and N workers")
     ap.add_argument("--repeat", type=int, default=2, help="passes over the cases for the pool timing")
     args = ap.parse_args()
-    cases = load_cases(args.cases)
+    case_sets = [load_cases(p) for p in args.cases]
     with Grader() as grader:
         t0 = time.perf_counter()
         grader.is_equiv("\\sqrt{4}", "2")  # start the worker outside the measurements
         print(f"worker start-up: {time.perf_counter() - t0:.2f}s")
-        agreement(grader, cases, args.misses)
+        for path, cases in zip(args.cases, case_sets):
+            print(f"== {path.name}")
+            agreement(grader, cases, args.misses)
+        extraction(case_sets)
         throughput(grader)
         print(f"stats: {grader.stats}")
     if args.baseline:
-        baseline(cases)
+        for path, cases in zip(args.cases, case_sets):
+            print(f"== {path.name}")
+            baseline(cases)
     if args.workers > 1:
-        pool_throughput(cases, [1, args.workers], args.repeat)
+        pool_throughput([c for cases in case_sets for c in cases], [1, args.workers], args.repeat)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from coevolve.answers import Grader, extract_answer, normalize
 from coevolve.answers.worker import verify_any
 from coevolve.errors import DataError
 
-CASES = Path(__file__).parent / "data" / "grader_cases.jsonl"
+DATA = Path(__file__).parent / "data"
 
 
 def hang_on_marker(pairs: list[tuple[str, str]], both_directions: bool) -> bool:
@@ -39,27 +40,86 @@ def grader():
         ("\\boxed{\\begin{pmatrix}1\\\\2\\end{pmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
         ("first \\boxed{41} then \\boxed{42}.", "42"),
         ("\\fbox{7}", "7"),
-        ("\\boxed{1} and \\fbox{2}", "2"),
+        ("\\boxed{1} and \\fbox{2}", "\\{1, 2\\}"),  # joined boxes are one answer: a set
+        ("\\[\\boxed{-2} \\quad \\text{and} \\quad \\boxed{1}.\\]", "\\{-2, 1\\}"),
+        ("\\boxed{1} papers and \\boxed{2} bins", "2"),  # words between: not joined
         ("the result is $\\boxed 5$.", "5"),
         ("\\boxed{\\{1,2\\}}", "\\{1,2\\}"),
-        ("good \\boxed{3} then truncated \\boxed{\\frac{1}{", "3"),
+        ("good \\boxed{3} then truncated \\boxed{\\frac{1}{", None),  # the last box decides, even unclosed
+        ("\\boxed{3+\\foo} so the answer is 3", "3+\\foo"),  # never another number instead of the box
+        ("\\boxed{5} ... \\boxed{}", None),
         ("Final Answer: The final answer is $28\\%$. I hope it is correct.", "28\\%"),
         ("blah. The answer is 5.", "5"),
         ("so the answer is $3.5$.", "3.5"),
         ("Answer: x = 3\nmore text", "x = 3"),
         ("<think>1+1</think>\\boxed{2}", "2"),
+        # no box: the way small models write on arithmetic
+        ("So, 25 - 14 = 11.", "11"),
+        ("25 - 14 = 11", "11"),
+        ("Sure! Let's compute: 61 - 48 = 13", "13"),
+        ("The answer is 12", "12"),
+        ("To find the answer, we subtract 14 from 25: 25 - 14 = 11.", "11"),  # "answer," is no statement
+        ("25 - 14 = 11.\n\nI hope this helps!", "11"),  # a closing remark is not the final sentence
+        ("The total is 25 - 14 = 11 apples, which is 11.", "11"),
+        ("First 3 + 4 = 7. Then 7 * 2 = 14.", "14"),  # the final sentence, not an intermediate value
+        ("Let me add 3 + 4 = 7. Then we need to", None),  # an unfinished output states no answer
+        ("The area is $x = 3$ units.", "x = 3"),
+        ("The answer is Evelyn.", "Evelyn"),
+        ("Answer: Evelyn", "Evelyn"),
+        ("no boxed answer here", None),  # a word after the bare noun "answer" is no answer
+        ("The answers are 1, 2.", "1, 2"),
+        ("I answered 3 questions. 25 - 14 = 11.", "11"),  # "answered" is no answer statement
+        ("**Answer:** 42", "42"),
+        ("The answer is: **42**.", "42"),
+        ("The roots are 1, 2.", "1, 2"),
+        ("So the result is [1, 3).", "[1, 3)"),
+        ("<think>25 - 14 = 11", None),  # the reasoning never finished
+        ("<think>hmm</think> so 7.", "7"),
+        ("It is 5. <|im_start|>user\nWhat is 2+2? <|im_start|>assistant 4", "5"),  # a hallucinated next turn
+        # math environments and the answer statement's X (math-verify's notation tests)
+        ("Answer $ \n 9 \n $", None),  # inline math stays on one line
+        ("Answer \\[ \n 9 \n \\]", "9"),  # display math may span lines
+        ("Answer \\( (9+1) \\)", "(9+1)"),
+        ("Final Answer: The volume of $ABCDEFGH$ is 120. I hope it is correct.", "120"),
+        ("how many $? just about 1$", None),  # prose inside math is no answer
+        # other languages (lighteval's multilingual cases)
+        ("Réponse : 12", "12"),
+        ("réponse est (35 + 70 = 105).", "105"),
+        ("Réponse: Janeth aura encore 220 $ à payer d'ici 12 mois.", "220 $"),
+        ("答案：每份应该是 (\\frac{2}{5}) 吨。", "(\\frac{2}{5})"),
+        ("因此，杰西开始慢跑前的体重是192公斤。 ", "192"),
+        ("لذا، ناتج العملية الحسابية 79 * 2 - 66 هو **92**.", "92"),
+        ("इसलिए, दुकान में अब 67 कमीजें हैं। ", "67"),
+        ("AZYUK2A", None),  # a digit inside a word is not a number
     ],
 )
-def test_extract_answer(text: str, expected: str) -> None:
+def test_extract_answer(text: str, expected: str | None) -> None:
     assert extract_answer(text) == expected
 
 
+def test_doctests() -> None:
+    import doctest
+
+    from coevolve.answers import extract
+
+    assert doctest.testmod(extract).failed == 0
+
+
 def test_extract_none_and_options() -> None:
-    assert extract_answer("I computed 3 and then 4") is None
-    assert extract_answer("") is None
+    assert extract_answer("I computed it and then stopped") is None
+    assert extract_answer("") is None and extract_answer(None) is None
     assert extract_answer("\\boxed{}") is None
-    assert extract_answer("I computed 3 and then 4", last_number=True) == "4"
-    assert extract_answer("The answer is 5.", fallback=False) is None
+    assert extract_answer("The answer is 5.", fallback=False) is None  # boxes only
+    assert extract_answer("so \\boxed{5}", fallback=False) == "5"
+
+
+def test_last_boxed_is_the_single_last_box() -> None:
+    """``last_boxed`` (letters and BBEH strings in evaluation) reads one box; the math answer joins."""
+    from coevolve.answers.extract import boxed_answer, last_boxed
+
+    assert last_boxed("\\boxed{A} and \\boxed{B}") == "B"
+    assert boxed_answer("\\boxed{A} and \\boxed{B}") == "\\{A, B\\}"
+    assert last_boxed("\\boxed{C} then \\boxed{") is None and boxed_answer("\\boxed{C} then \\boxed{") is None
 
 
 # ----------------------------------------------------------------------------- normalisation
@@ -132,10 +192,17 @@ def test_none_and_empty_are_not_equal(grader: Grader) -> None:
 
 
 def test_grade_pair_full_texts(grader: Grader) -> None:
+    """Each side is read as the reward reads an output: the box decides, free text otherwise."""
     long = "We get \\boxed{255} first. Final Answer: The final answer is $10,455$. I hope it is correct."
-    assert grader.grade_pair("$10455$", long)
+    assert not grader.grade_pair("$10455$", long)  # the box is the answer, not a sentence after it
+    assert grader.grade_pair("$255$", long)
+    assert grader.grade_pair("$10455$", "Final Answer: The final answer is $10,455$. I hope it is correct.")
     assert grader.grade_pair("$\\boxed{2-2p}$", "Thus $x-p=\\boxed{2-2p}$.")
     assert not grader.grade_pair("3", "Thus $x=\\boxed{4}$.")
+    assert grader.grade_pair("11", "So, 25 - 14 = 11.") and not grader.grade_pair("14", "So, 25 - 14 = 11.")
+    assert grader.grade_pair("$\\frac{2}{5}$", "答案：每份应该是 (\\frac{2}{5}) 吨。")
+    assert not grader.grade_pair("9", "Answer $ \n 9 \n $")  # no answer stated: never equal
+    assert grader.grade_pair("x = 3", "x=3") and grader.grade_pair("\\$5", "5 dollars")  # bare answers stay whole
 
 
 def test_hard_timeout_restarts_worker() -> None:
@@ -207,6 +274,64 @@ def test_vote_empty_and_all_none(grader: Grader) -> None:
     assert grader.vote([]).n == 0
 
 
+def test_vote_over_free_text_answers_counts_no_answer_as_disagreeing(grader: Grader) -> None:
+    """Answers read from free text vote like boxed ones; an output that states no answer (no
+    final sentence with a number, an unclosed box, unfinished reasoning) is in the denominator
+    and in no cluster, so it never makes a label look more certain."""
+    texts = [
+        "25 - 14 = 11.",
+        "The answer is 11",
+        "Sure! So the result is \\boxed{11}.",
+        "25 - 14 = 12.",
+        "Let me subtract. 25 - 14 = 11. Then we need to",  # unfinished: no answer
+        "<think>25 - 14 = 11",  # reasoning never finished: no answer
+        "\\boxed{11} wait \\boxed{",  # the last box never closes: no answer
+        "I am not sure.",
+    ]
+    answers = [extract_answer(t) for t in texts]
+    assert answers == ["11", "11", "11", "12", None, None, None, None]
+    v = grader.vote(answers)
+    assert v.label == "11" and v.n == 8 and v.sizes == [3, 1]
+    assert v.p1 == pytest.approx(3 / 8) and v.cluster_of[4:] == [-1, -1, -1, -1]
+
+
+def test_reward_vote_and_evaluation_read_alike(grader: Grader) -> None:
+    """The solver reward (loop), the verl reward, the vote's extraction and evaluation's math
+    grader all read an output through ``extract_answer``: same verdicts on every form."""
+    import coevolve.verl.reward as verl_reward
+    from coevolve.eval.benchmarks import get, grader_for
+    from coevolve.loop import labelled_reward
+    from coevolve.types import Completion, Task
+
+    rows = [
+        ("11", "So, 25 - 14 = 11.", True),
+        ("11", "The answer is 11", True),
+        ("12", "Réponse : 12", True),
+        ("11", "<think>25 - 14 = 11</think> \\boxed{11}", True),
+        ("11", "\\boxed{3+\\foo} so the answer is 11", False),  # the box decides, and does not parse
+        ("11", "\\boxed{11} then \\boxed{", False),
+        ("11", "First 25 - 14 = 11. Then we need to", False),
+        ("7", "First 3 + 4 = 7. Then 7 * 2 = 14.", False),
+    ]
+    golds, texts, expected = zip(*rows)
+    assert grader.grade_batch(list(golds), list(texts)) == list(expected)
+    tasks = [Task(id=str(i), question="q", answer=g) for i, g in enumerate(golds)]
+    comps = [[Completion(text=t, token_ids=[], prompt_ids=[])] for t in texts]
+    rewards, _ = labelled_reward(1.0, grader)(0, tasks, comps)  # alpha = 1: the reward is the verdict
+    assert [r[0] for r in rewards] == [float(e) for e in expected]
+    eval_grade, eval_extract = grader_for(get("math500"), grader)
+    assert [eval_grade(g, t) for g, t in zip(golds, texts)] == list(expected)
+    assert [eval_extract(t) for t in texts] == [extract_answer(t) for t in texts]
+    try:
+        spec = {"reward": {"kind": "solver", "alpha": 1.0}}
+        scores = [verl_reward.compute_score("math", t, g, extra_info=spec) for g, t in zip(golds, texts)]
+        assert [bool(x["acc"]) for x in scores] == list(expected)
+    finally:
+        if verl_reward._GRADER is not None:  # noqa: SLF001 - the reward worker's grader is per process
+            verl_reward._GRADER.close()  # noqa: SLF001
+            verl_reward._GRADER = None  # noqa: SLF001
+
+
 def test_vote_integers_stay_off_the_worker() -> None:
     g = Grader()
     v = g.vote([str(i % 5) for i in range(32)] + [None])
@@ -255,13 +380,56 @@ def test_module_level_functions() -> None:
     answers.close_default_grader()
 
 
-# ----------------------------------------------------------------------------- regression set
-def test_regression_set_agreement(grader: Grader) -> None:
-    cases = [json.loads(line) for line in CASES.read_text(encoding="utf-8").splitlines() if line.strip()]
-    assert len(cases) >= 300
-    assert all({"gold", "pred", "expected", "source"} <= set(c) for c in cases)
-    agree = sum(grader.grade_pair(c["gold"], c["pred"]) == c["expected"] for c in cases)
-    assert agree / len(cases) >= 0.95
+# ----------------------------------------------------------------------------- regression sets
+# The cases each set disagrees on, pinned: a change that fixes one case and breaks another fails
+# here, and a fixed case must be removed from its list. Why each one disagrees (docs/errors.md):
+PINNED_DISAGREEMENTS = {
+    "grader_cases_published.jsonl": [
+        # a Minerva "final answer is X. I hope it is correct" after the last box: the box decides
+        "Math-Verify/tests/test_all.py::test_math_extraction_additional_cases[17]",
+        # boxes joined by "++++++" / "for part (a) and" / "papers and" / equations: not one answer
+        "Math-Verify/tests/test_boxed.py::test_boxed[0]",
+        "Math-Verify/tests/test_open_thoughts.py::test_open_thoughts[14]",
+        "Math-Verify/tests/test_open_thoughts.py::test_open_thoughts[24]",
+        "Math-Verify/tests/test_open_thoughts.py::test_open_thoughts[27]",
+        # a bare list of numbers is ordered (Hendrycks / PRM800K): "a=4, -8, -10" is not "-10, -8, 4"
+        "Math-Verify/tests/test_numina_cases.py::test_numina_cases[23]",
+        # a box that never closes is no answer
+        "Math-Verify/tests/test_numina_cases.py::test_numina_cases[24]",
+        # math-verify reads 1 - 1/e and 1 + 1/e as equal; we do not
+        "Math-Verify/tests/test_yujianll.py::test_string_extraction[9]",
+        # lighteval's gold reading of "p = 5, q = 2 \\quad \\text{and} \\quad p = 7, q = 2"
+        "lighteval/tests/unit/metrics/test_extractive_match.py::test_math_numina_cases[26]",
+        # prose inside $..$ ("$? just about 1$") is no answer
+        "lighteval/tests/unit/metrics/test_extractive_match.py::test_multilingual_extraction_math_latex_numbers[1]",
+    ],
+    "grader_cases.jsonl": [],
+}
+
+
+def load_cases(name: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("name", sorted(PINNED_DISAGREEMENTS))
+def test_regression_set_agreement(grader: Grader, name: str) -> None:
+    """Agreement with published grader test cases (Math-Verify, lighteval: harvested by
+    scripts/harvest_grader_cases.py) and our own set (Hendrycks MATH, Qwen2.5-Math, synthetic):
+    at least 96 %, and exactly the pinned cases disagree."""
+    cases = load_cases(name)
+    assert len(cases) >= 200
+    assert all({"id", "gold", "pred", "expected", "source"} <= set(c) for c in cases)
+    assert len({c["id"] for c in cases}) == len(cases)
+    misses = sorted(c["id"] for c in cases if grader.grade_pair(c["gold"], c["pred"]) != c["expected"])
+    assert misses == sorted(PINNED_DISAGREEMENTS[name])
+    assert 1 - len(misses) / len(cases) >= 0.96
+
+
+def test_published_cases_are_attributed() -> None:
+    """Every published case names its repository, commit, file and licence."""
+    for c in load_cases("grader_cases_published.jsonl"):
+        assert re.fullmatch(r"huggingface/(Math-Verify|lighteval)@[0-9a-f]{40}:tests/\S+\.py::\w+", c["source"]), c["id"]
+        assert c["licence"] in ("Apache-2.0", "MIT") and isinstance(c["expected"], bool)
 
 
 def test_grading_pool_gives_the_same_results_as_one_grader() -> None:
@@ -368,18 +536,20 @@ def test_exprgen_relation_is_exact() -> None:
     assert {p.family for p in pairs} >= {"near_miss", "expr_vs_expr", "value_vs_expr", "long_sum", "interval"}
 
 
-def test_property_no_false_equal_on_random_pairs() -> None:
+@pytest.mark.parametrize("form", ["boxed", "statement", "sentence"])
+def test_property_no_false_equal_on_random_pairs(form: str) -> None:
     """Seeded subset of scripts/grader_property.py (the full >= 10,000-pair run is there): random
-    non-equal pairs with an exactly known relation are never graded equal on the reward path."""
-    from coevolve.answers.exprgen import generate
+    non-equal pairs with an exactly known relation are never graded equal on the reward path,
+    whether the output boxes its answer, states it ("The answer is $x$.") or ends on it."""
+    from coevolve.answers.exprgen import OUTPUT_FORMS, generate
 
-    pairs = generate(300, 60, seed=11)
+    pairs = generate(200, 40, seed=11)
     with Grader(timeout=10.0) as g:
-        verdicts = g.grade_batch([p.gold for p in pairs], [f"so \\boxed{{{p.pred}}}" for p in pairs])
+        verdicts = g.grade_batch([p.gold for p in pairs], [OUTPUT_FORMS[form].format(p.pred) for p in pairs])
     false_equal = [p for p, v in zip(pairs, verdicts) if v and not p.equal]
     assert false_equal == []
     # the equal side is graded too (a grader that always says "not equal" must fail this test)
-    assert sum(v for p, v in zip(pairs, verdicts) if p.equal) >= 0.8 * 60
+    assert sum(v for p, v in zip(pairs, verdicts) if p.equal) >= 0.8 * 40
 
 
 def test_decimals_are_compared_exactly_not_in_floating_point(grader: Grader) -> None:
@@ -404,6 +574,14 @@ def test_decimals_are_compared_exactly_not_in_floating_point(grader: Grader) -> 
         ("\\boxed " * 20_000 + "\\boxed 7", "7"),
         ("x\x00\x1b[31m" * 10_000 + "\\boxed{\x00 3}", "\x00 3"),
         ("{" * 50_000 + "\\boxed{2}", "2"),
+        # free text: statements whose answer is far away, math openers never closed, brackets
+        ("answer: ( " * 20_000, None),
+        ("the answer is " * 20_000 + "1+" * 50_000 + "1", "1" + "+1" * 50_000),  # read whole, never cut
+        ("\\(" * 50_000 + "\n\\)", None),
+        ("(" * 50_000 + "1", "1"),
+        ("$" * 50_000, None),
+        ("Thanks! " * 30_000, None),
+        ("1. " * 50_000 + "So 2.", "2"),
     ],
 )
 def test_extraction_is_linear_on_adversarial_outputs(text: str, expected: str | None) -> None:

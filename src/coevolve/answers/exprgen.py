@@ -187,6 +187,15 @@ def make_pair(rng: random.Random, want_equal: bool) -> ExprPair:
     return ExprPair(f.tex, e.tex, f.value == e.value, "expr_vs_expr")
 
 
+OUTPUT_FORMS: dict[str, str] = {
+    "boxed": "so the result is \\boxed{{{}}}",
+    "statement": "The answer is ${}$.",
+    "sentence": "We work it out step by step. So the result is {}.",
+}
+"""How a generated model output states its answer (``form.format(pred)``): in a box, in an answer
+statement, or as the final sentence in plain text -- the three readings of ``extract_answer``."""
+
+
 def generate(n_unequal: int, n_equal: int, seed: int) -> list[ExprPair]:
     """``n_unequal`` non-equal and ``n_equal`` equal pairs (shuffled), deterministic in ``seed``."""
     rng = random.Random(seed)

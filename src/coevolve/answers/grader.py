@@ -18,9 +18,14 @@ Decision order for ``is_equiv(gold, pred)``:
    equal to ``1``). Two numbers of which one is written with a decimal are decided exactly, by the
    rounding rule of step 1 (``worker._decimal_verdict``), not in 15-digit floating point.
 
+``grade(gold, completion)`` applies this to the answer ``extract.extract_answer`` reads from the
+completion (the box decides; without one, an answer statement or the final sentence): the solver
+reward, the vote, evaluation and the verl reward all grade through it. ``grade_pair`` reads each
+side the same way, unless the side is a bare answer (``extract.answer_or_whole``).
+
 Never a false "equal": ``scripts/grader_property.py`` grades >= 10,000 random non-equal pairs with
-an exactly known relation (``answers/exprgen.py``) and counts false "equal" (must be 0) and the
-false-"not equal" rate.
+an exactly known relation (``answers/exprgen.py``), boxed and written as free text, and counts
+false "equal" (must be 0) and the false-"not equal" rate.
 """
 
 from __future__ import annotations
@@ -143,14 +148,6 @@ def over_limit(text: str) -> str | None:
     return None
 
 _PROSE_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}|\$|\\\(|\\\[")
-
-
-_WORDS_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}")
-
-
-def _has_words(s: str) -> bool:
-    """True for text with two consecutive words (not LaTeX commands): a sentence, not an expression."""
-    return bool(_WORDS_RE.search(s))
 
 
 def _is_prose(s: str) -> bool:
@@ -348,22 +345,17 @@ class Grader:
             pairs.append(norm)
         return pairs
 
-    def _equiv(self, gold: str, pred: str, timeout: float | None, both_directions: bool,
-               extra_pairs: list[tuple[str, str]] | None = None,
-               a: Canon | None = None, b: Canon | None = None) -> bool:
-        return self._decide(gold, pred, timeout, both_directions, extra_pairs, a, b)[0]
-
-    def _decide(
+    def _equiv(
         self,
         gold: str,
         pred: str,
         timeout: float | None,
         both_directions: bool,
-        extra_pairs: list[tuple[str, str]] | None = None,
         a: Canon | None = None,
         b: Canon | None = None,
-    ) -> tuple[bool, bool]:
-        """(verdict, whether math-verify was asked)."""
+    ) -> bool:
+        """The decision order of the module docstring, on two answers (``a``/``b``: their canon
+        forms when the caller has them)."""
         self.stats.calls += 1
         fault_point("grade")
         a = canon(gold) if a is None else a
@@ -371,13 +363,12 @@ class Grader:
         verdict = self._cheap(a, b)
         if verdict is not None:
             self.stats.cheap_hits += 1
-            return verdict, False
+            return verdict
         if over_limit(a.text) or over_limit(b.text):
             self.stats.too_long += 1
-            return False, False
-        pairs = self._mv_pairs(gold, pred, a, b) + [p for p in (extra_pairs or []) if p]
-        result = self._request((pairs, both_directions), self.timeout if timeout is None else timeout)
-        return bool(result), True
+            return False
+        pairs = self._mv_pairs(gold, pred, a, b)
+        return bool(self._request((pairs, both_directions), self.timeout if timeout is None else timeout))
 
     def is_equiv(self, gold: str | None, pred: str | None, timeout: float | None = None) -> bool:
         """True when ``pred`` is mathematically equal to ``gold`` (gold first: math-verify is asymmetric)."""
@@ -398,29 +389,14 @@ class Grader:
     def grade_pair(self, gold: str, pred: str, timeout: float | None = None) -> bool:
         """Compare two strings that may each be a whole model output or a bare answer.
 
-        Each side is reduced to its last box when it has one (else kept whole); if that does not
-        show equality, math-verify also sees the two full texts (its own extractor handles
-        "the answer is 5" sentences and multi-box answers).
+        Each side is read once by ``extract.answer_or_whole``: its last box when it has one, the
+        whole string when it is a bare answer (``x = 3``, ``\\$5``), else the free-text reading
+        that rewards and votes use (``extract_answer``). A side that states no answer is "not
+        equal"; two answers are compared by ``is_equiv``.
         """
         if not gold.strip() or not pred.strip():
             return False
-        g, p = answer_or_whole(gold), answer_or_whole(pred)
-        if (g, p) == (gold.strip(), pred.strip()):
-            # No box on either side. A sentence is also read unwrapped, where math-verify's anchors
-            # find "1,000.99" in "the number is 1,000.99€" (wrapped in $..$ the whole sentence is
-            # one LaTeX expression that does not parse). Never a bare expression: unwrapped, its
-            # plain-expression reader takes the last number ("5x - 7y + 4 = 0" reads as 0).
-            texts = [(g, p)] if _has_words(g) or _has_words(p) else None
-            return self._equiv(g, p, timeout, both_directions=False, extra_pairs=texts)
-        verdict, asked = self._decide(g, p, timeout, False, [(gold, pred)])
-        if verdict:
-            return True
-        # The last box is not always the final answer ("... \\boxed{255} ... The final answer is
-        # $10,455$. I hope it is correct."): let math-verify's anchors read the full texts.
-        if not asked and not over_limit(canon(g).text) and not over_limit(canon(p).text):
-            result = self._request(([(gold, pred)], False), self.timeout if timeout is None else timeout)
-            return bool(result)
-        return False
+        return self.is_equiv(answer_or_whole(gold), answer_or_whole(pred), timeout)
 
     # ------------------------------------------------------------------ voting
     def vote(self, answers: list[str | None], timeout: float | None = None) -> Vote:

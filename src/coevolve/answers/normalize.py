@@ -17,6 +17,9 @@ _PLAIN_INT_RE = re.compile(r"-?\d+")
 _WRAPPER_RE = re.compile(
     r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mathsf|mbox|operatorname|boldsymbol|bm)\s*\{"
 )
+_UNICODE_OPS = str.maketrans({"−": "-", "·": "\\cdot ", "×": "\\times ", "÷": "\\div "})
+_NEG_SPACE_RE = re.compile(r"\\!")
+_BRACED_COMMA_RE = re.compile(r"\{\s*,\s*\}")  # "14{,}916", "14 {, }916": a thousands comma
 _SPACING_RE = re.compile(r"\\[,;:! ]|\\quad|\\qquad|~|\\displaystyle|\\limits")
 _LEFT_RIGHT_RE = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])\s*")
 _FRAC_VARIANT_RE = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
@@ -29,14 +32,16 @@ _PERCENT_RE = re.compile(r"\\%|%|\\percent")
 _DOLLAR_RE = re.compile(r"\\\$|\$|€|£|¥")
 _THOUSANDS_RE = re.compile(r"(?<![\d.])([1-9]\d{0,2})((?:,\d{3})+)(?![\d])")
 _ASSIGN_RE = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*=\s*(?=[^=])")
-_UNIT_WORDS = (
+UNIT_WORDS: tuple[str, ...] = tuple((
     "dollars|dollar|cents|cent|units|unit|degrees|degree|percent|pct|meters|meter|metres|cm|mm|km|"
     "kg|mg|inches|inch|feet|foot|ft|miles|mile|hours|hour|minutes|minute|seconds|second|days|day|"
     "years|year|square|sq|cubic|people|students|ways|points|marbles|apples|cookies|cups|pounds|lbs|"
     "grams|gram|liters|litres|liter|mph|m|s|g|h"
-)
+).split("|"))
+"""Unit words an answer may carry after its number (``5 dollars``, ``12 cm``): dropped by
+``normalize``, and not a sign of a sentence to the pair grader."""
 _TRAILING_UNIT_RE = re.compile(
-    r"^([-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:/\d+)?)\s*(?:(?:" + _UNIT_WORDS + r")(?:\^?\{?[23]\}?|²|³)?\s*)+\.?$",
+    r"^([-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:/\d+)?)\s*(?:(?:" + "|".join(UNIT_WORDS) + r")(?:\^?\{?[23]\}?|²|³)?\s*)+\.?$",
     re.IGNORECASE,
 )
 _NUM_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d{1,3})?")
@@ -92,10 +97,11 @@ def _canon(ans: str) -> tuple[str, bool]:
     s = ans.strip()
     if _PLAIN_INT_RE.fullmatch(s):
         return s.lstrip("+") if not s.startswith("-0") else s, False
-    s = _strip_delimiters(s)
+    s = _strip_delimiters(s).translate(_UNICODE_OPS)
     s = s.replace("\\\\", "\\") if re.search(r"\\\\[a-zA-Z]", s) else s  # doubled-escape dumps
     s = _unwrap_commands(s)
-    s = s.replace("{,}", ",").replace("\\{", "\x01").replace("\\}", "\x02")
+    s = _BRACED_COMMA_RE.sub(",", s).replace("\\{", "\x01").replace("\\}", "\x02")
+    s = _NEG_SPACE_RE.sub("", s)  # "16,\\!386" is one number: a negative space joins, it does not separate
     s = _SPACING_RE.sub(" ", s)
     s = _LEFT_RIGHT_RE.sub("", s)
     s = _FRAC_VARIANT_RE.sub(r"\\frac", s)

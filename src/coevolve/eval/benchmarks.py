@@ -5,8 +5,9 @@ OlympiadBench, AIME24, AIME25; general = MMLU-Pro, SuperGPQA, GPQA-Diamond, BBEH
 numbers are only comparable when every run uses the same prompt, the same answer extraction and
 the same metric. Three answer styles exist:
 
-* ``math``  – the last ``\\boxed{}`` is compared to the gold answer by the run's grader
-  (``coevolve.answers``: symbolic/numeric equivalence);
+* ``math``  – the final answer, read as rewards and votes read it (``coevolve.answers.extract_answer``:
+  the last ``\\boxed{}``, else an answer statement or the final sentence), is compared to the gold
+  answer by the run's grader (symbolic/numeric equivalence);
 * ``mc``    – multiple choice: the option letter from ``\\boxed{}`` or from "answer is (C)" /
   "Answer: C"; when no letter can be found the item is WRONG (never a random guess, unlike some
   official scripts, so that a model that stops answering cannot score 1/N by luck);
