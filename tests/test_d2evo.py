@@ -17,7 +17,6 @@ import pytest
 import torch
 
 from coevolve.config import load_config
-from coevolve.config.base import dump_yaml
 from coevolve.errors import ConfigError
 from coevolve.run import Phase, Run
 
@@ -37,11 +36,11 @@ TINY = [  # one round, minimal sizes: each ablation run takes a few seconds
 
 
 def _run(tmp: Path, name: str, overrides: list[str]) -> tuple[dict, Run]:
-    from coevolve.recipes import d2evo
+    from coevolve.recipes import execute
 
     cfg = load_config("d2evo", SMOKE, overrides)
-    run = Run.create(tmp / name, dump_yaml(cfg), "d2evo")
-    return d2evo.run(cfg, run), run
+    summary = execute(cfg, tmp / name)
+    return summary, Run.open(tmp / name)
 
 
 # The smoke run doubles as the uninterrupted reference of the kill -9 test (same config, same

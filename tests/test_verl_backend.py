@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from coevolve.config import dump_yaml, load_config
+from coevolve.config import load_config
 from coevolve.errors import ConfigError
 from coevolve.run import Run
 from coevolve.types import Task
@@ -199,11 +199,11 @@ def test_reward_module_equals_coevolve_rewards():
 
 
 def _grpo(tmp: Path, cache: list[str], extra: list[str]):
-    from coevolve.recipes import grpo
+    from coevolve.recipes import execute
 
     cfg = load_config("grpo", None, TINY + standin(cache) + extra)
-    run = Run.create(tmp / "run", dump_yaml(cfg), "grpo")
-    return grpo.run(cfg, run), run
+    summary = execute(cfg, tmp / "run")
+    return summary, Run.open(tmp / "run")
 
 
 def test_whole_phase_against_the_standin(tmp_path, cache, monkeypatch):
@@ -276,13 +276,13 @@ def test_diagevo_solver_phase_on_the_standin_feeds_the_diagnosis(tmp_path, cache
     """DiagEvo with a frozen challenger: the solver phase runs on (stand-in) verl with the ±1
     match reward, and its per-question records (responses, matches) reach optimisation.jsonl,
     which the diagnosis reads."""
-    from coevolve.recipes import diagevo
+    from coevolve.recipes import execute
     smoke = Path(__file__).resolve().parents[1] / "configs" / "diagevo_smoke.yaml"
     cfg = load_config("diagevo", smoke, ["rounds=1", "memory.embedder=hash", "eval.heldout_size=8", "eval.samples=0",
                                          "pool.size=16", "solver.steps=1", "challenger_frozen=true",
                                          "run.progress=false", *standin(cache)])
-    run = Run.create(tmp_path / "run", dump_yaml(cfg), "diagevo")
-    diagevo.run(cfg, run)
+    execute(cfg, tmp_path / "run")
+    run = Run.open(tmp_path / "run")
     rows = run.read_jsonl("round_01/solver_rollouts.jsonl")
     opt = run.read_jsonl("round_01/optimisation.jsonl")
     if not rows:  # the tiny base kept no question: nothing to train (the phase says so)
@@ -492,13 +492,13 @@ def test_d2evo_smoke_on_the_standin_trains_the_questioner(tmp_path, cache):
     """D²Evo with backend=verl (stand-in main_ppo): the questioner phase is rewarded in the
     trainer's reward workers by the frozen solver folder the phase exported, and its rollouts,
     audit records and metrics reach the run folder as with the local backend."""
-    from coevolve.recipes import d2evo
+    from coevolve.recipes import execute
 
     smoke = Path(__file__).resolve().parents[1] / "configs" / "d2evo_smoke.yaml"
     cfg = load_config("d2evo", smoke, ["rounds=1", "eval.heldout_size=8", "eval.samples=0", "solver.steps=1",
                                        "backend.verl.keep_workdir=true", *standin(cache)])
-    run = Run.create(tmp_path / "run", dump_yaml(cfg), "d2evo")
-    d2evo.run(cfg, run)
+    execute(cfg, tmp_path / "run")
+    run = Run.open(tmp_path / "run")
     recs = {r.key: r for r in run.state.records()}
     q = recs["01/questioner"]
     if q.values.get("skipped"):

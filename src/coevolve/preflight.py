@@ -44,6 +44,7 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
     """Settings that cannot produce a meaningful run, each naming the field to change: an eval
     budget far below the benchmarks' typical solution length, and (real models) training answer
     or question budgets that would cut most outputs."""
+    from coevolve.config import recipe_of
     from coevolve.eval.benchmarks import resolve_benches
 
     out = []
@@ -59,13 +60,14 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
         if cfg.sampling.max_new_tokens < MIN_REAL_ANSWER_TOKENS:
             out.append(f"sampling.max_new_tokens={cfg.sampling.max_new_tokens}: a real model's answers need "
                        f">= {MIN_REAL_ANSWER_TOKENS} tokens (the real presets use 4096)")
-        for name in ("questioner", "challenger"):
-            phase = getattr(cfg, name, None)
-            cap = getattr(phase, "max_new_tokens", None)
-            if cap is not None and cap < MIN_REAL_QUESTION_TOKENS:
-                out.append(f"{name}.max_new_tokens={cap}: a real model needs >= {MIN_REAL_QUESTION_TOKENS} tokens "
-                           "to write a question")
-        if cfg.data.source == "toy" and cfg.recipe in ("grpo", "d2evo"):
+        recipe = recipe_of(cfg.recipe)
+        for step, _, work in recipe.work(cfg, toy=False):  # the writers' phases, as the recipe declares them
+            tr = work.train
+            cap = getattr(getattr(cfg, tr.section), "max_new_tokens", None) if tr is not None else None
+            if tr is not None and tr.prompt == "question" and cap is not None and cap < MIN_REAL_QUESTION_TOKENS:
+                out.append(f"{tr.section}.max_new_tokens={cap}: a real model needs >= {MIN_REAL_QUESTION_TOKENS} "
+                           "tokens to write a question")
+        if cfg.data.source == "toy" and recipe.needs_labels:
             out.append(f"data.source: the {cfg.recipe} recipe on a real model needs labelled questions; give a JSONL / "
                        "JSONL.gz file (e.g. data.source=.../math_train12k/train.jsonl.gz)")
     return out

@@ -77,7 +77,7 @@ def _learner_fixes(plan: Plan, lcfg: LearnerConfig, tr: Train, resident: float) 
         if not lcfg.lora and _fits_learner(plan, lcfg, tr, other, lora=True, **least):
             fixes.append("learner.lora=true (configs/real/lora_8b.yaml)")
     if not fixes:
-        fixes.append(f"a smaller model or a lower {tr.role if tr.role != 'solver' else 'sampling'}.max_new_tokens: even "
+        fixes.append(f"a smaller model or a lower {tr.section}.max_new_tokens: even "
                      "one capped row per micro-batch with LoRA does not fit")
     return fixes
 

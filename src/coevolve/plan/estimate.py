@@ -108,9 +108,8 @@ def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_l
         trainer = w.train.role if w.train is not None else None
         resident = 0.0
         for name, rm in roles.items():
-            # recipes park a second role's weights in CPU memory for the solver's phases
-            # (counted resident elsewhere, e.g. in round 1 before the first parking)
-            if not (idle_offload and name != "solver" and w.name in ("solver", "memory")):
+            # the run loop parks every role but the solver that a phase does not use (``uses``)
+            if not (idle_offload and name != "solver" and name not in w.uses):
                 resident += rm.weights
             if name == trainer or not idle_offload:
                 resident += rm.state  # idle roles' masters / optimizer state wait in CPU memory (Role.offload)

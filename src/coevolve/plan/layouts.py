@@ -327,7 +327,7 @@ def layout_plan(plan: "Plan", cfg: Any, lay: Layout, works: list[PhaseWork]) -> 
             train_s = e.train_seconds
         out.phases.append(LayoutPhase(w.name, gpus, gen_s, train_s, over_s))
     out.assumptions = _layout_assumptions(lay)
-    writers = [w.name for w in works if on_verl_phase(w) and w.name in ("questioner", "challenger")]
+    writers = [w.name for w in works if on_verl_phase(w) and w.train is not None and w.train.kind == "question"]
     if writers:
         out.assumptions.append(f"(not counted) phase {', '.join(writers)}: rewards ask the frozen solver served by "
                                "`vllm serve` (backend.verl.solver_url), its weights and KV cache on a GPU outside this "

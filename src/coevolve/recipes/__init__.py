@@ -1,5 +1,7 @@
-"""One readable file per recipe (``grpo``, ``d2evo``, ``diagevo``) over shared building blocks
-(``common``), and ``execute``: how every entry point (the CLI, the ablation scripts) runs one."""
+"""One readable file per recipe (``grpo``, ``d2evo``, ``diagevo``), each declaring its phases once
+(``declare.Recipe``), over shared building blocks (``common``: the run loop derived from the
+declaration, the evaluation phase, the summary), and ``execute``: how every entry point (the
+CLI, the ablation scripts) runs one."""
 
 from __future__ import annotations
 
@@ -22,14 +24,14 @@ class RunWriteError(RunStateError):
 
 
 def check_plan(cfg: RecipeConfig, run: Any, force: bool = False) -> None:
-    """Compare the phases the recipe goes through now (``plan(cfg)``) with those saved in
+    """Compare the phases the recipe goes through now (``Recipe.phase_list(cfg)``) with those saved in
     state.json when the run was made; refuse a resume that would not reproduce the run that was
     started (phases added, removed or reordered, listed) unless ``force``. Runs saved without a
     plan are checked against their finished phases, which must be a prefix of the plan. The
     current plan is saved either way."""
-    from coevolve.config import recipe_plan
+    from coevolve.config import recipe_of
 
-    plan = [p.key for p in recipe_plan(cfg.recipe)(cfg)]
+    plan = [p.key for p in recipe_of(cfg.recipe).phase_list(cfg)]
     saved = run.state.data.get("plan")
     done = [r.key for r in run.state.records()]
     if saved is None:
@@ -79,7 +81,8 @@ def write_errors(path: Path) -> Iterator[None]:
 
 
 def _execute_locked(cfg: RecipeConfig, path: Path, skip_finished: bool, force: bool) -> dict[str, Any]:
-    from coevolve.config import dump_yaml, recipe_runner
+    from coevolve.config import dump_yaml, recipe_of
+    from coevolve.recipes.common import run_recipe
     from coevolve.run import STATE_FILE, SUMMARY_FILE, Run
 
     if (path / STATE_FILE).is_file():
@@ -90,14 +93,14 @@ def _execute_locked(cfg: RecipeConfig, path: Path, skip_finished: bool, force: b
     else:
         run = Run.create(path, dump_yaml(cfg), cfg.recipe)
     check_plan(cfg, run, force)
-    runner = recipe_runner(cfg.recipe)
+    recipe = recipe_of(cfg.recipe)
     if cfg.run.threads:
         import torch
 
         torch.set_num_threads(cfg.run.threads)
     run.state.set_status("running")
     try:
-        summary = runner(cfg, run)
+        summary = run_recipe(recipe, cfg, run)
     except KeyboardInterrupt:
         with contextlib.suppress(OSError):
             run.state.set_status("interrupted")

@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coevolve.answers import make_grader
 from coevolve.config.base import RecipeConfig
 from coevolve.engine import HFSampler, freeze_sampler, load_model, load_tokenizer, make_sampler
+from coevolve.eval.benchmarks import resolve_benches
 from coevolve.eval.suite import evaluate_suite
 from coevolve.loop import ParkedSampler, Role, TrainResult, grpo_train, sampling_params
 from coevolve.prompts import StopKind
+from coevolve.recipes.declare import Recipe, Rollouts, Step, Work
 from coevolve.rl.learner import OPTIM_FILE, Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.run.compute import MeteredSampler, cumulative, unmetered
@@ -145,12 +148,12 @@ def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader) -> Setup:
     return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base)
 
 
-def phase_eval(s: Setup, solver: Role, phase: Phase) -> PhaseRecord:
+def phase_eval(p: Any, phase: Phase) -> PhaseRecord:
     """Held-out accuracy of the solver (every recipe's evaluation, base and after rounds): the
     configured benchmarks, or the world's, through the one evaluation driver; per-item records
     and ``results.json`` in ``<phase folder>/eval/``. The same eval seed every time, so sampled
-    accuracy compares identical draws."""
-    e = s.cfg.eval
+    accuracy compares identical draws. ``p``: a recipe's parts (its ``s`` and ``solver``)."""
+    s, solver, e = p.s, p.solver, p.s.cfg.eval
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         res = evaluate_suite(
@@ -169,9 +172,60 @@ def phase_eval(s: Setup, solver: Role, phase: Phase) -> PhaseRecord:
     return s.run.phase(phase, fn)
 
 
-def eval_due(cfg: RecipeConfig, t: int, rounds: int) -> bool:
-    """Evaluate after round ``t``? Every round, or only the last with ``eval.every_round=false``."""
-    return cfg.eval.every_round or t == rounds
+def eval_due(cfg: RecipeConfig, phase: Phase) -> bool:
+    """Evaluate after round ``phase.round``? Every round, or only the last with
+    ``eval.every_round=false``."""
+    return cfg.eval.every_round or phase.round == int(getattr(cfg, "rounds", 1))
+
+
+def eval_work(cfg: RecipeConfig, toy: bool) -> Work:
+    """An evaluation's answers: per benchmark its items (``eval.heldout_size`` for the toy
+    held-out set, ``Benchmark.items`` otherwise; at most ``eval.limit``) x (1 greedy +
+    ``eval.samples``), in one sampler call."""
+    e = cfg.eval
+    benches = resolve_benches(e.benches or (["toy"] if toy else ["math7"]))
+    rows = 0
+    for b in benches:
+        n = e.heldout_size if b.kind == "toy" else b.items
+        if e.limit is not None:
+            n = min(n, e.limit)
+        k = b.default_samples if e.samples == -1 else max(0, e.samples)
+        rows += n * (1 + k)
+    return Work((Rollouts("solver", "benchmark answers", rows, max(1, rows), 1, "answer", e.max_new_tokens),),
+                note=", ".join(b.name for b in benches))
+
+
+BASE_EVAL = Step("eval", phase_eval, stage="base", work=eval_work)
+"""The evaluation of the base model every recipe starts with."""
+ROUND_EVAL = Step("eval", phase_eval, when=eval_due, work=eval_work)
+"""The evaluation after a round (every round, or only the last: ``eval_due``)."""
+
+
+def run_recipe(recipe: Recipe, cfg: RecipeConfig, run: Run) -> dict[str, Any]:
+    """The run loop of every recipe, derived from its declaration: the run's parts and roles,
+    then every phase of ``recipe.schedule(cfg)`` in order (a finished phase is skipped by
+    ``Run.phase``; before an unfinished one, the roles it does not use are parked:
+    ``place_roles``), then the summary and the report."""
+    with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
+        s = setup(cfg, run, grader)
+        roles = {name: s.role(name) for name in recipe.roles(cfg)}
+        parts = recipe.build(s, roles)
+        for phase, step in recipe.schedule(cfg):
+            if not run.done(phase):
+                place_roles(roles, step.uses)
+            step.run(parts, phase)
+        return finish(s, recipe.summary(parts) if recipe.summary is not None else None)
+
+
+def place_roles(roles: dict[str, Role], uses: tuple[str, ...]) -> None:
+    """Before a phase: the roles it ``uses`` back on their device, every other role but the
+    solver parked in CPU memory (weights too: it will not even sample until a phase uses it).
+    Acts only on a GPU with ``learner.offload_when_idle`` (``Role.offload`` / ``onload``)."""
+    for name, role in roles.items():
+        if name in uses:
+            role.onload()
+        elif name != "solver":
+            role.offload(weights=True)
 
 
 def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -1,32 +1,34 @@
 """Recipe ``d2evo``: D²Evo, dual difficulty-aware self-evolution (ICML 2026, arXiv 2605.17037).
 
-Every round t = 1..T, each a resumable phase (``coevolve.run``) with artefacts in ``round_NN/``:
+The paper's four steps of round t = 1..T, as resumable phases (``coevolve.run``) with
+artefacts in ``round_NN/``, declared once in ``RECIPE`` (end of file):
 
-1. ``difficulty`` — the frozen current solver samples N answers per candidate real question
+1. difficulty estimation and anchor mining, two phases:
+   ``difficulty`` — the frozen current solver samples N answers per candidate real question
    (``difficulty.jsonl``: correct count, pass rate, difficulty per question; with
    ``difficulty.estimator=adaptive`` fewer for questions decided early, each row's ``n`` says how
    many — docs/difficulty.md);
-2. ``anchors`` — keep low <= pass rate <= high (or a random draw of the same size: ablation);
-3. ``questioner`` — GRPO of the questioner on anchor prompts, reward format gate × plateau
+   ``anchors`` — keep low <= pass rate <= high (or a random draw of the same size: ablation);
+2. ``questioner`` — GRPO of the questioner on anchor prompts, reward format gate × plateau
    r_diff(x) (or R-Zero's), x = agreement of N_v frozen-solver answers
    (``questioner_generated.jsonl``: every generated question with its x and reward);
-4. ``buffer`` — the updated questioner writes a pool; majority-vote pseudo-labels; keep x in the
-   band; optional label verifier; union with the anchors (``candidates.jsonl``, ``pool.jsonl``,
-   ``buffer.jsonl``);
-5. ``solver`` — GRPO on the buffer with α·acc + (1-α)·format;
-6. ``eval`` — held-out accuracy.
+3. ``buffer`` — the updated questioner writes candidate questions; majority-vote pseudo-labels;
+   keep x in the band; optional label verifier; union with the anchors (``candidates.jsonl``,
+   ``pool.jsonl``, ``buffer.jsonl``);
+4. ``solver`` — GRPO on the buffer with α·acc + (1-α)·format;
 
-Each phase reads its inputs from the previous phases' files (also in an uninterrupted run), so a
-resumed run follows exactly the same path as one that was never killed. ``final/difficulty``
-re-measures the pool with the final solver, for the last histogram.
+then ``eval`` (held-out accuracy; also ``base/eval`` before round 1). Each phase reads its inputs
+from the previous phases' files (also in an uninterrupted run), so a resumed run follows exactly
+the same path as one that was never killed. ``final/difficulty`` re-measures the candidate pool
+with the final solver, for the last histogram.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
-from coevolve.answers import make_grader
 from coevolve.config.d2evo import D2EvoConfig
 from coevolve.curriculum import (
     LabelVerifier,
@@ -46,10 +48,39 @@ from coevolve.curriculum import (
 from coevolve.curriculum.proposals import WriterBatch
 from coevolve.engine import load_sampler
 from coevolve.loop import Observed, RewardFn, Role, labelled_reward
-from coevolve.recipes.common import Setup, eval_due, finish, phase_eval, setup
-from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
+from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
+from coevolve.recipes.declare import FROZEN_SOLVER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
+from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, derive_seed
 from coevolve.types import Completion, Sampler, Task
 from coevolve.verl.parquet import RewardSpec
+
+
+POOL_ROWS_IF_UNKNOWN = 12000
+"""``difficulty.pool_size=None`` means every dataset row: the cost model assumes math_train12k's size."""
+
+
+@dataclass
+class D2Evo:
+    """What the phases share: the run's Setup, the solver, the questioner (the solver itself with
+    shared weights; None in the 'w/o Questioner' ablation) and the fixed candidate pool."""
+
+    s: Setup
+    solver: Role
+    questioner: Role | None
+    pool: list[Task]
+
+
+def build(s: Setup, roles: dict[str, Role]) -> D2Evo:
+    q, solver = s.cfg.questioner, roles["solver"]
+    questioner = roles.get("questioner", solver) if q.enabled else None
+    pool = s.world.pool(random.Random(derive_seed(s.cfg.run.seed, "pool")), s.cfg.difficulty.pool_size)
+    return D2Evo(s, solver, questioner, pool)
+
+
+def roles(cfg: D2EvoConfig) -> tuple[str, ...]:
+    """The solver, and a questioner of its own in the 'w/o share weight' ablation."""
+    q = cfg.questioner
+    return ("solver", "questioner") if q.enabled and not q.share_weights else ("solver",)
 
 
 def _anchors(s: Setup, t: int) -> list[PassRecord]:
@@ -66,10 +97,12 @@ def _previous_difficulty(s: Setup, phase: Phase) -> dict[str, PassRecord]:
     return {r.task_id: r for r in map(PassRecord.from_dict, rows)}
 
 
-def phase_difficulty(s: Setup, solver: Role, pool: list[Task], phase: Phase) -> PhaseRecord:
-    """Step 1: N samples per candidate question from the frozen current solver (no update);
-    with ``difficulty.estimator=adaptive`` in stages, each question stopping once its band
-    membership is decided (optionally with last round's counts as prior, ``difficulty.carry``)."""
+def phase_difficulty(p: D2Evo, phase: Phase) -> PhaseRecord:
+    """Step 1, difficulty estimation: N samples per candidate question from the frozen current
+    solver (no update); with ``difficulty.estimator=adaptive`` in stages, each question stopping
+    once its band membership is decided (optionally with last round's counts as prior,
+    ``difficulty.carry``)."""
+    s, solver, pool = p.s, p.solver, p.pool
     cfg, d = s.cfg, s.cfg.difficulty
 
     def fn(ctx: PhaseContext) -> PhaseResult:
@@ -106,10 +139,10 @@ def phase_difficulty(s: Setup, solver: Role, pool: list[Task], phase: Phase) -> 
     return s.run.phase(phase, fn)
 
 
-def phase_anchors(s: Setup, t: int) -> PhaseRecord:
-    """Step 2: anchors D_real^mid = the pool's questions in the band (or a random draw of the
-    same size: ablation 'w/ random anchor data')."""
-    d = s.cfg.difficulty
+def phase_anchors(p: D2Evo, phase: Phase) -> PhaseRecord:
+    """Step 1, anchor mining: anchors D_real^mid = the pool's questions in the band (or a random
+    draw of the same size: ablation 'w/ random anchor data')."""
+    s, t, d = p.s, phase.round, p.s.cfg.difficulty
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         rng = random.Random(ctx.seed)
@@ -133,7 +166,7 @@ def phase_anchors(s: Setup, t: int) -> PhaseRecord:
             ctx.say("[anchors] warning: no anchors this round: the questioner is skipped and the buffer holds nothing real")
         return PhaseResult(values)
 
-    return s.run.phase(Phase("anchors", t), fn)
+    return s.run.phase(phase, fn)
 
 
 def questioner_reward(s: Setup, scorer: Sampler, seed: int) -> RewardFn:
@@ -165,8 +198,10 @@ def questioner_audit(step: int, tasks: list[Task], comps: list[list[Completion]]
     return Observed({**wb.metrics(), "copies": copies}, records, wb.rollouts)
 
 
-def phase_questioner(s: Setup, solver: Role, questioner: Role, t: int) -> PhaseRecord:
+def phase_questioner(p: D2Evo, phase: Phase) -> PhaseRecord:
     """Step 2: questioner GRPO on anchor prompts (anchor question, answer, difficulty)."""
+    s, solver, questioner, t = p.s, p.solver, p.questioner, phase.round
+    assert questioner is not None  # scheduled only with questioner.enabled
     cfg, q, prompter = s.cfg, s.cfg.questioner, s.world.prompter
 
     def fn(ctx: PhaseContext) -> PhaseResult:
@@ -195,7 +230,7 @@ def phase_questioner(s: Setup, solver: Role, questioner: Role, t: int) -> PhaseR
                 f"in band {values['in_band']}")
         return PhaseResult(values, res.rollouts + res.reward_rollouts, s.save(questioner, f"r{t:02d}q"), res.problem)
 
-    return s.run.phase(Phase("questioner", t), fn)
+    return s.run.phase(phase, fn)
 
 
 def _verifier(s: Setup, solver: Role) -> LabelVerifier:
@@ -208,9 +243,10 @@ def _verifier(s: Setup, solver: Role) -> LabelVerifier:
                          max_new_tokens=b.judge_max_new_tokens)
 
 
-def phase_buffer(s: Setup, solver: Role, questioner: Role | None, t: int) -> PhaseRecord:
+def phase_buffer(p: D2Evo, phase: Phase) -> PhaseRecord:
     """Step 3: the updated questioner writes questions from anchors; vote, band filter, optional
     verifier (``propose_questions``); D_hybrid = anchors ∪ kept generated questions."""
+    s, solver, questioner, t = p.s, p.solver, p.questioner, phase.round
     cfg, b, prompter = s.cfg, s.cfg.buffer, s.world.prompter
 
     def fn(ctx: PhaseContext) -> PhaseResult:
@@ -244,12 +280,13 @@ def phase_buffer(s: Setup, solver: Role, questioner: Role | None, t: int) -> Pha
                 f"pseudo-label acc {stats.get('oracle_acc_kept')})")
         return PhaseResult(values, rollouts)
 
-    return s.run.phase(Phase("buffer", t), fn)
+    return s.run.phase(phase, fn)
 
 
-def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
+def phase_solver(p: D2Evo, phase: Phase) -> PhaseRecord:
     """Step 4: solver GRPO on the hybrid buffer, α·acc + (1-α)·format (label = real answer for
     anchors, pseudo-label for generated questions)."""
+    s, solver, t = p.s, p.solver, phase.round
     cfg, sp = s.cfg, s.cfg.solver
 
     def fn(ctx: PhaseContext) -> PhaseResult:
@@ -270,42 +307,56 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
         return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "updates": res.updates,
                             "buffer": len(buffer)}, res.rollouts, s.save(solver, f"r{t:02d}"), res.problem)
 
-    return s.run.phase(Phase("solver", t), fn)
+    return s.run.phase(phase, fn)
 
 
-def plan(cfg: D2EvoConfig) -> list[Phase]:
-    """The phases ``run`` goes through, in order (kept in state.json; a resume refuses a change)."""
-    phases = [Phase.base("eval")]
-    for t in range(1, cfg.rounds + 1):
-        names = ["difficulty", "anchors", *(["questioner"] if cfg.questioner.enabled else []), "buffer", "solver",
-                 *(["eval"] if eval_due(cfg, t, cfg.rounds) else [])]
-        phases += [Phase(n, t) for n in names]
-    return phases + ([Phase.final("difficulty")] if cfg.difficulty.measure_final else [])
+# -------------------------------------------------------------------------------------- work
+def difficulty_work(cfg: D2EvoConfig, toy: bool) -> Work:
+    d, s = cfg.difficulty, cfg.sampling
+    pool = d.pool_size or cfg.data.limit or POOL_ROWS_IF_UNKNOWN
+    return Work((Rollouts("solver", f"{d.samples} answers x {pool} pool questions", pool * d.samples, s.batch_prompts,
+                          d.samples, "answer", s.max_new_tokens),))
 
 
-def run(cfg: D2EvoConfig, run: Run) -> dict[str, Any]:
-    """Base eval, then ``cfg.rounds`` rounds of difficulty -> anchors -> questioner -> buffer ->
-    solver -> eval, then the final difficulty histogram."""
-    with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
-        s = setup(cfg, run, grader)
-        solver = s.role("solver")
-        questioner = None
-        if cfg.questioner.enabled:
-            questioner = solver if cfg.questioner.share_weights else s.role("questioner")
-        pool = s.world.pool(random.Random(derive_seed(cfg.run.seed, "pool")), cfg.difficulty.pool_size)
-        phase_eval(s, solver, Phase.base("eval"))
-        for t in range(1, cfg.rounds + 1):
-            phase_difficulty(s, solver, pool, Phase("difficulty", t))
-            phase_anchors(s, t)
-            if questioner is not None:
-                questioner.onload()  # a separate questioner's weights were parked after the last buffer phase
-                phase_questioner(s, solver, questioner, t)
-            phase_buffer(s, solver, questioner, t)
-            if questioner is not None and questioner is not solver:
-                questioner.offload(weights=True)  # idle until the next round: the GPU is the solver's
-            phase_solver(s, solver, t)
-            if eval_due(cfg, t, cfg.rounds):
-                phase_eval(s, solver, Phase("eval", t))
-        if cfg.difficulty.measure_final:
-            phase_difficulty(s, solver, pool, Phase.final("difficulty"))
-        return finish(s)
+def _writer_role(cfg: D2EvoConfig) -> str:
+    return "solver" if cfg.questioner.share_weights else "questioner"
+
+
+def questioner_work(cfg: D2EvoConfig, toy: bool) -> Work:
+    q = cfg.questioner
+    scorer = FROZEN_SOLVER if q.share_weights and q.frozen_scorer else "solver"
+    return train_work(_writer_role(cfg), "questioner", q, cfg.sampling, "question", "questions",
+                      scored_by(scorer, q, cfg.sampling, q.reward.solver_samples))
+
+
+def buffer_work(cfg: D2EvoConfig, toy: bool) -> Work:
+    q, b, s = cfg.questioner, cfg.buffer, cfg.sampling
+    if not (q.enabled and b.synthesis and b.generate > 0):
+        return Work()
+    return Work((Rollouts(_writer_role(cfg), "questions", b.generate, s.batch_prompts, 1, "question", phase_cap(q, s)),
+                 Rollouts("solver", f"{b.voting.samples} votes per question", b.generate * b.voting.samples,
+                          s.batch_prompts, b.voting.samples, "answer", s.max_new_tokens)))
+
+
+def solver_work(cfg: D2EvoConfig, toy: bool) -> Work:
+    return train_work("solver", "solver", cfg.solver, cfg.sampling, "answer", "answers")
+
+
+RECIPE = Recipe(
+    "d2evo",
+    roles=roles,
+    build=build,
+    needs_labels=True,
+    steps=(
+        BASE_EVAL,
+        Step("difficulty", phase_difficulty, work=difficulty_work),
+        Step("anchors", phase_anchors),
+        Step("questioner", phase_questioner, when=lambda cfg, ph: cfg.questioner.enabled, uses=("questioner",),
+             work=questioner_work),
+        Step("buffer", phase_buffer, uses=("questioner",), work=buffer_work),
+        Step("solver", phase_solver, work=solver_work),
+        ROUND_EVAL,
+        Step("difficulty", phase_difficulty, stage="final", when=lambda cfg, ph: cfg.difficulty.measure_final,
+             work=difficulty_work),
+    ),
+)

@@ -3,7 +3,8 @@ Label-free: no labelled data enters training; labels exist only for evaluation a
 world has an oracle (the toy world), for measuring pseudo-label accuracy and target hits.
 
 Two separate models, one frozen while the other trains: the challenger writes questions, the
-solver answers them. Every round t = 1..rounds runs five resumable phases (``coevolve.run``):
+solver answers them. Every round t = 1..rounds runs the paper's four stages and an evaluation as
+resumable phases (``coevolve.run``), declared once in ``RECIPE`` (end of file):
 
 1. ``TT/challenger`` — plans from the memory of round t-1 (explore with prob ε, else an Active
    cause e ~ p(e) = f(e)/F_t, stitched with a Mastered sibling); the frozen solver answers every
@@ -25,11 +26,11 @@ from __future__ import annotations
 
 import functools
 import random
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from coevolve.answers import make_grader
 from coevolve.config.diagevo import DiagEvoConfig
 from coevolve.curriculum import label_questions, parse_yes_no, propose_questions, score_writer_batch
 from coevolve.curriculum.proposals import WriterBatch
@@ -39,7 +40,8 @@ from coevolve.memory.cli import MEMORY_FILE
 from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, clip_middle
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
 from coevolve.memory.store import ErrorMemory
-from coevolve.recipes.common import Setup, eval_due, finish, phase_eval, setup
+from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
+from coevolve.recipes.declare import Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
 from coevolve.rewards import signed_match_rewards
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.errors import RunStateError
@@ -154,8 +156,24 @@ def challenger_audit(s: Setup, mem: ErrorMemory) -> Callable[[int, list[Task], l
     return audit
 
 
-def phase_challenger(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseRecord:
+@dataclass
+class DiagEvo:
+    """What the phases share: the run's Setup, the solver, the challenger and the diagnosis
+    model (built on first use)."""
+
+    s: Setup
+    solver: Role
+    challenger: Role
+    diag: Diagnosis
+
+
+def build(s: Setup, roles: dict[str, Role]) -> DiagEvo:
+    return DiagEvo(s, roles["solver"], roles["challenger"], Diagnosis(s, roles["solver"]))
+
+
+def phase_challenger(p: DiagEvo, phase: Phase) -> PhaseRecord:
     """Stage 1: challenger GRPO against the frozen solver (skipped when challenger.frozen)."""
+    s, challenger, solver, t = p.s, p.challenger, p.solver, phase.round
     cfg, ch = s.cfg, s.cfg.challenger
 
     def fn(ctx: PhaseContext) -> PhaseResult:
@@ -186,12 +204,13 @@ def phase_challenger(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseR
                 + (f", target hit {values['target_hit_rate']:.2f}" if hits else ""))
         return PhaseResult(values, res.rollouts + res.reward_rollouts, s.save(challenger, f"r{t:02d}"), res.problem)
 
-    return s.run.phase(Phase("challenger", t), fn)
+    return s.run.phase(phase, fn)
 
 
-def phase_pool(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseRecord:
+def phase_pool(p: DiagEvo, phase: Phase) -> PhaseRecord:
     """Stage 2: the challenger writes the candidate pool from memory plans; N construction
     answers vote ŷ, p1, p2; the dual-confidence filter keeps the training set."""
+    s, challenger, solver, t = p.s, p.challenger, p.solver, phase.round
     cfg, pc = s.cfg, s.cfg.pool
 
     def fn(ctx: PhaseContext) -> PhaseResult:
@@ -222,7 +241,7 @@ def phase_pool(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseRecord:
                 + "/".join(_fmt(values[f"oracle_acc_{m}"]) for m in ("none", "absolute", "dual")))
         return PhaseResult(values, pool.rollouts)
 
-    return s.run.phase(Phase("pool", t), fn)
+    return s.run.phase(phase, fn)
 
 
 def match_reward(grader: AnswerGrader) -> RewardFn:
@@ -251,8 +270,9 @@ def match_reward(grader: AnswerGrader) -> RewardFn:
     return reward
 
 
-def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
+def phase_solver(p: DiagEvo, phase: Phase) -> PhaseRecord:
     """Stage 3: solver GRPO on the kept questions in shuffled passes (reward ±1 for ŷ)."""
+    s, solver, t = p.s, p.solver, phase.round
     cfg, sc = s.cfg, s.cfg.solver
 
     def fn(ctx: PhaseContext) -> PhaseResult:
@@ -278,7 +298,7 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
         return PhaseResult({"reward_mean": round(res.reward_mean, 4), "questions_trained": len(first), "updates": res.updates},
                            res.rollouts, s.save(solver, f"r{t:02d}"), res.problem)
 
-    return s.run.phase(Phase("solver", t), fn)
+    return s.run.phase(phase, fn)
 
 
 def remeasure_targeted(s: Setup, solver: Role, ctx: PhaseContext, pool_rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -308,8 +328,9 @@ def _promotion_stats(rows: list[dict[str, Any]], remeasured: dict[str, float] | 
     return out
 
 
-def phase_memory(s: Setup, solver: Role, diag: Diagnosis, t: int) -> PhaseRecord:
+def phase_memory(p: DiagEvo, phase: Phase) -> PhaseRecord:
     """Stage 4: diagnose (r-, r+) pairs, file causes, promote, merge; save ``memory.json``."""
+    s, solver, diag, t = p.s, p.solver, p.diag, phase.round
     cfg, m = s.cfg, s.cfg.memory
 
     def fn(ctx: PhaseContext) -> PhaseResult:
@@ -345,37 +366,71 @@ def phase_memory(s: Setup, solver: Role, diag: Diagnosis, t: int) -> PhaseRecord
         return PhaseResult({**stats, "promoted_ids": ",".join(res.promoted), "reactivated_ids": ",".join(res.reactivated)},
                            rollouts)
 
-    return s.run.phase(Phase("memory", t), fn)
+    return s.run.phase(phase, fn)
 
 
-def plan(cfg: DiagEvoConfig) -> list[Phase]:
-    """The phases ``run`` goes through, in order (kept in state.json; a resume refuses a change)."""
-    phases = [Phase.base("eval")]
-    for t in range(1, cfg.rounds + 1):
-        phases += [Phase(n, t) for n in ("challenger", "pool", "solver", "memory",
-                                          *(["eval"] if eval_due(cfg, t, cfg.rounds) else []))]
-    return phases
+def final_memory(p: DiagEvo) -> dict[str, Any]:
+    """The memory after the last round, copied to the run folder's ``memory.json``, and its
+    figures for summary.json."""
+    cfg = p.s.cfg
+    final = load_memory(p.s.run, cfg.rounds)
+    p.s.run.write_json("memory.json", final.to_dict())
+    return {"memory": final.stats(cfg.memory.k)}
 
 
-def run(cfg: DiagEvoConfig, run: Run) -> dict[str, Any]:
-    """Base eval, then ``cfg.rounds`` rounds of challenger -> pool -> solver -> memory -> eval."""
-    with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
-        s = setup(cfg, run, grader)
-        solver, challenger = s.role("solver"), s.role("challenger")
-        diag = Diagnosis(s, solver)
-        phase_eval(s, solver, Phase.base("eval"))
-        for t in range(1, cfg.rounds + 1):
-            challenger.onload()  # writes questions in stages 1-2 (parked in CPU memory since the last round)
-            phase_challenger(s, challenger, solver, t)
-            phase_pool(s, challenger, solver, t)
-            challenger.offload(weights=True)  # idle until the next round: the GPU is the solver's
-            phase_solver(s, solver, t)
-            phase_memory(s, solver, diag, t)
-            if eval_due(cfg, t, cfg.rounds):
-                phase_eval(s, solver, Phase("eval", t))
-        final = load_memory(run, cfg.rounds)
-        run.write_json("memory.json", final.to_dict())
-        return finish(s, {"memory": final.stats(cfg.memory.k)})
+# -------------------------------------------------------------------------------------- work
+KEPT_FRACTION = 0.3
+"""The cost model's assumed share of the candidate pool that passes the dual filter (it drives
+the diagnoses)."""
 
 
-__all__ = ["run", "plan", "load_memory"]
+def challenger_work(cfg: DiagEvoConfig, toy: bool) -> Work:
+    ch = cfg.challenger
+    if ch.frozen:
+        return Work()
+    return train_work("challenger", "challenger", ch, cfg.sampling, "question", "questions",
+                      scored_by("solver", ch, cfg.sampling, ch.reward.solver_samples))
+
+
+def pool_work(cfg: DiagEvoConfig, toy: bool) -> Work:
+    pc, s = cfg.pool, cfg.sampling
+    return Work((Rollouts("challenger", "candidate questions", pc.size, s.batch_prompts, 1, "question",
+                          phase_cap(cfg.challenger, s)),
+                 Rollouts("solver", f"{pc.voting.samples} construction answers", pc.size * pc.voting.samples,
+                          s.batch_prompts, pc.voting.samples, "answer", s.max_new_tokens)))
+
+
+def solver_work(cfg: DiagEvoConfig, toy: bool) -> Work:
+    return train_work("solver", "solver", cfg.solver, cfg.sampling, "answer", "answers")
+
+
+def memory_work(cfg: DiagEvoConfig, toy: bool) -> Work:
+    mem, dg, pc, s = cfg.memory, cfg.diagnoser, cfg.pool, cfg.sampling
+    if not mem.enabled:
+        return Work()
+    kept = max(1, int(pc.size * KEPT_FRACTION))
+    llm = dg.kind == "llm" or (dg.kind == "auto" and not toy)
+    gens = [Rollouts("solver", "diagnoses", kept, s.batch_prompts, 1, "diagnosis", dg.max_new_tokens)] if llm else []
+    if mem.promotion_p1 == "updated":
+        gens.append(Rollouts("solver", "promotion re-measure", kept * pc.voting.samples, s.batch_prompts,
+                             pc.voting.samples, "answer", s.max_new_tokens))
+    return Work(tuple(gens), note=f"~{kept} kept questions assumed ({KEPT_FRACTION:.0%} of the pool)")
+
+
+RECIPE = Recipe(
+    "diagevo",
+    roles=lambda cfg: ("solver", "challenger"),
+    build=build,
+    summary=final_memory,
+    steps=(
+        BASE_EVAL,
+        Step("challenger", phase_challenger, uses=("challenger",), work=challenger_work),
+        Step("pool", phase_pool, uses=("challenger",), work=pool_work),
+        Step("solver", phase_solver, work=solver_work),
+        Step("memory", phase_memory, work=memory_work),
+        ROUND_EVAL,
+    ),
+)
+
+
+__all__ = ["RECIPE", "load_memory"]
