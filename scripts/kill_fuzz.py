@@ -173,7 +173,7 @@ def reference(recipe: str, args: list[str], out: Path) -> tuple[Path, dict[str, 
 def fuzz(recipe: str, args: list[str], out: Path, kills: int, rng: random.Random) -> RecipeReport:
     t0 = time.time()
     ref, calls, ref_s, setup_s = reference(recipe, args, out)
-    plan = _state(ref).get("plan") or [p["key"] for p in _state(ref)["phases"]]
+    plan = _state(ref).get("phase_list") or [p["key"] for p in _state(ref)["phases"]]
     rep = RecipeReport(recipe, args, round(ref_s, 1), calls)
     sites = sorted(s for s, n in calls.items() if n > 0)
     victim: Path | None = None

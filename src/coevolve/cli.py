@@ -34,7 +34,7 @@ def _execute(cfg, run_dir: Path, resumed: bool, force: bool = False) -> None:
     say(f"{'resuming' if resumed else 'running'} {cfg.recipe} in {run_dir}")
     t0 = time.time()
     try:
-        summary = execute(cfg, run_dir, force=force)
+        summary = execute(cfg, run_dir, new=not resumed, force=force)
     except KeyboardInterrupt:
         _err(f"interrupted; the run folder is resumable: coevolve resume {run_dir}")
         raise typer.Exit(130)
@@ -59,20 +59,16 @@ def run(
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run folder (default runs/<recipe>-<time>)"),
 ) -> None:
     """Run a recipe (the toy world by default: no model or data needed)."""
-    from coevolve.config import dump_yaml, load_config
+    from coevolve.config import load_config
     from coevolve.preflight import preflight
-    from coevolve.recipes import write_errors
-    from coevolve.run import Run, default_run_path
-    from coevolve.run.lock import check_run_dir, run_lock
+    from coevolve.run import default_run_path
+    from coevolve.run.lock import check_run_dir
 
     cfg = load_config(recipe, config, overrides or [])
     path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
     check_run_dir(path)
-    preflight(cfg)
-    with run_lock(path, create=True):  # held until the run ends: one writer per run folder
-        with write_errors(path):
-            Run.create(path, dump_yaml(cfg), cfg.recipe)
-        _execute(cfg, path, resumed=False)
+    preflight(cfg)  # before the folder exists: a refused run leaves nothing behind
+    _execute(cfg, path, resumed=False)  # opens the folder once: lock, create, bind (recipes.open_run)
 
 
 @app.command()
@@ -85,23 +81,18 @@ def resume(
     """Continue a run from its last completed phase (exactly as if never interrupted)."""
     from coevolve.config import load_saved_config
     from coevolve.errors import ConfigError
-    from coevolve.recipes import write_errors
-    from coevolve.run import CONFIG_FILE, STATE_FILE, Run, say
-    from coevolve.run.lock import check_run_dir, run_lock
+    from coevolve.run import CONFIG_FILE, read_recipe, say
+    from coevolve.run.lock import check_run_dir
 
     check_run_dir(run_dir)
-    if not (run_dir / STATE_FILE).is_file():  # before the lock, which would leave run.lock in any folder
-        Run.open(run_dir)  # raises its 'not a coevolve run folder' error
+    recipe = read_recipe(run_dir)  # read only: the folder is opened (locked, reopened) once, by execute
     bad = [o for o in (overrides or []) if not o.startswith("run.")]
     if bad:
         raise ConfigError(f"resume accepts only run.* overrides (the recipe must not change): {bad}")
-    with run_lock(run_dir):  # before Run.open, which already writes (cuts an unfinished phase's metrics)
-        with write_errors(run_dir):
-            run = Run.open(run_dir)
-        cfg, dropped = load_saved_config(run.state.recipe, run_dir / CONFIG_FILE, overrides or [], force)
-        if dropped:
-            say(f"--force: dropped from the saved config (now this version's defaults): {', '.join(dropped)}")
-        _execute(cfg, run_dir, resumed=True, force=force)
+    cfg, dropped = load_saved_config(recipe, run_dir / CONFIG_FILE, overrides or [], force)
+    if dropped:
+        say(f"--force: dropped from the saved config (now this version's defaults): {', '.join(dropped)}")
+    _execute(cfg, run_dir, resumed=True, force=force)
 
 
 @app.command("eval")

@@ -17,11 +17,10 @@ from coevolve.eval.suite import evaluate_suite
 from coevolve.loop import ParkedSampler, Role, TrainResult, grpo_train, sampling_params
 from coevolve.prompts import StopKind
 from coevolve.recipes.declare import Recipe, Rollouts, Step, Work
-from coevolve.rl.learner import OPTIM_FILE, Learner
+from coevolve.rl.learner import Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.run.compute import MeteredSampler, cumulative, unmetered
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json
-from coevolve.run.trackers import make_trackers
 from coevolve.schema import GRPOPhase, WriterReward
 from coevolve.types import AnswerGrader, Sampler, SamplingParams
 from coevolve.verl.parquet import RewardSpec
@@ -139,11 +138,8 @@ class Setup:
 
 
 def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader) -> Setup:
-    run.bind(seed=cfg.run.seed, keep_checkpoints=cfg.run.keep_checkpoints, say=run.say)
-    run.resume_only = (OPTIM_FILE,)
-    run.metrics.attach(make_trackers(cfg.run.trackers, run.path, run.metrics.count(), run_id=run_tracker_id(run),
-                                     name=run.path.name, project=cfg.run.wandb_project, mode=cfg.run.wandb_mode,
-                                     config=cfg.model_dump(mode="json")))
+    """The parts of a run opened and bound by ``recipes.open_run``: the base model folder (the
+    toy base built once when the config names none) and the world it implies."""
     base = base_model_path(cfg.model, run.say)
     return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base)
 
@@ -202,10 +198,11 @@ ROUND_EVAL = Step("eval", phase_eval, when=eval_due, work=eval_work)
 
 
 def run_recipe(recipe: Recipe, cfg: RecipeConfig, run: Run) -> dict[str, Any]:
-    """The run loop of every recipe, derived from its declaration: the run's parts and roles,
-    then every phase of ``recipe.schedule(cfg)`` in order (a finished phase is skipped by
-    ``Run.phase``; before an unfinished one, the roles it does not use are parked:
-    ``place_roles``), then the summary and the report."""
+    """The run loop of every recipe, derived from its declaration: the run's grader, engine,
+    parts and roles, then every phase of ``recipe.schedule(cfg)`` in order (a finished phase is
+    skipped by ``Run.phase``; before an unfinished one, the roles it does not use are parked:
+    ``place_roles``), then the summary and the report. The grader's workers and the engine's
+    shared resources (an actor pool, a Ray it started) end with the run."""
     with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
         s = setup(cfg, run, grader)
         roles = {name: s.role(name) for name in recipe.roles(cfg)}
@@ -283,11 +280,3 @@ def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     s.run.metrics.close()
     s.run.say(f"[report] {write_report(s.run.path)}")
     return summary
-
-
-def run_tracker_id(run: Run) -> str:
-    """One W&B run per run folder, the same id on every resume (stored in state.json)."""
-    if "tracker_id" not in run.state.data:
-        run.state.data["tracker_id"] = derive_seed(int(run.state.data.get("created", 0) * 1000), str(run.path.name))
-        run.state.save()
-    return f"{run.path.name}-{run.state.data['tracker_id']:08x}"
