@@ -112,7 +112,7 @@ def main() -> None:
     import ray
 
     from coevolve.config.base import EngineConfig
-    from coevolve.engine import HFSampler, load_model, make_sampler
+    from coevolve.engine import Engine, HFSampler, load_model
     from coevolve.engine import ray as engine_ray
     from coevolve.toy import ensure_base
     from coevolve.types import SamplingParams
@@ -133,11 +133,13 @@ def main() -> None:
     engine = EngineConfig(kind="ray", ray={"num_actors": args.actors or None, "actor_engine": args.actor_engine,
                                            "tensor_parallel_size": args.tp})
     t0 = time.perf_counter()
-    engine_ray._init_ray(engine.ray)
+    run_engine = Engine(engine)
+    started = engine_ray._init_ray(engine.ray)
     t1 = time.perf_counter()
-    pool = engine_ray._Pool.get(engine)
+    pool = run_engine.shared("ray-pool", lambda: engine_ray.RayPool.start(engine))
+    pool.started_ray = started
     t2 = time.perf_counter()
-    sampler = make_sampler(engine, model, tok)
+    sampler = run_engine.sampler(model, tok)
     t3 = time.perf_counter()
     print(f"start-up: ray.init {t1 - t0:.2f} s + placement group and {len(pool.actors)} actors {t2 - t1:.2f} s "
           f"+ first weight slot {t3 - t2:.2f} s = {t3 - t0:.2f} s")
@@ -166,7 +168,7 @@ def main() -> None:
     sampler.sync_weights(model)
     print(f"weight sync (broadcast, {len(pool.actors)} actors): {time.perf_counter() - t4:.3f} s")
     t5 = time.perf_counter()
-    engine_ray.shutdown()
+    run_engine.close()
     print(f"shutdown: {time.perf_counter() - t5:.2f} s")
 
 

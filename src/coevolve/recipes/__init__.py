@@ -148,10 +148,6 @@ def execute(cfg: RecipeConfig, path: Path, *, new: bool = False, skip_finished: 
             raise
         finally:
             torch.set_num_threads(threads)
-            if cfg.engine.kind == "ray":  # the run's actor pool (and a Ray it started) end with the run
-                from coevolve.engine.ray import shutdown
-
-                shutdown()
         run.state.set_status("finished")
         return summary
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from coevolve.answers import make_grader
 from coevolve.config.base import RecipeConfig
-from coevolve.engine import HFSampler, freeze_sampler, load_model, load_tokenizer, make_sampler
+from coevolve.engine import Engine, HFSampler, load_model, load_tokenizer
 from coevolve.eval.benchmarks import resolve_benches
 from coevolve.eval.suite import evaluate_suite
 from coevolve.loop import ParkedSampler, Role, TrainResult, grpo_train, sampling_params
@@ -30,13 +30,15 @@ from coevolve.world import CHECKPOINT_META, CHECKPOINT_META_FORMAT, World, base_
 
 @dataclass
 class Setup:
-    """One run's shared parts: config, run folder, world, grader and the base model folder."""
+    """One run's shared parts: config, run folder, world, grader, the base model folder and the
+    rollout engine every sampler of the run comes from."""
 
     cfg: RecipeConfig
     run: Run
     world: World
     grader: AnswerGrader
     base: Path
+    engine: Engine
 
     def role(self, name: str) -> Role:
         """Load a trainable role from the base model; resume from its latest checkpoint."""
@@ -50,15 +52,15 @@ class Setup:
         ckpt = self.run.checkpoint(name)
         if ckpt is not None:
             learner.load(ckpt)
-        role = Role(name, learner.model, tok, self.metered(make_sampler(cfg.engine, learner.model, tok)), learner)
+        role = Role(name, learner.model, tok, self.metered(self.engine.sampler(learner.model, tok)), learner)
         role.offload()  # masters / optimizer state wait in CPU memory until the role's first update (GPU only)
         return role
 
     def frozen(self, role: Role) -> Sampler:
         """A sampler over a frozen copy of ``role``'s current weights (a scorer that must not
-        move while the role trains): ``engine.freeze_sampler``; on a GPU an hf copy waits in CPU
-        memory between calls (``ParkedSampler``) so it does not sit beside the learner's state."""
-        sampler = freeze_sampler(self.cfg.engine, unmetered(role.sampler), role.model, role.tokenizer)
+        move while the role trains): ``Engine.frozen``; on a GPU an hf copy waits in CPU memory
+        between calls (``ParkedSampler``) so it does not sit beside the learner's state."""
+        sampler = self.engine.frozen(unmetered(role.sampler), role.model, role.tokenizer)
         dev = role.learner.device
         if isinstance(sampler, HFSampler) and dev.type == "cuda" and role.learner.cfg.offload_when_idle:
             return self.metered(ParkedSampler(sampler, sampler.model, dev))
@@ -100,10 +102,7 @@ class Setup:
             return grpo_train(role, phase, **kw)
         from coevolve.verl.phase import verl_grpo_train
 
-        if self.cfg.engine.kind == "ray":
-            from coevolve.engine import ray as engine_ray
-
-            engine_ray.release()  # verl's trainer gets the idle rollout actors' GPUs; the next sample call restarts them
+        self.engine.release()  # verl's trainer gets the idle rollout engines' GPUs; the next sample call restarts them
         kw.pop("progress", None)
         kw.pop("reward")
         return verl_grpo_train(role, phase, cfg=self.cfg, reward=verl_reward, writer=writer, **kw)
@@ -137,11 +136,11 @@ class Setup:
         return self.world.rep_tokenizer if reward.rep_tokenizer == "auto" else reward.rep_tokenizer
 
 
-def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader) -> Setup:
+def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader, engine: Engine) -> Setup:
     """The parts of a run opened and bound by ``recipes.open_run``: the base model folder (the
     toy base built once when the config names none) and the world it implies."""
     base = base_model_path(cfg.model, run.say)
-    return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base)
+    return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base, engine)
 
 
 def phase_eval(p: Any, phase: Phase) -> PhaseRecord:
@@ -203,8 +202,8 @@ def run_recipe(recipe: Recipe, cfg: RecipeConfig, run: Run) -> dict[str, Any]:
     skipped by ``Run.phase``; before an unfinished one, the roles it does not use are parked:
     ``place_roles``), then the summary and the report. The grader's workers and the engine's
     shared resources (an actor pool, a Ray it started) end with the run."""
-    with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
-        s = setup(cfg, run, grader)
+    with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader, Engine(cfg.engine) as engine:
+        s = setup(cfg, run, grader, engine)
         roles = {name: s.role(name) for name in recipe.roles(cfg)}
         parts = recipe.build(s, roles)
         for phase, step in recipe.schedule(cfg):

@@ -46,7 +46,6 @@ from coevolve.curriculum import (
     score_writer_batch,
 )
 from coevolve.curriculum.proposals import WriterBatch
-from coevolve.engine import load_sampler
 from coevolve.loop import Observed, RewardFn, Role, labelled_reward
 from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
 from coevolve.recipes.declare import FROZEN_SOLVER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
@@ -237,7 +236,7 @@ def _verifier(s: Setup, solver: Role) -> LabelVerifier:
     b = s.cfg.buffer
     judge, prompter = solver.sampler, s.world.prompter
     if b.verifier == "judge" and b.judge_model_path is not None:
-        judge = s.metered(load_sampler(s.cfg.engine, b.judge_model_path, s.cfg.model.device, s.cfg.model.dtype))
+        judge = s.metered(s.engine.load(b.judge_model_path, s.cfg.model.device, s.cfg.model.dtype))
         prompter = s.world.prompter_for(judge.tokenizer)
     return make_verifier(b.verifier, oracle=s.world.oracle, grader=s.grader, judge=judge, prompter=prompter,
                          max_new_tokens=b.judge_max_new_tokens)

@@ -34,7 +34,6 @@ import numpy as np
 from coevolve.config.diagevo import DiagEvoConfig
 from coevolve.curriculum import label_questions, parse_yes_no, propose_questions, score_writer_batch
 from coevolve.curriculum.proposals import WriterBatch
-from coevolve.engine import load_sampler
 from coevolve.loop import Observed, RewardFn, Role, ShuffledPasses
 from coevolve.memory.cli import MEMORY_FILE
 from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, clip_middle
@@ -90,7 +89,7 @@ class Diagnosis:
         d, s = self.s.cfg.diagnoser, self.s
         if d.model_path is None:
             return self.solver.sampler, s.world.prompter
-        sampler = s.metered(load_sampler(s.cfg.engine, d.model_path, s.cfg.model.device, s.cfg.model.dtype))
+        sampler = s.metered(s.engine.load(d.model_path, s.cfg.model.device, s.cfg.model.dtype))
         return sampler, s.world.prompter_for(sampler.tokenizer)
 
     @functools.cached_property
