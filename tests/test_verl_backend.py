@@ -170,10 +170,49 @@ def test_backend_config_errors_name_the_field(tmp_path):
     assert (cfg.challenger.steps, cfg.backend.verl.solver_model) == (5, "solver-r01")
 
 
+def test_step_audit_is_the_same_for_both_backends():
+    """One reward, stated once as data: the local loop's step (``local_reward``) and verl's
+    per-sample scores read back through ``audit_step`` give the same rewards, metrics and
+    records (the DiagEvo solver's diagnosis input included)."""
+    from coevolve.answers import make_grader
+    from coevolve.training import audit_step, local_reward
+    from coevolve.types import Completion
+    from coevolve.verl.reward import compute_score
+
+    tasks = [Task("a", "1+2=", "3", features={"targets": ["c1"], "oracle": "3"}),
+             Task("b", "x", "\\frac{1}{2}", features={"targets": [], "oracle": "0.25"})]
+    texts = [["<think>k</think>\\boxed{3}", "\\boxed{4}", "no answer"], ["\\boxed{0.5}", "<think>h</think>\\boxed{1/4}", ""]]
+    comps = [[Completion(x, [], []) for x in g] for g in texts]
+    with make_grader(5.0, 1) as grader:
+        for spec in (RewardSpec("solver", 0.9), RewardSpec("match")):
+            rewards, local = local_reward(spec, grader)(0, tasks, comps)
+            extras = [[compute_score("s", x, t.answer, {"reward": spec.to_dict(), "index": i}) for x in g]
+                      for i, (t, g) in enumerate(zip(tasks, texts))]
+            remote = audit_step(spec, tasks, texts, extras, grader)
+            assert [[e["score"] for e in g] for g in extras] == rewards, spec.kind
+            assert (remote.metrics, remote.records) == (local.metrics, local.records), spec.kind
+    assert local.metrics["oracle_acc"] == pytest.approx(2 / 6) and local.records[0]["matches"] == [True, False, False]
+
+
+def test_rzero_reward_is_refused_under_verl_before_any_work():
+    """R-Zero's repetition penalty clusters the whole batch; verl's workers score one sample:
+    preflight refuses the pair (the field named), the local backend computes it as coded."""
+    from coevolve.preflight import backend_problems
+
+    root = Path(__file__).resolve().parents[1]
+    problems = backend_problems(load_config("diagevo", root / "configs" / "rzero.yaml", ["backend=verl"]))
+    assert len(problems) == 1 and problems[0].startswith("challenger.reward.kind=rzero with backend=verl")
+    assert backend_problems(load_config("diagevo", root / "configs" / "rzero.yaml")) == []
+    assert backend_problems(load_config("diagevo", None, ["backend=verl"])) == []
+    d = backend_problems(load_config("d2evo", None, ["backend=verl", "questioner_reward=rzero"]))
+    assert [p.split("=")[0] for p in d] == ["questioner.reward.kind"]
+    assert backend_problems(load_config("d2evo", None, ["backend=verl", "questioner_reward=rzero", "questioner=false"])) == []
+
+
 def test_reward_module_equals_coevolve_rewards():
     from coevolve.answers import make_grader
     from coevolve.loop import labelled_reward
-    from coevolve.recipes.diagevo import match_reward
+    from coevolve.training import match_reward
     from coevolve.types import Completion
     from coevolve.verl.reward import VerlRewardError, compute_score
 
@@ -240,13 +279,13 @@ def test_whole_phase_against_the_standin(tmp_path, cache, monkeypatch):
 
 
 def test_a_finished_run_is_not_rerun_and_the_workdir_goes(tmp_path, cache, monkeypatch):
-    from coevolve.recipes import grpo
+    from coevolve.recipes import execute
 
     monkeypatch.setenv("STANDIN_ARGS", str(tmp_path / "args.json"))
     summary, run = _grpo(tmp_path, cache, [])
     assert not (run.path / "round_01" / "verl_solver").exists()  # keep_workdir=false
     (tmp_path / "args.json").unlink()
-    again = grpo.run(load_config("grpo", None, TINY + standin(cache)), Run.open(run.path))
+    again = execute(load_config("grpo", None, TINY + standin(cache)), run.path)
     assert again == summary and not (tmp_path / "args.json").exists()
 
 
@@ -383,10 +422,9 @@ def _writer_spec(kind: str, **kw):
 
 def test_writer_reward_equals_coevolve_rewards():
     """Per sample (verl) = coevolve's batch scorer (local) for the plateau reward on fixed answers;
-    R-Zero's per-sample repetition penalty is the batch-of-one constant 1 (docs/verl.md)."""
+    R-Zero's reward, whose repetition penalty clusters the whole batch, is refused per sample."""
     from coevolve.answers import make_grader
     from coevolve.curriculum import score_writer_batch
-    from coevolve.rewards import rzero_rewards
     from coevolve.schema import WriterReward
     from coevolve.toy.prompts import ToyPrompter, question_completion
     from coevolve.types import Completion, SamplingParams
@@ -396,7 +434,9 @@ def test_writer_reward_equals_coevolve_rewards():
              [question_completion("1+2"), question_completion("3+4"), "<question>x</question>"]]
     prompter = ToyPrompter()
     with make_grader(5.0, 1) as grader:
-        for kind in ("plateau", "rzero"):
+        with pytest.raises(ConfigError, match="one sample at a time"):
+            score_sample(_writer_spec("rzero"), texts[0][0], 0, grader, _CannedSolver(), prompter)
+        for kind in ("plateau",):
             solver = _CannedSolver()
             spec = _writer_spec(kind)
             got = [[score_sample(spec, t, 0, grader, solver, prompter) for t in g] for g in texts]
@@ -407,15 +447,8 @@ def test_writer_reward_equals_coevolve_rewards():
                                     grader=grader, params=SamplingParams(), batch_prompts=8, rep_tokenizer="char")
             assert [[e["p1"] if e["well_formed"] else None for e in g] for g in got] == wb.x
             assert [[bool(e["in_band"]) for e in g] for g in got] == wb.in_band
-            if kind == "plateau":
-                assert [[e["score"] for e in g] for g in got] == wb.rewards
-                assert got[0][0]["score"] == 1.0 and got[0][1]["score"] == 0.0 and got[0][0]["label"] == "3"
-            else:
-                flat_x = [x for row in wb.x for x in row]
-                flat_q = [q for row in wb.questions for q in row]
-                want = [rzero_rewards([q is not None], [x], [q], "char")[0][0] for q, x in zip(flat_q, flat_x)]
-                assert [e["score"] for g in got for e in g] == want
-                assert got[0][1]["score"] == -2.0 and got[0][0]["score"] == pytest.approx(0.25 - 1.0)
+            assert [[e["score"] for e in g] for g in got] == wb.rewards
+            assert got[0][0]["score"] == 1.0 and got[0][1]["score"] == 0.0 and got[0][0]["label"] == "3"
 
 
 def _fake_openai(model: str):

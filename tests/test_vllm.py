@@ -329,10 +329,8 @@ RECIPE_OVERRIDES = {
 @vllm_test
 @pytest.mark.parametrize("recipe", ["grpo", "d2evo", "diagevo"])
 def test_one_round_of_each_recipe_with_vllm(recipe, tmp_path, monkeypatch):
-    from coevolve.config import dump_yaml
     from coevolve.engine.vllm import VLLMSampler
-    from coevolve.recipes import d2evo, diagevo, grpo
-    from coevolve.run import Run
+    from coevolve.recipes import execute
 
     built: list[VLLMSampler] = []
     orig = VLLMSampler.__init__
@@ -344,15 +342,14 @@ def test_one_round_of_each_recipe_with_vllm(recipe, tmp_path, monkeypatch):
     monkeypatch.setattr(VLLMSampler, "__init__", spy)
     cfg = load_config(recipe, None, RECIPE_OVERRIDES[recipe] + ["engine=vllm", f"engine.kv_cache_gib={KV}",
                                                                 "run.progress=false", "run.threads=1"])
-    run = Run.create(tmp_path / "r", dump_yaml(cfg), recipe)
     try:
-        summary = {"grpo": grpo, "d2evo": d2evo, "diagevo": diagevo}[recipe].run(cfg, run)
+        summary = execute(cfg, tmp_path / "r")
     finally:
         for s in built:
             s.close()
     assert built, "no vLLM sampler was built"
     assert summary["rollouts"] > 0 and "final" in summary["eval"]
     assert 0.0 <= summary["eval"]["final"]["toy"]["greedy"] <= 1.0
-    assert load_config(None, run.path / "config.yaml").engine.kind == "vllm"
+    assert load_config(None, tmp_path / "r" / "config.yaml").engine.kind == "vllm"
     if recipe == "d2evo":  # the frozen scorer shares the solver's engine as a pinned version
         assert any(not s._owner for s in built)

@@ -29,7 +29,7 @@ def preflight(cfg: RecipeConfig) -> None:
     if cfg.data.source != "toy" and not Path(cfg.data.source).is_file():
         raise DataError(f"data.source: dataset file {cfg.data.source} does not exist")
     check_engine(cfg.engine)
-    problems = budget_problems(cfg) + preflight_problems(cfg)  # preflight_problems: does it fit in memory (coevolve.plan)
+    problems = budget_problems(cfg) + backend_problems(cfg) + preflight_problems(cfg)  # the last: does it fit (coevolve.plan)
     if problems:
         raise ConfigError("this run cannot be meaningful:\n  " + "\n  ".join(problems))
 
@@ -71,3 +71,14 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
             out.append(f"data.source: the {cfg.recipe} recipe on a real model needs labelled questions; give a JSONL / "
                        "JSONL.gz file (e.g. data.source=.../math_train12k/train.jsonl.gz)")
     return out
+
+
+def backend_problems(cfg: RecipeConfig) -> list[str]:
+    """Rewards the configured backend cannot compute as stated: under ``backend=verl`` a reward
+    with a term over the whole batch (R-Zero's repetition penalty; ``training.batch_level_terms``)."""
+    from coevolve.training import batch_level_terms
+
+    if cfg.backend.kind != "verl":
+        return []
+    return [f"{f}=rzero with backend=verl: R-Zero's repetition penalty clusters the whole batch and verl's reward "
+            "workers score one sample at a time; use backend=local, or reward kind plateau" for f in batch_level_terms(cfg)]

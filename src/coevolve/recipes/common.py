@@ -14,7 +14,7 @@ from coevolve.config.base import RecipeConfig
 from coevolve.engine import Engine, HFSampler, load_model, load_tokenizer
 from coevolve.eval.benchmarks import resolve_benches
 from coevolve.eval.suite import evaluate_suite
-from coevolve.loop import ParkedSampler, Role, TrainResult, grpo_train, sampling_params
+from coevolve.loop import ParkedSampler, Role, sampling_params
 from coevolve.prompts import StopKind
 from coevolve.recipes.declare import Recipe, Rollouts, Step, Work
 from coevolve.rl.learner import Learner
@@ -22,16 +22,16 @@ from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseRe
 from coevolve.run.compute import MeteredSampler, cumulative, unmetered
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json
 from coevolve.schema import GRPOPhase, WriterReward
+from coevolve.training import AuditFn, TrainRequest, TrainResult, Trainer, WriterRule, WriterScoring, make_trainer
 from coevolve.types import AnswerGrader, Sampler, SamplingParams
-from coevolve.verl.parquet import RewardSpec
 from coevolve.world import CHECKPOINT_META, CHECKPOINT_META_FORMAT, World, base_model_path, make_world
 
 
 
 @dataclass
 class Setup:
-    """One run's shared parts: config, run folder, world, grader, the base model folder and the
-    rollout engine every sampler of the run comes from."""
+    """One run's shared parts: config, run folder, world, grader, the base model folder, the
+    rollout engine every sampler of the run comes from and the trainer of its GRPO phases."""
 
     cfg: RecipeConfig
     run: Run
@@ -39,6 +39,7 @@ class Setup:
     grader: AnswerGrader
     base: Path
     engine: Engine
+    trainer: Trainer
 
     def role(self, name: str) -> Role:
         """Load a trainable role from the base model; resume from its latest checkpoint."""
@@ -92,40 +93,18 @@ class Setup:
         os.replace(staging, path)
         return {role.name: path}
 
-    def train(self, role: Role, phase: GRPOPhase, *, verl_reward: RewardSpec, writer: Any = None,
-              **kw: Any) -> TrainResult:
-        """A GRPO phase on the configured ``backend``: ``loop.grpo_train`` (local) or
-        ``verl.phase.verl_grpo_train`` (verl, rewarded by ``verl_reward``, the same rule as
-        ``kw["reward"]`` in a form verl's reward workers can apply; a writer's phase also
-        passes its ``verl.phase.WriterPhase``, built by ``writer_phase``)."""
-        if self.cfg.backend.kind == "local":
-            return grpo_train(role, phase, **kw)
-        from coevolve.verl.phase import verl_grpo_train
+    def train(self, role: Role, req: TrainRequest, ctx: PhaseContext) -> TrainResult:
+        """A GRPO phase of ``role`` on the configured backend (``training.make_trainer``)."""
+        return self.trainer.train(role, req, ctx)
 
-        self.engine.release()  # verl's trainer gets the idle rollout engines' GPUs; the next sample call restarts them
-        kw.pop("progress", None)
-        kw.pop("reward")
-        return verl_grpo_train(role, phase, cfg=self.cfg, reward=verl_reward, writer=writer, **kw)
-
-    def writer_phase(self, solver: Role, reward: WriterReward, seed: int, ns: str, audit: Any) -> Any:
-        """A writer's ``verl.phase.WriterPhase`` (None on the local backend): its reward workers
-        vote with ``solver``'s weights at the start of the phase (the frozen solver), drawing with
-        the local reward's seed parts (``derive_seed(seed, ns, step, ...)``); ``audit`` turns a
-        step's ``WriterBatch`` into the local reward's ``Observed``."""
-        if self.cfg.backend.kind == "local":
-            return None
-        from coevolve.toy.prompts import ToyPrompter
-        from coevolve.verl.phase import WriterPhase
-        from coevolve.verl.writer import WriterSpec, sampling_dict
-
-        cfg = self.cfg
-        prompter = ({"kind": "toy"} if isinstance(self.world.prompter, ToyPrompter) else
-                    {"kind": "chat", "chat_template": cfg.model.chat_template, "enable_thinking": cfg.model.enable_thinking})
-        spec = WriterSpec(reward=reward.model_dump(mode="json"), seed=seed, ns=ns, params=sampling_dict(self.params(None)),
-                          prompter=prompter, rep_tokenizer=self.rep_tokenizer(reward),
-                          batch_prompts=cfg.sampling.batch_prompts, engine=cfg.engine.model_dump(mode="json"),
-                          device=cfg.model.device, dtype=cfg.model.dtype)
-        return WriterPhase(solver, spec, self.world.prompter.parse_question, audit)
+    def writer_scoring(self, solver: Role, scorer: Sampler, reward: WriterReward, seed: int, ns: str,
+                       audit: AuditFn) -> WriterScoring:
+        """A writer phase's scoring: ``scorer`` (the frozen solver the local loop votes with;
+        ``solver``'s weights at the start of the phase for verl's workers) answers each written
+        question ``reward.solver_samples`` times with the run's decoding, seeded
+        ``derive_seed(seed, ns, step)``; ``audit`` turns a step's ``WriterBatch`` into records."""
+        rule = WriterRule(reward, seed, ns, self.params(None), self.rep_tokenizer(reward), self.cfg.sampling.batch_prompts)
+        return WriterScoring(rule, solver, scorer, self.world.prompter, audit)
 
     def params(self, seed: int | None, phase: GRPOPhase | None = None, kind: StopKind = "answer") -> SamplingParams:
         """Decoding parameters of a phase: the run's sampling section, the phase's own cap and
@@ -140,7 +119,8 @@ def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader, engine: Engine) -> 
     """The parts of a run opened and bound by ``recipes.open_run``: the base model folder (the
     toy base built once when the config names none) and the world it implies."""
     base = base_model_path(cfg.model, run.say)
-    return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base, engine)
+    return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base, engine,
+                 make_trainer(cfg, engine, grader))
 
 
 def phase_eval(p: Any, phase: Phase) -> PhaseRecord:

@@ -43,15 +43,14 @@ from coevolve.curriculum import (
     pass_rate_histogram,
     propose_questions,
     random_anchors,
-    score_writer_batch,
 )
 from coevolve.curriculum.proposals import WriterBatch
-from coevolve.loop import Observed, RewardFn, Role, labelled_reward
+from coevolve.loop import Role
 from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
 from coevolve.recipes.declare import FROZEN_SOLVER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, derive_seed
-from coevolve.types import Completion, Sampler, Task
-from coevolve.verl.parquet import RewardSpec
+from coevolve.training import Observed, RewardSpec, TrainRequest
+from coevolve.types import Completion, Task
 
 
 POOL_ROWS_IF_UNKNOWN = 12000
@@ -168,20 +167,6 @@ def phase_anchors(p: D2Evo, phase: Phase) -> PhaseRecord:
     return s.run.phase(phase, fn)
 
 
-def questioner_reward(s: Setup, scorer: Sampler, seed: int) -> RewardFn:
-    """R_comp per generated question, scored by the frozen solver (``score_writer_batch``), with
-    the audit records of ``questioner_audit``."""
-    q, prompter = s.cfg.questioner, s.world.prompter
-
-    def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
-        wb = score_writer_batch(comps, parse=prompter.parse_question, scorer=scorer, prompter=prompter, reward=q.reward,
-                                grader=s.grader, params=s.params(derive_seed(seed, "verify", step)),
-                                batch_prompts=s.cfg.sampling.batch_prompts, rep_tokenizer=s.rep_tokenizer(q.reward))
-        return wb.rewards, questioner_audit(step, tasks, comps, wb)
-
-    return reward
-
-
 def questioner_audit(step: int, tasks: list[Task], comps: list[list[Completion]], wb: WriterBatch) -> Observed:
     """One audit record per completion (its anchor, x, label, reward, whether it copies the
     anchor) and the batch figures; shared by both backends (verl rebuilds ``wb`` from its dumps)."""
@@ -201,7 +186,7 @@ def phase_questioner(p: D2Evo, phase: Phase) -> PhaseRecord:
     """Step 2: questioner GRPO on anchor prompts (anchor question, answer, difficulty)."""
     s, solver, questioner, t = p.s, p.solver, p.questioner, phase.round
     assert questioner is not None  # scheduled only with questioner.enabled
-    cfg, q, prompter = s.cfg, s.cfg.questioner, s.world.prompter
+    q, prompter = s.cfg.questioner, s.world.prompter
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         anchors = [r.to_task() for r in _anchors(s, t)]
@@ -211,13 +196,11 @@ def phase_questioner(p: D2Evo, phase: Phase) -> PhaseRecord:
                                problem=None if anchors else "no anchors in the band: the questioner was not trained")
         scorer = s.frozen(solver) if questioner is solver and q.frozen_scorer else solver.sampler
         rng = random.Random(ctx.seed)
-        res = s.train(
-            questioner, q, verl_reward=RewardSpec("writer", grader_timeout=cfg.run.grader_timeout),
-            writer=s.writer_phase(solver, q.reward, ctx.seed, "verify", questioner_audit), batches=lambda step: rng.choices(anchors, k=q.prompts_per_step),
+        res = s.train(questioner, TrainRequest(
+            q, "questioner", batches=lambda step: rng.choices(anchors, k=q.prompts_per_step),
             prompt=lambda a: prompter.questioner(a.question, a.answer or "", a.features["difficulty"]),
-            reward=questioner_reward(s, scorer, ctx.seed), params=s.params(ctx.seed, q, "question"), ctx=ctx,
-            ns="questioner", progress=cfg.run.progress,
-            rollouts_file=ctx.dir / "questioner_rollouts.jsonl" if cfg.run.save_rollouts else None)
+            params=s.params(ctx.seed, q, "question"), reward=RewardSpec("writer"),
+            writer=s.writer_scoring(solver, scorer, q.reward, ctx.seed, "verify", questioner_audit)), ctx)
         s.run.write_jsonl(ctx.dir / "questioner_generated.jsonl", res.records)
         ok = [r for r in res.records if r["well_formed"]]
         values = {"reward_mean": round(res.reward_mean, 4), "well_formed": round(len(ok) / max(1, len(res.records)), 4),
@@ -286,7 +269,7 @@ def phase_solver(p: D2Evo, phase: Phase) -> PhaseRecord:
     """Step 4: solver GRPO on the hybrid buffer, α·acc + (1-α)·format (label = real answer for
     anchors, pseudo-label for generated questions)."""
     s, solver, t = p.s, p.solver, phase.round
-    cfg, sp = s.cfg, s.cfg.solver
+    sp = s.cfg.solver
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         rng = random.Random(ctx.seed)
@@ -296,12 +279,10 @@ def phase_solver(p: D2Evo, phase: Phase) -> PhaseRecord:
             return PhaseResult({"steps": 0, "reward_mean": None, "buffer": len(buffer)},
                                problem="the hybrid buffer is empty: the solver was not trained" if not buffer else None)
         k = sp.prompts_per_step
-        res = s.train(
-            solver, sp, verl_reward=RewardSpec("solver", sp.alpha, cfg.run.grader_timeout),
-            batches=lambda step: rng.sample(buffer, k) if len(buffer) >= k else rng.choices(buffer, k=k),
-            prompt=lambda x: s.world.prompter.solver(x.question), reward=labelled_reward(sp.alpha, s.grader),
-            params=s.params(ctx.seed, sp), ctx=ctx, ns="solver", progress=cfg.run.progress,
-            rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)
+        res = s.train(solver, TrainRequest(
+            sp, "solver", batches=lambda step: rng.sample(buffer, k) if len(buffer) >= k else rng.choices(buffer, k=k),
+            prompt=lambda x: s.world.prompter.solver(x.question), params=s.params(ctx.seed, sp),
+            reward=RewardSpec("solver", sp.alpha)), ctx)
         ctx.say(f"[solver] round {t}: mean reward {res.reward_mean:.3f} over {res.steps} steps on {len(buffer)} questions")
         return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "updates": res.updates,
                             "buffer": len(buffer)}, res.rollouts, s.save(solver, f"r{t:02d}"), res.problem)

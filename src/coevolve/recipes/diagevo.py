@@ -32,20 +32,19 @@ from typing import Any, Callable
 import numpy as np
 
 from coevolve.config.diagevo import DiagEvoConfig
-from coevolve.curriculum import label_questions, parse_yes_no, propose_questions, score_writer_batch
+from coevolve.curriculum import label_questions, parse_yes_no, propose_questions
 from coevolve.curriculum.proposals import WriterBatch
-from coevolve.loop import Observed, RewardFn, Role, ShuffledPasses
+from coevolve.loop import Role, ShuffledPasses
 from coevolve.memory.cli import MEMORY_FILE
 from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, clip_middle
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
 from coevolve.memory.store import ErrorMemory
 from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
 from coevolve.recipes.declare import Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
-from coevolve.rewards import signed_match_rewards
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.errors import RunStateError
-from coevolve.types import AnswerGrader, Completion, SamplingParams, Task
-from coevolve.verl.parquet import RewardSpec
+from coevolve.training import Observed, RewardSpec, TrainRequest
+from coevolve.types import Completion, SamplingParams, Task
 
 
 def load_memory(run: Run, t: int) -> ErrorMemory:
@@ -119,22 +118,6 @@ def _epsilon(cfg: DiagEvoConfig, mem: ErrorMemory) -> float:
     return {"mixed": mem.epsilon(cfg.memory.k), "explore_only": 1.0, "targeted_only": 0.0}[cfg.memory.schedule]
 
 
-def challenger_reward(s: Setup, solver: Role, mem: ErrorMemory, seed: int) -> RewardFn:
-    """The writer reward on the frozen solver's p1 (``score_writer_batch``), with the records of
-    ``challenger_audit``."""
-    ch, prompter = s.cfg.challenger, s.world.prompter
-    audit = challenger_audit(s, mem)
-
-    def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
-        wb = score_writer_batch(comps, parse=prompter.parse_question, scorer=solver.sampler, prompter=prompter,
-                                reward=ch.reward, grader=s.grader,
-                                params=s.params(derive_seed(seed, "solve", step)),
-                                batch_prompts=s.cfg.sampling.batch_prompts, rep_tokenizer=s.rep_tokenizer(ch.reward))
-        return wb.rewards, audit(step, tasks, comps, wb)
-
-    return reward
-
-
 def challenger_audit(s: Setup, mem: ErrorMemory) -> Callable[[int, list[Task], list[list[Completion]], WriterBatch], Observed]:
     """Per question whether it exercises the cause it was targeted at (where the world can tell),
     and the batch figures; shared by both backends (verl rebuilds ``wb`` from its dumps)."""
@@ -188,11 +171,10 @@ def phase_challenger(p: DiagEvo, phase: Phase) -> PhaseRecord:
             return [Task(f"r{t:02d}-ch{step:03d}-{i:03d}", s.world.prompter.challenger(p.cause_texts),
                          features={"plan": p.to_dict()}) for i, p in enumerate(plans)]
 
-        res = s.train(challenger, ch, verl_reward=RewardSpec("writer", grader_timeout=cfg.run.grader_timeout),
-                      writer=s.writer_phase(solver, ch.reward, ctx.seed, "solve", challenger_audit(s, mem)), batches=batches, prompt=lambda task: task.question,
-                         reward=challenger_reward(s, solver, mem, ctx.seed), params=s.params(ctx.seed, ch, "question"),
-                         ctx=ctx, ns="challenger", progress=cfg.run.progress,
-                         rollouts_file=ctx.dir / "challenger_rollouts.jsonl" if cfg.run.save_rollouts else None)
+        res = s.train(challenger, TrainRequest(
+            ch, "challenger", batches=batches, prompt=lambda task: task.question,
+            params=s.params(ctx.seed, ch, "question"), reward=RewardSpec("writer"),
+            writer=s.writer_scoring(solver, solver.sampler, ch.reward, ctx.seed, "solve", challenger_audit(s, mem))), ctx)
         s.run.write_jsonl(ctx.dir / "challenger_questions.jsonl", res.records)
         hits = [float(r["shows_target"][0]) for r in res.records if r["shows_target"] is not None]
         values = {"reward_mean": round(res.reward_mean, 4), "epsilon": round(eps, 4),
@@ -243,36 +225,10 @@ def phase_pool(p: DiagEvo, phase: Phase) -> PhaseRecord:
     return s.run.phase(phase, fn)
 
 
-def match_reward(grader: AnswerGrader) -> RewardFn:
-    """DiagEvo solver reward: +1 when the answer matches the pseudo-label ŷ, else -1; records the
-    G responses and their matches per question (the diagnosis input) and, where the world knows
-    the truth, how often the responses are actually correct."""
-
-    def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
-        texts = [[c.text for c in g] for g in comps]
-        match = grader.grade_batch([t.answer or "" for t, g in zip(tasks, texts) for _ in g], [x for g in texts for x in g])
-        with_oracle = [(t, g) for t, g in zip(tasks, texts) if t.features.get("oracle") is not None]
-        truth = grader.grade_batch([t.features["oracle"] for t, g in with_oracle for _ in g],
-                                   [x for _, g in with_oracle for x in g])
-        rewards, records, i = [], [], 0
-        for task, g in zip(tasks, texts):
-            m = [bool(v) for v in match[i : i + len(g)]]
-            i += len(g)
-            rewards.append(signed_match_rewards(m)[0])
-            records.append({"id": task.id, "question": task.question, "label": task.answer,
-                            "targets": task.features["targets"], "responses": g, "matches": m})
-        metrics = {"match_rate": _mean([float(v) for v in match]) or 0.0}
-        if truth:
-            metrics["oracle_acc"] = _mean([float(v) for v in truth]) or 0.0
-        return rewards, Observed(metrics, records)
-
-    return reward
-
-
 def phase_solver(p: DiagEvo, phase: Phase) -> PhaseRecord:
     """Stage 3: solver GRPO on the kept questions in shuffled passes (reward ±1 for ŷ)."""
     s, solver, t = p.s, p.solver, phase.round
-    cfg, sc = s.cfg, s.cfg.solver
+    sc = s.cfg.solver
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         tasks = [Task(r["id"], r["question"], r["label"], "generated",
@@ -284,11 +240,10 @@ def phase_solver(p: DiagEvo, phase: Phase) -> PhaseRecord:
             return PhaseResult({"skipped": True},
                                problem="the filter kept no question: the solver was not trained" if not tasks else None)
         passes = ShuffledPasses(tasks, random.Random(ctx.seed))
-        res = s.train(solver, sc, verl_reward=RewardSpec("match", grader_timeout=cfg.run.grader_timeout),
-                      batches=lambda step: passes.take(min(sc.prompts_per_step, len(tasks))),
-                         prompt=lambda task: s.world.prompter.solver(task.question), reward=match_reward(s.grader),
-                         params=s.params(ctx.seed, sc), ctx=ctx, ns="solver", progress=cfg.run.progress,
-                         rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)
+        res = s.train(solver, TrainRequest(
+            sc, "solver", batches=lambda step: passes.take(min(sc.prompts_per_step, len(tasks))),
+            prompt=lambda task: s.world.prompter.solver(task.question), params=s.params(ctx.seed, sc),
+            reward=RewardSpec("match")), ctx)
         first: dict[str, dict[str, Any]] = {}
         for r in res.records:  # the G fresh responses of a question's first batch feed the diagnosis
             first.setdefault(r["id"], {k: v for k, v in r.items() if k != "step"})

@@ -14,12 +14,12 @@ import random
 from dataclasses import dataclass
 
 from coevolve.config.grpo import GRPOConfig
-from coevolve.loop import Role, labelled_reward
+from coevolve.loop import Role
 from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
 from coevolve.recipes.declare import Recipe, Step, Work, train_work
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult
+from coevolve.training import RewardSpec, TrainRequest
 from coevolve.types import Task
-from coevolve.verl.parquet import RewardSpec
 
 
 @dataclass
@@ -33,7 +33,7 @@ class GRPO:
 def phase_solver(p: GRPO, phase: Phase) -> PhaseRecord:
     """GRPO on labelled questions drawn fresh every step (the Full-Data baseline)."""
     s, solver, t = p.s, p.solver, phase.round
-    cfg, sp = s.cfg, s.cfg.solver  # type: ignore[attr-defined]
+    sp = s.cfg.solver  # type: ignore[attr-defined]
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         rng = random.Random(ctx.seed)
@@ -44,11 +44,8 @@ def phase_solver(p: GRPO, phase: Phase) -> PhaseRecord:
             labelled.update(t.id for t in tasks)
             return tasks
 
-        res = s.train(
-            solver, sp, verl_reward=RewardSpec("solver", sp.alpha, cfg.run.grader_timeout), batches=batch,
-            prompt=lambda task: s.world.prompter.solver(task.question), reward=labelled_reward(sp.alpha, s.grader),
-            params=s.params(ctx.seed, sp), ctx=ctx, ns="solver", progress=cfg.run.progress,
-            rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)
+        res = s.train(solver, TrainRequest(sp, "solver", batch, lambda task: s.world.prompter.solver(task.question),
+                                           s.params(ctx.seed, sp), RewardSpec("solver", sp.alpha)), ctx)
         ctx.compute.labelled(len(labelled))
         ctx.say(f"[solver] mean reward {res.reward_mean:.3f} over {res.steps} steps")
         return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "updates": res.updates},
