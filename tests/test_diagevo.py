@@ -194,7 +194,7 @@ def test_llm_diagnoser_end_to_end_on_toy_model(tmp_path, toy_model_overrides):
 
 # the smoke sizes of configs/diagevo_smoke.yaml (+ TINY), for presets that start from full sizes
 SMOKE_SIZES = ["challenger.steps=1", "challenger.prompts_per_step=8", "challenger.group_size=2",
-               "challenger.reward.solver_samples=4", "pool.voting.samples=4", "solver.prompts_per_step=8",
+               "challenger.reward.samples=4", "pool.voting.samples=4", "solver.prompts_per_step=8",
                "solver.group_size=4", "eval.samples=0", "run.progress=false", "run.threads=1", *TINY]
 
 

@@ -117,7 +117,7 @@ def test_phases_count_the_recipes_rollouts():
     assert list(work) == ["difficulty", "questioner", "buffer", "solver", "eval"]
     assert work["difficulty"].rollouts == (d.rounds + 1) * d.difficulty.pool_size * d.difficulty.samples
     q = d.questioner
-    assert work["questioner"].rollouts == d.rounds * q.steps * q.prompts_per_step * q.group_size * (1 + q.reward.solver_samples)
+    assert work["questioner"].rollouts == d.rounds * q.steps * q.prompts_per_step * q.group_size * (1 + q.reward.samples)
     assert {x.role for x in work["questioner"].gens} == {"solver", "frozen solver copy"}
     dv = load_config("diagevo", None, ["challenger_frozen=true"])
     assert [w.name for w in phases(dv, toy=True)] == ["pool", "solver", "memory", "eval"]
@@ -345,13 +345,13 @@ def test_layout_errors_name_the_field(tmp_path):
     cases = [
         (["engine=ray"], dict(gpus=0), "--gpus"),
         (["engine=ray"], dict(nodes=0), "--nodes"),
-        (["engine=ray", "engine.ray.tensor_parallel_size=2"], dict(gpus=8), "engine.ray.actor_engine=vllm"),
-        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.ray.tensor_parallel_size=3"], dict(gpus=8),
-         "engine.ray.tensor_parallel_size=3 does not divide"),
-        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.ray.tensor_parallel_size=2",
+        (["engine=ray", "engine.tensor_parallel_size=2"], dict(gpus=8), "engine.ray.actor_engine=vllm"),
+        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.tensor_parallel_size=3"], dict(gpus=8),
+         "engine.tensor_parallel_size=3 does not divide"),
+        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.tensor_parallel_size=2",
           "engine.ray.num_actors=5"], dict(gpus=8), "engine.ray.num_actors=5"),
-        (["backend=verl", "backend.verl.n_gpus_per_node=8", "backend.verl.tensor_parallel_size=3"], {},
-         "backend.verl.tensor_parallel_size=3"),
+        (["backend=verl", "backend.verl.n_gpus_per_node=8", "engine.tensor_parallel_size=3"], {},
+         "engine.tensor_parallel_size=3 "),  # (verl's rollout engines) does not divide backend.verl.n_gpus_per_node
         (["backend=verl", "backend.verl.nnodes=2"], dict(nodes=1), "backend.verl.nnodes=2"),
     ]
     for extra, kw, msg in cases:
@@ -365,8 +365,7 @@ def test_8b_full_fits_with_verl_on_8_gpus(tmp_path):
     """What one H200 cannot hold (full 8B, test_8b_full_does_not_fit_and_lora_does) fits once
     FSDP shards it over 8 (the writer's solver server outside the layout)."""
     extra = [*DIAGEVO_4B, "backend=verl", "backend.verl.n_gpus_per_node=8", "engine=ray",
-             "engine.ray.actor_engine=vllm", "engine.gpu_memory_utilization=0.45",
-             "backend.verl.gpu_memory_utilization=0.5"]
+             "engine.ray.actor_engine=vllm", "engine.gpu_memory_utilization=0.45"]
     plan = _layout(tmp_path, "diagevo", extra, model=QWEN3_8B)
     assert plan.fits, plan.problems
     assert plan.layout.layout.actors == 8 and plan.layout.verl is not None

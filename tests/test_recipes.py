@@ -58,11 +58,11 @@ TINY = ["run.progress=false", "run.threads=1", "eval.heldout_size=8", "eval.samp
         "sampling.max_new_tokens=24"]
 GRPO = ["solver.steps=1", "solver.prompts_per_step=2", "solver.group_size=2"]
 D2EVO = ["rounds=2", "difficulty.pool_size=8", "difficulty.samples=2", "questioner.steps=1",
-         "questioner.prompts_per_step=2", "questioner.group_size=2", "questioner.reward.solver_samples=2",
+         "questioner.prompts_per_step=2", "questioner.group_size=2", "questioner.reward.samples=2",
          "buffer.generate=4", "buffer.voting.samples=2", "solver.steps=1", "solver.prompts_per_step=2",
          "solver.group_size=2", "eval.every_round=false"]
 DIAGEVO = ["rounds=2", "challenger.steps=1", "challenger.prompts_per_step=2", "challenger.group_size=2",
-           "challenger.reward.solver_samples=2", "pool.size=6", "pool.voting.samples=2", "solver.steps=1",
+           "challenger.reward.samples=2", "pool.size=6", "pool.voting.samples=2", "solver.steps=1",
            "solver.prompts_per_step=2", "solver.group_size=2", "memory.embedder=hash", "eval.every_round=false"]
 
 

@@ -87,9 +87,9 @@ def _paths(root: Path) -> PhasePaths:
 
 def _overrides(*extra: str) -> list[str]:
     cfg = load_config("grpo", None, TINY + ["backend=verl", *extra])
-    return phase_overrides(phase=cfg.solver, learner=cfg.learner, verl=cfg.backend.verl, temperature=1.0, top_p=1.0,
-                           top_k=0, max_new_tokens=24, max_prompt_tokens=12, paths=_paths(Path("/w")),
-                           experiment="01-solver", seed=123)
+    return phase_overrides(phase=cfg.solver, learner=cfg.learner, verl=cfg.backend.verl, engine=cfg.engine,
+                           temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=24, max_prompt_tokens=12,
+                           paths=_paths(Path("/w")), experiment="01-solver", seed=123)
 
 
 GOLDEN = [
@@ -125,11 +125,19 @@ def test_overrides_golden_list_for_a_toy_grpo_phase():
 
 def test_overrides_follow_the_config():
     ov = _overrides("learner.beta_kl=0.04", "learner.scale_std=false", "learner.lr=1e-6", "backend.verl.nnodes=2",
-                    "backend.verl.n_gpus_per_node=8", "backend.verl.ray_address=auto", "solver.prompts_per_step=16",
+                    "backend.verl.n_gpus_per_node=8", "engine.ray.address=auto", "solver.prompts_per_step=16",
+                    "engine.tensor_parallel_size=2", "engine.gpu_memory_utilization=0.5",
                     "backend.verl.extra_overrides=[trainer.save_freq=1,actor_rollout_ref.rollout.n=2]")
     assert "actor_rollout_ref.actor.use_kl_loss=true" in ov and "actor_rollout_ref.actor.kl_loss_coef=0.04" in ov
     assert "algorithm.norm_adv_by_std_in_grpo=false" in ov and "actor_rollout_ref.actor.optim.lr=1e-06" in ov
     assert "trainer.nnodes=2" in ov and "trainer.n_gpus_per_node=8" in ov and "+ray_kwargs.ray_init.address=auto" in ov
+    assert "actor_rollout_ref.rollout.tensor_model_parallel_size=2" in ov  # the run's engine settings, one place
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.5" in ov
+    # a config that still names the fields' former places sets them (old run folders, old command lines)
+    old = _overrides("backend.verl.ray_address=auto", "backend.verl.tensor_parallel_size=2",
+                     "backend.verl.gpu_memory_utilization=0.5", "backend.verl.n_gpus_per_node=8")
+    assert {"+ray_kwargs.ray_init.address=auto", "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+            "actor_rollout_ref.rollout.gpu_memory_utilization=0.5"} <= set(old)
     assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4" in ov  # 16 x 4 rollouts over 16 GPUs
     assert not any("gradient_checkpointing" in o or "dynamic_bsz" in o for o in ov)  # auto / rows: verl's defaults
     ov2 = _overrides("learner.gradient_checkpointing=true", "learner.max_tokens_per_micro_batch=16384")
@@ -415,7 +423,7 @@ class _CannedSolver:
 def _writer_spec(kind: str, **kw):
     from coevolve.verl.writer import WriterSpec
 
-    return WriterSpec(reward={"kind": kind, "solver_samples": 4}, seed=3, ns="verify",
+    return WriterSpec(reward={"kind": kind, "samples": 4}, seed=3, ns="verify",
                       params={"temperature": 1.0, "max_new_tokens": 8}, prompter={"kind": "toy"},
                       rep_tokenizer="char", batch_prompts=8, **kw)
 
@@ -547,4 +555,4 @@ def test_d2evo_smoke_on_the_standin_trains_the_questioner(tmp_path, cache):
     assert [m["step"] for m in steps] == [0, 1] and all(m["questioner/well_formed"] == 0.5 for m in steps)
     spec = json.loads((run.path / "round_01" / "verl_questioner" / "writer_spec.json").read_text())
     assert spec["solver_url"] is None and Path(spec["solver_path"]).name == "solver"
-    assert spec["reward"]["kind"] == "plateau" and spec["reward"]["solver_samples"] == 4
+    assert spec["reward"]["kind"] == "plateau" and spec["reward"]["samples"] == 4

@@ -102,7 +102,8 @@ def eval_cmd(
                                         "all, names (default: the model's world: toy, or math7)"),
     limit: Optional[int] = typer.Option(None, "--limit", help="First N items per benchmark"),
     samples: int = typer.Option(0, "--samples", help="k for mean@k (0 = greedy pass@1 only; -1 = each benchmark's default, e.g. mean@32 for AIME/AMC)"),
-    max_new_tokens: int = typer.Option(1024, "--max-new-tokens"),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Answer budget (default: what a run "
+                                                 "of the model's world evaluates with: 64 toy, 4096 a real model)"),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (results.json, items_*.jsonl)"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder with the large benchmark files (or $COEVOLVE_DATA)"),
     chat_template: Optional[bool] = typer.Option(None, "--chat-template/--no-chat-template",

@@ -171,12 +171,13 @@ class _Slot:
     frozen: bool = False
 
 
-def _init_ray(r: Any) -> bool:
+def _init_ray(engine: Any) -> bool:
     """Join ``address`` or start a local Ray (logical CPUs: at least what the pool asks, so a
     2-core machine can still hold a 2-actor pool beside the driver). True when Ray was started
     here (the pool that started it stops it)."""
     import ray
 
+    r = engine.ray
     if ray.is_initialized():
         return False
     # Workers must import the same coevolve as this process (a source tree on sys.path, not an
@@ -189,7 +190,7 @@ def _init_ray(r: Any) -> bool:
         return False
     import torch
 
-    actors = r.num_actors or (torch.cuda.device_count() // r.tensor_parallel_size) or 2  # as RayPool._start counts
+    actors = r.num_actors or (torch.cuda.device_count() // engine.tensor_parallel_size) or 2  # as RayPool._start counts
     want = int(max(os.cpu_count() or 1, actors * r.cpus_per_actor + 1))
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path  # inherited by the raylet and its workers (a local cluster only)
@@ -237,10 +238,11 @@ class RayPool:
         from ray.util.placement_group import placement_group
 
         r = self.engine.ray
-        self.started_ray = _init_ray(r) or self.started_ray
+        self.started_ray = _init_ray(self.engine) or self.started_ray
         gpus = int(ray.cluster_resources().get("GPU", 0))
-        self.gpus = r.tensor_parallel_size if gpus > 0 else 0
-        n = r.num_actors or (max(1, gpus // r.tensor_parallel_size) if gpus > 0 else 2)
+        tp = self.engine.tensor_parallel_size
+        self.gpus = tp if gpus > 0 else 0
+        n = r.num_actors or (max(1, gpus // tp) if gpus > 0 else 2)
         bundle = {"CPU": r.cpus_per_actor, **({"GPU": self.gpus} if self.gpus else {})}
         self.pg = placement_group([dict(bundle) for _ in range(n)], strategy="PACK")
         # a cluster we joined may still be scaling up; a local one started here will not grow
@@ -251,7 +253,7 @@ class RayPool:
             ray.util.remove_placement_group(self.pg)
             raise SamplerError(f"engine.ray: the cluster cannot place {n} actors of {bundle} within "
                                f"{timeout:.0f} s (available: {have}); lower engine.ray.num_actors, "
-                               "cpus_per_actor or tensor_parallel_size")
+                               "cpus_per_actor or engine.tensor_parallel_size")
         self.actors = [self._new_actor(i) for i in range(n)]
         self.restarts = [0] * n
         ray.get([a.pid.remote() for a in self.actors])  # constructed and importable everywhere

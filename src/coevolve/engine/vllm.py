@@ -65,6 +65,7 @@ from coevolve.engine.base import (
 from coevolve.engine.hf import load_model, load_tokenizer, resolve_device, resolve_dtype
 from coevolve.engine.weights import hf_weights, host_snapshot, model_folder
 from coevolve.errors import ConfigError
+from coevolve.schema import vllm_share
 from coevolve.types import Completion, SamplingParams
 
 INSTALL_HINT = (
@@ -174,7 +175,7 @@ class _Engine:
             model=folder, tokenizer=folder, dtype=str(dtype).removeprefix("torch."), seed=0,
             max_num_seqs=int(cfg.max_batch), enable_prefix_caching=bool(cfg.prefix_caching),
             enforce_eager=(device.type == "cpu") if cfg.enforce_eager is None else bool(cfg.enforce_eager),
-            gpu_memory_utilization=float(cfg.gpu_memory_utilization), logprobs_mode="raw_logprobs",
+            gpu_memory_utilization=vllm_share(cfg), logprobs_mode="raw_logprobs",
             disable_log_stats=True, load_format="dummy" if dummy else "auto",
         )
         kv_gib = cfg.kv_cache_gib if cfg.kv_cache_gib is not None else (CPU_KV_CACHE_GIB if device.type == "cpu" else None)

@@ -16,6 +16,7 @@ from coevolve.plan.shapes import ModelShape
 from coevolve.plan.timing import _gen_seconds
 from coevolve.plan.work import Gen, PhaseWork, Train
 from coevolve.rl.learner import LearnerConfig
+from coevolve.schema import vllm_share
 
 if TYPE_CHECKING:
     from coevolve.plan.estimate import Plan
@@ -48,7 +49,7 @@ class Layout:
     actor_engine: str = "hf"
     actors: int = 0  # Ray rollout actors (0 unless engine=ray)
     actor_tp: int = 1
-    actor_util: float = 0.3  # vllm actors: engine.gpu_memory_utilization
+    actor_util: float = 0.3  # vllm actors: engine.gpu_memory_utilization (coevolve's default)
     actor_sleep: bool = True  # vllm actors release their GPU memory between calls (engine.sleep_mode)
     backend: str = "local"
     verl_gpus: int = 0  # backend.verl.nnodes x n_gpus_per_node (0 unless backend=verl)
@@ -103,34 +104,33 @@ def make_layout(cfg: Any, gpus: int | None = None, nodes: int | None = None) -> 
     if n < 1:
         raise ConfigError(f"--nodes {n}: nodes must be at least 1")
     lay = dict(nodes=n, gpus_per_node=g, engine=engine)
+    tp = int(getattr(cfg.engine, "tensor_parallel_size", 1))
     if engine == "ray" and ray is not None:
-        tp = ray.tensor_parallel_size
         if ray.actor_engine == "hf" and tp > 1:
-            raise ConfigError(f"engine.ray.tensor_parallel_size={tp}: hf actors run on one GPU each; set "
-                              "engine.ray.actor_engine=vllm or engine.ray.tensor_parallel_size=1")
+            raise ConfigError(f"engine.tensor_parallel_size={tp}: hf actors run on one GPU each; set "
+                              "engine.ray.actor_engine=vllm or engine.tensor_parallel_size=1")
         if g % tp:
-            raise ConfigError(f"engine.ray.tensor_parallel_size={tp} does not divide the {g} GPUs per node (--gpus): "
+            raise ConfigError(f"engine.tensor_parallel_size={tp} does not divide the {g} GPUs per node (--gpus): "
                               "a tensor-parallel group stays on one node")
         # as coevolve.engine.ray does: one actor per tensor-parallel group of every GPU Ray sees
         actors = ray.num_actors if ray.num_actors is not None else max(1, n * g // tp)
         if actors * tp > n * g:
-            raise ConfigError(f"engine.ray.num_actors={actors} x engine.ray.tensor_parallel_size={tp} = {actors * tp} "
+            raise ConfigError(f"engine.ray.num_actors={actors} x engine.tensor_parallel_size={tp} = {actors * tp} "
                               f"GPUs > the layout's {n * g} (--nodes {n} x --gpus {g})")
         lay.update(actor_engine=ray.actor_engine, actors=actors, actor_tp=tp,
-                   actor_util=float(cfg.engine.gpu_memory_utilization), actor_sleep=bool(cfg.engine.sleep_mode))
+                   actor_util=vllm_share(cfg.engine), actor_sleep=bool(cfg.engine.sleep_mode))
     if v is not None:
-        if v.n_gpus_per_node % v.tensor_parallel_size:
-            raise ConfigError(f"backend.verl.tensor_parallel_size={v.tensor_parallel_size} does not divide "
+        if v.n_gpus_per_node % tp:
+            raise ConfigError(f"engine.tensor_parallel_size={tp} (verl's rollout engines) does not divide "
                               f"backend.verl.n_gpus_per_node={v.n_gpus_per_node}")
         if v.nnodes > n or v.n_gpus_per_node > g:
             raise ConfigError(f"backend.verl.nnodes={v.nnodes} x backend.verl.n_gpus_per_node={v.n_gpus_per_node} does "
                               f"not fit the layout's --nodes {n} x --gpus {g}")
-        # one Ray cluster when the pool joins one (`ray start`) and verl's job joins it too, or runs on
-        # several nodes (which needs `ray start`); a local Ray of this process and verl's own are apart
-        shared = engine == "ray" and ray is not None and ray.address is not None and (
-            v.ray_address is not None or v.nnodes > 1)
-        lay.update(backend="verl", verl_gpus=v.nnodes * v.n_gpus_per_node, verl_tp=v.tensor_parallel_size,
-                   verl_util=float(v.gpu_memory_utilization), shared_cluster=shared)
+        # one Ray cluster when the run joins one (engine.ray.address: the pool and verl's jobs); a local
+        # Ray of this process and verl's own are apart
+        shared = engine == "ray" and ray is not None and ray.address is not None
+        lay.update(backend="verl", verl_gpus=v.nnodes * v.n_gpus_per_node, verl_tp=tp,
+                   verl_util=vllm_share(cfg.engine, "verl"), shared_cluster=shared)
     return Layout(**lay)
 
 
@@ -350,7 +350,7 @@ def _layout_assumptions(lay: Layout) -> list[str]:
                  "all-gather / reduce-scatter and cross-node traffic not counted)")
         a.append(f"(model) verl per-GPU memory: fp32 params + fp32 grads + AdamW m, v sharded / {lay.verl_gpus}, "
                  "2 gathered bf16 FSDP units, one micro-batch's activations and logits unsharded; the colocated vLLM "
-                 "takes backend.verl.gpu_memory_utilization of the GPU while rolling out and sleeps while training")
+                 "takes engine.gpu_memory_utilization (unset: 0.6) of the GPU while rolling out and sleeps while training")
         a.append(f"(assumed) {VERL_PHASE_OVERHEAD_S.value:g} s per verl phase run: {VERL_PHASE_OVERHEAD_S.source}")
     if not lay.actors and not lay.verl_gpus and lay.gpus > 1:
         a.append("(model) with engine and backend local, only GPU 0 works: set engine=ray and/or backend=verl")
@@ -369,12 +369,12 @@ def _layout_problems(plan: "Plan", cfg: Any, lcfg: LearnerConfig, lay: Layout, l
                 continue
             head = f"phase {p.name}: {where} peak {gib(size)} > {gib(plan.limit)}"
             if where == "actor GPU" or (where == "GPU 0" and lay.actor_on_gpu0 and w.train is None):
-                fix = ("engine.gpu_memory_utilization lower, or more GPUs per actor (engine.ray.tensor_parallel_size)"
+                fix = ("engine.gpu_memory_utilization lower, or more GPUs per actor (engine.tensor_parallel_size)"
                        if lay.actor_engine == "vllm" else
                        "engine.max_batch_tokens lower, engine.ray.num_actors higher, or engine.ray.actor_engine=vllm")
             elif lay.verl_gpus and w.train is not None:
                 fix = ("backend.verl.n_gpus_per_node / backend.verl.nnodes higher (more shards), "
-                       "learner.max_tokens_per_micro_batch lower, or backend.verl.gpu_memory_utilization lower")
+                       "learner.max_tokens_per_micro_batch lower, or engine.gpu_memory_utilization lower")
             elif w.train is not None:
                 fix = " or ".join(_learner_fixes(plan, lcfg, w.train, e.resident)) + " or backend=verl"
             else:
@@ -385,13 +385,13 @@ def _layout_problems(plan: "Plan", cfg: Any, lcfg: LearnerConfig, lay: Layout, l
         need = plan.shape.n_params * plan.dtype_bytes / lay.verl_tp
         if need >= 0.9 * lay.verl_util * plan.capacity:
             problems.append(f"backend.verl: a rollout engine's weights ({gib(need)} per GPU at TP {lay.verl_tp}) leave "
-                            f"no KV cache in backend.verl.gpu_memory_utilization={lay.verl_util:g} of the GPU; raise it "
-                            "or backend.verl.tensor_parallel_size")
+                            f"no KV cache in engine.gpu_memory_utilization={lay.verl_util:g} of the GPU; raise it "
+                            "or engine.tensor_parallel_size")
     if lay.actors and lay.actor_engine == "vllm":
         need = plan.shape.n_params * plan.dtype_bytes / lay.actor_tp
         if need >= 0.9 * lay.actor_util * plan.capacity:
             problems.append(f"engine.ray: a vllm actor's weights ({gib(need)} per GPU at TP {lay.actor_tp}) leave no KV "
                             f"cache in engine.gpu_memory_utilization={lay.actor_util:g}; raise it or "
-                            "engine.ray.tensor_parallel_size")
+                            "engine.tensor_parallel_size")
     return problems
 

@@ -12,6 +12,7 @@ from coevolve.plan.devices import Device
 from coevolve.plan.shapes import ModelShape
 from coevolve.plan.work import Train
 from coevolve.rl.learner import LearnerConfig, resolve_gradient_checkpointing, resolve_logprob_chunk
+from coevolve.schema import vllm_share
 
 SAFETY_MARGIN = 0.10
 """A phase fits when its estimated peak leaves this share of the device free: allocator
@@ -137,5 +138,5 @@ def _kv_rows(rows: int, prompt: int, max_new: int, max_batch_tokens: int | None)
 
 def _engine(cfg: Any) -> tuple[str, float | None, bool, int | None]:
     e = cfg.engine
-    return (str(getattr(e, "kind", "hf")), getattr(e, "gpu_memory_utilization", None),
+    return (str(getattr(e, "kind", "hf")), vllm_share(e),
             bool(getattr(e, "sleep_mode", True)), getattr(e, "max_batch_tokens", None))

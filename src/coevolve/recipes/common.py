@@ -101,7 +101,7 @@ class Setup:
                        audit: AuditFn) -> WriterScoring:
         """A writer phase's scoring: ``scorer`` (the frozen solver the local loop votes with;
         ``solver``'s weights at the start of the phase for verl's workers) answers each written
-        question ``reward.solver_samples`` times with the run's decoding, seeded
+        question ``reward.samples`` times with the run's decoding, seeded
         ``derive_seed(seed, ns, step)``; ``audit`` turns a step's ``WriterBatch`` into records."""
         rule = WriterRule(reward, seed, ns, self.params(None), self.rep_tokenizer(reward), self.cfg.sampling.batch_prompts)
         return WriterScoring(rule, solver, scorer, self.world.prompter, audit)

@@ -118,7 +118,7 @@ def phase_difficulty(p: D2Evo, phase: Phase) -> PhaseRecord:
         hist = pass_rate_histogram([r.pass_rate for r in recs])
         mean = sum(r.pass_rate for r in recs) / max(1, len(recs))
         rollouts = sum(r.n for r in recs)
-        ctx.log({"curriculum/pool_size": len(recs), "curriculum/pool_pass_rate": round(mean, 4),
+        ctx.log({"curriculum/pool_size": len(recs), "curriculum/pass_rate_mean": round(mean, 4),
                  **{f"curriculum/hist/{k}": v for k, v in hist.items()}})
         values: dict[str, Any] = {"pool_size": len(recs), "pass_rate_mean": round(mean, 4), "histogram": hist}
         if d.estimator == "fixed":
@@ -306,7 +306,7 @@ def questioner_work(cfg: D2EvoConfig, toy: bool) -> Work:
     q = cfg.questioner
     scorer = FROZEN_SOLVER if q.share_weights and q.frozen_scorer else "solver"
     return train_work(_writer_role(cfg), "questioner", q, cfg.sampling, "question", "questions",
-                      scored_by(scorer, q, cfg.sampling, q.reward.solver_samples))
+                      scored_by(scorer, q, cfg.sampling, q.reward.samples))
 
 
 def buffer_work(cfg: D2EvoConfig, toy: bool) -> Work:

@@ -6,7 +6,7 @@ Two separate models, one frozen while the other trains: the challenger writes qu
 solver answers them. Every round t = 1..rounds runs the paper's four stages and an evaluation as
 resumable phases (``coevolve.run``), declared once in ``RECIPE`` (end of file):
 
-1. ``TT/challenger`` — plans from the memory of round t-1 (explore with prob ε, else an Active
+1. ``TT/challenger`` — targets from the memory of round t-1 (explore with prob ε, else an Active
    cause e ~ p(e) = f(e)/F_t, stitched with a Mastered sibling); the frozen solver answers every
    generated question N_v times; GRPO on the challenger with the plateau reward on p1 (or R-Zero's).
 2. ``TT/pool`` — the updated challenger writes the candidate pool; N construction answers per
@@ -35,10 +35,9 @@ from coevolve.config.diagevo import DiagEvoConfig
 from coevolve.curriculum import label_questions, parse_yes_no, propose_questions
 from coevolve.curriculum.proposals import WriterBatch
 from coevolve.loop import Role, ShuffledPasses
-from coevolve.memory.cli import MEMORY_FILE
 from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, clip_middle
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
-from coevolve.memory.store import ErrorMemory
+from coevolve.memory.store import MEMORY_FILE, ErrorMemory
 from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
 from coevolve.recipes.declare import Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
@@ -125,13 +124,14 @@ def challenger_audit(s: Setup, mem: ErrorMemory) -> Callable[[int, list[Task], l
     def audit(step: int, tasks: list[Task], comps: list[list[Completion]], wb: WriterBatch) -> Observed:
         records = []
         for task, qs, xs, rs in zip(tasks, wb.questions, wb.x, wb.rewards):
-            plan = task.features["plan"]
+            target = task.features["target"]
             for q, x, r in zip(qs, xs, rs):
-                shows = s.world.shows_causes(q, [mem.causes[c] for c in plan["cause_ids"]]) if q and plan["cause_ids"] else None
-                records.append({"mode": plan["mode"], "cause_ids": plan["cause_ids"], "question": q, "p1": x,
+                shows = (s.world.shows_causes(q, [mem.causes[c] for c in target["cause_ids"]])
+                         if q and target["cause_ids"] else None)
+                records.append({"mode": target["mode"], "cause_ids": target["cause_ids"], "question": q, "p1": x,
                                 "reward": r, "shows_target": shows})
         hits = [float(r["shows_target"][0]) for r in records if r["shows_target"] is not None]
-        extra = {"targeted_share": _mean([float(bool(t.features["plan"]["cause_ids"])) for t in tasks]) or 0.0,
+        extra = {"targeted_share": _mean([float(bool(t.features["target"]["cause_ids"])) for t in tasks]) or 0.0,
                  **({"target_hit_rate": _mean(hits)} if hits else {})}
         return Observed({**wb.metrics(), **extra}, records, wb.rollouts)
 
@@ -167,9 +167,10 @@ def phase_challenger(p: DiagEvo, phase: Phase) -> PhaseRecord:
         rng = np.random.default_rng(ctx.seed)
 
         def batches(step: int) -> list[Task]:
-            plans = mem.sample_plan(rng, ch.prompts_per_step, cfg.memory.stitching, cfg.memory.schedule, cfg.memory.k)
+            targets = mem.sample_targets(rng, ch.prompts_per_step, cfg.memory.stitching, cfg.memory.schedule,
+                                         cfg.memory.k)
             return [Task(f"r{t:02d}-ch{step:03d}-{i:03d}", s.world.prompter.challenger(p.cause_texts),
-                         features={"plan": p.to_dict()}) for i, p in enumerate(plans)]
+                         features={"target": p.to_dict()}) for i, p in enumerate(targets)]
 
         res = s.train(challenger, TrainRequest(
             ch, "challenger", batches=batches, prompt=lambda task: task.question,
@@ -189,18 +190,18 @@ def phase_challenger(p: DiagEvo, phase: Phase) -> PhaseRecord:
 
 
 def phase_pool(p: DiagEvo, phase: Phase) -> PhaseRecord:
-    """Stage 2: the challenger writes the candidate pool from memory plans; N construction
+    """Stage 2: the challenger writes the candidate pool aimed at the memory's targets; N construction
     answers vote ŷ, p1, p2; the dual-confidence filter keeps the training set."""
     s, challenger, solver, t = p.s, p.challenger, p.solver, phase.round
     cfg, pc = s.cfg, s.cfg.pool
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         mem = load_memory(s.run, t - 1)
-        plans = mem.sample_plan(np.random.default_rng(ctx.seed), pc.size, cfg.memory.stitching, cfg.memory.schedule,
-                                cfg.memory.k)
+        targets = mem.sample_targets(np.random.default_rng(ctx.seed), pc.size, cfg.memory.stitching,
+                                     cfg.memory.schedule, cfg.memory.k)
         pool = propose_questions(
-            challenger.sampler, [s.world.prompter.challenger(p.cause_texts) for p in plans],
-            [{"mode": p.mode, "cause_ids": p.cause_ids, "round": t} for p in plans], prompter=s.world.prompter,
+            challenger.sampler, [s.world.prompter.challenger(p.cause_texts) for p in targets],
+            [{"mode": p.mode, "cause_ids": p.cause_ids, "round": t} for p in targets], prompter=s.world.prompter,
             solver=solver.sampler, voting=pc.voting, grader=s.grader,
             write_params=s.params(derive_seed(ctx.seed, "write"), cfg.challenger, "question"),
             vote_params=s.params(derive_seed(ctx.seed, "construct")),
@@ -214,10 +215,10 @@ def phase_pool(p: DiagEvo, phase: Phase) -> PhaseRecord:
         s.run.write_jsonl(ctx.dir / "kept.jsonl", [r for r in pool.rows() if r["kept"]])
         hits = [float(v.meta["shows_target"][0]) for v in pool.votes if v.meta["shows_target"] is not None]
         values = {**{k: v for k, v in pool.stats().items() if k != "rollouts"},
-                  "targeted_share": round(_mean([float(bool(p.cause_ids)) for p in plans]) or 0.0, 4),
+                  "targeted_share": round(_mean([float(bool(p.cause_ids)) for p in targets]) or 0.0, 4),
                   "target_hit_rate": None if not hits else round(_mean(hits) or 0.0, 4)}
         ctx.log({f"curriculum/{k}": v for k, v in values.items() if isinstance(v, (int, float))})
-        ctx.say(f"[pool] {len(plans)} prompts -> {values['labelled']} candidates -> kept {values['kept']} "
+        ctx.say(f"[pool] {len(targets)} prompts -> {values['labelled']} candidates -> kept {values['kept']} "
                 f"({pc.voting.filter}); oracle agreement none/absolute/dual: "
                 + "/".join(_fmt(values[f"oracle_acc_{m}"]) for m in ("none", "absolute", "dual")))
         return PhaseResult(values, pool.rollouts)
@@ -343,7 +344,7 @@ def challenger_work(cfg: DiagEvoConfig, toy: bool) -> Work:
     if ch.frozen:
         return Work()
     return train_work("challenger", "challenger", ch, cfg.sampling, "question", "questions",
-                      scored_by("solver", ch, cfg.sampling, ch.reward.solver_samples))
+                      scored_by("solver", ch, cfg.sampling, ch.reward.samples))
 
 
 def pool_work(cfg: DiagEvoConfig, toy: bool) -> Work:

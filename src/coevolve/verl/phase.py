@@ -166,7 +166,8 @@ class VerlTrainer:
         export_model(role, paths.model)
         write_parquet(rows, paths.train_file)
         longest = max(len(role.tokenizer(r.prompt, add_special_tokens=False)["input_ids"]) for r in rows)
-        overrides = phase_overrides(phase=phase, learner=self.learner, verl=self.verl, temperature=params.temperature,
+        overrides = phase_overrides(phase=phase, learner=self.learner, verl=self.verl, engine=self.engine,
+                                    temperature=params.temperature,
                                     top_p=params.top_p, top_k=params.top_k, max_new_tokens=params.max_new_tokens,
                                     max_prompt_tokens=longest + PROMPT_MARGIN_TOKENS, paths=paths,
                                     experiment=f"{ctx.phase.key}".replace("/", "-"),
@@ -201,7 +202,7 @@ class VerlTrainer:
                 tasks = [r.task for r in sr.rows]
                 if req.writer is not None:
                     wb = writer_batch(sr.texts, sr.scores, sr.extras, req.writer.prompter.parse_question,
-                                      req.writer.rule.reward.solver_samples)
+                                      req.writer.rule.reward.samples)
                     observed = req.writer.audit(sr.step, tasks, comps, wb)
                 else:
                     observed = audit_step(reward, tasks, sr.texts, sr.extras, self.grader)

@@ -245,10 +245,10 @@ def score_sample(spec: WriterSpec, text: str, step: int, grader: AnswerGrader, s
         with _LOCK:
             vote = _VOTES.get(key)
             if vote is None:
-                vote = label_questions(sampler or solver_of(spec), prompter, [q], reward.solver_samples,
+                vote = label_questions(sampler or solver_of(spec), prompter, [q], reward.samples,
                                        spec.sampling(step, q), grader, spec.batch_prompts)[0]
                 _VOTES[key] = vote
-                drawn = reward.solver_samples
+                drawn = reward.samples
     x = None if vote is None else vote.p1
     r, _ = questioner_rewards([q is not None], [x], reward.band.low, reward.band.high, reward.a)
     return {"score": r[0], "well_formed": float(q is not None), "p1": -1.0 if vote is None else vote.p1,
