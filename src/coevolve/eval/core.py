@@ -71,10 +71,9 @@ def evaluate_tasks(
 
     ``prompts[i]`` is task i's prompt; ``grade(gold, completion_text)`` decides correctness and
     ``extract`` only fills the ``extracted`` record field (the benchmark supplies both); ``stop``
-    ends completions as in training (the world's answer stops). Sampling
-    is seeded with ``seed`` so the same model gives the same mean@k. ``batch_size`` splits the
-    prompts into several sampler calls (a progress bar); by default everything goes in one
-    call and the sampler batches internally.
+    ends completions as in training (the world's answer stops). Sampling is seeded with ``seed``
+    so the same model gives the same mean@k. ``batch_size`` splits the prompts into several
+    sampler calls (a progress bar); by default one call, batched inside the sampler.
 
     Records: ``{"id", "question", "gold", "prompt", "output", "extracted", "correct",
     "finish_reason", "sampled_correct" (list[bool], only with samples), "sampled_acc", "group"}``.
@@ -95,28 +94,11 @@ def evaluate_tasks(
                                    stop=stop or Stop())
     chunk = batch_size if batch_size and 0 < batch_size < len(prompt_list) else len(prompt_list)
     greedy_out = sample_chunked(sampler, prompt_list, 1, greedy_params, chunk, "greedy" if progress else None)
-    sampled_out: list[list[Completion]] | None = None
-    if samples > 0:
-        sample_params = replace(greedy_params, temperature=1.0)
-        sampled_out = sample_chunked(sampler, prompt_list, samples, sample_params, chunk,
-                                     f"mean@{samples}" if progress else None)
+    sampled_out = None if samples == 0 else sample_chunked(
+        sampler, prompt_list, samples, replace(greedy_params, temperature=1.0), chunk, f"mean@{samples}" if progress else None)
 
-    records: list[dict[str, Any]] = []
-    for i, (task, prompt) in enumerate(zip(tasks, prompt_list)):
-        gold = str(task.answer)
-        comp = greedy_out[i][0]
-        rec: dict[str, Any] = {
-            "id": task.id, "question": task.question, "gold": gold, "prompt": prompt, "output": comp.text,
-            "extracted": extract(comp.text), "correct": bool(grade(gold, comp.text)),
-            "finish_reason": comp.finish_reason,
-            "group": None if group_key not in task.features else str(task.features[group_key]),
-        }
-        if sampled_out is not None:
-            verdicts = [bool(grade(gold, c.text)) for c in sampled_out[i]]
-            rec["sampled_correct"] = verdicts
-            rec["sampled_acc"] = sum(verdicts) / len(verdicts)
-        records.append(rec)
-
+    records = [_record(task, prompt, greedy_out[i][0], None if sampled_out is None else sampled_out[i], grade, extract,
+                       group_key) for i, (task, prompt) in enumerate(zip(tasks, prompt_list))]
     n = len(records)
     return EvalResult(
         greedy=sum(r["correct"] for r in records) / n,
@@ -127,6 +109,23 @@ def evaluate_tasks(
         sampled_any=None if sampled_out is None else sum(any(r["sampled_correct"]) for r in records) / n,
         by_group=_by_group(records, sampled_out is not None),
     )
+
+
+def _record(task: Task, prompt: str, comp: Completion, sampled: list[Completion] | None, grade: GradeFn,
+            extract: Extractor, group_key: str) -> dict[str, Any]:
+    """One task's evaluation record (``evaluate_tasks``): its greedy answer graded, and its
+    samples' verdicts when there are any."""
+    gold = str(task.answer)
+    rec: dict[str, Any] = {
+        "id": task.id, "question": task.question, "gold": gold, "prompt": prompt, "output": comp.text,
+        "extracted": extract(comp.text), "correct": bool(grade(gold, comp.text)), "finish_reason": comp.finish_reason,
+        "group": None if group_key not in task.features else str(task.features[group_key]),
+    }
+    if sampled is not None:
+        verdicts = [bool(grade(gold, c.text)) for c in sampled]
+        rec["sampled_correct"] = verdicts
+        rec["sampled_acc"] = sum(verdicts) / len(verdicts)
+    return rec
 
 
 def _by_group(records: list[dict[str, Any]], with_samples: bool) -> dict[str, dict[str, Any]]:

@@ -15,6 +15,7 @@ from coevolve.plan.memory import SAFETY_MARGIN, RoleMemory, _engine, _kv_rows, d
 from coevolve.plan.shapes import ModelShape, load_model_shape
 from coevolve.plan.timing import COMPLETION_FILL, _gen_seconds, _train_seconds
 from coevolve.plan.work import Gen, PhaseWork, phases, trainable_roles
+from coevolve.recipes.declare import FROZEN_SOLVER
 from coevolve.rl.learner import LearnerConfig
 
 if TYPE_CHECKING:
@@ -65,6 +66,36 @@ class Plan:
         return not self.problems
 
 
+@dataclass(frozen=True)
+class _Sizing:
+    """What every phase estimate of one plan shares: the model, the device and the settings that
+    size memory and time."""
+
+    shape: ModelShape
+    device: Device
+    b: int  # bytes per weight
+    lcfg: LearnerConfig
+    engine: str
+    util: float | None
+    sleep: bool
+    max_batch_tokens: int | None
+
+    @property
+    def gpu(self) -> bool:
+        return self.device.kind == "cuda"
+
+    @property
+    def idle_offload(self) -> bool:
+        return bool(self.lcfg.offload_when_idle) and self.gpu  # Role.offload / ParkedSampler act on GPUs only
+
+    @property
+    def vllm_engine(self) -> float:
+        """Bytes of one vLLM engine's share of the GPU (0 unless engine=vllm on a GPU)."""
+        return self.util * self.device.memory_gib.value * GiB if (self.engine == "vllm" and self.gpu and self.util) else 0.0
+
+    def kv_rows(self, g: Gen) -> int:
+        return _kv_rows(g.call_rows, g.prompt, g.max_new, self.max_batch_tokens)
+
 
 def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_label: str | None = None,
               toy: bool | None = None, suggest: bool = True, gpus: int | None = None,
@@ -82,91 +113,106 @@ def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_l
     if shape is None:
         shape, model_label, toy = load_model_shape(cfg)
     toy = bool(toy)
-    b = dtype_bytes(cfg, device)
-    lcfg: LearnerConfig = cfg.learner
     engine, util, sleep, max_batch_tokens = _engine(cfg)
+    z = _Sizing(shape, device, dtype_bytes(cfg, device), cfg.learner, engine, util, sleep, max_batch_tokens)
     works = phases(cfg, toy)
-    gpu = device.kind == "cuda"
-    idle_offload = lcfg.offload_when_idle and gpu  # Role.offload / ParkedSampler act on GPUs only
-    frozen_copy = "frozen solver copy"
-
-    def largest_call(role: str) -> tuple[int, int, int] | None:
-        calls = [(_kv_rows(g.call_rows, g.prompt, g.max_new, max_batch_tokens), g.prompt, g.max_new)
-                 for w in works for g in w.gens if g.role == role]
-        return max(calls, key=lambda c: c[0] * (c[1] + c[2]), default=None)
-
-    roles: dict[str, RoleMemory] = {}  # each role at its most demanding training phase
-    for r in trainable_roles(cfg):
-        trains = [w.train for w in works if w.train is not None and w.train.role == r] or [None]
-        roles[r] = max((role_memory(r, shape, lcfg, device, b, t, largest_call(r)) for t in trains),
-                       key=lambda m: m.train_peak)
-    copy_call = largest_call(frozen_copy)
-
-    vllm_engine = util * device.memory_gib.value * GiB if (engine == "vllm" and gpu and util) else 0.0
-    estimates: list[PhaseEstimate] = []
-    for w in works:
-        trainer = w.train.role if w.train is not None else None
-        resident = 0.0
-        for name, rm in roles.items():
-            # the run loop parks every role but the solver that a phase does not use (``uses``)
-            if not (idle_offload and name != "solver" and name not in w.uses):
-                resident += rm.weights
-            if name == trainer or not idle_offload:
-                resident += rm.state  # idle roles' masters / optimizer state wait in CPU memory (Role.offload)
-        transients: list[tuple[float, str, Gen | None]] = []
-        if trainer:
-            step = role_memory(trainer, shape, lcfg, device, b, w.train, None)
-            transients.append((step.learner_transient, f"{trainer} learner step ({step.micro_batch_rows} rows / "
-                                                        f"{step.micro_batch_tokens} tokens per micro-batch)", None))
-        for g in w.gens:
-            kvr = _kv_rows(g.call_rows, g.prompt, g.max_new, max_batch_tokens)
-            call = sampler_call_bytes(shape, b, kvr, g.prompt, g.max_new)
-            label = f"{g.role} sampling ({kvr} rows x {g.prompt}+{g.max_new} tokens)"
-            if engine == "vllm" and gpu:  # (a frozen copy is a pinned host snapshot served by the role's engine)
-                transients.append((0.0 if not sleep else vllm_engine, f"{g.role} vLLM engine (gpu_memory_utilization={util})",
-                                   g))
-            elif g.role == frozen_copy:
-                if idle_offload:  # ParkedSampler: the copy is on the GPU only while it samples
-                    transients.append((shape.n_params * b + call, label, g))
-                else:  # the copy lives through the phase
-                    resident += shape.n_params * b
-                    transients.append((call, label, g))
-            else:
-                transients.append((call, label, g))
-        if engine == "vllm" and gpu and not sleep:
-            resident += vllm_engine * len(roles)  # awake engines keep their share through learner steps
-        transient, what, _ = max(transients, default=(0.0, "-", None), key=lambda x: x[0])
-        gen_s = sum(_gen_seconds(g, shape, device, b, engine, _kv_rows(g.call_rows, g.prompt, g.max_new, max_batch_tokens))
-                    for g in w.gens) * w.times
-        train_s = 0.0
-        if w.train is not None:
-            train_s = _train_seconds(w.train, w.times, shape, lcfg, device, roles[w.train.role].checkpointing)
-        gen_tok = w.times * sum(g.rows * COMPLETION_FILL * g.max_new for g in w.gens)
-        tr_tok = 0.0 if w.train is None else w.times * w.train.steps * w.train.rows_per_step * COMPLETION_FILL * w.train.max_new
-        estimates.append(PhaseEstimate(w, resident, transient, what, transients, gen_s, train_s, gen_tok, tr_tok))
-
-    host = sum(rm.host for rm in roles.values())
-    if idle_offload:
-        host += sum(rm.masters + rm.optimizer for rm in roles.values())  # idle roles' state, at most all of it
-        host += sum(rm.weights for n, rm in roles.items() if n != "solver")
-        if copy_call is not None:
-            host += shape.n_params * b
-    plan = Plan(cfg.recipe, model_label or "?", shape, device, b, roles, estimates, host)
-    plan.problems, plan.notes = plan_problems(plan, cfg, lcfg, engine, max_batch_tokens)
+    roles = _role_memories(cfg, works, z)
+    plan = Plan(cfg.recipe, model_label or "?", shape, device, z.b, roles, [_estimate(w, roles, z) for w in works],
+                _host_bytes(roles, works, z))
+    plan.problems, plan.notes = plan_problems(plan, cfg, z.lcfg, engine, max_batch_tokens)
     verl = getattr(getattr(cfg, "backend", None), "kind", "local") == "verl"
-    if gpu and (gpus is not None or nodes is not None or engine == "ray" or verl):
+    if z.gpu and (gpus is not None or nodes is not None or engine == "ray" or verl):
         plan.layout = layout_plan(plan, cfg, make_layout(cfg, gpus, nodes), works)
         # with verl the optimizer state lives in verl's job, not in this process's host memory
         plan.problems = plan.layout.problems + [p for p in plan.problems if p.startswith("host memory") and not verl]
         return plan
     if plan.problems and suggest:
-        fix = combined_fix(plan.problems)
-        if fix:
-            sections = {sec: getattr(cfg, sec).model_copy(update={k.split(".")[1]: v for k, v in fix.items()
-                                                                   if k.startswith(sec + ".")})
-                        for sec in {k.split(".")[0] for k in fix}}
-            again = make_plan(cfg.model_copy(update=sections), device, shape, model_label, toy, suggest=False)
-            if again.fits:
-                plan.notes.append("every phase fits with: " + " ".join(f"{k}={v}" for k, v in fix.items()))
+        _suggest(plan, cfg, device, shape, model_label, toy)
     return plan
 
+
+def _largest_call(works: list[PhaseWork], role: str, z: _Sizing) -> tuple[int, int, int] | None:
+    """(rows, prompt, max_new) of ``role``'s largest sampler call (KV tokens)."""
+    calls = [(z.kv_rows(g), g.prompt, g.max_new) for w in works for g in w.gens if g.role == role]
+    return max(calls, key=lambda c: c[0] * (c[1] + c[2]), default=None)
+
+
+def _role_memories(cfg: Any, works: list[PhaseWork], z: _Sizing) -> dict[str, RoleMemory]:
+    """Each trainable role at its most demanding training phase."""
+    roles: dict[str, RoleMemory] = {}
+    for r in trainable_roles(cfg):
+        trains = [w.train for w in works if w.train is not None and w.train.role == r] or [None]
+        roles[r] = max((role_memory(r, z.shape, z.lcfg, z.device, z.b, t, _largest_call(works, r, z)) for t in trains),
+                       key=lambda m: m.train_peak)
+    return roles
+
+
+def _estimate(w: PhaseWork, roles: dict[str, RoleMemory], z: _Sizing) -> PhaseEstimate:
+    """One phase: resident bytes (the roles the run loop keeps on the device, the training role's
+    state), its transients (a learner step, each sampler call), wall time and tokens."""
+    trainer = w.train.role if w.train is not None else None
+    resident = 0.0
+    for name, rm in roles.items():
+        # the run loop parks every role but the solver that a phase does not use (``uses``)
+        if not (z.idle_offload and name != "solver" and name not in w.uses):
+            resident += rm.weights
+        if name == trainer or not z.idle_offload:
+            resident += rm.state  # idle roles' masters / optimizer state wait in CPU memory (Role.offload)
+    transients: list[tuple[float, str, Gen | None]] = []
+    if trainer:
+        step = role_memory(trainer, z.shape, z.lcfg, z.device, z.b, w.train, None)
+        transients.append((step.learner_transient, f"{trainer} learner step ({step.micro_batch_rows} rows / "
+                                                    f"{step.micro_batch_tokens} tokens per micro-batch)", None))
+    for g in w.gens:
+        extra, part = _sampling_transient(g, z)
+        resident += extra
+        transients.append(part)
+    if z.engine == "vllm" and z.gpu and not z.sleep:
+        resident += z.vllm_engine * len(roles)  # awake engines keep their share through learner steps
+    transient, what, _ = max(transients, default=(0.0, "-", None), key=lambda x: x[0])
+    gen_s = sum(_gen_seconds(g, z.shape, z.device, z.b, z.engine, z.kv_rows(g)) for g in w.gens) * w.times
+    train_s = 0.0
+    if w.train is not None:
+        train_s = _train_seconds(w.train, w.times, z.shape, z.lcfg, z.device, roles[w.train.role].checkpointing)
+    gen_tok = w.times * sum(g.rows * COMPLETION_FILL * g.max_new for g in w.gens)
+    tr_tok = 0.0 if w.train is None else w.times * w.train.steps * w.train.rows_per_step * COMPLETION_FILL * w.train.max_new
+    return PhaseEstimate(w, resident, transient, what, transients, gen_s, train_s, gen_tok, tr_tok)
+
+
+def _sampling_transient(g: Gen, z: _Sizing) -> tuple[float, tuple[float, str, Gen | None]]:
+    """(resident bytes it adds, (transient bytes, what, g)) of one generation of a phase."""
+    kvr = z.kv_rows(g)
+    call = sampler_call_bytes(z.shape, z.b, kvr, g.prompt, g.max_new)
+    label = f"{g.role} sampling ({kvr} rows x {g.prompt}+{g.max_new} tokens)"
+    if z.engine == "vllm" and z.gpu:  # (a frozen copy is a pinned host snapshot served by the role's engine)
+        return 0.0, (0.0 if not z.sleep else z.vllm_engine, f"{g.role} vLLM engine (gpu_memory_utilization={z.util})", g)
+    if g.role == FROZEN_SOLVER:
+        if z.idle_offload:  # ParkedSampler: the copy is on the GPU only while it samples
+            return 0.0, (z.shape.n_params * z.b + call, label, g)
+        return z.shape.n_params * z.b, (call, label, g)  # the copy lives through the phase
+    return 0.0, (call, label, g)
+
+
+def _host_bytes(roles: dict[str, RoleMemory], works: list[PhaseWork], z: _Sizing) -> float:
+    """Host memory for offloaded state and parked weights (at most all of it at once)."""
+    host = sum(rm.host for rm in roles.values())
+    if z.idle_offload:
+        host += sum(rm.masters + rm.optimizer for rm in roles.values())  # idle roles' state, at most all of it
+        host += sum(rm.weights for n, rm in roles.items() if n != "solver")
+        if _largest_call(works, FROZEN_SOLVER, z) is not None:
+            host += z.shape.n_params * z.b
+    return host
+
+
+def _suggest(plan: Plan, cfg: Any, device: Device, shape: ModelShape, model_label: str | None, toy: bool) -> None:
+    """Try the tightest ``engine.max_batch`` / ``learner.max_tokens_per_micro_batch`` the problems
+    name, together; when every phase fits with them, say so in the plan's notes."""
+    fix = combined_fix(plan.problems)
+    if not fix:
+        return
+    sections = {sec: getattr(cfg, sec).model_copy(update={k.split(".")[1]: v for k, v in fix.items()
+                                                           if k.startswith(sec + ".")})
+                for sec in {k.split(".")[0] for k in fix}}
+    again = make_plan(cfg.model_copy(update=sections), device, shape, model_label, toy, suggest=False)
+    if again.fits:
+        plan.notes.append("every phase fits with: " + " ".join(f"{k}={v}" for k, v in fix.items()))

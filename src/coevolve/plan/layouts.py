@@ -15,6 +15,7 @@ from coevolve.plan.memory import _engine, _kv_rows, role_memory, sampler_call_by
 from coevolve.plan.shapes import ModelShape
 from coevolve.plan.timing import _gen_seconds
 from coevolve.plan.work import Gen, PhaseWork, Train
+from coevolve.recipes.declare import FROZEN_SOLVER
 from coevolve.rl.learner import LearnerConfig
 from coevolve.schema import vllm_share
 
@@ -267,73 +268,79 @@ def layout_plan(plan: "Plan", cfg: Any, lay: Layout, works: list[PhaseWork]) -> 
     and keeps the coevolve process's weights, the actors keep their idle share). Times: a
     phase's rollouts split evenly over the actors (or verl's rollout engines), a verl learner step
     over its data-parallel GPUs; per-call and per-phase overheads from the rates."""
-    shape, device, b = plan.shape, plan.device, plan.dtype_bytes
-    lcfg: LearnerConfig = cfg.learner
-    cap = plan.capacity
-    _, _, _, max_batch_tokens = _engine(cfg)
     on_verl_phase = lambda w: lay.verl_gpus > 0 and w.train is not None  # noqa: E731
     slots = len({g.role for w in works if not on_verl_phase(w) for g in w.gens}) if lay.actors else 0
-    weights_gpu0 = sum(rm.weights for rm in plan.roles.values())
     out = LayoutPlan(lay, [], None)
-    actor_dev = _tp_device(device, lay.actor_tp)
     for e, w in zip(plan.phases, works):
-        on_verl = on_verl_phase(w)
-        gpus: dict[str, float] = {}
-        gen_s = train_s = over_s = 0.0
-        actor_idle = _actor_idle_bytes(lay, shape, b, cap, slots)
-        if on_verl:
-            vm = verl_memory(shape, lcfg, device, b, w.train, lay.verl_gpus, lay.verl_util)
+        if on_verl_phase(w):
+            phase, vm = _verl_phase(plan, cfg, lay, e, w, slots)
             out.verl = vm if out.verl is None or vm.peak > out.verl.peak else out.verl
-            gpus["GPU 0"] = weights_gpu0 + vm.peak + (actor_idle if lay.actor_on_gpu0 else 0.0)
-            if lay.verl_gpus > 1:
-                gpus["verl GPU"] = vm.peak + (actor_idle if lay.actors else 0.0)
-            engines = max(1, lay.verl_gpus // lay.verl_tp)
-            vdev = _tp_device(device, lay.verl_tp)
-            for g in w.gens:
-                if g.role == "frozen solver copy":
-                    continue  # answered by the solver server (backend.verl.solver_url), not in this job
-                in_flight = min(math.ceil(w.train.rows_per_step / engines),
-                                _vllm_rows(shape, b, lay.verl_util * cap, lay.verl_tp, g.prompt + g.max_new, 1 << 30))
-                gen_s += _gen_seconds(Gen(g.role, g.what, math.ceil(g.rows / engines), in_flight, g.prompt, g.max_new),
-                                      shape, vdev, b, "vllm", in_flight) * w.times
-            train_s = e.train_seconds / lay.verl_gpus
-            over_s = VERL_PHASE_OVERHEAD_S.value * w.times
         else:
-            learner = 0.0
-            if w.train is not None:
-                learner = role_memory(w.train.role, shape, lcfg, device, b, w.train, None).learner_transient
-            if lay.actors:
-                act = _actor_bytes(lay, shape, b, cap, w.gens, max_batch_tokens, slots, cfg.engine.max_batch)
-                # the learner step and the actor's calls alternate: between calls an actor keeps only
-                # its idle share (hf: its weights; a sleeping vllm engine: nothing)
-                gpu0 = e.resident + (max(learner + actor_idle, act) if lay.actor_on_gpu0 else learner)
-                gpus["GPU 0"] = gpu0
-                if lay.gpus > 1 and w.gens:
-                    gpus["actor GPU"] = act
-                for g in w.gens:
-                    per = Gen(g.role, g.what, math.ceil(g.rows / lay.actors),
-                              _actor_chunk(g, lay.actors, cfg.engine.max_batch), g.prompt, g.max_new)
-                    if lay.actor_engine == "vllm":
-                        kvr = min(per.call_rows, _vllm_rows(shape, b, lay.actor_util * cap, lay.actor_tp,
-                                                            g.prompt + g.max_new, cfg.engine.max_batch))
-                    else:
-                        kvr = _kv_rows(per.call_rows, g.prompt, g.max_new, max_batch_tokens)
-                    gen_s += _gen_seconds(per, shape, actor_dev, b, lay.actor_engine, kvr) * w.times
-                    calls = math.ceil(g.rows / max(1, g.full_call or g.call_rows))
-                    over_s += calls * RAY_CALL_OVERHEAD_S.value * w.times
-            else:
-                gpus["GPU 0"] = e.peak
-                gen_s = e.gen_seconds
-            train_s = e.train_seconds
-        out.phases.append(LayoutPhase(w.name, gpus, gen_s, train_s, over_s))
+            phase = _local_phase(plan, cfg, lay, e, w, slots)
+        out.phases.append(phase)
     out.assumptions = _layout_assumptions(lay)
     writers = [w.name for w in works if on_verl_phase(w) and w.train is not None and w.train.kind == "question"]
     if writers:
         out.assumptions.append(f"(not counted) phase {', '.join(writers)}: rewards ask the frozen solver served by "
                                "`vllm serve` (backend.verl.solver_url), its weights and KV cache on a GPU outside this "
                                "layout (docs/scale.md)")
-    out.problems = _layout_problems(plan, cfg, lcfg, lay, out, works)
+    out.problems = _layout_problems(plan, cfg, cfg.learner, lay, out, works)
     return out
+
+
+def _verl_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slots: int) -> tuple[LayoutPhase, VerlMemory]:
+    """A GRPO phase run by verl's job: its per-GPU memory, rollouts over its engines, a learner
+    step over its data-parallel GPUs, the job's start-up overhead."""
+    shape, device, b, cap = plan.shape, plan.device, plan.dtype_bytes, plan.capacity
+    assert w.train is not None
+    actor_idle = _actor_idle_bytes(lay, shape, b, cap, slots)
+    vm = verl_memory(shape, cfg.learner, device, b, w.train, lay.verl_gpus, lay.verl_util)
+    gpus = {"GPU 0": sum(rm.weights for rm in plan.roles.values()) + vm.peak + (actor_idle if lay.actor_on_gpu0 else 0.0)}
+    if lay.verl_gpus > 1:
+        gpus["verl GPU"] = vm.peak + (actor_idle if lay.actors else 0.0)
+    engines = max(1, lay.verl_gpus // lay.verl_tp)
+    vdev = _tp_device(device, lay.verl_tp)
+    gen_s = 0.0
+    for g in w.gens:
+        if g.role == FROZEN_SOLVER:
+            continue  # answered by the solver server (backend.verl.solver_url), not in this job
+        in_flight = min(math.ceil(w.train.rows_per_step / engines),
+                        _vllm_rows(shape, b, lay.verl_util * cap, lay.verl_tp, g.prompt + g.max_new, 1 << 30))
+        gen_s += _gen_seconds(Gen(g.role, g.what, math.ceil(g.rows / engines), in_flight, g.prompt, g.max_new),
+                              shape, vdev, b, "vllm", in_flight) * w.times
+    return LayoutPhase(w.name, gpus, gen_s, e.train_seconds / lay.verl_gpus, VERL_PHASE_OVERHEAD_S.value * w.times), vm
+
+
+def _local_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slots: int) -> LayoutPhase:
+    """A phase of the coevolve process: GPU 0 as in the single-GPU plan, its sampler calls on the
+    actors when there are any (split evenly over them, a Ray overhead per call)."""
+    if not lay.actors:
+        return LayoutPhase(w.name, {"GPU 0": e.peak}, e.gen_seconds, e.train_seconds, 0.0)
+    shape, device, b, cap = plan.shape, plan.device, plan.dtype_bytes, plan.capacity
+    _, _, _, max_batch_tokens = _engine(cfg)
+    learner = 0.0
+    if w.train is not None:
+        learner = role_memory(w.train.role, shape, cfg.learner, device, b, w.train, None).learner_transient
+    act = _actor_bytes(lay, shape, b, cap, w.gens, max_batch_tokens, slots, cfg.engine.max_batch)
+    # the learner step and the actor's calls alternate: between calls an actor keeps only its idle
+    # share (hf: its weights; a sleeping vllm engine: nothing)
+    actor_idle = _actor_idle_bytes(lay, shape, b, cap, slots)
+    gpus = {"GPU 0": e.resident + (max(learner + actor_idle, act) if lay.actor_on_gpu0 else learner)}
+    if lay.gpus > 1 and w.gens:
+        gpus["actor GPU"] = act
+    actor_dev = _tp_device(device, lay.actor_tp)
+    gen_s = over_s = 0.0
+    for g in w.gens:
+        per = Gen(g.role, g.what, math.ceil(g.rows / lay.actors), _actor_chunk(g, lay.actors, cfg.engine.max_batch),
+                  g.prompt, g.max_new)
+        if lay.actor_engine == "vllm":
+            kvr = min(per.call_rows, _vllm_rows(shape, b, lay.actor_util * cap, lay.actor_tp, g.prompt + g.max_new,
+                                                cfg.engine.max_batch))
+        else:
+            kvr = _kv_rows(per.call_rows, g.prompt, g.max_new, max_batch_tokens)
+        gen_s += _gen_seconds(per, shape, actor_dev, b, lay.actor_engine, kvr) * w.times
+        over_s += math.ceil(g.rows / max(1, g.full_call or g.call_rows)) * RAY_CALL_OVERHEAD_S.value * w.times
+    return LayoutPhase(w.name, gpus, gen_s, e.train_seconds, over_s)
 
 
 def _layout_assumptions(lay: Layout) -> list[str]:

@@ -67,22 +67,32 @@ def _fmt_n(x: float) -> str:
 def format_plan(plan: Plan) -> str:
     """The plan as text: model, device, per-phase work and time, per-role memory, per-phase peak,
     verdict with the fields to change, and the rates used."""
+    L = _header(plan) + [""] + _work_table(plan) + [""] + _memory_tables(plan) + [""]
+    if plan.layout is not None:
+        L += [format_layout(plan), ""]
+    L += _verdict(plan) + [""] + _rates(plan)
+    return "\n".join(L)
+
+
+def _header(plan: Plan) -> list[str]:
     s, d = plan.shape, plan.device
-    gib = lambda x: f"{x / GiB:6.1f}"  # noqa: E731
-    L: list[str] = []
-    L.append(f"plan: {plan.recipe} on {d.name} ({d.memory_gib.value:g} GiB; {SAFETY_MARGIN:.0%} headroom required)")
-    L.append(f"model: {plan.model}: {s.model_type}, {s.n_params / 1e9:.3f}B params, {s.layers} layers, hidden {s.hidden}, "
-             f"{s.heads}/{s.kv_heads} heads x {s.head_dim}, vocab {s.vocab}, {'tied' if s.tied else 'untied'}; "
-             f"weights {'bf16' if plan.dtype_bytes == 2 else 'fp32'}")
     any_role = next(iter(plan.roles.values()))
-    L.append(f"learner: {'LoRA ' + _fmt_n(any_role.trainable) + ' trainable' if any_role.trainable < s.n_params else 'full fine-tune'}, "
-             f"checkpointing {'on' if any_role.checkpointing else 'off'}, log-prob chunk "
-             f"{any_role.chunk or 'off (full logits)'}, largest micro-batch {any_role.micro_batch_rows} rows / "
-             f"{any_role.micro_batch_tokens} tokens")
-    L.append("")
-    L.append("work (caps: every completion at its limit; tokens at the assumed mean of "
-             f"{COMPLETION_FILL:.0%} of the cap; times from the rates below)")
-    L.append(f"  {'phase':<11}{'runs':>5}{'rollouts':>10}{'gen tokens':>12}{'train tokens':>14}{'generate':>10}{'learn':>9}  what")
+    return [
+        f"plan: {plan.recipe} on {d.name} ({d.memory_gib.value:g} GiB; {SAFETY_MARGIN:.0%} headroom required)",
+        f"model: {plan.model}: {s.model_type}, {s.n_params / 1e9:.3f}B params, {s.layers} layers, hidden {s.hidden}, "
+        f"{s.heads}/{s.kv_heads} heads x {s.head_dim}, vocab {s.vocab}, {'tied' if s.tied else 'untied'}; "
+        f"weights {'bf16' if plan.dtype_bytes == 2 else 'fp32'}",
+        f"learner: {'LoRA ' + _fmt_n(any_role.trainable) + ' trainable' if any_role.trainable < s.n_params else 'full fine-tune'}, "
+        f"checkpointing {'on' if any_role.checkpointing else 'off'}, log-prob chunk "
+        f"{any_role.chunk or 'off (full logits)'}, largest micro-batch {any_role.micro_batch_rows} rows / "
+        f"{any_role.micro_batch_tokens} tokens",
+    ]
+
+
+def _work_table(plan: Plan) -> list[str]:
+    L = ["work (caps: every completion at its limit; tokens at the assumed mean of "
+         f"{COMPLETION_FILL:.0%} of the cap; times from the rates below)",
+         f"  {'phase':<11}{'runs':>5}{'rollouts':>10}{'gen tokens':>12}{'train tokens':>14}{'generate':>10}{'learn':>9}  what"]
     tot = [0.0] * 5
     for e in plan.phases:
         w = e.work
@@ -93,18 +103,21 @@ def format_plan(plan: Plan) -> str:
             tot[i] += v
     L.append(f"  {'total':<11}{'':>5}{_fmt_n(tot[0]):>10}{_fmt_n(tot[1]):>12}{_fmt_n(tot[2]):>14}{_fmt_s(tot[3]):>10}"
              f"{_fmt_s(tot[4]):>9}  = {_fmt_s(tot[3] + tot[4])} (grading and I/O not counted)")
-    L.append("")
-    L.append("memory per role, GiB (training peak = weights + masters + optimizer + grads + max(activations + logits, "
-             "optimizer-step temporaries))")
-    L.append(f"  {'role':<12}{'weights':>8}{'masters':>8}{'optim':>8}{'grads':>8}{'activ':>8}{'logits':>8}{'optstep':>8}"
-             f"{'train peak':>11}{'KV (call)':>10}")
+    return L
+
+
+def _memory_tables(plan: Plan) -> list[str]:
+    gib = lambda x: f"{x / GiB:6.1f}"  # noqa: E731
+    L = ["memory per role, GiB (training peak = weights + masters + optimizer + grads + max(activations + logits, "
+         "optimizer-step temporaries))",
+         f"  {'role':<12}{'weights':>8}{'masters':>8}{'optim':>8}{'grads':>8}{'activ':>8}{'logits':>8}{'optstep':>8}"
+         f"{'train peak':>11}{'KV (call)':>10}"]
     for name, rm in plan.roles.items():
         L.append(f"  {name:<12}{gib(rm.weights):>8}{gib(rm.masters):>8}{gib(rm.optimizer):>8}{gib(rm.grads):>8}"
                  f"{gib(rm.activations):>8}{gib(rm.logits):>8}{gib(rm.opt_step):>8}{gib(rm.train_peak):>11}{gib(rm.kv):>10}")
-    L.append("")
-    L.append("peak per phase, GiB (resident: weights of the roles on the GPU + the training role's state)"
-             + ("; one GPU, the reference of the layout below" if plan.layout is not None else ""))
-    L.append(f"  {'phase':<11}{'resident':>9}{'transient':>10}{'peak':>8}{'headroom':>9}  largest transient")
+    L += ["", "peak per phase, GiB (resident: weights of the roles on the GPU + the training role's state)"
+          + ("; one GPU, the reference of the layout below" if plan.layout is not None else ""),
+          f"  {'phase':<11}{'resident':>9}{'transient':>10}{'peak':>8}{'headroom':>9}  largest transient"]
     for e in plan.phases:
         head = 1 - e.peak / plan.capacity
         flag = "" if e.peak <= plan.limit else "  <-- does not fit"
@@ -112,27 +125,27 @@ def format_plan(plan: Plan) -> str:
                  f"{e.transient_what}{flag}")
     if plan.host_bytes:
         L.append(f"  host memory for offloaded state / parked weights: up to {plan.host_bytes / GiB:.1f} GiB")
-    L.append("")
-    if plan.layout is not None:
-        L.append(format_layout(plan))
-        L.append("")
+    return L
+
+
+def _verdict(plan: Plan) -> list[str]:
     if plan.fits and plan.layout is not None:
         worst_l = max(plan.layout.phases, key=lambda p: p.peak)
-        L.append(f"verdict: fits on the layout (largest per-GPU peak {worst_l.peak / GiB:.1f} GiB in phase "
-                 f"{worst_l.name} on {worst_l.where}, headroom {1 - worst_l.peak / plan.capacity:.0%})")
+        L = [f"verdict: fits on the layout (largest per-GPU peak {worst_l.peak / GiB:.1f} GiB in phase "
+             f"{worst_l.name} on {worst_l.where}, headroom {1 - worst_l.peak / plan.capacity:.0%})"]
     elif plan.fits:
         worst = max(plan.phases, key=lambda e: e.peak)
-        L.append(f"verdict: fits (largest peak {worst.peak / GiB:.1f} GiB in phase {worst.work.name}, "
-                 f"headroom {1 - worst.peak / plan.capacity:.0%})")
+        L = [f"verdict: fits (largest peak {worst.peak / GiB:.1f} GiB in phase {worst.work.name}, "
+             f"headroom {1 - worst.peak / plan.capacity:.0%})"]
     else:
-        L.append("verdict: DOES NOT FIT")
-        L.extend(f"  - {p}" for p in plan.problems)
-    for n in plan.notes:
-        L.append(f"note: {n}")
-    L.append("")
-    L.append(f"rates ({d.name}; * = measured, - = assumed):")
+        L = ["verdict: DOES NOT FIT"] + [f"  - {p}" for p in plan.problems]
+    return L + [f"note: {n}" for n in plan.notes]
+
+
+def _rates(plan: Plan) -> list[str]:
+    d = plan.device
+    L = [f"rates ({d.name}; * = measured, - = assumed):"]
     for label, r in (("memory GiB", d.memory_gib), ("matmul TFLOP/s", d.matmul_tflops), ("train MFU", d.train_mfu),
                      ("memory GB/s", d.mem_gbps), ("HF decode ms/step/layer", d.hf_step_ms_per_layer)):
         L.append(f"  {'*' if r.measured else '-'} {label:<24}{r.value:>10.4g}  {r.source}")
-    return "\n".join(L)
-
+    return L

@@ -18,7 +18,7 @@ from coevolve.loop import ParkedSampler, Role, sampling_params
 from coevolve.prompts import StopKind
 from coevolve.recipes.declare import Recipe, Rollouts, Step, Work
 from coevolve.rl.learner import Learner
-from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
+from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed, seed_everything
 from coevolve.run.compute import MeteredSampler, cumulative, unmetered
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json
 from coevolve.schema import GRPOPhase, WriterReward
@@ -184,6 +184,9 @@ def run_recipe(recipe: Recipe, cfg: RecipeConfig, run: Run) -> dict[str, Any]:
     shared resources (an actor pool, a Ray it started) end with the run."""
     with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader, Engine(cfg.engine) as engine:
         s = setup(cfg, run, grader, engine)
+        # the roles' random initialisation (LoRA adapters) follows run.seed, not whatever state the
+        # process's generators were left in: a run in a process that ran others draws as a fresh one
+        seed_everything(derive_seed(cfg.run.seed, "roles"))
         roles = {name: s.role(name) for name in recipe.roles(cfg)}
         parts = recipe.build(s, roles)
         for phase, step in recipe.schedule(cfg):
