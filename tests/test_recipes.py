@@ -5,6 +5,7 @@ phases its declaration plans, in order, with the ablation switches that drop pha
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -75,6 +76,16 @@ def tiny(tmp_path_factory) -> list[str]:
     return [f"model.toy_cache={cache}", "model.toy_steps=2"]
 
 
+@pytest.fixture(scope="module")
+def learning(tmp_path_factory) -> list[str]:
+    """A base that learns within a step (rewards vary), for tests that compare trained runs."""
+    from coevolve.toy import ensure_base
+
+    cache = tmp_path_factory.mktemp("toycache30")
+    ensure_base(cache, steps=30, seed=0)
+    return [f"model.toy_cache={cache}", "model.toy_steps=30"]
+
+
 CASES = {
     "grpo": ("grpo", GRPO, ["base/eval", "01/solver", "01/eval"]),
     "d2evo": ("d2evo", D2EVO, ["base/eval", "01/difficulty", "01/anchors", "01/questioner", "01/buffer", "01/solver",
@@ -135,3 +146,49 @@ def test_resume_refuses_a_changed_phase_list_derived_from_the_declaration(tmp_pa
     execute(load_config("d2evo", None, TINY + tiny + D2EVO + ["rounds=1"]), tmp_path / "d")
     with pytest.raises(RunStateError, match="removed: 01/questioner"):  # the ablation drops a phase
         execute(load_config("d2evo", tmp_path / "d" / "config.yaml", ["questioner=false"]), tmp_path / "d")
+
+
+def test_recipes_in_one_process_equal_a_fresh_process(tmp_path, tiny, learning):
+    """Several recipes in one process leave nothing behind that changes the next one: a grpo run
+    after a D²Evo and a DiagEvo run in this (test) process writes the same artefacts, byte for
+    byte, as the same grpo run in a fresh ``coevolve run`` process."""
+    import os
+    import subprocess
+    import sys
+
+    from coevolve.recipes import execute
+
+    root = Path(__file__).resolve().parents[1]
+    grpo = TINY + learning + GRPO + ["eval.samples=2", "solver.steps=2", "solver.group_size=4"]
+    env = {**os.environ, "PYTHONPATH": str(root / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    fresh = subprocess.run([sys.executable, "-m", "coevolve", "run", "grpo", *grpo, "--run-dir", str(tmp_path / "fresh")],
+                           capture_output=True, text=True, env=env, timeout=900)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert json.loads((tmp_path / "fresh" / "state.json").read_text())["phases"][1]["values"]["updates"] > 0
+    execute(load_config("d2evo", None, TINY + tiny + D2EVO + ["rounds=1"]), tmp_path / "d2evo")
+    execute(load_config("diagevo", None, TINY + tiny + DIAGEVO + ["rounds=1"]), tmp_path / "diagevo")
+    execute(load_config("grpo", None, grpo), tmp_path / "here")
+    files = sorted(p.relative_to(tmp_path / "fresh") for p in (tmp_path / "fresh").rglob("*.jsonl")
+                   if p.name != "metrics.jsonl")
+    assert any("rollouts" in str(f) for f in files) and any("items_" in str(f) for f in files)
+    for rel in files:
+        assert (tmp_path / "here" / rel).read_bytes() == (tmp_path / "fresh" / rel).read_bytes(), rel
+    assert (tmp_path / "here" / "checkpoints").is_dir()
+    a, b = (json.loads((tmp_path / d / "summary.json").read_text())["eval"] for d in ("fresh", "here"))
+    assert a == b
+
+
+def test_a_lora_roles_initialisation_follows_run_seed_not_the_process(tmp_path, learning):
+    """LoRA adapters start from random weights: the run seeds the generators before it builds its
+    roles, so what the process drew before the run does not change the run."""
+    pytest.importorskip("peft")
+    from coevolve.recipes import execute
+
+    cfg = load_config("grpo", None, TINY + learning + GRPO + ["learner.lora=true", "learner.lora_r=4", "solver.steps=2",
+                                                              "solver.group_size=4"])
+    for i, seed in enumerate((1, 2)):
+        torch.manual_seed(seed)  # another state of the process's generator
+        execute(cfg, tmp_path / f"r{i}")
+    for rel in (Path("round_01") / "solver_rollouts.jsonl",  # lora_B starts at 0: the first draws agree anyway
+                Path("checkpoints") / "solver_r01" / "adapter_model.safetensors"):  # lora_A is random: it would not
+        assert (tmp_path / "r0" / rel).read_bytes() == (tmp_path / "r1" / rel).read_bytes(), rel
