@@ -10,8 +10,8 @@
    model saved as an HF folder: every phase, checkpoint and eval runs (figures are meaningless:
    random weights).
 
-Exits non-zero on any failure. Under 8 minutes on one H200 (measured: not yet — no CUDA machine
-was available to the session that wrote it).
+Exits non-zero on any failure. Expected to take under 8 minutes on one H200 (not yet measured on
+a CUDA machine).
 
     python benchmarks/gpu_smoke.py [--skip-recipes] [--engine hf|vllm] [--out DIR]
 """

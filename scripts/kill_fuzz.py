@@ -1,7 +1,7 @@
 """Kill -9 each recipe at many moments, resume every time, and check that the finished run equals
 an uninterrupted run with the same seed.
 
-    PYTHONPATH=src python scripts/kill_fuzz.py --out /tmp/kill_fuzz [--recipes grpo,d2evo,diagevo]
+    PYTHONPATH=src python scripts/kill_fuzz.py --out runs/kill_fuzz [--recipes grpo,d2evo,diagevo]
         [--kills 20] [--seed 0] [--quick]
 
 Per recipe: one uninterrupted reference run (``coevolve run``, with ``COEVOLVE_FAULT=count:...``

@@ -4,7 +4,7 @@
 # output (every "RESULT {...}" line) into the issue.
 #
 #   scripts/scale_check.sh --model /models/Qwen3-0.6B --gpus 8 --data /data/math_train12k/train.jsonl.gz \
-#       --verl-python .venv-verl/bin/python [--device h200] [--out /tmp/scale-check] [--dry-run]
+#       --verl-python .venv-verl/bin/python [--device h200] [--out runs/scale-check] [--dry-run]
 #
 # --dry-run prints every command and runs only `coevolve plan` (with --device it needs no GPU), so it
 # works on a CPU machine without GPU packages. The evaluation reads gsm8k from $COEVOLVE_DATA.

@@ -26,7 +26,7 @@ from coevolve.plan import (
 )
 from coevolve.rl import LearnerConfig
 
-DATA = "/work/shared/data/math_train12k/train.jsonl.gz"
+DATA = "/data/math_train12k/train.jsonl.gz"  # never read: planning needs only the config
 
 QWEN3 = {"model_type": "qwen3", "vocab_size": 151936, "num_key_value_heads": 8, "head_dim": 128,
          "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "attention_bias": False}
@@ -37,7 +37,7 @@ QWEN3_8B = {**QWEN3, "hidden_size": 4096, "num_hidden_layers": 36, "num_attentio
 QWEN3_06B = {**QWEN3, "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16, "intermediate_size": 3072,
              "tie_word_embeddings": True}
 
-# the issue's 4B settings (answer budget 4096, lr 1e-6, solver 8 x 128, writers 4 x 64 with 1024 tokens)
+# the papers' 4B settings (answer budget 4096, lr 1e-6, solver 8 x 128, writers 4 x 64 with 1024 tokens)
 REAL_4B = ["learner.lr=1e-6", "sampling.max_new_tokens=4096", "solver.group_size=8", "solver.prompts_per_step=128",
            "engine.max_batch=96", "learner.micro_batch_size=64", "learner.max_tokens_per_micro_batch=16384"]
 D2EVO_4B = REAL_4B + ["questioner.group_size=4", "questioner.prompts_per_step=64", "questioner.max_new_tokens=1024",
@@ -252,7 +252,7 @@ def test_run_refuses_what_cannot_fit_here(tmp_path):
         preflight(cfg)
 
 
-# ---------------------------------------------------------------- multi-GPU layouts (issue 14)
+# ---------------------------------------------------------------- multi-GPU layouts
 N_4B = 4_022_468_096  # Qwen3-4B: hand-counted from config.json (tied 151936 x 2560 embedding + 36 layers)
 EMB_4B = 151936 * 2560
 

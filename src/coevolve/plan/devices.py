@@ -41,13 +41,13 @@ class Device:
 DEVICES: dict[str, Device] = {
     "h200": Device(
         "h200", "cuda",
-        memory_gib=Rate(139.0, True, "total GPU memory seen on the device machine (device README: about 139 GiB)"),
-        host_memory_gib=Rate(128.0, True, "host memory of the H200 device machine (device README)"),
-        matmul_tflops=Rate(790.0, True, "dense bf16 matmul rate measured on the device machine (device README)"),
+        memory_gib=Rate(139.0, False, "assumed: an H200 (141 GB) as torch reports it, about 139 GiB"),
+        host_memory_gib=Rate(128.0, False, "assumed: host memory of a one-H200 server"),
+        matmul_tflops=Rate(790.0, False, "assumed: dense bf16 matmul on an H200 reaches about 790 TFLOP/s (spec 989)"),
         train_mfu=Rate(0.35, False, "assumed: HF eager model, checkpointing recompute counted separately"),
         mem_gbps=Rate(4800.0, False, "assumed: H200 HBM3e spec"),
-        hf_step_ms_per_layer=Rate(83.0 / 36, True, "HF generate on a Qwen3-4B-shaped model, B=256: 81-86 ms per decode "
-                                  "step for 36 layers (measured on an H200 by an earlier session of this project)"),
+        hf_step_ms_per_layer=Rate(83.0 / 36, False, "HF generate on a Qwen3-4B-shaped model at batch 256 on an H200: "
+                                  "81-86 ms per decode step for 36 layers (benchmarks/gpu_smoke.py measures it)"),
         vllm_bw_efficiency=Rate(0.6, False, "assumed: continuous batching with CUDA graphs"),
     ),
     "a100-80g": Device(
@@ -57,7 +57,7 @@ DEVICES: dict[str, Device] = {
         matmul_tflops=Rate(312.0, False, "assumed: A100 bf16 dense spec"),
         train_mfu=Rate(0.35, False, "assumed"),
         mem_gbps=Rate(2039.0, False, "assumed: A100 80 GB spec"),
-        hf_step_ms_per_layer=Rate(83.0 / 36, False, "assumed: launch-bound like the measured H200 figure"),
+        hf_step_ms_per_layer=Rate(83.0 / 36, False, "assumed: launch-bound like the H200 figure"),
         vllm_bw_efficiency=Rate(0.6, False, "assumed"),
     ),
     "a100-40g": Device(
@@ -67,7 +67,7 @@ DEVICES: dict[str, Device] = {
         matmul_tflops=Rate(312.0, False, "assumed: A100 bf16 dense spec"),
         train_mfu=Rate(0.35, False, "assumed"),
         mem_gbps=Rate(1555.0, False, "assumed: A100 40 GB spec"),
-        hf_step_ms_per_layer=Rate(83.0 / 36, False, "assumed: launch-bound like the measured H200 figure"),
+        hf_step_ms_per_layer=Rate(83.0 / 36, False, "assumed: launch-bound like the H200 figure"),
         vllm_bw_efficiency=Rate(0.6, False, "assumed"),
     ),
     "cpu": Device(
@@ -75,7 +75,7 @@ DEVICES: dict[str, Device] = {
         memory_gib=Rate(24.0, True, "this project's 2-core CI machine (24 GiB); `coevolve run` uses the real figure"),
         host_memory_gib=Rate(24.0, True, "same memory"),
         matmul_tflops=Rate(0.0178, True, "effective fp32 rate of a SmolLM2-135M learner step, 2 shared cores "
-                           "(benchmarks/bench_learner_memory.py --rates, 2026-11-30, load average ~5)"),
+                           "(benchmarks/bench_learner_memory.py --rates, load average ~5)"),
         train_mfu=Rate(1.0, True, "already folded into the measured effective rate"),
         mem_gbps=Rate(10.0, False, "assumed"),
         hf_step_ms_per_layer=Rate(10.1, True, "HF generate, SmolLM2-135M fp32 at batch 1: 303 ms per decode step / "

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from coevolve.plan.estimate import Plan
 
 
-RAY_CALL_OVERHEAD_S = Rate(0.15, True, "issue 14's measurement: a Ray pool sample of 32 prompts x 8 over 2 CPU actors "
+RAY_CALL_OVERHEAD_S = Rate(0.15, True, "benchmarks/bench_ray.py: a Ray pool sample of 32 prompts x 8 over 2 CPU actors "
                            "(toy model) took 0.1-0.2 s in all; charged per sampler call as the pool's overhead (an "
                            "upper bound: it includes the sampling)")
 VERL_PHASE_OVERHEAD_S = Rate(300.0, False, "assumed: one main_ppo run per phase (Ray job start, model load, vLLM "
