@@ -9,8 +9,10 @@ from pathlib import Path
 
 from coevolve.config.base import RecipeConfig, is_toy_model
 from coevolve.engine import check_engine
+from coevolve.config import recipe_of
 from coevolve.errors import ConfigError, DataError, ModelLoadError
 from coevolve.plan import preflight_problems
+from coevolve.schema import WriterReward
 
 
 def preflight(cfg: RecipeConfig) -> None:
@@ -44,7 +46,6 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
     """Settings that cannot produce a meaningful run, each naming the field to change: an eval
     budget far below the benchmarks' typical solution length, and (real models) training answer
     or question budgets that would cut most outputs."""
-    from coevolve.config import recipe_of
     from coevolve.eval.benchmarks import resolve_benches
 
     out = []
@@ -75,10 +76,21 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
 
 def backend_problems(cfg: RecipeConfig) -> list[str]:
     """Rewards the configured backend cannot compute as stated: under ``backend=verl`` a reward
-    with a term over the whole batch (R-Zero's repetition penalty; ``training.batch_level_terms``)."""
-    from coevolve.training import batch_level_terms
-
+    with a term over the whole batch (R-Zero's repetition penalty; ``batch_level_terms``)."""
     if cfg.backend.kind != "verl":
         return []
     return [f"{f}=rzero with backend=verl: R-Zero's repetition penalty clusters the whole batch and verl's reward "
             "workers score one sample at a time; use backend=local, or reward kind plateau" for f in batch_level_terms(cfg)]
+
+
+def batch_level_terms(cfg: RecipeConfig) -> list[str]:
+    """The reward sections of ``cfg``'s training phases whose reward has a term over the whole
+    batch (R-Zero's repetition penalty), as ``section.reward.kind`` field names: verl's reward
+    workers score one sample at a time and cannot compute it."""
+    out = []
+    for _, _, work in recipe_of(cfg.recipe).work(cfg, toy=True):
+        section = getattr(cfg, work.train.section, None) if work.train is not None else None
+        reward = getattr(section, "reward", None)
+        if isinstance(reward, WriterReward) and reward.kind == "rzero":
+            out.append(f"{work.train.section}.reward.kind")  # type: ignore[union-attr]
+    return out

@@ -11,7 +11,7 @@ ctx) -> TrainResult`` and does not know which backend trains.
   both run the same functions of ``coevolve.rewards`` and the same audits (``audit_step``), so a
   phase's records and metrics mean the same under either backend. A batch-level term that a
   per-sample worker cannot compute (R-Zero's repetition penalty clusters the whole batch) is
-  refused under verl (``batch_level_terms``), never silently changed;
+  refused under verl (``preflight.backend_problems``, ``VerlTrainer``), never silently changed;
 - ``StepBook``: the bookkeeping of every step (rewards seen, audit records, rollouts, updates,
   trained tokens, the rollouts file, the step's metrics line), written once for both backends;
 - ``make_trainer(cfg, engine, grader)``: the one dispatch by ``backend.kind`` (``BACKENDS``).
@@ -237,21 +237,6 @@ def match_reward(grader: AnswerGrader) -> RewardFn:
     return local_reward(RewardSpec("match"), grader)
 
 
-def batch_level_terms(cfg: Any) -> list[str]:
-    """The reward sections of ``cfg``'s training phases whose reward has a term over the whole
-    batch (R-Zero's repetition penalty), as ``section.reward.kind`` field names: verl's reward
-    workers score one sample at a time and cannot compute it."""
-    from coevolve.config import recipe_of
-
-    out = []
-    for _, _, work in recipe_of(cfg.recipe).work(cfg, toy=True):
-        section = getattr(cfg, work.train.section, None) if work.train is not None else None
-        reward = getattr(section, "reward", None)
-        if isinstance(reward, WriterReward) and reward.kind == "rzero":
-            out.append(f"{work.train.section}.reward.kind")  # type: ignore[union-attr]
-    return out
-
-
 # --------------------------------------------------------------------------------------------
 # the request and the bookkeeping
 
@@ -342,5 +327,5 @@ def make_trainer(cfg: Any, engine: Any, grader: AnswerGrader) -> Trainer:
 
 
 __all__ = ["AuditFn", "BACKENDS", "Observed", "RewardFn", "RewardKind", "RewardSpec", "StepBook", "TrainRequest",
-           "TrainResult", "Trainer", "WriterRule", "WriterScoring", "audit_step", "batch_level_terms", "labelled_reward",
+           "TrainResult", "Trainer", "WriterRule", "WriterScoring", "audit_step", "labelled_reward",
            "local_reward", "make_trainer", "match_reward", "match_scores", "score_sample", "solver_scores"]
