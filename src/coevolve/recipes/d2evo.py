@@ -66,6 +66,18 @@ class D2Evo:
     solver: Role
     questioner: Role | None
     pool: list[Task]
+    judge_model: Any = None  # buffer.judge_model_path's sampler and prompter, loaded at the first buffer phase
+
+    def judge(self) -> tuple[Any, Any]:
+        """The label verifier's judge and its prompter: the solver, or ``buffer.judge_model_path``
+        loaded once for the run (as DiagEvo keeps its diagnosis model)."""
+        b, s = self.s.cfg.buffer, self.s
+        if b.verifier != "judge" or b.judge_model_path is None:
+            return self.solver.sampler, s.world.prompter
+        if self.judge_model is None:
+            sampler = s.metered(s.engine.load(b.judge_model_path, s.cfg.model.device, s.cfg.model.dtype))
+            self.judge_model = (sampler, s.world.prompter_for(sampler.tokenizer))
+        return self.judge_model
 
 
 def build(s: Setup, roles: dict[str, Role]) -> D2Evo:
@@ -215,12 +227,9 @@ def phase_questioner(p: D2Evo, phase: Phase) -> PhaseRecord:
     return s.run.phase(phase, fn)
 
 
-def _verifier(s: Setup, solver: Role) -> LabelVerifier:
-    b = s.cfg.buffer
-    judge, prompter = solver.sampler, s.world.prompter
-    if b.verifier == "judge" and b.judge_model_path is not None:
-        judge = s.metered(s.engine.load(b.judge_model_path, s.cfg.model.device, s.cfg.model.dtype))
-        prompter = s.world.prompter_for(judge.tokenizer)
+def _verifier(p: D2Evo) -> LabelVerifier:
+    s, b = p.s, p.s.cfg.buffer
+    judge, prompter = p.judge()
     return make_verifier(b.verifier, oracle=s.world.oracle, grader=s.grader, judge=judge, prompter=prompter,
                          max_new_tokens=b.judge_max_new_tokens)
 
@@ -238,7 +247,7 @@ def phase_buffer(p: D2Evo, phase: Phase) -> PhaseRecord:
         kept, stats, rollouts = [], {}, 0
         if questioner is not None and b.synthesis and b.generate > 0 and anchors:
             chosen = rng.choices(anchors, k=b.generate)
-            verifier = _verifier(s, solver)
+            verifier = _verifier(p)
             pool = propose_questions(
                 questioner.sampler, [prompter.questioner(a.question, a.answer or "", a.features["difficulty"]) for a in chosen],
                 [{"anchor_id": a.id, "anchor": a.question} for a in chosen], prompter=prompter, solver=solver.sampler,
