@@ -1,5 +1,6 @@
-"""What every recipe sets up the same way: the run's world, grader and roles, the evaluation
-phase, and the summary. Recipes compose these; the algorithms live in the library."""
+"""What every recipe shares: the run loop derived from a recipe's declaration (``run_recipe``,
+``place_roles``), the run's world, grader, engine, trainer and roles (``Setup``), the evaluation
+phase and its work, and the summary. Recipes compose these; the algorithms live in the library."""
 
 from __future__ import annotations
 
