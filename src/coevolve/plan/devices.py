@@ -46,8 +46,9 @@ DEVICES: dict[str, Device] = {
         matmul_tflops=Rate(790.0, False, "assumed: dense bf16 matmul on an H200 reaches about 790 TFLOP/s (spec 989)"),
         train_mfu=Rate(0.35, False, "assumed: HF eager model, checkpointing recompute counted separately"),
         mem_gbps=Rate(4800.0, False, "assumed: H200 HBM3e spec"),
-        hf_step_ms_per_layer=Rate(83.0 / 36, False, "HF generate on a Qwen3-4B-shaped model at batch 256 on an H200: "
-                                  "81-86 ms per decode step for 36 layers (benchmarks/gpu_smoke.py measures it)"),
+        hf_step_ms_per_layer=Rate(83.0 / 36, True, "HF generate of a random-weight Qwen3-4B-shaped model at batch 256 "
+                                  "on an H200: 81-86 ms per decode step over 36 layers (the setting of "
+                                  "benchmarks/gpu_smoke.py's sampler section)"),
         vllm_bw_efficiency=Rate(0.6, False, "assumed: continuous batching with CUDA graphs"),
     ),
     "a100-80g": Device(
