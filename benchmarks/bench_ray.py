@@ -96,7 +96,7 @@ def main() -> None:
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("RUN_A", "RUN_B"))
     ap.add_argument("--actors", type=int, default=2, help="engine.ray.num_actors (0 = Ray's default: one per GPU group, 2 on CPU)")
     ap.add_argument("--actor-engine", choices=["hf", "vllm"], default="hf", help="engine.ray.actor_engine (vllm: GPU)")
-    ap.add_argument("--tp", type=int, default=1, help="engine.ray.tensor_parallel_size")
+    ap.add_argument("--tp", type=int, default=1, help="engine.tensor_parallel_size")
     ap.add_argument("--model", default=None, help="HF model folder (default: the cached toy base)")
     ap.add_argument("--device", default="cpu", help="device of the in-process reference samplers (auto on a GPU box)")
     ap.add_argument("--prompts", type=int, default=32)
@@ -112,7 +112,7 @@ def main() -> None:
     import ray
 
     from coevolve.config.base import EngineConfig
-    from coevolve.engine import HFSampler, load_model, make_sampler
+    from coevolve.engine import Engine, HFSampler, load_model
     from coevolve.engine import ray as engine_ray
     from coevolve.toy import ensure_base
     from coevolve.types import SamplingParams
@@ -130,14 +130,16 @@ def main() -> None:
           f"{args.prompts} prompts x {args.n}, max_new_tokens {args.max_new}, {args.actors} actors, "
           f"driver threads {args.threads}")
 
-    engine = EngineConfig(kind="ray", ray={"num_actors": args.actors or None, "actor_engine": args.actor_engine,
-                                           "tensor_parallel_size": args.tp})
+    engine = EngineConfig(kind="ray", tensor_parallel_size=args.tp,
+                          ray={"num_actors": args.actors or None, "actor_engine": args.actor_engine})
     t0 = time.perf_counter()
-    engine_ray._init_ray(engine.ray)
+    run_engine = Engine(engine)
+    started = engine_ray._init_ray(engine)
     t1 = time.perf_counter()
-    pool = engine_ray._Pool.get(engine)
+    pool = run_engine.shared("ray-pool", lambda: engine_ray.RayPool.start(engine))
+    pool.started_ray = started
     t2 = time.perf_counter()
-    sampler = make_sampler(engine, model, tok)
+    sampler = run_engine.sampler(model, tok)
     t3 = time.perf_counter()
     print(f"start-up: ray.init {t1 - t0:.2f} s + placement group and {len(pool.actors)} actors {t2 - t1:.2f} s "
           f"+ first weight slot {t3 - t2:.2f} s = {t3 - t0:.2f} s")
@@ -166,7 +168,7 @@ def main() -> None:
     sampler.sync_weights(model)
     print(f"weight sync (broadcast, {len(pool.actors)} actors): {time.perf_counter() - t4:.3f} s")
     t5 = time.perf_counter()
-    engine_ray.shutdown()
+    run_engine.close()
     print(f"shutdown: {time.perf_counter() - t5:.2f} s")
 
 

@@ -1,7 +1,7 @@
 """Kill -9 each recipe at many moments, resume every time, and check that the finished run equals
 an uninterrupted run with the same seed.
 
-    PYTHONPATH=src python scripts/kill_fuzz.py --out /tmp/kill_fuzz [--recipes grpo,d2evo,diagevo]
+    PYTHONPATH=src python scripts/kill_fuzz.py --out runs/kill_fuzz [--recipes grpo,d2evo,diagevo]
         [--kills 20] [--seed 0] [--quick]
 
 Per recipe: one uninterrupted reference run (``coevolve run``, with ``COEVOLVE_FAULT=count:...``
@@ -173,7 +173,7 @@ def reference(recipe: str, args: list[str], out: Path) -> tuple[Path, dict[str, 
 def fuzz(recipe: str, args: list[str], out: Path, kills: int, rng: random.Random) -> RecipeReport:
     t0 = time.time()
     ref, calls, ref_s, setup_s = reference(recipe, args, out)
-    plan = _state(ref).get("plan") or [p["key"] for p in _state(ref)["phases"]]
+    plan = _state(ref).get("phase_list") or [p["key"] for p in _state(ref)["phases"]]
     rep = RecipeReport(recipe, args, round(ref_s, 1), calls)
     sites = sorted(s for s, n in calls.items() if n > 0)
     victim: Path | None = None

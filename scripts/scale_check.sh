@@ -4,7 +4,7 @@
 # output (every "RESULT {...}" line) into the issue.
 #
 #   scripts/scale_check.sh --model /models/Qwen3-0.6B --gpus 8 --data /data/math_train12k/train.jsonl.gz \
-#       --verl-python .venv-verl/bin/python [--device h200] [--out /tmp/scale-check] [--dry-run]
+#       --verl-python .venv-verl/bin/python [--device h200] [--out runs/scale-check] [--dry-run]
 #
 # --dry-run prints every command and runs only `coevolve plan` (with --device it needs no GPU), so it
 # works on a CPU machine without GPU packages. The evaluation reads gsm8k from $COEVOLVE_DATA.
@@ -95,7 +95,7 @@ step "done: paste the RESULT lines above (and $OUT/grpo-verl/summary.json) into 
 # The pool keeps its GPUs through verl phases, so the two must share the cluster's GPUs:
 #   head:   python -m coevolve.cli plan grpo model.path=$MODEL data.source=$DATA \
 #             engine=ray engine.ray.actor_engine=vllm engine.ray.address=auto engine.ray.num_actors=8 \
-#             backend=verl backend.verl.nnodes=2 backend.verl.n_gpus_per_node=4 backend.verl.ray_address=auto \
+#             backend=verl backend.verl.nnodes=2 backend.verl.n_gpus_per_node=4 engine.ray.address=auto \
 #             backend.verl.python=$VERL_PY --gpus 8 --nodes 2
 #   head:   python benchmarks/scale_check.py sample --model $MODEL --data $DATA --prompts 256 --n 8 \
 #             --max-new-tokens 1024 engine=ray engine.ray.actor_engine=vllm engine.ray.address=auto

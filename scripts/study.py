@@ -5,10 +5,10 @@ full-label grpo), seed sd next to the held-out binomial se, pseudo-label oracle 
 compute at the end of each run, one accuracy-vs-compute figure of the main runs, and the papers'
 claims judged by a stated rule. The variants and the statistics live in coevolve.eval.study.
 
-    PYTHONPATH=src python scripts/study.py --out /tmp/study run.threads=1
-    PYTHONPATH=src python scripts/study.py --out /tmp/study --only grpo,d2evo,diagevo,rzero --seeds 0,1,2
-    PYTHONPATH=src python scripts/study.py --out /tmp/study --methods diagevo --preset DIR
-    PYTHONPATH=src python scripts/study.py --out /tmp/study --report-only
+    PYTHONPATH=src python scripts/study.py --out runs/study run.threads=1
+    PYTHONPATH=src python scripts/study.py --out runs/study --only grpo,d2evo,diagevo,rzero --seeds 0,1,2
+    PYTHONPATH=src python scripts/study.py --out runs/study --methods diagevo --preset DIR
+    PYTHONPATH=src python scripts/study.py --out runs/study --report-only
 
 --preset is a folder holding grpo.yaml, d2evo.yaml, diagevo.yaml, rzero.yaml (default: configs/;
 --src names the coevolve source tree the runs import when the preset needs another checkout's code);
@@ -136,7 +136,7 @@ def adopt_runs(cells: list[st.Cell], candidates: list[Path], preset: Path, overr
         if match.path.exists():
             shutil.rmtree(match.path)  # an unfinished folder of ours: the adopted run replaces it
         shutil.copytree(d, match.path, ignore=shutil.ignore_patterns("checkpoints", "run.lock"))
-        lines.append(f"- {match.variant.name} seed{match.seed}: adopted from `{d}` (same resolved config"
+        lines.append(f"- {match.variant.name} seed{match.seed}: adopted from a run folder `{Path(d).name}` (same resolved config"
                      + (f" apart from {', '.join(ignore)}" if ignore else "") + ")")
         log(lines[-1])
     return lines

@@ -1,4 +1,4 @@
-"""Issue 13 item 6: every bad input a user can give gets one clear message (file:line / field), no
+"""Every bad input a user can give gets one clear message (file:line / field), no
 traceback, and nothing is lost. The table of inputs and messages is in docs/errors.md.
 
 Most cases call the function the CLI calls (the CLI prints any ``CoevolveError`` as one line,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.config import RECIPES, RecipeConfig, load_config
+from coevolve.config import RECIPES, RecipeConfig, dump_yaml, load_config
 from coevolve.config.base import parse_override
 from coevolve.errors import ConfigError
 
@@ -161,3 +161,23 @@ def test_bands_are_validated_once_with_the_field_named(override, needle):
     with pytest.raises(ConfigError) as e:
         load_config(recipe, None, [override])
     assert needle in str(e.value) and "band" in str(e.value)
+
+
+def test_former_names_and_places_of_fields_still_load(tmp_path):
+    """One concept, one name: a renamed field (``reward.samples``, ``data.limit_seed``) or one moved
+    to another section (the rollout engines' settings and the run's Ray address, now in
+    ``engine``) is still read from a saved config or an override that uses the old name."""
+    old = tmp_path / "old.yaml"
+    old.write_text("recipe: d2evo\nquestioner:\n  reward: {solver_samples: 3}\ndata: {toy_seed: 5}\n"
+                   "backend:\n  verl: {ray_address: auto, tensor_parallel_size: 2, gpu_memory_utilization: 0.5}\n")
+    cfg = load_config("d2evo", old)
+    assert (cfg.questioner.reward.samples, cfg.data.limit_seed) == (3, 5)
+    assert (cfg.engine.ray.address, cfg.engine.tensor_parallel_size, cfg.engine.gpu_memory_utilization) == ("auto", 2, 0.5)
+    cfg = load_config("diagevo", None, ["challenger.reward.solver_samples=2", "engine.ray.tensor_parallel_size=4"])
+    assert (cfg.challenger.reward.samples, cfg.engine.tensor_parallel_size) == (2, 4)
+    both = tmp_path / "both.yaml"
+    both.write_text("recipe: grpo\nengine: {ray: {tensor_parallel_size: 2}}\nbackend: {verl: {tensor_parallel_size: 4}}\n")
+    with pytest.raises(ConfigError, match="both are now engine.tensor_parallel_size"):
+        load_config("grpo", both)
+    dumped = dump_yaml(load_config("grpo", None, []))
+    assert "solver_samples" not in dumped and "toy_seed: 0" in dumped and "ray_address" not in dumped

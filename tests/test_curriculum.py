@@ -260,7 +260,7 @@ def test_score_writer_batch_plateau_and_unique_questions() -> None:
              [Completion("<question>mid</question>", [], []), Completion("oops", [], [])],
              [Completion("<question>hard</question>", [], []), Completion("<question>easy</question>", [], [])]]
     wb = C.score_writer_batch(comps, parse=FakePrompter().parse_question, scorer=scorer, prompter=FakePrompter(),
-                              reward=WriterReward(solver_samples=4), grader=G, params=SamplingParams(seed=5),
+                              reward=WriterReward(samples=4), grader=G, params=SamplingParams(seed=5),
                               batch_prompts=64, rep_tokenizer="char")
     assert scorer.calls == [(3, 4, 5)]  # one call over the 3 distinct questions
     assert sorted(wb.votes) == ["easy", "hard", "mid"] and wb.rollouts == 12
@@ -270,7 +270,7 @@ def test_score_writer_batch_plateau_and_unique_questions() -> None:
     m = wb.metrics()
     assert m["well_formed"] == pytest.approx(5 / 6) and m["distinct"] == pytest.approx(3 / 5)
     rz = C.score_writer_batch(comps, parse=FakePrompter().parse_question, scorer=FakeSampler(script),
-                              prompter=FakePrompter(), reward=WriterReward(kind="rzero", solver_samples=4), grader=G,
+                              prompter=FakePrompter(), reward=WriterReward(kind="rzero", samples=4), grader=G,
                               params=SamplingParams(seed=5), batch_prompts=64, rep_tokenizer="char")
     assert rz.rewards[1][1] < -1.0  # R-Zero: -1 minus the repetition penalty for a format failure
 

@@ -17,7 +17,6 @@ import pytest
 import torch
 
 from coevolve.config import load_config
-from coevolve.config.base import dump_yaml
 from coevolve.errors import ConfigError
 from coevolve.run import Phase, Run
 
@@ -30,18 +29,18 @@ MATH12K = ROOT.parent / "shared" / "data" / "math_train12k" / "train.jsonl.gz"
 TINY = [  # one round, minimal sizes: each ablation run takes a few seconds
     "rounds=1", "difficulty.pool_size=16", "difficulty.samples=4", "difficulty.band.low=0.25", "difficulty.band.high=0.75",
     "questioner.steps=1", "questioner.prompts_per_step=4", "questioner.group_size=2",
-    "questioner.reward.solver_samples=4", "buffer.generate=8", "buffer.voting.samples=4", "solver.steps=1",
+    "questioner.reward.samples=4", "buffer.generate=8", "buffer.voting.samples=4", "solver.steps=1",
     "solver.prompts_per_step=4", "solver.group_size=2", "eval.heldout_size=16", "eval.samples=0",
     "run.progress=false", "run.threads=1", "difficulty.measure_final=false",
 ]
 
 
 def _run(tmp: Path, name: str, overrides: list[str]) -> tuple[dict, Run]:
-    from coevolve.recipes import d2evo
+    from coevolve.recipes import execute
 
     cfg = load_config("d2evo", SMOKE, overrides)
-    run = Run.create(tmp / name, dump_yaml(cfg), "d2evo")
-    return d2evo.run(cfg, run), run
+    summary = execute(cfg, tmp / name)
+    return summary, Run.open(tmp / name)
 
 
 # The smoke run doubles as the uninterrupted reference of the kill -9 test (same config, same
@@ -59,7 +58,7 @@ def test_config_defaults_are_the_papers() -> None:
     assert cfg.rounds == 3
     d, q = cfg.difficulty, cfg.questioner
     assert (d.samples, d.band.low, d.band.high) == (32, 0.4, 0.8)
-    assert (q.reward.band.low, q.reward.band.high, q.reward.a, q.reward.solver_samples) == (0.4, 0.8, 2.0, 8)
+    assert (q.reward.band.low, q.reward.band.high, q.reward.a, q.reward.samples) == (0.4, 0.8, 2.0, 8)
     assert cfg.solver.alpha == 0.9 and cfg.buffer.voting.samples == 8 and cfg.buffer.voting.filter == "absolute"
     assert q.enabled and q.share_weights and cfg.buffer.synthesis and d.selection == "band"
     assert q.reward.kind == "plateau" and cfg.buffer.verifier == "none"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from coevolve.config import dump_yaml, load_config
+from coevolve.config import load_config
 from coevolve.errors import ConfigError, RunStateError
 from coevolve.memory import ErrorMemory
 from coevolve.memory.cli import memory_command
@@ -50,11 +50,9 @@ def toy_model_overrides(tmp_path_factory) -> list[str]:
 
 
 def _run(run_dir: Path, overrides: list[str], base: Path = SMOKE) -> dict:
-    from coevolve.recipes import diagevo
+    from coevolve.recipes import execute
 
-    cfg = load_config("diagevo", base, overrides)
-    run = Run.create(run_dir, dump_yaml(cfg), "diagevo")
-    return diagevo.run(cfg, run)
+    return execute(load_config("diagevo", base, overrides), run_dir)
 
 
 def test_shipped_configs_load_and_document_paper_defaults():
@@ -196,7 +194,7 @@ def test_llm_diagnoser_end_to_end_on_toy_model(tmp_path, toy_model_overrides):
 
 # the smoke sizes of configs/diagevo_smoke.yaml (+ TINY), for presets that start from full sizes
 SMOKE_SIZES = ["challenger.steps=1", "challenger.prompts_per_step=8", "challenger.group_size=2",
-               "challenger.reward.solver_samples=4", "pool.voting.samples=4", "solver.prompts_per_step=8",
+               "challenger.reward.samples=4", "pool.voting.samples=4", "solver.prompts_per_step=8",
                "solver.group_size=4", "eval.samples=0", "run.progress=false", "run.threads=1", *TINY]
 
 
@@ -238,11 +236,9 @@ def test_kill9_resume_matches_uninterrupted_run(tmp_path, toy_model_overrides, s
     proc.wait()
     done_at_kill = _state_done(victim)
     assert "02/eval" not in done_at_kill
-    from coevolve.recipes import diagevo
+    from coevolve.recipes import execute
 
-    run = Run.open(victim)
-    cfg = load_config("diagevo", victim / "config.yaml")
-    diagevo.run(cfg, run)
+    execute(load_config("diagevo", victim / "config.yaml"), victim)
     for t in (1, 2):
         for f in ("kept.jsonl", "optimisation.jsonl", "promotion_p1.jsonl", "diagnoses.jsonl", "memory.json",
                   "eval/items_toy.jsonl"):

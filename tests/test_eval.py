@@ -326,7 +326,8 @@ def test_suite_results_group_averages_and_files(tmp_path: Path) -> None:
     # a second run: everything right on gpqa, compare side by side
     sampler2 = KeywordSampler({**sampler.table, "QG2": "\\boxed{B}"})
     out_b = tmp_path / "run_b"
-    evaluate_suite(sampler2, ChatPrompter(), ["gpqa_diamond"], grader=BoxedGrader(), data_dir=data, out_dir=out_b)
+    evaluate_suite(sampler2, ChatPrompter(), ["gpqa_diamond"], grader=BoxedGrader(), data_dir=data, out_dir=out_b,
+                   max_new_tokens=9)
     cmp = compare([out, out_b])
     assert cmp.splitlines()[0] == "| benchmark | run_a | run_b | Δ last−first |"
     assert "| gpqa_diamond | 50.0 | 100.0 | +50.0 |" in cmp
@@ -361,7 +362,7 @@ def test_benchmark_protocol_scores_multiple_choice(tmp_path: Path) -> None:
     bench = B.get("gpqa_diamond")
     tasks = bench.load(data_dir=tmp_path)
     sampler = KeywordSampler({"QG1": "Answer: A", "QG2": "\\boxed{B}"})
-    r = evaluate_benchmark(sampler, bench, tasks, ChatPrompter(), BoxedGrader())
+    r = evaluate_benchmark(sampler, bench, tasks, ChatPrompter(), BoxedGrader(), max_new_tokens=8)
     assert r.greedy == 1.0 and [x["extracted"] for x in r.records] == ["A", "B"]
     assert "A. a" in r.records[0]["prompt"]
     assert [b.name for b in B.resolve_benches(["general"])] == ["mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh"]
@@ -397,3 +398,15 @@ def test_toy_benchmark_comes_from_the_toy_world() -> None:
     assert toy["greedy"] == pytest.approx(0.5) and toy["n"] == 12
     assert set(toy["by_group"]) <= {"1", "2", "3", "4"} and sum(g["n"] for g in toy["by_group"].values()) == 12
     assert len(B.load_tasks("toy", limit=3)) == 3  # any world can be scored on the toy set
+
+
+def test_coevolve_eval_budget_is_the_runs_budget():
+    """One answer budget per world: ``coevolve eval`` without --max-new-tokens evaluates as a
+    run of the model's world does (the toy config's 64; the real preset's 4096)."""
+    from coevolve.config import load_config
+    from coevolve.config.base import real_preset
+    from coevolve.eval.suite import answer_budget
+
+    assert answer_budget("toy") == load_config("grpo", None, []).eval.max_new_tokens
+    for recipe in ("grpo", "d2evo", "diagevo"):
+        assert answer_budget("real") == real_preset(recipe)["eval"]["max_new_tokens"]

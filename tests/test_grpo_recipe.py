@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from coevolve.config import dump_yaml, load_config
+from coevolve.config import load_config
 from coevolve.errors import DataError
 from coevolve.run import Phase, Run
 
@@ -29,11 +29,11 @@ def tiny_cache(tmp_path_factory) -> Path:
 
 
 def _run(tmp: Path, cache: Path, extra: list[str]) -> tuple[dict, Run]:
-    from coevolve.recipes import grpo
+    from coevolve.recipes import execute
 
     cfg = load_config("grpo", None, TINY + [f"model.toy_cache={cache}", "model.toy_steps=30"] + extra)
-    run = Run.create(tmp, dump_yaml(cfg), "grpo")
-    return grpo.run(cfg, run), run
+    summary = execute(cfg, tmp)
+    return summary, Run.open(tmp)
 
 
 def test_grpo_toy_artefacts_and_resume(tmp_path, tiny_cache):
@@ -56,9 +56,9 @@ def test_grpo_toy_artefacts_and_resume(tmp_path, tiny_cache):
     assert len(items) == 12 and (run.path / "round_01" / "eval" / "results.json").exists()
     assert (run.path / "report" / "report.md").exists() and summary["rollouts"] > 0
     # resuming a finished run does nothing and returns the same summary
-    from coevolve.recipes import grpo
+    from coevolve.recipes import execute
 
-    again = grpo.run(load_config("grpo", run.path / "config.yaml"), Run.open(run.path))
+    again = execute(load_config("grpo", run.path / "config.yaml"), run.path)
     assert again["eval"] == summary["eval"]
     assert len(Run.open(run.path).metrics.rows()) == len(run.metrics.rows())
 

@@ -1,4 +1,4 @@
-"""Learner memory features (issue 10) on CPU: chunked log-probs against the plain computation
+"""Learner memory features on CPU: chunked log-probs against the plain computation
 (toy model and SmolLM2), token-budget packing, activation checkpointing (with and without LoRA),
 fp32 gradient accumulation, optimizer placement, and the sampler's KV-token budget. Every
 feature is checked to leave the update unchanged, since each only trades memory for time."""

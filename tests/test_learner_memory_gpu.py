@@ -1,4 +1,4 @@
-"""Learner memory features only a GPU can check (issue 10): fused AdamW, state and weight
+"""Learner memory features only a GPU can check: fused AdamW, state and weight
 offloading between devices, the parked frozen sampler, and bf16 peak memory against the plan.
 Marked ``gpu``; skipped without CUDA (run: ``pytest -m gpu tests/test_learner_memory_gpu.py``)."""
 

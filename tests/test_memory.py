@@ -88,7 +88,7 @@ def test_promotion_reset_and_reactivation():
 def test_stitching_modes():
     m = hand_memory()
     rng = np.random.default_rng(0)
-    plans = m.sample_plan(rng, 2000, stitching="same_node", schedule="targeted_only")
+    plans = m.sample_targets(rng, 2000, stitching="same_node", schedule="targeted_only")
     modes = Counter(p.mode for p in plans)
     assert modes["explore"] == 0
     for p in plans:
@@ -99,25 +99,25 @@ def test_stitching_modes():
             assert p.mode == "targeted" and p.cause_ids == ["c0004"]
     first = Counter(p.cause_ids[0] for p in plans)
     assert first["c0001"] / 2000 == pytest.approx(0.6, abs=0.04)
-    plans = m.sample_plan(np.random.default_rng(1), 300, stitching="random_pair", schedule="targeted_only")
+    plans = m.sample_targets(np.random.default_rng(1), 300, stitching="random_pair", schedule="targeted_only")
     assert all(p.mode == "stitched" and p.cause_ids[1] == "c0003" for p in plans)
-    plans = m.sample_plan(np.random.default_rng(1), 300, stitching="off", schedule="targeted_only")
+    plans = m.sample_targets(np.random.default_rng(1), 300, stitching="off", schedule="targeted_only")
     assert all(p.mode == "targeted" and len(p.cause_ids) == 1 for p in plans)
 
 
 def test_schedule_modes():
     m = hand_memory()
     m.record_failure("c0001", 2, count=20)  # F_t = 30, ε = 10/40 = 0.25
-    plans = m.sample_plan(np.random.default_rng(0), 4000, schedule="mixed")
+    plans = m.sample_targets(np.random.default_rng(0), 4000, schedule="mixed")
     explore = sum(p.mode == "explore" for p in plans) / 4000
     assert explore == pytest.approx(0.25, abs=0.03)
-    assert all(p.mode == "explore" for p in m.sample_plan(np.random.default_rng(0), 200, schedule="explore_only"))
-    assert not any(p.mode == "explore" for p in m.sample_plan(np.random.default_rng(0), 200, schedule="targeted_only"))
+    assert all(p.mode == "explore" for p in m.sample_targets(np.random.default_rng(0), 200, schedule="explore_only"))
+    assert not any(p.mode == "explore" for p in m.sample_targets(np.random.default_rng(0), 200, schedule="targeted_only"))
     # empty memory: nothing to target, every schedule explores
     e = ErrorMemory()
-    assert all(p.mode == "explore" for p in e.sample_plan(np.random.default_rng(0), 20, schedule="targeted_only"))
+    assert all(p.mode == "explore" for p in e.sample_targets(np.random.default_rng(0), 20, schedule="targeted_only"))
     with pytest.raises(ValueError):
-        m.sample_plan(np.random.default_rng(0), 1, stitching="nope")  # type: ignore[arg-type]
+        m.sample_targets(np.random.default_rng(0), 1, stitching="nope")  # type: ignore[arg-type]
 
 
 def test_save_load_round_trip_atomic(tmp_path: Path, monkeypatch):

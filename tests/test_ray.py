@@ -1,8 +1,8 @@
 """engine.kind=ray: a Ray actor pool of hf engines on CPU (the ``ray`` lane: pytest -m ray).
 
-One local Ray and one 2-actor pool for the whole module (starting them is most of the lane's
-time); every test compares the pool with an in-process ``HFSampler(seed_scope="prompt")`` of the
-same weights, token id for token id."""
+One local Ray and one 2-actor pool, owned by one ``Engine``, for the whole module (starting them
+is most of the lane's time); every test compares the pool with an in-process
+``HFSampler(seed_scope="prompt")`` of the same weights, token id for token id."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
 
 from coevolve.config.base import EngineConfig  # noqa: E402
-from coevolve.engine import HFSampler, freeze_sampler, load_sampler, make_sampler  # noqa: E402
+from coevolve.engine import Engine, HFSampler, freeze_sampler  # noqa: E402
 from coevolve.engine.base import SamplerError  # noqa: E402
 from coevolve.engine.ray import RaySampler  # noqa: E402
 from coevolve.types import SamplingParams  # noqa: E402
@@ -43,12 +43,15 @@ def model(tok):
 
 
 @pytest.fixture(scope="module")
-def pool_sampler(model, tok):
-    from coevolve.engine import ray as engine_ray
+def run_engine():
+    eng = Engine(ENGINE)
+    yield eng
+    eng.close()
 
-    s = make_sampler(ENGINE, model, tok)
-    yield s
-    engine_ray.shutdown()
+
+@pytest.fixture(scope="module")
+def pool_sampler(run_engine, model, tok):
+    return run_engine.sampler(model, tok)
 
 
 def reference(model, tok, prompts=PROMPTS, n=3, params=PARAMS):
@@ -99,17 +102,15 @@ def test_actor_that_keeps_dying_raises_naming_it(pool_sampler, model, tok):
     assert ids(pool_sampler.sample(PROMPTS, 3, PARAMS)) == ids(reference(model, tok))
 
 
-def test_released_pool_frees_its_actors_and_comes_back_with_the_same_weights(pool_sampler, model, tok):
-    """What a verl phase does first (``engine.ray.release``): actors and placement group go, the
+def test_released_pool_frees_its_actors_and_comes_back_with_the_same_weights(run_engine, pool_sampler, model, tok):
+    """What a verl phase does first (``Engine.release``): actors and placement group go, the
     slots stay; the next call starts new actors that serve the same weights."""
     import ray
 
-    from coevolve.engine import ray as engine_ray
-
     pool = pool_sampler.pool
-    frozen = freeze_sampler(ENGINE, pool_sampler, model, tok)
+    frozen = run_engine.frozen(pool_sampler, model, tok)
     pids = ray.get([a.pid.remote() for a in pool.actors])
-    engine_ray.release()
+    run_engine.release()
     assert pool.actors == [] and pool.pg is None
     assert ids(pool_sampler.sample(PROMPTS, 3, PARAMS)) == ids(reference(model, tok))
     assert ids(frozen.sample(PROMPTS[:3], 2, PARAMS)) == ids(reference(model, tok, PROMPTS[:3], 2))
@@ -118,10 +119,10 @@ def test_released_pool_frees_its_actors_and_comes_back_with_the_same_weights(poo
 
 
 @pytest.mark.parametrize("mode", ["broadcast", "path"])
-def test_weight_sync_and_frozen_slot(pool_sampler, model, tok, mode):
+def test_weight_sync_and_frozen_slot(run_engine, pool_sampler, model, tok, mode):
     engine = ENGINE.model_copy(update={"ray": ENGINE.ray.model_copy(update={"weight_sync": mode})})
     learner = copy.deepcopy(model)
-    live = make_sampler(engine, learner, tok)
+    live = RaySampler.for_model(engine, learner, tok, owner=run_engine)
     assert live.pool is pool_sampler.pool  # new slots of the same actors, not a new pool
     frozen = freeze_sampler(engine, live, learner, tok)
     base = ids(reference(model, tok))
@@ -142,25 +143,31 @@ def test_weight_sync_and_frozen_slot(pool_sampler, model, tok, mode):
     assert len(pool_sampler.pool.slots) == n_slots - 2
 
 
-def test_load_sampler_by_path(pool_sampler, model, tok, tmp_path):
+def test_load_sampler_by_path(run_engine, pool_sampler, model, tok, tmp_path):
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    s = load_sampler(ENGINE, str(tmp_path))
+    s = run_engine.load(str(tmp_path))
+    assert s.pool is pool_sampler.pool
     assert isinstance(s, RaySampler)
     assert ids(s.sample(PROMPTS, 2, PARAMS)) == ids(reference(model, tok, n=2))
     s.close()
 
 
-def test_recipe_round_equals_hf_prompt_scope(pool_sampler, tmp_path):
+def test_recipe_round_equals_hf_prompt_scope(run_engine, tmp_path):
     """A grpo run with engine=ray writes the same rollouts, evaluation items and summary as
     engine=hf with engine.seed_scope=prompt (the pool serves every phase through ``Sampler``
-    only). Last in the module: the end of a ray run shuts the process's pool and Ray down."""
+    only). Last in the module: the module's pool (and the Ray it started) is closed first, the
+    run starts its own and closes it (and that Ray) when it ends."""
     import json
+
+    import ray
 
     from coevolve.config import load_config
     from coevolve.recipes import execute
     from coevolve.toy import ensure_base
 
+    run_engine.close()
+    assert not ray.is_initialized()
     cache = tmp_path / "toycache"
     ensure_base(cache, steps=30, seed=0)
     tiny = ["solver.steps=2", "solver.prompts_per_step=3", "solver.group_size=4", "eval.heldout_size=8",
@@ -178,3 +185,4 @@ def test_recipe_round_equals_hf_prompt_scope(pool_sampler, tmp_path):
     ev = [json.loads((runs[n] / "summary.json").read_text())["eval"] for n in ("hf", "ray")]
     assert ev[0] == ev[1]
     assert (runs["ray"] / "checkpoints").is_dir()
+    assert not ray.is_initialized()  # the run's pool was closed with the run, and the Ray it started

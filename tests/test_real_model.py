@@ -124,7 +124,7 @@ def test_d2evo_round_on_a_real_model(smollm2: Path, gsm8k_rows: Path, tmp_path: 
         f"model.path={smollm2}", f"data.source={gsm8k_rows}", "rounds=1", "difficulty.pool_size=4",
         "difficulty.samples=2", "difficulty.band.low=0.0", "difficulty.band.high=1.0", "difficulty.measure_final=false",
         "questioner.steps=1", "questioner.prompts_per_step=2", "questioner.group_size=2", "questioner.max_new_tokens=32",
-        "questioner.reward.solver_samples=2", "buffer.generate=2", "buffer.voting.samples=2",
+        "questioner.reward.samples=2", "buffer.generate=2", "buffer.voting.samples=2",
         "buffer.voting.band.low=0.0", "buffer.voting.band.high=1.0", "solver.steps=1", "solver.prompts_per_step=2",
         "solver.group_size=2"])
     assert len(run.read_jsonl("round_01/difficulty.jsonl")) == 4 and run.done(Phase("eval", 1))
@@ -137,7 +137,7 @@ def test_d2evo_round_on_a_real_model(smollm2: Path, gsm8k_rows: Path, tmp_path: 
 def test_diagevo_round_on_a_real_model(smollm2: Path, tmp_path: Path) -> None:
     summary, run = _run("diagevo", tmp_path / "run", COMMON + [
         f"model.path={smollm2}", "rounds=1", "challenger.steps=1", "challenger.prompts_per_step=2",
-        "challenger.group_size=2", "challenger.max_new_tokens=32", "challenger.reward.solver_samples=2", "pool.size=4",
+        "challenger.group_size=2", "challenger.max_new_tokens=32", "challenger.reward.samples=2", "pool.size=4",
         "pool.voting.samples=2", "pool.voting.filter=none", "solver.steps=1", "solver.prompts_per_step=2",
         "solver.group_size=2", "memory.embedder=hash", "diagnoser.max_new_tokens=24"])
     assert run.done(Phase("memory", 1)) and run.done(Phase("eval", 1))

@@ -147,14 +147,19 @@ def test_resume_refuses_a_changed_config_or_phase_list_unless_forced(tmp_path, r
 
     (run / "config.yaml").write_text(cfg)
     state = json.loads((run / "state.json").read_text())
-    assert state["plan"] == ["base/eval", "01/solver", "01/eval"]
-    state["plan"] = ["base/eval", "01/warmup", "01/solver"]  # the run was made by a recipe with other phases
+    assert state["phase_list"] == ["base/eval", "01/solver", "01/eval"]
+    state["phase_list"] = ["base/eval", "01/warmup", "01/solver"]  # the run was made by a recipe with other phases
     (run / "state.json").write_text(json.dumps(state))
     r = cli("resume", str(run))
     assert r.returncode == 2 and "added: 01/eval" in r.stderr and "removed: 01/warmup" in r.stderr, r.stderr
     r = cli("resume", str(run), "--force")
     assert r.returncode == 0, r.stderr
-    assert json.loads((run / "state.json").read_text())["plan"] == ["base/eval", "01/solver", "01/eval"]
+    assert json.loads((run / "state.json").read_text())["phase_list"] == ["base/eval", "01/solver", "01/eval"]
+    state.pop("phase_list")  # a run made when the list was saved as "plan" is checked the same way
+    state["plan"] = ["base/eval", "01/warmup", "01/solver"]
+    (run / "state.json").write_text(json.dumps(state))
+    r = cli("resume", str(run))
+    assert r.returncode == 2 and "removed: 01/warmup" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("site", ["write", "state", "metrics", "checkpoint", "rollouts"])

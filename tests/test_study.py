@@ -56,7 +56,7 @@ def test_t_quantile_is_the_table_value_and_inverts_the_cdf():
 
 
 def test_t_interval_against_a_loop():
-    xs = [0.688, 0.678, 0.684]  # issue 15: grpo's three seeds in the default world
+    xs = [0.688, 0.678, 0.684]  # grpo's three seeds in the default toy world (docs/results/toy_worlds.md)
     i = st.t_interval(xs)
     mean = statistics.fmean(xs)
     sd = statistics.stdev(xs)

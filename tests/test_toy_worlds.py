@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from coevolve.config import dump_yaml, load_config
+from coevolve.config import load_config
 from coevolve.errors import DataError
 from coevolve.run import Run
 from coevolve.toy import heldout_questions, labelled_set
@@ -54,7 +54,7 @@ def test_toy_scarce_presets_load_and_share_one_world():
     files = {f.stem: f for f in sorted(SCARCE.glob("*.yaml"))}
     assert set(files) == {"grpo", "d2evo", "diagevo", "rzero"}
     cfgs = {name: load_config(None, f) for name, f in files.items()}
-    assert {c.data.limit for c in cfgs.values()} == {64} and {c.data.toy_seed for c in cfgs.values()} == {0}
+    assert {c.data.limit for c in cfgs.values()} == {64} and {c.data.limit_seed for c in cfgs.values()} == {0}
     assert {(c.eval.heldout_size, c.eval.samples) for c in cfgs.values()} == {(500, 8)}
     # methods are their shipped defaults: only the world's lines differ from configs/<recipe>.yaml
     for name, cfg in cfgs.items():
@@ -77,14 +77,14 @@ def tiny_cache(tmp_path_factory) -> Path:
 
 
 def test_grpo_trains_only_on_the_labelled_set_and_counts_its_labels(tmp_path, tiny_cache):
-    from coevolve.recipes import grpo
+    from coevolve.recipes import execute
 
     cfg = load_config("grpo", SCARCE / "grpo.yaml", [
         "data.limit=6", "solver.steps=3", "solver.prompts_per_step=4", "solver.group_size=2", "eval.heldout_size=8",
         "eval.samples=0", "run.progress=false", "sampling.max_new_tokens=24", "eval.max_new_tokens=24",
         f"model.toy_cache={tiny_cache}", "model.toy_steps=30"])
-    run = Run.create(tmp_path / "r", dump_yaml(cfg), "grpo")
-    summary = grpo.run(cfg, run)
+    summary = execute(cfg, tmp_path / "r")
+    run = Run.open(tmp_path / "r")
     trained = {r["prompt"] for r in run.read_jsonl("round_01/solver_rollouts.jsonl")}
     allowed = {f"Q:{t.question}=\nA:" for t in labelled_set(6)}
     assert trained <= allowed and len(trained) == 6  # 12 draws of a 6-question set: every one, passes over it

@@ -35,14 +35,14 @@ def test_tensorboard_and_wandb_follow_metrics_jsonl_across_a_resume(tmp_path, mo
     cache = tmp_path / "cache"
     ensure_base(cache, steps=30, seed=0)
     cfg = load_config("grpo", None, TINY + [f"model.toy_cache={cache}"])
-    import coevolve.recipes.grpo as grpo
+    import coevolve.loop as loop
     from coevolve.recipes import execute
 
-    real = grpo.labelled_reward
+    real = loop.local_reward
     calls = {"n": 0}
 
-    def crashing(alpha, grader):
-        fn = real(alpha, grader)
+    def crashing(spec, grader, writer=None):
+        fn = real(spec, grader, writer)
 
         def reward(step, tasks, comps):
             calls["n"] += 1
@@ -52,10 +52,10 @@ def test_tensorboard_and_wandb_follow_metrics_jsonl_across_a_resume(tmp_path, mo
 
         return reward
 
-    monkeypatch.setattr(grpo, "labelled_reward", crashing)
+    monkeypatch.setattr(loop, "local_reward", crashing)
     with pytest.raises(KeyboardInterrupt):
         execute(cfg, tmp_path / "run")
-    monkeypatch.setattr(grpo, "labelled_reward", real)
+    monkeypatch.setattr(loop, "local_reward", real)
     execute(cfg, tmp_path / "run")  # resume in the same folder
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     tb = _tb_scalars(tmp_path / "run")

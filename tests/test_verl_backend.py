@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from coevolve.config import dump_yaml, load_config
+from coevolve.config import load_config
 from coevolve.errors import ConfigError
 from coevolve.run import Run
 from coevolve.types import Task
@@ -87,9 +87,9 @@ def _paths(root: Path) -> PhasePaths:
 
 def _overrides(*extra: str) -> list[str]:
     cfg = load_config("grpo", None, TINY + ["backend=verl", *extra])
-    return phase_overrides(phase=cfg.solver, learner=cfg.learner, verl=cfg.backend.verl, temperature=1.0, top_p=1.0,
-                           top_k=0, max_new_tokens=24, max_prompt_tokens=12, paths=_paths(Path("/w")),
-                           experiment="01-solver", seed=123)
+    return phase_overrides(phase=cfg.solver, learner=cfg.learner, verl=cfg.backend.verl, engine=cfg.engine,
+                           temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=24, max_prompt_tokens=12,
+                           paths=_paths(Path("/w")), experiment="01-solver", seed=123)
 
 
 GOLDEN = [
@@ -125,11 +125,19 @@ def test_overrides_golden_list_for_a_toy_grpo_phase():
 
 def test_overrides_follow_the_config():
     ov = _overrides("learner.beta_kl=0.04", "learner.scale_std=false", "learner.lr=1e-6", "backend.verl.nnodes=2",
-                    "backend.verl.n_gpus_per_node=8", "backend.verl.ray_address=auto", "solver.prompts_per_step=16",
+                    "backend.verl.n_gpus_per_node=8", "engine.ray.address=auto", "solver.prompts_per_step=16",
+                    "engine.tensor_parallel_size=2", "engine.gpu_memory_utilization=0.5",
                     "backend.verl.extra_overrides=[trainer.save_freq=1,actor_rollout_ref.rollout.n=2]")
     assert "actor_rollout_ref.actor.use_kl_loss=true" in ov and "actor_rollout_ref.actor.kl_loss_coef=0.04" in ov
     assert "algorithm.norm_adv_by_std_in_grpo=false" in ov and "actor_rollout_ref.actor.optim.lr=1e-06" in ov
     assert "trainer.nnodes=2" in ov and "trainer.n_gpus_per_node=8" in ov and "+ray_kwargs.ray_init.address=auto" in ov
+    assert "actor_rollout_ref.rollout.tensor_model_parallel_size=2" in ov  # the run's engine settings, one place
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.5" in ov
+    # a config that still names the fields' former places sets them (old run folders, old command lines)
+    old = _overrides("backend.verl.ray_address=auto", "backend.verl.tensor_parallel_size=2",
+                     "backend.verl.gpu_memory_utilization=0.5", "backend.verl.n_gpus_per_node=8")
+    assert {"+ray_kwargs.ray_init.address=auto", "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+            "actor_rollout_ref.rollout.gpu_memory_utilization=0.5"} <= set(old)
     assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4" in ov  # 16 x 4 rollouts over 16 GPUs
     assert not any("gradient_checkpointing" in o or "dynamic_bsz" in o for o in ov)  # auto / rows: verl's defaults
     ov2 = _overrides("learner.gradient_checkpointing=true", "learner.max_tokens_per_micro_batch=16384")
@@ -170,10 +178,49 @@ def test_backend_config_errors_name_the_field(tmp_path):
     assert (cfg.challenger.steps, cfg.backend.verl.solver_model) == (5, "solver-r01")
 
 
+def test_step_audit_is_the_same_for_both_backends():
+    """One reward, stated once as data: the local loop's step (``local_reward``) and verl's
+    per-sample scores read back through ``audit_step`` give the same rewards, metrics and
+    records (the DiagEvo solver's diagnosis input included)."""
+    from coevolve.answers import make_grader
+    from coevolve.training import audit_step, local_reward
+    from coevolve.types import Completion
+    from coevolve.verl.reward import compute_score
+
+    tasks = [Task("a", "1+2=", "3", features={"targets": ["c1"], "oracle": "3"}),
+             Task("b", "x", "\\frac{1}{2}", features={"targets": [], "oracle": "0.25"})]
+    texts = [["<think>k</think>\\boxed{3}", "\\boxed{4}", "no answer"], ["\\boxed{0.5}", "<think>h</think>\\boxed{1/4}", ""]]
+    comps = [[Completion(x, [], []) for x in g] for g in texts]
+    with make_grader(5.0, 1) as grader:
+        for spec in (RewardSpec("solver", 0.9), RewardSpec("match")):
+            rewards, local = local_reward(spec, grader)(0, tasks, comps)
+            extras = [[compute_score("s", x, t.answer, {"reward": spec.to_dict(), "index": i}) for x in g]
+                      for i, (t, g) in enumerate(zip(tasks, texts))]
+            remote = audit_step(spec, tasks, texts, extras, grader)
+            assert [[e["score"] for e in g] for g in extras] == rewards, spec.kind
+            assert (remote.metrics, remote.records) == (local.metrics, local.records), spec.kind
+    assert local.metrics["oracle_acc"] == pytest.approx(2 / 6) and local.records[0]["matches"] == [True, False, False]
+
+
+def test_rzero_reward_is_refused_under_verl_before_any_work():
+    """R-Zero's repetition penalty clusters the whole batch; verl's workers score one sample:
+    preflight refuses the pair (the field named), the local backend computes it as coded."""
+    from coevolve.preflight import backend_problems
+
+    root = Path(__file__).resolve().parents[1]
+    problems = backend_problems(load_config("diagevo", root / "configs" / "rzero.yaml", ["backend=verl"]))
+    assert len(problems) == 1 and problems[0].startswith("challenger.reward.kind=rzero with backend=verl")
+    assert backend_problems(load_config("diagevo", root / "configs" / "rzero.yaml")) == []
+    assert backend_problems(load_config("diagevo", None, ["backend=verl"])) == []
+    d = backend_problems(load_config("d2evo", None, ["backend=verl", "questioner_reward=rzero"]))
+    assert [p.split("=")[0] for p in d] == ["questioner.reward.kind"]
+    assert backend_problems(load_config("d2evo", None, ["backend=verl", "questioner_reward=rzero", "questioner=false"])) == []
+
+
 def test_reward_module_equals_coevolve_rewards():
     from coevolve.answers import make_grader
     from coevolve.loop import labelled_reward
-    from coevolve.recipes.diagevo import match_reward
+    from coevolve.training import match_reward
     from coevolve.types import Completion
     from coevolve.verl.reward import VerlRewardError, compute_score
 
@@ -199,11 +246,11 @@ def test_reward_module_equals_coevolve_rewards():
 
 
 def _grpo(tmp: Path, cache: list[str], extra: list[str]):
-    from coevolve.recipes import grpo
+    from coevolve.recipes import execute
 
     cfg = load_config("grpo", None, TINY + standin(cache) + extra)
-    run = Run.create(tmp / "run", dump_yaml(cfg), "grpo")
-    return grpo.run(cfg, run), run
+    summary = execute(cfg, tmp / "run")
+    return summary, Run.open(tmp / "run")
 
 
 def test_whole_phase_against_the_standin(tmp_path, cache, monkeypatch):
@@ -240,13 +287,13 @@ def test_whole_phase_against_the_standin(tmp_path, cache, monkeypatch):
 
 
 def test_a_finished_run_is_not_rerun_and_the_workdir_goes(tmp_path, cache, monkeypatch):
-    from coevolve.recipes import grpo
+    from coevolve.recipes import execute
 
     monkeypatch.setenv("STANDIN_ARGS", str(tmp_path / "args.json"))
     summary, run = _grpo(tmp_path, cache, [])
     assert not (run.path / "round_01" / "verl_solver").exists()  # keep_workdir=false
     (tmp_path / "args.json").unlink()
-    again = grpo.run(load_config("grpo", None, TINY + standin(cache)), Run.open(run.path))
+    again = execute(load_config("grpo", None, TINY + standin(cache)), run.path)
     assert again == summary and not (tmp_path / "args.json").exists()
 
 
@@ -276,13 +323,13 @@ def test_diagevo_solver_phase_on_the_standin_feeds_the_diagnosis(tmp_path, cache
     """DiagEvo with a frozen challenger: the solver phase runs on (stand-in) verl with the ±1
     match reward, and its per-question records (responses, matches) reach optimisation.jsonl,
     which the diagnosis reads."""
-    from coevolve.recipes import diagevo
+    from coevolve.recipes import execute
     smoke = Path(__file__).resolve().parents[1] / "configs" / "diagevo_smoke.yaml"
     cfg = load_config("diagevo", smoke, ["rounds=1", "memory.embedder=hash", "eval.heldout_size=8", "eval.samples=0",
                                          "pool.size=16", "solver.steps=1", "challenger_frozen=true",
                                          "run.progress=false", *standin(cache)])
-    run = Run.create(tmp_path / "run", dump_yaml(cfg), "diagevo")
-    diagevo.run(cfg, run)
+    execute(cfg, tmp_path / "run")
+    run = Run.open(tmp_path / "run")
     rows = run.read_jsonl("round_01/solver_rollouts.jsonl")
     opt = run.read_jsonl("round_01/optimisation.jsonl")
     if not rows:  # the tiny base kept no question: nothing to train (the phase says so)
@@ -376,17 +423,16 @@ class _CannedSolver:
 def _writer_spec(kind: str, **kw):
     from coevolve.verl.writer import WriterSpec
 
-    return WriterSpec(reward={"kind": kind, "solver_samples": 4}, seed=3, ns="verify",
+    return WriterSpec(reward={"kind": kind, "samples": 4}, seed=3, ns="verify",
                       params={"temperature": 1.0, "max_new_tokens": 8}, prompter={"kind": "toy"},
                       rep_tokenizer="char", batch_prompts=8, **kw)
 
 
 def test_writer_reward_equals_coevolve_rewards():
     """Per sample (verl) = coevolve's batch scorer (local) for the plateau reward on fixed answers;
-    R-Zero's per-sample repetition penalty is the batch-of-one constant 1 (docs/verl.md)."""
+    R-Zero's reward, whose repetition penalty clusters the whole batch, is refused per sample."""
     from coevolve.answers import make_grader
     from coevolve.curriculum import score_writer_batch
-    from coevolve.rewards import rzero_rewards
     from coevolve.schema import WriterReward
     from coevolve.toy.prompts import ToyPrompter, question_completion
     from coevolve.types import Completion, SamplingParams
@@ -396,7 +442,9 @@ def test_writer_reward_equals_coevolve_rewards():
              [question_completion("1+2"), question_completion("3+4"), "<question>x</question>"]]
     prompter = ToyPrompter()
     with make_grader(5.0, 1) as grader:
-        for kind in ("plateau", "rzero"):
+        with pytest.raises(ConfigError, match="one sample at a time"):
+            score_sample(_writer_spec("rzero"), texts[0][0], 0, grader, _CannedSolver(), prompter)
+        for kind in ("plateau",):
             solver = _CannedSolver()
             spec = _writer_spec(kind)
             got = [[score_sample(spec, t, 0, grader, solver, prompter) for t in g] for g in texts]
@@ -407,15 +455,8 @@ def test_writer_reward_equals_coevolve_rewards():
                                     grader=grader, params=SamplingParams(), batch_prompts=8, rep_tokenizer="char")
             assert [[e["p1"] if e["well_formed"] else None for e in g] for g in got] == wb.x
             assert [[bool(e["in_band"]) for e in g] for g in got] == wb.in_band
-            if kind == "plateau":
-                assert [[e["score"] for e in g] for g in got] == wb.rewards
-                assert got[0][0]["score"] == 1.0 and got[0][1]["score"] == 0.0 and got[0][0]["label"] == "3"
-            else:
-                flat_x = [x for row in wb.x for x in row]
-                flat_q = [q for row in wb.questions for q in row]
-                want = [rzero_rewards([q is not None], [x], [q], "char")[0][0] for q, x in zip(flat_q, flat_x)]
-                assert [e["score"] for g in got for e in g] == want
-                assert got[0][1]["score"] == -2.0 and got[0][0]["score"] == pytest.approx(0.25 - 1.0)
+            assert [[e["score"] for e in g] for g in got] == wb.rewards
+            assert got[0][0]["score"] == 1.0 and got[0][1]["score"] == 0.0 and got[0][0]["label"] == "3"
 
 
 def _fake_openai(model: str):
@@ -492,13 +533,13 @@ def test_d2evo_smoke_on_the_standin_trains_the_questioner(tmp_path, cache):
     """D²Evo with backend=verl (stand-in main_ppo): the questioner phase is rewarded in the
     trainer's reward workers by the frozen solver folder the phase exported, and its rollouts,
     audit records and metrics reach the run folder as with the local backend."""
-    from coevolve.recipes import d2evo
+    from coevolve.recipes import execute
 
     smoke = Path(__file__).resolve().parents[1] / "configs" / "d2evo_smoke.yaml"
     cfg = load_config("d2evo", smoke, ["rounds=1", "eval.heldout_size=8", "eval.samples=0", "solver.steps=1",
                                        "backend.verl.keep_workdir=true", *standin(cache)])
-    run = Run.create(tmp_path / "run", dump_yaml(cfg), "d2evo")
-    d2evo.run(cfg, run)
+    execute(cfg, tmp_path / "run")
+    run = Run.open(tmp_path / "run")
     recs = {r.key: r for r in run.state.records()}
     q = recs["01/questioner"]
     if q.values.get("skipped"):
@@ -514,4 +555,4 @@ def test_d2evo_smoke_on_the_standin_trains_the_questioner(tmp_path, cache):
     assert [m["step"] for m in steps] == [0, 1] and all(m["questioner/well_formed"] == 0.5 for m in steps)
     spec = json.loads((run.path / "round_01" / "verl_questioner" / "writer_spec.json").read_text())
     assert spec["solver_url"] is None and Path(spec["solver_path"]).name == "solver"
-    assert spec["reward"]["kind"] == "plateau" and spec["reward"]["solver_samples"] == 4
+    assert spec["reward"]["kind"] == "plateau" and spec["reward"]["samples"] == 4

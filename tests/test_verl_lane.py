@@ -57,12 +57,13 @@ def _phase_overrides(tmp: Path, *extra: str) -> list[str]:
     cfg = load_config("grpo", None, ["backend=verl", "solver.steps=3", "solver.prompts_per_step=8", *extra])
     paths = PhasePaths(tmp / "model", tmp / "train.parquet", tmp / "ckpt", tmp / "dumps",
                        Path(SRC) / "coevolve" / "verl" / "reward.py")
-    return phase_overrides(phase=cfg.solver, learner=cfg.learner, verl=cfg.backend.verl, temperature=1.0, top_p=1.0,
-                           top_k=0, max_new_tokens=64, max_prompt_tokens=32, paths=paths, experiment="01-solver", seed=123)
+    return phase_overrides(phase=cfg.solver, learner=cfg.learner, verl=cfg.backend.verl, engine=cfg.engine,
+                           temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=64, max_prompt_tokens=32, paths=paths,
+                           experiment="01-solver", seed=123)
 
 
 @pytest.mark.parametrize("extra", [(), ("learner.beta_kl=0.04", "backend.verl.nnodes=2", "backend.verl.n_gpus_per_node=8",
-                                        "backend.verl.tensor_parallel_size=2", "backend.verl.ray_address=auto",
+                                        "engine.tensor_parallel_size=2", "engine.ray.address=auto",
                                         "solver.prompts_per_step=16", "learner.max_tokens_per_micro_batch=16384",
                                         "learner.gradient_checkpointing=true")])
 def test_overrides_pass_verls_own_config_validation(tmp_path, extra):
@@ -205,7 +206,7 @@ def test_writer_reward_through_verls_naive_reward_manager(toy, tmp_path):
     from coevolve.verl.parquet import RewardSpec
     from coevolve.verl.reward import compute_score
 
-    spec = writer.WriterSpec(reward={"kind": "plateau", "solver_samples": 4}, seed=1, ns="verify",
+    spec = writer.WriterSpec(reward={"kind": "plateau", "samples": 4}, seed=1, ns="verify",
                              params={"temperature": 1.0, "max_new_tokens": 16}, prompter={"kind": "toy"},
                              rep_tokenizer="char", batch_prompts=8, solver_path=str(toy), device="cpu")
     path = spec.write(tmp_path / "writer_spec.json")

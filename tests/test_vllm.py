@@ -371,12 +371,12 @@ RECIPE_OVERRIDES = {
     "grpo": ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=12",
              "eval.samples=2", "sampling.max_new_tokens=40", "eval.max_new_tokens=40"],
     "d2evo": ["rounds=1", "difficulty.pool_size=16", "difficulty.samples=4", "questioner.steps=1",
-              "questioner.prompts_per_step=4", "questioner.group_size=2", "questioner.reward.solver_samples=4",
+              "questioner.prompts_per_step=4", "questioner.group_size=2", "questioner.reward.samples=4",
               "buffer.generate=8", "buffer.voting.samples=4", "solver.steps=1", "solver.prompts_per_step=4",
               "solver.group_size=2", "eval.heldout_size=12", "eval.samples=2", "eval.max_new_tokens=40",
               "sampling.max_new_tokens=40"],
     "diagevo": ["rounds=1", "challenger.steps=1", "challenger.prompts_per_step=4", "challenger.group_size=2",
-                "challenger.reward.solver_samples=4", "pool.size=16", "pool.voting.samples=4", "solver.steps=1",
+                "challenger.reward.samples=4", "pool.size=16", "pool.voting.samples=4", "solver.steps=1",
                 "solver.prompts_per_step=4", "solver.group_size=2", "memory.min_targeted=1",
                 "memory.max_diagnoses_per_round=8", "diagnoser.max_new_tokens=40", "eval.benches=[toy]",
                 "eval.heldout_size=12", "eval.samples=0", "sampling.max_new_tokens=40"],
@@ -386,10 +386,8 @@ RECIPE_OVERRIDES = {
 @vllm_test
 @pytest.mark.parametrize("recipe", ["grpo", "d2evo", "diagevo"])
 def test_one_round_of_each_recipe_with_vllm(recipe, tmp_path, monkeypatch, no_engine):
-    from coevolve.config import dump_yaml
     from coevolve.engine.vllm import VLLMSampler
-    from coevolve.recipes import d2evo, diagevo, grpo
-    from coevolve.run import Run
+    from coevolve.recipes import execute
 
     built: list[VLLMSampler] = []
     orig = VLLMSampler.__init__
@@ -401,16 +399,15 @@ def test_one_round_of_each_recipe_with_vllm(recipe, tmp_path, monkeypatch, no_en
     monkeypatch.setattr(VLLMSampler, "__init__", spy)
     cfg = load_config(recipe, None, RECIPE_OVERRIDES[recipe] + ["engine=vllm", f"engine.kv_cache_gib={KV}",
                                                                 "run.progress=false", "run.threads=1"])
-    run = Run.create(tmp_path / "r", dump_yaml(cfg), recipe)
     try:
-        summary = {"grpo": grpo, "d2evo": d2evo, "diagevo": diagevo}[recipe].run(cfg, run)
+        summary = execute(cfg, tmp_path / "r")
     finally:
         for s in built:
             s.close()
     assert built, "no vLLM sampler was built"
     assert summary["rollouts"] > 0 and "final" in summary["eval"]
     assert 0.0 <= summary["eval"]["final"]["toy"]["greedy"] <= 1.0
-    assert load_config(None, run.path / "config.yaml").engine.kind == "vllm"
+    assert load_config(None, tmp_path / "r" / "config.yaml").engine.kind == "vllm"
     if recipe == "d2evo":  # the frozen scorer shares the solver's engine as a pinned version
         assert any(not s._owner for s in built)
     # every role (diagevo: challenger and solver), frozen copy and evaluation: one engine in the process

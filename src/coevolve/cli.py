@@ -34,7 +34,7 @@ def _execute(cfg, run_dir: Path, resumed: bool, force: bool = False) -> None:
     say(f"{'resuming' if resumed else 'running'} {cfg.recipe} in {run_dir}")
     t0 = time.time()
     try:
-        summary = execute(cfg, run_dir, force=force)
+        summary = execute(cfg, run_dir, new=not resumed, force=force)
     except KeyboardInterrupt:
         _err(f"interrupted; the run folder is resumable: coevolve resume {run_dir}")
         raise typer.Exit(130)
@@ -59,20 +59,16 @@ def run(
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run folder (default runs/<recipe>-<time>)"),
 ) -> None:
     """Run a recipe (the toy world by default: no model or data needed)."""
-    from coevolve.config import dump_yaml, load_config
+    from coevolve.config import load_config
     from coevolve.preflight import preflight
-    from coevolve.recipes import write_errors
-    from coevolve.run import Run, default_run_path
-    from coevolve.run.lock import check_run_dir, run_lock
+    from coevolve.run import default_run_path
+    from coevolve.run.lock import check_run_dir
 
     cfg = load_config(recipe, config, overrides or [])
     path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
     check_run_dir(path)
-    preflight(cfg)
-    with run_lock(path, create=True):  # held until the run ends: one writer per run folder
-        with write_errors(path):
-            Run.create(path, dump_yaml(cfg), cfg.recipe)
-        _execute(cfg, path, resumed=False)
+    preflight(cfg)  # before the folder exists: a refused run leaves nothing behind
+    _execute(cfg, path, resumed=False)  # opens the folder once: lock, create, bind (recipes.open_run)
 
 
 @app.command()
@@ -85,23 +81,18 @@ def resume(
     """Continue a run from its last completed phase (exactly as if never interrupted)."""
     from coevolve.config import load_saved_config
     from coevolve.errors import ConfigError
-    from coevolve.recipes import write_errors
-    from coevolve.run import CONFIG_FILE, STATE_FILE, Run, say
-    from coevolve.run.lock import check_run_dir, run_lock
+    from coevolve.run import CONFIG_FILE, read_recipe, say
+    from coevolve.run.lock import check_run_dir
 
     check_run_dir(run_dir)
-    if not (run_dir / STATE_FILE).is_file():  # before the lock, which would leave run.lock in any folder
-        Run.open(run_dir)  # raises its 'not a coevolve run folder' error
+    recipe = read_recipe(run_dir)  # read only: the folder is opened (locked, reopened) once, by execute
     bad = [o for o in (overrides or []) if not o.startswith("run.")]
     if bad:
         raise ConfigError(f"resume accepts only run.* overrides (the recipe must not change): {bad}")
-    with run_lock(run_dir):  # before Run.open, which already writes (cuts an unfinished phase's metrics)
-        with write_errors(run_dir):
-            run = Run.open(run_dir)
-        cfg, dropped = load_saved_config(run.state.recipe, run_dir / CONFIG_FILE, overrides or [], force)
-        if dropped:
-            say(f"--force: dropped from the saved config (now this version's defaults): {', '.join(dropped)}")
-        _execute(cfg, run_dir, resumed=True, force=force)
+    cfg, dropped = load_saved_config(recipe, run_dir / CONFIG_FILE, overrides or [], force)
+    if dropped:
+        say(f"--force: dropped from the saved config (now this version's defaults): {', '.join(dropped)}")
+    _execute(cfg, run_dir, resumed=True, force=force)
 
 
 @app.command("eval")
@@ -111,7 +102,8 @@ def eval_cmd(
                                         "all, names (default: the model's world: toy, or math7)"),
     limit: Optional[int] = typer.Option(None, "--limit", help="First N items per benchmark"),
     samples: int = typer.Option(0, "--samples", help="k for mean@k (0 = greedy pass@1 only; -1 = each benchmark's default, e.g. mean@32 for AIME/AMC)"),
-    max_new_tokens: int = typer.Option(1024, "--max-new-tokens"),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Answer budget (default: what a run "
+                                                 "of the model's world evaluates with: 64 toy, 4096 a real model)"),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (results.json, items_*.jsonl)"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder with the large benchmark files (or $COEVOLVE_DATA)"),
     chat_template: Optional[bool] = typer.Option(None, "--chat-template/--no-chat-template",

@@ -1,41 +1,35 @@
-"""The GRPO training loop every role shares (solver, D²Evo questioner, DiagEvo challenger).
+"""The local training backend (``backend=local``): the GRPO loop every role shares (solver,
+D²Evo questioner, DiagEvo challenger), behind ``training.Trainer`` as ``LocalTrainer``.
 
 One step: draw prompts -> sample a group per prompt -> ``reward_fn(step, tasks, completions)``
--> learner update -> weight sync -> log. Reward functions get everything they need as
+-> learner update -> weight sync -> ``StepBook``. Reward functions get everything they need as
 arguments and return what they observed (``Observed``: batch scalars and per-completion audit
-records); the loop logs the scalars under the phase's namespace and writes the records, so no
-step counter or audit list lives in a closure.
+records); the book logs the scalars under the phase's namespace and keeps the records, so no
+step counter or audit list lives in a closure. Also the roles (``Role``: a model shared by its
+sampler and learner) and the decoding of a phase (``sampling_params``).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from coevolve.rewards import solver_rewards
 from coevolve.rl.learner import Learner, RolloutGroup
 from coevolve.run import PhaseContext, derive_seed
-from coevolve.run.faults import fault_point
-from coevolve.run.files import json_line
 from coevolve.schema import GRPOPhase
+from coevolve.training import (  # Observed, TrainResult, labelled_reward: also importable from here
+    Observed,
+    RewardFn,
+    StepBook,
+    TrainRequest,
+    TrainResult,
+    labelled_reward,
+    local_reward,
+)
 from coevolve.types import AnswerGrader, Completion, Sampler, SamplingParams, Stop, Task
-
-
-@dataclass
-class Observed:
-    """What a reward function saw in one step: batch scalars, audit records, and the rollouts
-    it drew itself (a writer's reward samples the frozen solver)."""
-
-    metrics: dict[str, float] = field(default_factory=dict)
-    records: list[dict[str, Any]] = field(default_factory=list)
-    rollouts: int = 0
-
-
-RewardFn = Callable[[int, list[Task], list[list[Completion]]], tuple[list[list[float]], Observed]]
-"""``reward_fn(step, tasks, completions) -> (rewards, observed)``; rewards are (B, G)."""
 
 
 @dataclass
@@ -106,27 +100,6 @@ class ParkedSampler:
         self.inner.sync_weights(model)
 
 
-@dataclass
-class TrainResult:
-    """A finished GRPO phase: mean reward, updates, policy rollouts, rollouts drawn by the
-    reward function, and every audit record (tagged with its step)."""
-
-    reward_mean: float
-    steps: int
-    rollouts: int
-    reward_rollouts: int
-    records: list[dict[str, Any]]
-    updates: int = 0  # steps that changed the weights (a step whose groups all had zero variance does not)
-
-    @property
-    def problem(self) -> str | None:
-        """Why the phase trained nothing, when it should have."""
-        if self.steps > 0 and self.updates == 0:
-            return (f"all {self.steps} steps had zero reward variance in every group (every answer equally right or "
-                    "wrong): nothing was learned; check the answer budget, the prompts and the difficulty band")
-        return None
-
-
 class ShuffledPasses:
     """Batches drawn by shuffled passes over a fixed set: every question once per pass, a new
     shuffle when a pass is used up (DiagEvo's kept set is small and should be covered evenly)."""
@@ -157,23 +130,6 @@ def sampling_params(sampling: Any, seed: int | None, phase: GRPOPhase | None = N
     return SamplingParams(**kw)
 
 
-def labelled_reward(alpha: float, grader: AnswerGrader) -> RewardFn:
-    """Solver reward ``α·acc + (1-α)·fmt`` against each task's answer (gold or pseudo-label)."""
-
-    def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
-        texts = [c.text for g in comps for c in g]
-        golds = [t.answer or "" for t, g in zip(tasks, comps) for _ in g]
-        correct = [bool(t) and ok for t, ok in zip(golds, grader.grade_batch(golds, texts))]
-        flat, bd = solver_rewards(texts, correct, alpha)
-        rewards, i = [], 0
-        for g in comps:
-            rewards.append(flat[i : i + len(g)])
-            i += len(g)
-        return rewards, Observed({"acc_mean": float(bd["acc_mean"]), "format_mean": float(bd["format_mean"])})
-
-    return reward
-
-
 def grpo_train(
     role: Role,
     phase: GRPOPhase,
@@ -188,49 +144,49 @@ def grpo_train(
     rollouts_file: Path | None = None,
 ) -> TrainResult:
     """``phase.steps`` GRPO updates of ``role``; step s samples with seed ``derive_seed(ctx.seed,
-    "rollout", s)``. Every rollout batch goes to ``rollouts_file`` (rewritten from scratch when
-    the phase restarts) and every step's metrics to the run's log under ``ns/``; the tokens each
-    update trained on go to ``ctx.compute`` (``trained_tokens``)."""
+    "rollout", s)``. Every step is booked by ``StepBook`` (rollouts file, metrics under ``ns/``,
+    trained tokens in ``ctx.compute``)."""
     from tqdm import tqdm
 
-    fh = open(rollouts_file, "w", encoding="utf-8") if rollouts_file is not None else None  # noqa: SIM115
-    seen: list[float] = []
-    records: list[dict[str, Any]] = []
-    rollouts = reward_rollouts = updates = 0
     try:
-        for step in tqdm(range(phase.steps), desc=ns, disable=not progress, leave=False, dynamic_ncols=True):
-            t0 = time.perf_counter()
-            tasks = batches(step)
-            prompts = [prompt(t) for t in tasks]
-            comps = role.sampler.sample(prompts, phase.group_size, replace(params, seed=derive_seed(ctx.seed, "rollout", step)))
-            t_gen = time.perf_counter() - t0
-            rewards, observed = reward(step, tasks, comps)
-            t1 = time.perf_counter()
-            m = role.learner.step([RolloutGroup(c[0].prompt_ids, [x.token_ids for x in c], list(r))
-                                   for c, r in zip(comps, rewards)])
-            role.sync()
-            updates += int(not m.get("skipped"))
-            if not m.get("skipped"):  # trained tokens: the update's completion tokens, once per epoch
-                ctx.compute.trained(int(m["n_tokens"]) * role.learner.cfg.epochs_per_batch)
-            t_learn = time.perf_counter() - t1
-            seen.extend(x for r in rewards for x in r)
-            rollouts += sum(len(c) for c in comps)
-            reward_rollouts += observed.rollouts
-            records.extend({"step": step, **r} for r in observed.records)
-            ctx.log({**{f"{ns}/{k}": v for k, v in {**m, **observed.metrics}.items() if isinstance(v, (int, float))},
-                     f"{ns}/gen_seconds": round(t_gen, 4), f"{ns}/learn_seconds": round(t_learn, 4)}, step=step)
-            if fh is not None:
-                fault_point("rollouts")
-                fh.writelines(_rollout_rows(step, tasks, prompts, comps, rewards))
+        with StepBook(ctx, ns, rollouts_file, role.learner.cfg.epochs_per_batch) as book:
+            for step in tqdm(range(phase.steps), desc=ns, disable=not progress, leave=False, dynamic_ncols=True):
+                t0 = time.perf_counter()
+                tasks = batches(step)
+                prompts = [prompt(t) for t in tasks]
+                comps = role.sampler.sample(prompts, phase.group_size,
+                                            replace(params, seed=derive_seed(ctx.seed, "rollout", step)))
+                t_gen = time.perf_counter() - t0
+                rewards, observed = reward(step, tasks, comps)
+                t1 = time.perf_counter()
+                m = role.learner.step([RolloutGroup(c[0].prompt_ids, [x.token_ids for x in c], list(r))
+                                       for c, r in zip(comps, rewards)])
+                role.sync()
+                t_learn = time.perf_counter() - t1
+                book.step(step, tasks, prompts, comps, rewards, m, observed,
+                          {"gen_seconds": round(t_gen, 4), "learn_seconds": round(t_learn, 4)})
     finally:
-        if fh is not None:
-            fh.close()
         role.offload()  # its masters and optimizer state leave the GPU until its next update
-    return TrainResult(sum(seen) / max(1, len(seen)), phase.steps, rollouts, reward_rollouts, records, updates)
+    return book.result(phase.steps)
 
 
-def _rollout_rows(step: int, tasks: Sequence[Task], prompts: Sequence[str], comps: Sequence[Sequence[Completion]],
-                  rewards: Sequence[Sequence[float]]) -> list[str]:
-    return [json_line({"step": step, "task_id": t.id, "prompt": p, "label": t.answer,
-                       "completions": [x.text for x in c], "rewards": list(r)})
-            for t, p, c, r in zip(tasks, prompts, comps, rewards)]
+class LocalTrainer:
+    """``backend=local``: coevolve's own learner in this process (the reference). The reward is
+    evaluated on whole steps (``training.local_reward``)."""
+
+    def __init__(self, grader: AnswerGrader, progress: bool, save_rollouts: bool) -> None:
+        self.grader, self.progress, self.save_rollouts = grader, progress, save_rollouts
+
+    @classmethod
+    def from_config(cls, cfg: Any, engine: Any, grader: AnswerGrader) -> "LocalTrainer":
+        return cls(grader, cfg.run.progress, cfg.run.save_rollouts)
+
+    def train(self, role: Role, req: TrainRequest, ctx: PhaseContext) -> TrainResult:
+        return grpo_train(role, req.phase, batches=req.batches, prompt=req.prompt,
+                          reward=local_reward(req.reward, self.grader, req.writer), params=req.params, ctx=ctx,
+                          ns=req.ns, progress=self.progress,
+                          rollouts_file=ctx.dir / f"{req.ns}_rollouts.jsonl" if self.save_rollouts else None)
+
+
+__all__ = ["LocalTrainer", "Observed", "ParkedSampler", "RewardFn", "Role", "ShuffledPasses", "TrainResult", "grpo_train",
+           "labelled_reward", "sampling_params"]

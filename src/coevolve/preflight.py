@@ -9,8 +9,10 @@ from pathlib import Path
 
 from coevolve.config.base import RecipeConfig, is_toy_model
 from coevolve.engine import check_engine
+from coevolve.config import recipe_of
 from coevolve.errors import ConfigError, DataError, ModelLoadError
 from coevolve.plan import preflight_problems
+from coevolve.schema import WriterReward
 
 
 def preflight(cfg: RecipeConfig) -> None:
@@ -29,7 +31,7 @@ def preflight(cfg: RecipeConfig) -> None:
     if cfg.data.source != "toy" and not Path(cfg.data.source).is_file():
         raise DataError(f"data.source: dataset file {cfg.data.source} does not exist")
     check_engine(cfg.engine)
-    problems = budget_problems(cfg) + preflight_problems(cfg)  # preflight_problems: does it fit in memory (coevolve.plan)
+    problems = budget_problems(cfg) + backend_problems(cfg) + preflight_problems(cfg)  # the last: does it fit (coevolve.plan)
     if problems:
         raise ConfigError("this run cannot be meaningful:\n  " + "\n  ".join(problems))
 
@@ -59,13 +61,36 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
         if cfg.sampling.max_new_tokens < MIN_REAL_ANSWER_TOKENS:
             out.append(f"sampling.max_new_tokens={cfg.sampling.max_new_tokens}: a real model's answers need "
                        f">= {MIN_REAL_ANSWER_TOKENS} tokens (the real presets use 4096)")
-        for name in ("questioner", "challenger"):
-            phase = getattr(cfg, name, None)
-            cap = getattr(phase, "max_new_tokens", None)
-            if cap is not None and cap < MIN_REAL_QUESTION_TOKENS:
-                out.append(f"{name}.max_new_tokens={cap}: a real model needs >= {MIN_REAL_QUESTION_TOKENS} tokens "
-                           "to write a question")
-        if cfg.data.source == "toy" and cfg.recipe in ("grpo", "d2evo"):
+        recipe = recipe_of(cfg.recipe)
+        for step, _, work in recipe.work(cfg, toy=False):  # the writers' phases, as the recipe declares them
+            tr = work.train
+            cap = getattr(getattr(cfg, tr.section), "max_new_tokens", None) if tr is not None else None
+            if tr is not None and tr.prompt == "question" and cap is not None and cap < MIN_REAL_QUESTION_TOKENS:
+                out.append(f"{tr.section}.max_new_tokens={cap}: a real model needs >= {MIN_REAL_QUESTION_TOKENS} "
+                           "tokens to write a question")
+        if cfg.data.source == "toy" and recipe.needs_labels:
             out.append(f"data.source: the {cfg.recipe} recipe on a real model needs labelled questions; give a JSONL / "
                        "JSONL.gz file (e.g. data.source=.../math_train12k/train.jsonl.gz)")
+    return out
+
+
+def backend_problems(cfg: RecipeConfig) -> list[str]:
+    """Rewards the configured backend cannot compute as stated: under ``backend=verl`` a reward
+    with a term over the whole batch (R-Zero's repetition penalty; ``batch_level_terms``)."""
+    if cfg.backend.kind != "verl":
+        return []
+    return [f"{f}=rzero with backend=verl: R-Zero's repetition penalty clusters the whole batch and verl's reward "
+            "workers score one sample at a time; use backend=local, or reward kind plateau" for f in batch_level_terms(cfg)]
+
+
+def batch_level_terms(cfg: RecipeConfig) -> list[str]:
+    """The reward sections of ``cfg``'s training phases whose reward has a term over the whole
+    batch (R-Zero's repetition penalty), as ``section.reward.kind`` field names: verl's reward
+    workers score one sample at a time and cannot compute it."""
+    out = []
+    for _, _, work in recipe_of(cfg.recipe).work(cfg, toy=True):
+        section = getattr(cfg, work.train.section, None) if work.train is not None else None
+        reward = getattr(section, "reward", None)
+        if isinstance(reward, WriterReward) and reward.kind == "rzero":
+            out.append(f"{work.train.section}.reward.kind")  # type: ignore[union-attr]
     return out

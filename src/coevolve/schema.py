@@ -9,7 +9,7 @@ only in ``Band``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -26,10 +26,38 @@ def in_band(x: float, low: float, high: float) -> bool:
     return low - BAND_TOLERANCE <= x <= high + BAND_TOLERANCE
 
 
+VLLM_SHARE = {"coevolve": 0.3, "verl": 0.6}
+"""``engine.gpu_memory_utilization`` when unset: coevolve's engines share a GPU with the local
+learner's state (TRL's colocate default); verl's rollout engines with verl's sharded FSDP actor."""
+
+
+def vllm_share(engine: Any, where: str = "coevolve") -> float:
+    """The GPU share of a vLLM engine of the run: ``engine.gpu_memory_utilization``, else the
+    default of ``where`` ("coevolve" or "verl", ``VLLM_SHARE``)."""
+    share = getattr(engine, "gpu_memory_utilization", None)
+    return float(share) if share is not None else VLLM_SHARE[where]
+
+
 class Strict(BaseModel):
-    """Base for every config section: unknown keys are errors, assignments are validated."""
+    """Base for every config section: unknown keys are errors, assignments are validated.
+
+    ``RENAMED`` maps a field's former name to its name now: a saved config or an override that
+    still uses the old name sets the new field (one concept keeps one name; old run folders and
+    command lines keep working)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    RENAMED: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and cls.RENAMED and any(old in data for old in cls.RENAMED):
+            data = dict(data)
+            for old, new in cls.RENAMED.items():
+                if old in data:
+                    value = data.pop(old)
+                    data.setdefault(new, value)
+        return data
 
 
 class Band(Strict):
@@ -78,16 +106,19 @@ class SolverPhase(GRPOPhase):
 class WriterReward(Strict):
     """How a question writer (D²Evo questioner, DiagEvo challenger) is rewarded.
 
-    The frozen solver answers each generated question ``solver_samples`` times; x = p1, the share
+    The frozen solver answers each generated question ``samples`` times; x = p1, the share
     of answers in the majority cluster (unparseable answers count as disagreeing). ``plateau`` is
     D²Evo's ``r_diff(x)`` on ``band`` with decay ``a`` behind a format gate; ``rzero`` is R-Zero's
     ``min(x, 1-x)`` minus a BLEU-cluster repetition penalty.
     """
 
+    RENAMED = {"solver_samples": "samples"}
+
     kind: Literal["plateau", "rzero"] = Field("plateau", description="'plateau' (D²Evo) or 'rzero' (R-Zero).")
     band: Band = Field(default_factory=Band, description="Plateau edges τ_l, τ_u (our default: the anchor band 0.4-0.8).")
     a: float = Field(2.0, ge=1, description="Plateau decay exponent a >= 1 (our default: 2).")
-    solver_samples: int = Field(8, ge=1, description="Frozen-solver answers per generated question, N_v (our default: 8).")
+    samples: int = Field(8, ge=1, description="Frozen-solver answers per generated question, N_v (our default: 8); "
+                         "formerly solver_samples.")
     rep_tokenizer: Literal["auto", "whitespace", "char"] = Field(
         "auto", description="BLEU tokens of the R-Zero repetition penalty; auto = the world's (char for the toy world).")
     rep_threshold: float = Field(0.5, gt=0, le=1, description="R-Zero BLEU-distance clustering threshold (R-Zero: 0.5).")
@@ -160,5 +191,5 @@ class Voting(Strict):
         return self
 
 
-__all__ = ["BAND_TOLERANCE", "Band", "in_band", "Estimator", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
+__all__ = ["BAND_TOLERANCE", "Band", "VLLM_SHARE", "in_band", "vllm_share", "Estimator", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
            "Voting", "WriterReward"]

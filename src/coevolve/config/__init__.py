@@ -8,11 +8,12 @@ from pathlib import Path
 from coevolve.config.base import RecipeConfig, build_config, dump_yaml, read_yaml
 from coevolve.errors import ConfigError
 
-# recipe name -> (config class, run function); import lazily so one broken recipe cannot break the CLI.
+# recipe name -> (config class, the recipe's declaration ``recipes.declare.Recipe``); imported
+# lazily so one broken recipe cannot break the CLI.
 RECIPES: dict[str, tuple[str, str]] = {
-    "grpo": ("coevolve.config.grpo:GRPOConfig", "coevolve.recipes.grpo:run"),
-    "d2evo": ("coevolve.config.d2evo:D2EvoConfig", "coevolve.recipes.d2evo:run"),
-    "diagevo": ("coevolve.config.diagevo:DiagEvoConfig", "coevolve.recipes.diagevo:run"),
+    "grpo": ("coevolve.config.grpo:GRPOConfig", "coevolve.recipes.grpo:RECIPE"),
+    "d2evo": ("coevolve.config.d2evo:D2EvoConfig", "coevolve.recipes.d2evo:RECIPE"),
+    "diagevo": ("coevolve.config.diagevo:DiagEvoConfig", "coevolve.recipes.diagevo:RECIPE"),
 }
 
 
@@ -30,16 +31,11 @@ def config_class(recipe: str) -> type[RecipeConfig]:
         raise ConfigError(f"recipe {recipe!r} is not available in this build ({e})") from None
 
 
-def recipe_runner(recipe: str):
+def recipe_of(recipe: str):
+    """The recipe's declaration (``recipes.declare.Recipe``): its phases, roles and work, from
+    which the run loop, the phase list and the cost model are derived."""
     config_class(recipe)
     return _resolve(RECIPES[recipe][1])
-
-
-def recipe_plan(recipe: str):
-    """The recipe's ``plan(cfg) -> list[Phase]``: the phases its runner goes through, in order."""
-    config_class(recipe)
-    mod = RECIPES[recipe][1].partition(":")[0]
-    return _resolve(f"{mod}:plan")
 
 
 def load_config(recipe: str | None, file: str | Path | None = None, overrides: list[str] | None = None) -> RecipeConfig:
@@ -76,5 +72,5 @@ def load_saved_config(recipe: str, file: Path, overrides: list[str], force: bool
     return build_config(config_class(recipe), data, list(overrides), str(file), dropped=dropped), dropped
 
 
-__all__ = ["RECIPES", "RecipeConfig", "config_class", "recipe_runner", "recipe_plan", "load_config", "load_saved_config",
+__all__ = ["RECIPES", "RecipeConfig", "config_class", "recipe_of", "load_config", "load_saved_config",
            "dump_yaml"]

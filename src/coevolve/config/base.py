@@ -37,6 +37,8 @@ class ModelConfig(Strict):
 
 
 class DataConfig(Strict):
+    RENAMED = {"toy_seed": "limit_seed"}  # model.toy_seed is the toy base model's seed: one name, one meaning
+
     source: str = Field("toy", description="'toy' (the built-in arithmetic world) or a JSONL / JSONL.gz file of labelled questions.")
     question_key: str = Field("question", description="Field holding the question text in JSONL rows.")
     answer_key: str = Field("answer", description="Field holding the reference answer in JSONL rows.")
@@ -45,9 +47,10 @@ class DataConfig(Strict):
     )
     limit: int | None = Field(
         None, ge=1, description="The size of the labelled set. JSONL source: its first N rows. Toy world: a fixed set "
-        "of N distinct problems (levels data.toy_levels, drawn once with data.toy_seed, the same for every recipe "
+        "of N distinct problems (levels data.toy_levels, drawn once with data.limit_seed, the same for every recipe "
         "and run.seed) instead of fresh problems on every draw (None: fresh draws, an unlimited labelled set).")
-    toy_seed: int = Field(0, description="Seed of the toy world's fixed labelled set (data.limit); not run.seed, so "
+    limit_seed: int = Field(0, description="Seed of the toy world's fixed labelled set (data.limit; formerly "
+                            "data.toy_seed); not run.seed, so "
                           "runs of different recipes and seeds are paired on the same labels.")
     toy_levels: list[int] = Field(default_factory=lambda: [1, 2, 3, 4], description="Toy levels to draw problems from.")
     exclude_heldout: bool = Field(
@@ -74,15 +77,14 @@ class RayEngineConfig(Strict):
         "hf", description="The engine inside each actor (built by the same factory as engine.kind; the other engine.* "
         "fields configure it).")
     num_actors: int | None = Field(
-        None, ge=1, description="Actors in the pool. None = one per GPU group Ray sees (GPUs // tensor_parallel_size), "
-        "or 2 on a CPU-only cluster.")
-    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per actor (one placement-group bundle each); vllm "
-                                      "actors shard the model over them.")
+        None, ge=1, description="Actors in the pool. None = one per GPU group Ray sees (GPUs // "
+        "engine.tensor_parallel_size), or 2 on a CPU-only cluster.")
     cpus_per_actor: float = Field(1.0, gt=0.0, description="Logical CPUs reserved per actor (its bundle's CPU); CPU "
                                   "actors also use this many torch threads (at least 1).")
     address: str | None = Field(
-        None, description="None = start a local Ray in this process (shut down when the process ends); 'auto' or "
-        "'HOST:PORT' = join a cluster started with `ray start`.")
+        None, description="The run's Ray cluster: 'auto' or 'HOST:PORT' = join a cluster started with `ray start` (the "
+        "actor pool, and with backend=verl verl's jobs too); None = the pool starts a local Ray in this process (shut "
+        "down with the run) and verl's main_ppo starts its own.")
     max_restarts: int = Field(3, ge=0, description="An actor that dies is recreated up to this many times and its "
                               "prompts re-sent (per-prompt seeds make the result the same); then a SamplerError.")
     weight_sync: Literal["broadcast", "path"] = Field(
@@ -117,9 +119,14 @@ class EngineConfig(Strict):
     max_batch_tokens: int | None = Field(
         None, ge=1, description="hf: also cap a generate call's KV-cache tokens (rows x (longest prompt + "
         "max_new_tokens)); with a 4k answer budget the cache, not the row count, is what fills the GPU. None = rows only.")
-    gpu_memory_utilization: float = Field(
-        0.3, gt=0.0, le=1.0, description="vllm on CUDA: share of the GPU the engine may take (weights, activations, KV "
-        "cache); the learner lives in the rest. 0.3 as TRL's colocate default. Ignored on CPU.")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0.0, le=1.0, description="Share of each GPU a vLLM engine may take (weights, activations, KV cache); "
+        "the learner lives in the rest: coevolve's engines (engine=vllm in process, vllm actors of engine=ray; None = "
+        "0.3, TRL's colocate default) and, with backend=verl, verl's rollout engines (None = 0.6, beside verl's FSDP "
+        "actor). Ignored on CPU.")
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="GPUs per vLLM engine: each engine=ray actor (one placement-group bundle of this many GPUs; "
+        "vllm actors shard the model over them) and, with backend=verl, each of verl's rollout engines.")
     kv_cache_gib: float | None = Field(
         None, gt=0.0, description="vllm: KV-cache size in GiB. None = on CUDA what gpu_memory_utilization leaves after "
         "the weights, on CPU 2 GiB (vLLM's CPU default would claim most of the machine's memory).")
@@ -149,12 +156,9 @@ class VerlBackendConfig(Strict):
                                "allowed); None = this interpreter.")
     nnodes: int = Field(1, ge=1, description="trainer.nnodes (multi-node: `ray start` first, see docs/verl.md).")
     n_gpus_per_node: int = Field(1, ge=1, description="trainer.n_gpus_per_node.")
-    rollout: Literal["vllm", "sglang", "hf"] = Field("vllm", description="actor_rollout_ref.rollout.name.")
-    tensor_parallel_size: int = Field(1, ge=1, description="actor_rollout_ref.rollout.tensor_model_parallel_size.")
-    gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0, description="actor_rollout_ref.rollout."
-                                          "gpu_memory_utilization (verl's rollout engine share of each GPU).")
-    ray_address: str | None = Field(None, description="Ray cluster to join ('auto' or HOST:PORT, started with "
-                                    "`ray start`); None = main_ppo starts its own local Ray.")
+    rollout: Literal["vllm", "sglang", "hf"] = Field("vllm", description="actor_rollout_ref.rollout.name (its "
+                                                     "tensor parallelism and GPU share: engine.tensor_parallel_size, "
+                                                     "engine.gpu_memory_utilization; its Ray: engine.ray.address).")
     solver_url: str | None = Field(None, description="OpenAI-compatible completions URL of a `vllm serve` of the "
                                    "frozen solver (e.g. http://host:8000/v1): writer phases' rewards ask it for the "
                                    "solver's answers (R-Zero's way); the user serves the current round's solver. "
@@ -227,6 +231,14 @@ class RecipeConfig(Strict):
     sets ``engine.kind``, ``backend=verl`` ``backend.kind``. Subclass aliases add to these (``all_aliases``)."""
 
     ALIASES: ClassVar[dict[str, str]] = {"engine": "engine.kind", "backend": "backend.kind"}
+    MOVED: ClassVar[dict[str, str]] = {
+        "engine.ray.tensor_parallel_size": "engine.tensor_parallel_size",
+        "backend.verl.tensor_parallel_size": "engine.tensor_parallel_size",
+        "backend.verl.gpu_memory_utilization": "engine.gpu_memory_utilization",
+        "backend.verl.ray_address": "engine.ray.address",
+    }
+    """Fields that moved to another section (one setting, one place): a saved config or an
+    override that still names the old place sets the new one."""
 
     recipe: str
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -284,6 +296,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type[BaseMo
         node = data
         for i, part in enumerate(path):
             fields = getattr(model, "model_fields", None)
+            part = path[i] = getattr(model, "RENAMED", {}).get(part, part)  # a field's former name sets the field
             if fields is None or part not in fields:
                 where = ".".join(path[: i + 1])
                 known = ", ".join(sorted(fields)) if fields else "(not a section)"
@@ -299,6 +312,21 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type[BaseMo
                     node[part] = child
                 node = child
     return data
+
+
+def rename_fields(cls: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with every key that is a section's former field name (``Strict.RENAMED``) under
+    the field's name now, at any depth (before the defaults are merged under it)."""
+    fields = getattr(cls, "model_fields", {})
+    renamed = getattr(cls, "RENAMED", {})
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        key = renamed.get(key, key)
+        ann = fields[key].annotation if key in fields else None
+        if isinstance(value, dict) and isinstance(ann, type) and issubclass(ann, BaseModel):
+            value = rename_fields(ann, value)
+        out[key] = value
+    return out
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -356,6 +384,35 @@ def resolve_aliases(cls: type[RecipeConfig], data: dict[str, Any], overrides: li
     return data, out_over
 
 
+def move_fields(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """``data`` and ``overrides`` with every field named at its former place (``MOVED``) set at
+    its place now; two former places that disagree are a ``ConfigError`` naming both."""
+    moved = getattr(cls, "MOVED", {})
+    out_over = []
+    for ov in overrides:
+        key = ov.split("=", 1)[0].strip()
+        out_over.append(moved[key] + ov[len(ov.split("=", 1)[0]):] if key in moved else ov)
+    data = dict(data)
+    set_by: dict[str, str] = {}
+    for old, new in moved.items():
+        *parents, leaf = old.split(".")
+        node: Any = data
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node.pop(leaf)
+        *nparents, nleaf = new.split(".")
+        target = data
+        for part in nparents:
+            target = target.setdefault(part, {}) if isinstance(target.get(part, {}), dict) else target
+        if new in set_by and target.get(nleaf) != value:
+            raise ConfigError(f"{set_by[new]}={target.get(nleaf)!r} and {old}={value!r}: both are now {new}; give one value")
+        target[nleaf] = value
+        set_by[new] = old
+    return data, out_over
+
+
 def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     """``top`` over ``base``, recursing into dicts present in both (neither is modified)."""
     out = dict(base)
@@ -399,10 +456,11 @@ def build_config(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[
     With a ``dropped`` list, fields that fail validation are removed (so they take the defaults)
     and their dotted names appended to it, instead of raising (``coevolve resume --force``)."""
     data, overrides = resolve_aliases(cls, data, overrides)
-    data = apply_overrides(data, overrides, cls)
+    data, overrides = move_fields(cls, data, overrides)
+    data = apply_overrides(rename_fields(cls, data), overrides, cls)
     path = (data.get("model") or {}).get("path") if isinstance(data.get("model"), dict) else None
     if path and not is_toy_model(path):
-        data = deep_merge(real_preset(str(data.get("recipe", ""))), data)
+        data = deep_merge(rename_fields(cls, real_preset(str(data.get("recipe", "")))), data)
     while True:
         try:
             return cls.model_validate(deep_merge(cls(recipe=data.get("recipe", "")).model_dump(), data))

@@ -26,7 +26,7 @@ from coevolve.schema import Band, Estimator, GRPOPhase, Sequential, SolverPhase,
 
 
 class DifficultySection(Strict):
-    """Steps 1-2: difficulty of the real candidate pool under the frozen solver, anchor mining."""
+    """Step 1: difficulty of the real candidate pool under the frozen solver, and anchor mining."""
 
     pool_size: int | None = Field(
         400, ge=1, description="Candidate real questions (the same fixed, seeded pool every round). Toy: fresh "

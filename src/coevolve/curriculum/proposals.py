@@ -78,13 +78,13 @@ def score_writer_batch(
     rep_tokenizer: str,
 ) -> WriterBatch:
     """Reward every writer completion. Each distinct question (sorted, so the draw does not
-    depend on which completion wrote it first) is answered ``reward.solver_samples`` times by
+    depend on which completion wrote it first) is answered ``reward.samples`` times by
     ``scorer`` — the frozen solver — in one chunked pass; a malformed completion scores the
     reward's malformed value and draws no answers."""
     questions = [[parse(c.text) for c in g] for g in completions]
     uniq = sorted({q for row in questions for q in row if q is not None})
     votes = {v.question: v for v in
-             label_questions(scorer, prompter, uniq, reward.solver_samples, params, grader, batch_prompts)}
+             label_questions(scorer, prompter, uniq, reward.samples, params, grader, batch_prompts)}
     flat_q = [q for row in questions for q in row]
     ok = [q is not None for q in flat_q]
     flat_x = [votes[q].p1 if q is not None else None for q in flat_q]
@@ -103,7 +103,7 @@ def score_writer_batch(
         return out
 
     return WriterBatch(questions, rows(flat_x), rows(flat_r), rows(flat_band), votes,
-                       rollouts=len(uniq) * reward.solver_samples)
+                       rollouts=len(uniq) * reward.samples)
 
 
 # --------------------------------------------------------------------------------------------

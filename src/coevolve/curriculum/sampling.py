@@ -1,4 +1,5 @@
-"""Chunked sampling: the one place where many prompts are split into sampler calls.
+"""Chunked sampling: the one place where many prompts are split into sampler calls (curriculum
+phases and evaluation alike).
 
 Why chunks: a phase that measures hundreds of questions N times each would otherwise build one
 giant batch; a chunk of ``batch_prompts`` prompts keeps memory bounded and still gives the
@@ -13,7 +14,7 @@ uses the caller's seeds unchanged, a staged run is reproducible from its seed al
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from coevolve.errors import CoevolveError, ConfigError
 from coevolve.types import Completion, Sampler, SamplingParams
@@ -29,17 +30,23 @@ def chunk_params(params: SamplingParams, chunk: int) -> SamplingParams:
 
 
 def sample_chunked(
-    sampler: Sampler, prompts: Sequence[str], n: int, params: SamplingParams, batch_prompts: int
+    sampler: Sampler, prompts: Sequence[str], n: int, params: SamplingParams, batch_prompts: int,
+    progress: str | None = None,
 ) -> list[list[Completion]]:
     """``n`` completions for each prompt, one ``sampler.sample`` call per ``batch_prompts``
     prompts, the shape of every answer checked (a backend that drops a prompt must fail here,
-    not misalign rewards later)."""
+    not misalign rewards later). ``progress``: a progress bar of that name over the chunks."""
     if n < 1:
         raise CurriculumError(f"number of samples per prompt must be >= 1, got {n}")
     if batch_prompts < 1:
         raise ConfigError(f"batch_prompts must be >= 1, got {batch_prompts}")
     out: list[list[Completion]] = []
-    for c, start in enumerate(range(0, len(prompts), batch_prompts)):
+    starts: Any = range(0, len(prompts), batch_prompts)
+    if progress is not None and len(starts) > 1:
+        from tqdm.auto import tqdm
+
+        starts = tqdm(starts, desc=progress, unit="batch")
+    for c, start in enumerate(starts):
         chunk = list(prompts[start : start + batch_prompts])
         groups = sampler.sample(chunk, n, chunk_params(params, c))
         if len(groups) != len(chunk) or any(len(g) != n for g in groups):

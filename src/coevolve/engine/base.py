@@ -54,10 +54,43 @@ def prompt_seeds(seed: int | None, prompts: Sequence[str]) -> list[int | None]:
     return out
 
 
+def resolve_seed_scope(engine: Any) -> str:
+    """``engine.seed_scope`` resolved: unset means 'prompt' for ray (a pool only reproduces
+    in-process sampling with per-prompt seeds) and 'call' otherwise (the historical draws)."""
+    scope = getattr(engine, "seed_scope", None)
+    return scope if scope is not None else ("prompt" if engine.kind == "ray" else "call")
+
+
+def freeze_module(model: Any) -> Any:
+    """``model`` in eval mode with no parameter requiring a gradient (a read-only sampler's)."""
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
 def unwrap_peft(model: Any) -> Any:
     """The Hugging Face model under a PEFT (LoRA) wrapper, or ``model`` itself: what has the
     config, generation config and Hugging Face weight names an engine is built from."""
     return model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+
+
+def eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    """All ids that end a completion: the tokenizer's EOS plus the model's generation EOS ids
+    (Qwen3 chat models stop on both ``<|im_end|>`` and ``<|endoftext|>``)."""
+    ids: list[int] = []
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    gc = getattr(model, "generation_config", None)
+    g_eos = getattr(gc, "eos_token_id", None) if gc is not None else None
+    if isinstance(g_eos, int):
+        g_eos = [g_eos]
+    for e in g_eos or []:
+        if int(e) not in ids:
+            ids.append(int(e))
+    if not ids:
+        raise SamplerError("tokenizer has no eos_token_id and the model's generation_config has none")
+    return ids
 
 
 def decode_ids(tokenizer: Any, ids: Sequence[int]) -> str:

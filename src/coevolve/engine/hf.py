@@ -10,6 +10,7 @@ token, transformers 5 ``GenerationConfig`` defaults being ``None``), so they liv
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -17,7 +18,16 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import Tensor
 
-from coevolve.engine.base import SamplerError, cut_completion, decode_ids, prompt_seeds, validate_params
+from coevolve.engine.base import (
+    SamplerError,
+    cut_completion,
+    decode_ids,
+    eos_ids,
+    freeze_module,
+    prompt_seeds,
+    resolve_seed_scope,
+    validate_params,
+)
 from coevolve.errors import ModelLoadError
 from coevolve.rl.grpo import sequence_logprobs
 from coevolve.rl.learner import pack_rows
@@ -119,24 +129,6 @@ def load_model(
     return model, tokenizer
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    """All ids that end a completion: the tokenizer's EOS plus the model's generation EOS ids
-    (Qwen3 chat models stop on both ``<|im_end|>`` and ``<|endoftext|>``)."""
-    ids: list[int] = []
-    if tokenizer.eos_token_id is not None:
-        ids.append(int(tokenizer.eos_token_id))
-    gc = getattr(model, "generation_config", None)
-    g_eos = getattr(gc, "eos_token_id", None) if gc is not None else None
-    if isinstance(g_eos, int):
-        g_eos = [g_eos]
-    for e in g_eos or []:
-        if int(e) not in ids:
-            ids.append(int(e))
-    if not ids:
-        raise SamplerError("tokenizer has no eos_token_id and the model's generation_config has none")
-    return ids
-
-
 @contextlib.contextmanager
 def _eval_no_grad(model: Any) -> Iterator[None]:
     """Sampling runs in eval mode without autograd; the caller's train/eval mode is restored."""
@@ -196,6 +188,29 @@ class HFSampler:
     chunk.
     """
 
+    @classmethod
+    def require(cls, engine: Any) -> None:
+        """Nothing to check: the hf engine needs only what coevolve installs."""
+
+    @classmethod
+    def for_model(cls, engine: Any, model: Any, tokenizer: Any, owner: Any = None) -> "HFSampler":
+        """A sampler over ``model`` itself (a learner's module: ``sync_weights`` has nothing to do)."""
+        return cls(model, tokenizer, max_batch=engine.max_batch, max_batch_tokens=engine.max_batch_tokens,
+                   seed_scope=resolve_seed_scope(engine))
+
+    @classmethod
+    def load(cls, engine: Any, path: str, device: str = "auto", dtype: str = "auto", owner: Any = None) -> "HFSampler":
+        """A read-only sampler over the model folder (or LoRA adapter checkpoint) ``path``."""
+        model, tokenizer = load_model(path, device=device, dtype=dtype)
+        return cls.for_model(engine, freeze_module(model), tokenizer)
+
+    def pinned(self, model: Any) -> "HFSampler":
+        """A sampler that keeps serving the weights ``model`` has now while ``model`` trains on:
+        a frozen deep copy of the module (one more copy of the weights on its device)."""
+        return HFSampler(freeze_module(copy.deepcopy(model)), self.tokenizer, max_batch=self.max_batch,
+                         max_batch_tokens=self.max_batch_tokens, logprob_batch=self.logprob_batch,
+                         seed_scope=self.seed_scope)
+
     def __init__(
         self,
         model: Any,
@@ -219,7 +234,7 @@ class HFSampler:
         self.max_batch = int(max_batch)
         self.logprob_batch = max(1, int(logprob_batch))
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
-        self.eos_ids = _eos_ids(model, tokenizer)
+        self.eos_ids = eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
 

@@ -9,11 +9,13 @@ Design decisions (why, not what):
   prompts, one seed per prompt 32 of 32. The pool therefore always samples with
   ``seed_scope=prompt`` (``prompt_seeds`` of the whole call, computed here and sent with each
   actor's share), and an in-process ``HFSampler(seed_scope="prompt")`` gives the same token ids.
-* **One pool per process, one slot per weight version.** The live solver, the live writer, a
+* **One pool per run, one slot per weight version.** The live solver, the live writer, a
   frozen scorer, a judge: each sampler is a *slot* (a model held by every actor) of the one pool
-  its engine config names, not a pool of its own. Actors are processes (~0.45 GB each before any
-  model on the toy), so a frozen scorer costs one more copy of the weights in every actor, not
-  more actors; a slot is dropped when its sampler is closed or collected.
+  the run's ``coevolve.engine.Engine`` owns (started at its first sampler, closed with the run),
+  not a pool of its own. Actors are processes (~0.45 GB each before any model on the toy), so a
+  frozen scorer costs one more copy of the weights in every actor, not more actors; a slot is
+  dropped when its sampler is closed or collected. A sampler built outside a run
+  (``make_sampler``) owns a pool of its own, closed with it.
 * **Weights.** A slot from a live module starts from its config, tokenizer and a CPU state dict
   put once in Ray's object store (no shared filesystem needed); ``sync_weights`` either puts the
   new state dict once and every actor loads it (``weight_sync=broadcast``) or saves an HF folder
@@ -24,8 +26,9 @@ Design decisions (why, not what):
   slot at its current weights. Then its share of the call is sent again; with per-prompt seeds
   the result equals a call without the failure. After ``engine.ray.max_restarts`` recreations of
   one actor the call raises ``SamplerError`` naming the actor and the cause.
-* **Lifecycle.** A Ray started here (``address=None``) is shut down when the process ends
-  (``atexit``) or by ``shutdown()``; a cluster joined by address is left running. No ports or
+* **Lifecycle.** A Ray started by a pool (``address=None``) is shut down when that pool is
+  closed (with its run, or at the latest when the process ends); a cluster joined by address is
+  left running. No ports or
   device ids are chosen here: Ray picks free ports, placement groups pick the GPUs.
 
 Ray is imported lazily: the default ``hf`` lane never imports it.
@@ -44,7 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from coevolve.engine.base import SamplerError, prompt_seeds, unwrap_peft, validate_params
+from coevolve.engine.base import SamplerError, prompt_seeds, resolve_seed_scope, unwrap_peft, validate_params
+from coevolve.engine.weights import host_snapshot, model_folder
 from coevolve.errors import ConfigError
 from coevolve.types import Completion, SamplingParams
 
@@ -71,7 +75,7 @@ def require_ray(field_name: str = "engine.kind") -> None:
 
 class EngineActor:
     """One engine process of the pool: a sampler per slot, all built by ``make_sampler`` with
-    ``seed_scope=prompt``. Wrapped by ``ray.remote`` in ``_Pool``; plain methods so it can also
+    ``seed_scope=prompt``. Wrapped by ``ray.remote`` in ``RayPool``; plain methods so it can also
     be driven in-process by tests."""
 
     def __init__(self, engine: Any, threads: int) -> None:
@@ -167,24 +171,15 @@ class _Slot:
     frozen: bool = False
 
 
-_STARTED_HERE = False
-_POOLS: dict[str, "_Pool"] = {}
-
-
-def _pool_key(engine: Any) -> str:
-    """Samplers whose engine configs agree on everything the actors are built from share a pool
-    (``weight_sync`` is each sampler's own business)."""
-    return engine.model_dump_json(exclude={"seed_scope": True, "ray": {"weight_sync"}})
-
-
-def _init_ray(r: Any) -> None:
+def _init_ray(engine: Any) -> bool:
     """Join ``address`` or start a local Ray (logical CPUs: at least what the pool asks, so a
-    2-core machine can still hold a 2-actor pool beside the driver)."""
-    global _STARTED_HERE
+    2-core machine can still hold a 2-actor pool beside the driver). True when Ray was started
+    here (the pool that started it stops it)."""
     import ray
 
+    r = engine.ray
     if ray.is_initialized():
-        return
+        return False
     # Workers must import the same coevolve as this process (a source tree on sys.path, not an
     # installed copy): pass its folder on, in front of the inherited PYTHONPATH.
     src = str(Path(__file__).resolve().parents[2])
@@ -192,10 +187,10 @@ def _init_ray(r: Any) -> None:
     env = {"PYTHONPATH": path}
     if r.address is not None:
         ray.init(address=r.address, runtime_env={"env_vars": env}, logging_level="WARNING", log_to_driver=False)
-        return
+        return False
     import torch
 
-    actors = r.num_actors or (torch.cuda.device_count() // r.tensor_parallel_size) or 2  # as _Pool._start counts
+    actors = r.num_actors or (torch.cuda.device_count() // engine.tensor_parallel_size) or 2  # as RayPool._start counts
     want = int(max(os.cpu_count() or 1, actors * r.cpus_per_actor + 1))
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path  # inherited by the raylet and its workers (a local cluster only)
@@ -207,34 +202,13 @@ def _init_ray(r: Any) -> None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = old
-    _STARTED_HERE = True
-    atexit.register(shutdown)
-
-
-def release() -> None:
-    """Free every pool's actors and placement group until its next call (``_Pool.release``);
-    nothing to do when no pool was started in this process."""
-    for pool in list(_POOLS.values()):
-        pool.release()
-
-
-def shutdown() -> None:
-    """Kill every pool's actors and, when this process started Ray, stop it."""
-    global _STARTED_HERE
-    for pool in list(_POOLS.values()):
-        pool.close()
-    _POOLS.clear()
-    if _STARTED_HERE:
-        import ray
-
-        with contextlib.suppress(Exception):
-            ray.shutdown()
-        _STARTED_HERE = False
+    return True
 
 
 @dataclass
-class _Pool:
-    """The actors of one engine config, their placement group, and the slots they serve."""
+class RayPool:
+    """The actors of one engine config, their placement group, and the slots they serve. Owned
+    by a run's ``Engine`` (``close`` with the run) or by one sampler built outside a run."""
 
     engine: Any  # the EngineConfig (kind=ray)
     actors: list[Any] = field(default_factory=list)
@@ -242,18 +216,15 @@ class _Pool:
     slots: dict[int, _Slot] = field(default_factory=dict)
     pg: Any = None
     gpus: int = 0
+    started_ray: bool = False  # this pool started the local Ray it runs in (and stops it on close)
     _ids: Any = field(default_factory=itertools.count)
 
     @classmethod
-    def get(cls, engine: Any) -> "_Pool":
-        key = _pool_key(engine)
-        pool = _POOLS.get(key)
-        if pool is None:
-            require_ray()
-            pool = cls(engine)
-            pool._start()
-            _POOLS[key] = pool
-        pool.ensure()
+    def start(cls, engine: Any) -> "RayPool":
+        require_ray()
+        pool = cls(engine)
+        pool._start()
+        atexit.register(pool.close)  # a pool left open when the process ends still takes its Ray down
         return pool
 
     # ---------------------------------------------------------------- actors
@@ -267,10 +238,11 @@ class _Pool:
         from ray.util.placement_group import placement_group
 
         r = self.engine.ray
-        _init_ray(r)
+        self.started_ray = _init_ray(self.engine) or self.started_ray
         gpus = int(ray.cluster_resources().get("GPU", 0))
-        self.gpus = r.tensor_parallel_size if gpus > 0 else 0
-        n = r.num_actors or (max(1, gpus // r.tensor_parallel_size) if gpus > 0 else 2)
+        tp = self.engine.tensor_parallel_size
+        self.gpus = tp if gpus > 0 else 0
+        n = r.num_actors or (max(1, gpus // tp) if gpus > 0 else 2)
         bundle = {"CPU": r.cpus_per_actor, **({"GPU": self.gpus} if self.gpus else {})}
         self.pg = placement_group([dict(bundle) for _ in range(n)], strategy="PACK")
         # a cluster we joined may still be scaling up; a local one started here will not grow
@@ -281,7 +253,7 @@ class _Pool:
             ray.util.remove_placement_group(self.pg)
             raise SamplerError(f"engine.ray: the cluster cannot place {n} actors of {bundle} within "
                                f"{timeout:.0f} s (available: {have}); lower engine.ray.num_actors, "
-                               "cpus_per_actor or tensor_parallel_size")
+                               "cpus_per_actor or engine.tensor_parallel_size")
         self.actors = [self._new_actor(i) for i in range(n)]
         self.restarts = [0] * n
         ray.get([a.pid.remote() for a in self.actors])  # constructed and importable everywhere
@@ -380,10 +352,19 @@ class _Pool:
             slot.tmp.cleanup()
 
     def close(self) -> None:
-        """Drop every slot, then release the actors and the placement group."""
+        """Drop every slot, release the actors and the placement group and, when this pool
+        started Ray, stop it. Safe to call again."""
+        if "ray" not in sys.modules:
+            return
         for sid in list(self.slots):
             self.drop_slot(sid)
         self.release()
+        if self.started_ray:
+            import ray
+
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            self.started_ray = False
 
     # ---------------------------------------------------------------- sampling
     def sample(self, sid: int, prompts: list[str], n: int, params: SamplingParams,
@@ -416,54 +397,75 @@ class _Pool:
 
 
 class RaySampler:
-    """``Sampler`` over a Ray actor pool. Build it with ``coevolve.engine.make_sampler`` /
-    ``freeze_sampler`` / ``load_sampler`` (``engine.kind=ray``).
+    """``Sampler`` over a Ray actor pool. Build it with ``coevolve.engine.Engine`` (a run's
+    samplers share the run's pool) or ``make_sampler`` / ``load_sampler`` (``engine.kind=ray``;
+    the sampler then owns a pool of its own).
 
     ``tokenizer`` is this process's copy (prompt encoding for callers, e.g. chat templates);
     the actors hold their own. ``sync_weights(model)`` pushes ``model``'s weights to every actor
     (``engine.ray.weight_sync``); a frozen sampler refuses it. ``close()`` drops this sampler's
-    slot; ``coevolve.engine.ray.shutdown()`` ends the pool and a Ray started here."""
+    slot (and closes its pool when it owns one)."""
 
-    def __init__(self, engine: Any, pool: _Pool, slot: int, tokenizer: Any) -> None:
+    def __init__(self, engine: Any, pool: RayPool, slot: int, tokenizer: Any, owns_pool: bool = False) -> None:
         self.engine, self.pool, self.slot, self.tokenizer = engine, pool, slot, tokenizer
-        self._finalizer = weakref.finalize(self, _drop_quietly, pool, slot)
+        self._finalizer = weakref.finalize(self, _drop_quietly, pool, slot, owns_pool)
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def for_model(cls, engine: Any, model: Any, tokenizer: Any, frozen: bool = False) -> "RaySampler":
-        """A slot serving ``model``'s current weights (a learner's module, or a frozen copy)."""
+    def require(cls, engine: Any) -> None:
+        """Ray must be installed, and seeds must be per prompt (a pool splits every call)."""
+        if resolve_seed_scope(engine) == "call":
+            raise ConfigError("engine.seed_scope=call with engine.kind=ray: a pool splits every call over its actors, "
+                              "so only per-prompt seeds reproduce; use engine.seed_scope=prompt (the default for ray)")
+        require_ray()
+
+    @staticmethod
+    def _pool(engine: Any, owner: Any) -> tuple[RayPool, bool]:
+        """The owner's shared pool (started at its first sampler), or a new pool of the sampler's own."""
+        if owner is None:
+            return RayPool.start(engine), True
+        pool = owner.shared("ray-pool", lambda: RayPool.start(engine))
+        pool.ensure()
+        return pool, False
+
+    @classmethod
+    def for_model(cls, engine: Any, model: Any, tokenizer: Any, owner: Any = None) -> "RaySampler":
+        """A slot serving ``model``'s current weights (a learner's module)."""
+        pool, own = cls._pool(engine, owner)
+        return cls._slot_of(engine, pool, model, tokenizer, frozen=False, owns_pool=own)
+
+    @classmethod
+    def _slot_of(cls, engine: Any, pool: RayPool, model: Any, tokenizer: Any, frozen: bool,
+                 owns_pool: bool = False) -> "RaySampler":
         import ray
 
-        from coevolve.engine.vllm import _snapshot
-
-        pool = _Pool.get(engine)
         base = unwrap_peft(model)
         dtype = next(model.parameters()).dtype
         blob = ModelBlob(base.config, getattr(base, "generation_config", None), tokenizer)
         slot = _Slot(device="auto" if pool.gpus else "cpu", dtype=str(dtype).removeprefix("torch."),
-                     blob=ray.put(blob), state=ray.put(_snapshot(model, dtype)), frozen=frozen)
-        return cls(engine, pool, pool.add_slot(slot), tokenizer)
+                     blob=ray.put(blob), state=ray.put(host_snapshot(model, dtype)), frozen=frozen)
+        return cls(engine, pool, pool.add_slot(slot), tokenizer, owns_pool)
 
     @classmethod
-    def for_path(cls, engine: Any, path: str, tokenizer: Any, device: str = "auto", dtype: str = "auto") -> "RaySampler":
+    def load(cls, engine: Any, path: str, device: str = "auto", dtype: str = "auto", owner: Any = None) -> "RaySampler":
         """A slot loaded by every actor from the model folder ``path`` (a judge, a diagnoser,
         a model to evaluate); on several nodes the folder must be on a filesystem they share."""
-        pool = _Pool.get(engine)
+        from coevolve.engine.hf import load_tokenizer
+
+        pool, own = cls._pool(engine, owner)
         dev = "cpu" if device == "cpu" or not pool.gpus else "auto"
         slot = _Slot(device=dev, dtype=dtype, folder=str(Path(path).resolve()), frozen=True)
-        return cls(engine, pool, pool.add_slot(slot), tokenizer)
+        return cls(engine, pool, pool.add_slot(slot), load_tokenizer(path), own)
 
     def pinned(self, model: Any) -> "RaySampler":
         """A frozen slot of ``model``'s current weights in the same actors (one more copy of the
         weights per actor, no new actors)."""
-        return RaySampler.for_model(self.engine, model, self.tokenizer, frozen=True)
+        return RaySampler._slot_of(self.engine, self.pool, model, self.tokenizer, frozen=True)
 
     # ------------------------------------------------------------------ weights
     def sync_weights(self, model: Any) -> None:
         """Every actor serves ``model``'s current weights when this returns."""
         import ray
-
-        from coevolve.engine.vllm import _snapshot
 
         slot = self.pool.slots.get(self.slot)
         if slot is None:
@@ -472,15 +474,13 @@ class RaySampler:
             raise SamplerError("sync_weights on a frozen (pinned or loaded) Ray sampler: its weights are fixed by design")
         dtype = next(model.parameters()).dtype
         if self.engine.ray.weight_sync == "broadcast":
-            slot.state = ray.put(_snapshot(model, dtype))
+            slot.state = ray.put(host_snapshot(model, dtype))
             self.pool.on_all(lambda a: a.load_state.remote(self.slot, slot.state))
             return
         from safetensors.torch import save_file
 
-        from coevolve.engine.vllm import _engine_folder
-
-        tmp = _engine_folder(model, self.tokenizer, prefix="coevolve-ray-weights-")  # config, generation config, tokenizer
-        save_file({k: v.contiguous() for k, v in _snapshot(model, dtype).items()},
+        tmp = model_folder(model, self.tokenizer, prefix="coevolve-ray-weights-")  # config, generation config, tokenizer
+        save_file({k: v.contiguous() for k, v in host_snapshot(model, dtype).items()},
                   os.path.join(tmp.name, "model.safetensors"), metadata={"format": "pt"})
         old = slot.tmp
         slot.folder, slot.blob, slot.state, slot.tmp = tmp.name, None, None, tmp
@@ -510,12 +510,14 @@ class RaySampler:
         self._finalizer()
 
 
-def _drop_quietly(pool: _Pool, slot: int) -> None:
-    """Drop a collected sampler's slot; nothing to do once Ray is gone (interpreter exit)."""
+def _drop_quietly(pool: RayPool, slot: int, owns_pool: bool) -> None:
+    """Drop a collected sampler's slot (and its own pool); nothing to do once Ray is gone."""
     if "ray" not in sys.modules:
         return
     with contextlib.suppress(Exception):
         pool.drop_slot(slot)
+        if owns_pool:
+            pool.close()
 
 
-__all__ = ["EngineActor", "RaySampler", "ray_available", "release", "require_ray", "shutdown"]
+__all__ = ["EngineActor", "RayPool", "RaySampler", "ray_available", "require_ray"]

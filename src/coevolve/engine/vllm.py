@@ -62,7 +62,6 @@ import json
 import logging
 import os
 import random
-import tempfile
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,9 +70,21 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from coevolve.engine.base import SamplerError, cut_completion, decode_ids, prompt_seeds, unwrap_peft, validate_params
-from coevolve.engine.hf import _eos_ids, resolve_device, resolve_dtype
+from coevolve.engine.base import (
+    SamplerError,
+    cut_completion,
+    decode_ids,
+    eos_ids,
+    freeze_module,
+    prompt_seeds,
+    resolve_seed_scope,
+    unwrap_peft,
+    validate_params,
+)
+from coevolve.engine.hf import load_model, load_tokenizer, resolve_device, resolve_dtype
+from coevolve.engine.weights import hf_weights, host_snapshot, model_folder
 from coevolve.errors import ConfigError
+from coevolve.schema import vllm_share
 from coevolve.types import Completion, SamplingParams
 
 INSTALL_HINT = (
@@ -102,31 +113,6 @@ def require_vllm(field: str = "engine.kind") -> None:
 # weights
 
 
-def hf_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(checkpoint name, tensor)`` for every weight of ``model`` as vLLM's loaders expect them
-    (Hugging Face names). A PEFT LoRA model yields its base weights with the active adapters
-    added (W + ΔW, ``get_delta_weight``), computed per layer without touching the learner's
-    module (no merge/unmerge round trip that would perturb the trained weights)."""
-    base = unwrap_peft(model)
-    loras = {name: mod for name, mod in base.named_modules()
-             if hasattr(mod, "base_layer") and hasattr(mod, "get_delta_weight") and hasattr(mod, "lora_A")}
-    with torch.no_grad():
-        for name, tensor in base.state_dict().items():
-            if ".lora_" in name:
-                continue
-            if ".base_layer." not in name:
-                yield name, tensor
-                continue
-            owner, _, leaf = name.partition(".base_layer.")
-            mod = loras.get(owner)
-            if mod is not None and leaf == "weight" and not getattr(mod, "disable_adapters", False):
-                merged = set(getattr(mod, "merged_adapters", []))
-                for adapter in mod.active_adapters:
-                    if adapter in mod.lora_A and adapter not in merged:
-                        tensor = tensor + mod.get_delta_weight(adapter).to(tensor.dtype)
-            yield f"{owner}.{leaf}", tensor
-
-
 class _RotaryReloadFilter(logging.Filter):
     """vLLM's layer-wise reload warns "RotaryEmbedding: Failed to load weights" at every push:
     rotary tables are computed from the config and are in no checkpoint (HF keeps them as
@@ -140,12 +126,6 @@ def _quiet_rotary_warning() -> None:
     log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
     if not any(isinstance(f, _RotaryReloadFilter) for f in log.filters):
         log.addFilter(_RotaryReloadFilter())
-
-
-def _snapshot(model: Any, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """A fixed weight version: host-memory copies of ``model``'s weights in the engine's dtype."""
-    return {name: t.detach().to("cpu", dtype=dtype if t.is_floating_point() else t.dtype, copy=True)
-            for name, t in hf_weights(model)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,7 +316,7 @@ class _Engine:
             model=folder, tokenizer=folder, dtype=str(dtype).removeprefix("torch."), seed=0,
             max_num_seqs=int(cfg.max_batch), enable_prefix_caching=bool(cfg.prefix_caching),
             enforce_eager=(device.type == "cpu") if cfg.enforce_eager is None else bool(cfg.enforce_eager),
-            gpu_memory_utilization=float(cfg.gpu_memory_utilization), logprobs_mode="raw_logprobs",
+            gpu_memory_utilization=vllm_share(cfg), logprobs_mode="raw_logprobs",
             disable_log_stats=True, load_format="dummy" if dummy else "auto",
         )
         kv_gib = cfg.kv_cache_gib if cfg.kv_cache_gib is not None else (CPU_KV_CACHE_GIB if device.type == "cpu" else None)
@@ -446,21 +426,6 @@ def _engine_for(what: Serves, build: Any, wanted: str) -> tuple[_Engine, bool]:
     return engine, True
 
 
-def _engine_folder(model: Any, tokenizer: Any, prefix: str = "coevolve-vllm-") -> tempfile.TemporaryDirectory[str]:
-    """A folder describing ``model`` to vLLM: its config, generation config and tokenizer, no
-    weights (the engine starts with dummy weights and gets the real ones pushed from memory),
-    so a model that was trained, wrapped (LoRA) or never saved needs no checkpoint."""
-    tmp = tempfile.TemporaryDirectory(prefix=prefix)
-    base = unwrap_peft(model)
-    base.config.save_pretrained(tmp.name)
-    gen = getattr(base, "generation_config", None)
-    if gen is not None:
-        with contextlib.suppress(Exception):
-            gen.save_pretrained(tmp.name)
-    tokenizer.save_pretrained(tmp.name)
-    return tmp
-
-
 def check_seed_scope(seed_scope: str | None, device: torch.device) -> None:
     """Per-request vLLM seeds (``engine.seed_scope=prompt``) work on CUDA only: on vLLM's CPU
     build they fail ("CPU Generator does not use offset"), so that is a ``ConfigError``, raised
@@ -511,9 +476,29 @@ class VLLMSampler:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def for_model(cls, cfg: Any, model: Any, tokenizer: Any) -> "VLLMSampler":
+    def require(cls, engine: Any) -> None:
+        """The vllm package must be installed (checked without importing it)."""
+        require_vllm()
+
+    @classmethod
+    def load(cls, cfg: Any, path: str, device: str = "auto", dtype: str = "auto", owner: Any = None) -> "VLLMSampler":
+        """A read-only sampler over the model folder ``path``: a version of this process's engine
+        read from the folder itself (no Hugging Face copy in memory); a LoRA adapter checkpoint is
+        merged by ``load_model`` first and pushed."""
+        if (Path(path) / "config.json").is_file():
+            return cls.for_path(cfg, path, load_tokenizer(path), device=device, dtype=dtype).scoped(
+                resolve_seed_scope(cfg))
+        model, tokenizer = load_model(path, device=device, dtype=dtype)
+        return cls.for_model(cfg, freeze_module(model), tokenizer)
+
+    @classmethod
+    def for_model(cls, cfg: Any, model: Any, tokenizer: Any, owner: Any = None) -> "VLLMSampler":
         """A sampler serving ``model``'s weights (a learner's module) from this process's engine
-        for its shape, started here when there is none."""
+        for its shape, started here when there is none, with the configured ``engine.seed_scope``."""
+        return cls._colocated(cfg, model, tokenizer).scoped(resolve_seed_scope(cfg))
+
+    @classmethod
+    def _colocated(cls, cfg: Any, model: Any, tokenizer: Any) -> "VLLMSampler":
         require_vllm()
         device = next(model.parameters()).device
         check_seed_scope(getattr(cfg, "seed_scope", None), device)
@@ -523,11 +508,11 @@ class VLLMSampler:
                       arch=type(base).__name__)
 
         def build() -> _Engine:
-            folder = _engine_folder(model, tokenizer)
+            folder = model_folder(model, tokenizer)
             return _Engine(what, folder.name, cfg, dtype, device, dummy=True, keep=folder)
 
         engine, new = _engine_for(what, build, f"the model of {type(base).__name__}")
-        sampler = cls(engine, tokenizer, _eos_ids(model, tokenizer), source=model)
+        sampler = cls(engine, tokenizer, eos_ids(model, tokenizer), source=model)
         if new:  # the engine is awake once after start: give it real weights now, then let it sleep
             sampler._ensure()
             engine.rest()
@@ -558,7 +543,7 @@ class VLLMSampler:
         version = object()
         engine, new = _engine_for(what, lambda: _Engine(what, str(path), cfg, dt, dev, dummy=False, loaded=version),
                                   f"model folder {path}")
-        sampler = cls(engine, tokenizer, _eos_ids(SimpleNamespace(generation_config=gen), tokenizer), folder=path,
+        sampler = cls(engine, tokenizer, eos_ids(SimpleNamespace(generation_config=gen), tokenizer), folder=path,
                       version=version)
         if new:
             engine.rest()
@@ -568,7 +553,7 @@ class VLLMSampler:
         """A sampler over this sampler's engine that always serves the weights ``model`` has
         now (a frozen scorer while the role trains on): a host-memory snapshot, pushed to the
         engine whenever the frozen sampler samples after another version did."""
-        snap = _snapshot(model, self.engine.dtype)
+        snap = host_snapshot(model, self.engine.dtype)
         frozen = VLLMSampler(self.engine, self.tokenizer, self.eos_ids, snapshot=snap, owner=False)
         frozen.seed_scope = self.seed_scope  # draws as the live sampler's would
         return frozen

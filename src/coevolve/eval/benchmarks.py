@@ -213,7 +213,8 @@ class Benchmark:
     (papers: mean@32 on AIME/AMC). ``group_key`` is the feature used for the breakdown.
     ``answer_tokens`` is the typical length of a reasoning model's solution (a 4B base model
     reasoning step by step; toy: its short traces): a budget far below it cuts answers before
-    their ``\\boxed{}``, and the run's preflight refuses that.
+    their ``\\boxed{}``, and the run's preflight refuses that. ``items`` is the size of the public
+    test set (supergpqa: the offline 300-question sample), what ``coevolve plan`` counts.
     """
 
     name: str
@@ -227,6 +228,7 @@ class Benchmark:
     group_key: str = "level"
     note: str = ""
     answer_tokens: int = 600
+    items: int = 500
 
     @property
     def multiple_choice(self) -> bool:
@@ -237,32 +239,32 @@ class Benchmark:
         return load_tasks(self, data_dir, limit)
 
 
-def _math(name: str, folder: str, k: int = 0, group: str = "level", tokens: int = 600) -> Benchmark:
+def _math(name: str, folder: str, items: int, k: int = 0, group: str = "level", tokens: int = 600) -> Benchmark:
     return Benchmark(name, "math", "math", folder=folder, shipped=f"{folder}.jsonl.gz",
-                     default_samples=k, group_key=group, answer_tokens=tokens)
+                     default_samples=k, group_key=group, answer_tokens=tokens, items=items)
 
 
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
-        _math("gsm8k", "gsm8k", tokens=250),
-        _math("math500", "math500"),
-        _math("aime24", "aime24", k=32, tokens=1500),
-        _math("aime25", "aime25", k=32, tokens=1500),
-        _math("amc23", "amc23", k=32, tokens=1000),
-        _math("minerva", "minerva_math"),
-        _math("olympiadbench", "olympiadbench", tokens=1000),
+        _math("gsm8k", "gsm8k", 1319, tokens=250),
+        _math("math500", "math500", 500),
+        _math("aime24", "aime24", 30, k=32, tokens=1500),
+        _math("aime25", "aime25", 30, k=32, tokens=1500),
+        _math("amc23", "amc23", 40, k=32, tokens=1000),
+        _math("minerva", "minerva_math", 272),
+        _math("olympiadbench", "olympiadbench", 675, tokens=1000),
         Benchmark("mmlu_pro", "mc", "general", folder="mmlu_pro", hub="TIGER-Lab/MMLU-Pro",
-                  group_key="subject"),
+                  group_key="subject", items=12032),
         Benchmark("supergpqa", "mc", "general", folder="supergpqa",
                   files=("test.jsonl", "test.jsonl.gz", "sample300.jsonl", "sample300.jsonl.gz"),
                   hub="m-a-p/SuperGPQA", group_key="discipline",
-                  note="offline copy is the 300-question sample"),
+                  note="offline copy is the 300-question sample", items=300),
         Benchmark("gpqa_diamond", "mc", "general", folder="gpqa_diamond", hub="Idavidrein/gpqa",
-                  group_key="subject"),
-        Benchmark("bbeh", "bbeh", "general", folder="bbeh", group_key="task", answer_tokens=1000),
+                  group_key="subject", items=198),
+        Benchmark("bbeh", "bbeh", "general", folder="bbeh", group_key="task", answer_tokens=1000, items=4520),
         Benchmark("bbeh_mini", "bbeh", "general", folder="bbeh",
-                  files=("mini.jsonl", "mini.jsonl.gz"), group_key="task", answer_tokens=1000),
+                  files=("mini.jsonl", "mini.jsonl.gz"), group_key="task", answer_tokens=1000, items=460),
         Benchmark("toy", "toy", "toy", group_key="level", answer_tokens=40),
     )
 }

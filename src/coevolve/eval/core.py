@@ -4,8 +4,9 @@ Every benchmark (toy held-out set, MATH-500, GPQA, BBEH, ...) goes through this 
 ``coevolve.eval.suite.evaluate_suite``) so that recipes, the CLI and the tests measure accuracy
 the same way. All generation goes through
 the ``Sampler`` protocol in as few calls as possible (one greedy call and one sampling call per
-task list, optionally chunked for a progress bar), because per-item calls waste the batching that
-makes evaluation affordable.
+task list, optionally chunked by ``curriculum.sampling.sample_chunked``, the one chunking helper:
+chunk c draws with seed + c), because per-item calls waste the batching that makes evaluation
+affordable.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
+from coevolve.curriculum.sampling import sample_chunked
 from coevolve.errors import DataError
 from coevolve.types import Completion, Sampler, SamplingParams, Stop, Task
 
@@ -50,26 +52,6 @@ class EvalResult:
                 "sampled_any": self.sampled_any, "by_group": self.by_group}
 
 
-def _generate(sampler: Sampler, prompts: list[str], n: int, params: SamplingParams, batch_size: int | None,
-              progress: bool, desc: str) -> list[list[Completion]]:
-    """Call the sampler once (or once per chunk, for a progress bar) and check the shape."""
-    size = batch_size if batch_size and 0 < batch_size < len(prompts) else len(prompts)
-    spans = [(i, min(i + size, len(prompts))) for i in range(0, len(prompts), size)]
-    it: Any = spans
-    if progress and len(spans) > 1:
-        from tqdm.auto import tqdm
-
-        it = tqdm(spans, desc=desc, unit="batch")
-    out: list[list[Completion]] = []
-    for lo, hi in it:
-        got = sampler.sample(prompts[lo:hi], n, params)
-        if len(got) != hi - lo or any(len(g) != n for g in got):
-            raise ValueError(f"sampler returned {len(got)} groups of sizes {[len(g) for g in got][:8]}... "
-                             f"for {hi - lo} prompts x n={n}")
-        out.extend(got)
-    return out
-
-
 def evaluate_tasks(
     sampler: Sampler,
     tasks: Sequence[Task],
@@ -89,10 +71,9 @@ def evaluate_tasks(
 
     ``prompts[i]`` is task i's prompt; ``grade(gold, completion_text)`` decides correctness and
     ``extract`` only fills the ``extracted`` record field (the benchmark supplies both); ``stop``
-    ends completions as in training (the world's answer stops). Sampling
-    is seeded with ``seed`` so the same model gives the same mean@k. ``batch_size`` splits the
-    prompts into several sampler calls (a progress bar); by default everything goes in one
-    call and the sampler batches internally.
+    ends completions as in training (the world's answer stops). Sampling is seeded with ``seed``
+    so the same model gives the same mean@k. ``batch_size`` splits the prompts into several
+    sampler calls (a progress bar); by default one call, batched inside the sampler.
 
     Records: ``{"id", "question", "gold", "prompt", "output", "extracted", "correct",
     "finish_reason", "sampled_correct" (list[bool], only with samples), "sampled_acc", "group"}``.
@@ -111,28 +92,13 @@ def evaluate_tasks(
         return EvalResult(greedy=0.0, sampled=None if samples == 0 else 0.0, n=0, records=[], samples=samples)
     greedy_params = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed,
                                    stop=stop or Stop())
-    greedy_out = _generate(sampler, prompt_list, 1, greedy_params, batch_size, progress, "greedy")
-    sampled_out: list[list[Completion]] | None = None
-    if samples > 0:
-        sample_params = replace(greedy_params, temperature=1.0)
-        sampled_out = _generate(sampler, prompt_list, samples, sample_params, batch_size, progress, f"mean@{samples}")
+    chunk = batch_size if batch_size and 0 < batch_size < len(prompt_list) else len(prompt_list)
+    greedy_out = sample_chunked(sampler, prompt_list, 1, greedy_params, chunk, "greedy" if progress else None)
+    sampled_out = None if samples == 0 else sample_chunked(
+        sampler, prompt_list, samples, replace(greedy_params, temperature=1.0), chunk, f"mean@{samples}" if progress else None)
 
-    records: list[dict[str, Any]] = []
-    for i, (task, prompt) in enumerate(zip(tasks, prompt_list)):
-        gold = str(task.answer)
-        comp = greedy_out[i][0]
-        rec: dict[str, Any] = {
-            "id": task.id, "question": task.question, "gold": gold, "prompt": prompt, "output": comp.text,
-            "extracted": extract(comp.text), "correct": bool(grade(gold, comp.text)),
-            "finish_reason": comp.finish_reason,
-            "group": None if group_key not in task.features else str(task.features[group_key]),
-        }
-        if sampled_out is not None:
-            verdicts = [bool(grade(gold, c.text)) for c in sampled_out[i]]
-            rec["sampled_correct"] = verdicts
-            rec["sampled_acc"] = sum(verdicts) / len(verdicts)
-        records.append(rec)
-
+    records = [_record(task, prompt, greedy_out[i][0], None if sampled_out is None else sampled_out[i], grade, extract,
+                       group_key) for i, (task, prompt) in enumerate(zip(tasks, prompt_list))]
     n = len(records)
     return EvalResult(
         greedy=sum(r["correct"] for r in records) / n,
@@ -143,6 +109,23 @@ def evaluate_tasks(
         sampled_any=None if sampled_out is None else sum(any(r["sampled_correct"]) for r in records) / n,
         by_group=_by_group(records, sampled_out is not None),
     )
+
+
+def _record(task: Task, prompt: str, comp: Completion, sampled: list[Completion] | None, grade: GradeFn,
+            extract: Extractor, group_key: str) -> dict[str, Any]:
+    """One task's evaluation record (``evaluate_tasks``): its greedy answer graded, and its
+    samples' verdicts when there are any."""
+    gold = str(task.answer)
+    rec: dict[str, Any] = {
+        "id": task.id, "question": task.question, "gold": gold, "prompt": prompt, "output": comp.text,
+        "extracted": extract(comp.text), "correct": bool(grade(gold, comp.text)), "finish_reason": comp.finish_reason,
+        "group": None if group_key not in task.features else str(task.features[group_key]),
+    }
+    if sampled is not None:
+        verdicts = [bool(grade(gold, c.text)) for c in sampled]
+        rec["sampled_correct"] = verdicts
+        rec["sampled_acc"] = sum(verdicts) / len(verdicts)
+    return rec
 
 
 def _by_group(records: list[dict[str, Any]], with_samples: bool) -> dict[str, dict[str, Any]]:

@@ -382,53 +382,73 @@ class Plot:
     keys: list[str]
 
 
+PER_ROUND_PLOTS = [
+    ("anchors.png", "Anchors per round", ["curriculum/anchors"], "last", "count"),
+    ("in_band.png", "Share of generated questions inside the band",
+     ["questioner/in_band", "challenger/in_band"], "mean", "share"),
+    ("pseudo_label_acc.png", "Pseudo-label accuracy vs oracle",
+     ["curriculum/buffer/oracle_acc_kept", "curriculum/oracle_acc_kept"], "mean", "accuracy"),
+    ("memory.png", "Error-cause memory", ["memory/causes", "memory/nodes", "memory/active",
+                                          "memory/mastered"], "last", "count"),
+    ("epsilon.png", "Exploration rate ε for the next round", ["memory/next_epsilon"], "last", "ε"),
+]
+"""(file, title, metric keys, how a round's values are folded, y label) of the per-round plots."""
+
+STEP_PLOTS = [
+    ("writer_reward.png", "Questioner / challenger reward", [["questioner/reward_mean", "challenger/reward_mean"]]),
+    ("solver.png", "Solver reward and share of zero-variance groups", [["solver/reward_mean"], ["solver/frac_zero_std"]]),
+]
+"""(file, title, panels of metric keys) of the per-step plots."""
+
+
 def make_plots(data: RunData, out_dir: Path) -> list[Plot]:
     """Write one PNG per family of series present in the run; returns what was written."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = data.rows
-    present = {k for r in rows for k in r}
+    present = {k for r in data.rows for k in r}
     plots: list[Plot] = []
-
     ev = eval_series(data)
     if ev:
         fig, ax = _figure()
         _round_lines(ax[0][0], ev, "accuracy", "Held-out accuracy per round (0 = base)")
         _save(fig, out_dir / "heldout_accuracy.png")
-        plots.append(Plot("heldout_accuracy.png", "Held-out accuracy per round",
-                          [f"eval/{k}" for k in ev]))
+        plots.append(Plot("heldout_accuracy.png", "Held-out accuracy per round", [f"eval/{k}" for k in ev]))
+    plots += _hist_plot(data, out_dir, present) + _per_round_plots(data, out_dir, present)
+    plots += _step_plots(data, out_dir, present) + _phase_plot(data, out_dir, present)
+    curve = compute_curve(data)
+    if curve:
+        plots.append(plot_compute({data.path.name: curve}, out_dir))
+        write_compute_points({data.path.name: curve}, out_dir / "accuracy_vs_compute.csv")
+    return plots
 
+
+def _hist_plot(data: RunData, out_dir: Path, present: set[str]) -> list[Plot]:
+    """The pass-rate histogram of the question pool after every round."""
     hists = pass_rate_hists(data)
-    if hists:
-        n = len(hists)
-        cols = min(4, n)
-        nrows = math.ceil(n / cols)
-        fig, axes = _figure(cols, nrows, width=3.2, height=2.6)
-        for i, (rnd, (counts, edges)) in enumerate(hists.items()):
-            ax = axes[i // cols][i % cols]
-            widths = [edges[j + 1] - edges[j] for j in range(len(counts))]
-            ax.bar(edges[:-1], counts, width=widths, align="edge", edgecolor="black")
-            ax.set_title("after the last round" if rnd == FINAL else f"round {rnd}", fontsize=9)
-            ax.set_xlabel("solver pass rate", fontsize=8)
-        for j in range(n, nrows * cols):
-            axes[j // cols][j % cols].axis("off")
-        fig.suptitle("Pass-rate histogram of the question pool")
-        _save(fig, out_dir / "pass_rate_hist.png")
-        plots.append(Plot("pass_rate_hist.png", "Pass-rate histograms per round",
-                          ["curriculum/pass_rate_hist"] if "curriculum/pass_rate_hist" in present
-                          else ["round_NN/difficulty.jsonl:pass_rate"]))
+    if not hists:
+        return []
+    n = len(hists)
+    cols = min(4, n)
+    nrows = math.ceil(n / cols)
+    fig, axes = _figure(cols, nrows, width=3.2, height=2.6)
+    for i, (rnd, (counts, edges)) in enumerate(hists.items()):
+        ax = axes[i // cols][i % cols]
+        widths = [edges[j + 1] - edges[j] for j in range(len(counts))]
+        ax.bar(edges[:-1], counts, width=widths, align="edge", edgecolor="black")
+        ax.set_title("after the last round" if rnd == FINAL else f"round {rnd}", fontsize=9)
+        ax.set_xlabel("solver pass rate", fontsize=8)
+    for j in range(n, nrows * cols):
+        axes[j // cols][j % cols].axis("off")
+    fig.suptitle("Pass-rate histogram of the question pool")
+    _save(fig, out_dir / "pass_rate_hist.png")
+    return [Plot("pass_rate_hist.png", "Pass-rate histograms per round",
+                 ["curriculum/pass_rate_hist"] if "curriculum/pass_rate_hist" in present
+                 else ["round_NN/difficulty.jsonl:pass_rate"])]
 
-    per_round_specs = [
-        ("anchors.png", "Anchors per round", ["curriculum/anchors"], "last", "count"),
-        ("in_band.png", "Share of generated questions inside the band",
-         ["questioner/in_band", "challenger/in_band"], "mean", "share"),
-        ("pseudo_label_acc.png", "Pseudo-label accuracy vs oracle",
-         ["curriculum/buffer/oracle_acc_kept", "curriculum/oracle_acc_kept"], "mean", "accuracy"),
-        ("memory.png", "Error-cause memory", ["memory/causes", "memory/nodes", "memory/active",
-                                              "memory/mastered"], "last", "count"),
-        ("epsilon.png", "Exploration rate ε for the next round", ["memory/next_epsilon"], "last", "ε"),
-    ]
-    for file, title, keys, agg, ylabel in per_round_specs:
-        series = {k: per_round(rows, k, agg) for k in keys if k in present}
+
+def _per_round_plots(data: RunData, out_dir: Path, present: set[str]) -> list[Plot]:
+    plots = []
+    for file, title, keys, agg, ylabel in PER_ROUND_PLOTS:
+        series = {k: per_round(data.rows, k, agg) for k in keys if k in present}
         series = {k: v for k, v in series.items() if v}
         if not series:
             continue
@@ -436,14 +456,12 @@ def make_plots(data: RunData, out_dir: Path) -> list[Plot]:
         _round_lines(ax[0][0], series, ylabel, title)
         _save(fig, out_dir / file)
         plots.append(Plot(file, title, list(series)))
+    return plots
 
-    step_specs = [
-        ("writer_reward.png", "Questioner / challenger reward",
-         [["questioner/reward_mean", "challenger/reward_mean"]]),
-        ("solver.png", "Solver reward and share of zero-variance groups",
-         [["solver/reward_mean"], ["solver/frac_zero_std"]]),
-    ]
-    for file, title, panels in step_specs:
+
+def _step_plots(data: RunData, out_dir: Path, present: set[str]) -> list[Plot]:
+    plots = []
+    for file, title, panels in STEP_PLOTS:
         panels = [[k for k in p if k in present] for p in panels]
         panels = [p for p in panels if p]
         if not panels:
@@ -451,28 +469,26 @@ def make_plots(data: RunData, out_dir: Path) -> list[Plot]:
         fig, axes = _figure(1, len(panels), height=3.2)
         drawn: list[str] = []
         for i, keys in enumerate(panels):
-            drawn += _step_lines(axes[i][0], rows, keys, title if i == 0 else "")
+            drawn += _step_lines(axes[i][0], data.rows, keys, title if i == 0 else "")
         if drawn:
             _save(fig, out_dir / file)
             plots.append(Plot(file, title, drawn))
-
-    phases = phase_totals(rows)
-    if phases:
-        names = list(phases)
-        fig, axes = _figure(2, 1, width=max(4.0, 0.9 * len(names) + 2))
-        for ax, kind in zip(axes[0], ("seconds", "rollouts")):
-            ax.bar(names, [phases[n][kind] for n in names])
-            ax.set_title(f"total {kind} per phase")
-            ax.tick_params(axis="x", labelrotation=45, labelsize=8)
-        _save(fig, out_dir / "phases.png")
-        plots.append(Plot("phases.png", "Time and rollouts per phase",
-                          sorted(k for k in present if k.startswith("phase/"))))
-
-    curve = compute_curve(data)
-    if curve:
-        plots.append(plot_compute({data.path.name: curve}, out_dir))
-        write_compute_points({data.path.name: curve}, out_dir / "accuracy_vs_compute.csv")
     return plots
+
+
+def _phase_plot(data: RunData, out_dir: Path, present: set[str]) -> list[Plot]:
+    """Total time and rollouts per phase."""
+    phases = phase_totals(data.rows)
+    if not phases:
+        return []
+    names = list(phases)
+    fig, axes = _figure(2, 1, width=max(4.0, 0.9 * len(names) + 2))
+    for ax, kind in zip(axes[0], ("seconds", "rollouts")):
+        ax.bar(names, [phases[n][kind] for n in names])
+        ax.set_title(f"total {kind} per phase")
+        ax.tick_params(axis="x", labelrotation=45, labelsize=8)
+    _save(fig, out_dir / "phases.png")
+    return [Plot("phases.png", "Time and rollouts per phase", sorted(k for k in present if k.startswith("phase/")))]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -485,11 +501,45 @@ def _fmt(v: float | None, pct: bool = False) -> str:
     return f"{100 * v:.1f}%" if pct else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
 
+KEY_NUMBERS = ["solver/reward_mean", "solver/frac_zero_std", "questioner/reward_mean", "challenger/reward_mean",
+               "questioner/in_band", "curriculum/anchors", "curriculum/buffer/oracle_acc_kept",
+               "curriculum/oracle_acc_kept", "memory/causes", "memory/nodes", "memory/active", "memory/mastered",
+               "memory/next_epsilon"]
+"""Metrics whose first and last values report.md lists."""
+
+
 def render_markdown(data: RunData, plots: list[Plot]) -> str:
     """report.md: run facts, base vs final accuracy, per-round eval table, plot list, key
     last values, and any malformed lines that were skipped."""
+    lines = [f"# Run report: {data.path.name}", "", _facts(data), ""] + _accuracy_section(data) + ["## Plots", ""]
+    if plots:
+        for p in plots:
+            lines += [f"### {p.title}", "", f"![{p.title}]({p.file})", "",
+                      "Series: " + ", ".join(f"`{k}`" for k in p.keys), ""]
+    else:
+        lines += ["No plottable series found.", ""]
+    lines += _compute_section(data) + _histogram_table(data) + _rounds_table(data.summary)
+    key_rows = []
+    for k in KEY_NUMBERS:
+        _, ys, _ = per_step(data.rows, k)
+        if ys:
+            key_rows.append(f"| `{k}` | {_fmt(ys[0])} | {_fmt(ys[-1])} | {len(ys)} |")
+    if key_rows:
+        lines += ["## Key numbers", "", "| metric | first | last | points |", "|---|---:|---:|---:|", *key_rows, ""]
+    phases = phase_totals(data.rows)
+    if phases:
+        lines += ["## Phases", "", "| phase | seconds | rollouts |", "|---|---:|---:|"]
+        lines += [f"| {name} | {d['seconds']:.1f} | {int(d['rollouts'])} |" for name, d in phases.items()] + [""]
+    if data.bad_lines:
+        lines += ["## Skipped malformed lines", "",
+                  *(f"- {b}" for b in data.bad_lines[:20]),
+                  *([f"- ... and {len(data.bad_lines) - 20} more"] if len(data.bad_lines) > 20 else []),
+                  ""]
+    return "\n".join(lines)
+
+
+def _facts(data: RunData) -> str:
     s = data.summary
-    lines = [f"# Run report: {data.path.name}", ""]
     facts = []
     if s.get("recipe"):
         facts.append(f"recipe **{s['recipe']}**")
@@ -499,56 +549,25 @@ def render_markdown(data: RunData, plots: list[Plot]) -> str:
     if _num(s.get("wall_seconds")) is not None:
         facts.append(f"wall time {float(s['wall_seconds']) / 60:.1f} min")
     facts.append(f"{len(data.rows)} metric rows")
-    lines += ["; ".join(facts) + ".", ""]
+    return "; ".join(facts) + "."
 
+
+def _accuracy_section(data: RunData) -> list[str]:
+    """Base vs final held-out accuracy per series, and every round's."""
     ev = eval_series(data)
-    if ev:
-        lines += ["## Held-out accuracy", "", "| series | base | final | Δ |", "|---|---:|---:|---:|"]
-        for name, ser in ev.items():
-            rs = sorted(ser)
-            base, final = ser[rs[0]], ser[rs[-1]]
-            lines.append(f"| {name} | {_fmt(base, True)} (r{rs[0]}) | {_fmt(final, True)} "
-                         f"(r{rs[-1]}) | {100 * (final - base):+.1f} |")
-        all_rounds = sorted({r for ser in ev.values() for r in ser})
-        lines += ["", "Per round:", "", "| round | " + " | ".join(ev) + " |",
-                  "|---:|" + "---:|" * len(ev)]
-        for r in all_rounds:
-            lines.append(f"| {r} | " + " | ".join(_fmt(ser.get(r), True) for ser in ev.values()) + " |")
-        lines.append("")
-
-    lines += ["## Plots", ""]
-    if plots:
-        for p in plots:
-            lines += [f"### {p.title}", "", f"![{p.title}]({p.file})", "",
-                      "Series: " + ", ".join(f"`{k}`" for k in p.keys), ""]
-    else:
-        lines += ["No plottable series found.", ""]
-
-    lines += _compute_section(data) + _histogram_table(data) + _rounds_table(s)
-    last_keys = ["solver/reward_mean", "solver/frac_zero_std", "questioner/reward_mean",
-                 "challenger/reward_mean", "questioner/in_band", "curriculum/anchors",
-                 "curriculum/buffer/oracle_acc_kept", "curriculum/oracle_acc_kept", "memory/causes",
-                 "memory/nodes", "memory/active", "memory/mastered", "memory/next_epsilon"]
-    key_rows = []
-    for k in last_keys:
-        _, ys, _ = per_step(data.rows, k)
-        if ys:
-            key_rows.append(f"| `{k}` | {_fmt(ys[0])} | {_fmt(ys[-1])} | {len(ys)} |")
-    if key_rows:
-        lines += ["## Key numbers", "", "| metric | first | last | points |", "|---|---:|---:|---:|",
-                  *key_rows, ""]
-    phases = phase_totals(data.rows)
-    if phases:
-        lines += ["## Phases", "", "| phase | seconds | rollouts |", "|---|---:|---:|"]
-        for name, d in phases.items():
-            lines.append(f"| {name} | {d['seconds']:.1f} | {int(d['rollouts'])} |")
-        lines.append("")
-    if data.bad_lines:
-        lines += ["## Skipped malformed lines", "",
-                  *(f"- {b}" for b in data.bad_lines[:20]),
-                  *([f"- ... and {len(data.bad_lines) - 20} more"] if len(data.bad_lines) > 20 else []),
-                  ""]
-    return "\n".join(lines)
+    if not ev:
+        return []
+    lines = ["## Held-out accuracy", "", "| series | base | final | Δ |", "|---|---:|---:|---:|"]
+    for name, ser in ev.items():
+        rs = sorted(ser)
+        base, final = ser[rs[0]], ser[rs[-1]]
+        lines.append(f"| {name} | {_fmt(base, True)} (r{rs[0]}) | {_fmt(final, True)} "
+                     f"(r{rs[-1]}) | {100 * (final - base):+.1f} |")
+    all_rounds = sorted({r for ser in ev.values() for r in ser})
+    lines += ["", "Per round:", "", "| round | " + " | ".join(ev) + " |", "|---:|" + "---:|" * len(ev)]
+    for r in all_rounds:
+        lines.append(f"| {r} | " + " | ".join(_fmt(ser.get(r), True) for ser in ev.values()) + " |")
+    return lines + [""]
 
 
 def _compute_section(data: RunData) -> list[str]:

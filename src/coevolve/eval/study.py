@@ -17,7 +17,7 @@ Statistics (pure functions, tested against slow references in ``tests/test_study
 
 Why seeds and not the held-out set's binomial error as the yardstick: two runs on the same
 held-out set share its sampling error, and the seed-to-seed spread (init of sampling, order of
-batches) is what separates two methods' runs (issue 15: sd ≈ 0.006 against a binomial se of
+batches) is what separates two methods' runs (toy world: sd ≈ 0.006 against a binomial se of
 ≈ 0.021 for N = 500).
 """
 
@@ -409,7 +409,7 @@ class Separation:
     """The best and the worst main method by mean accuracy on ``metric``, their paired difference on
     the common seeds, ``ratio`` = mean paired difference / its standard error, and
     ``ratio_unpaired`` = (mean_best - mean_worst) / sqrt(se_best² + se_worst²) with each method's own
-    seed standard error (issue 15's acceptance: the setting separates methods when > 3)."""
+    seed standard error (a setting separates methods when it is > 3)."""
 
     best: str
     worst: str
@@ -566,7 +566,7 @@ def render_markdown(stats: Sequence[VariantStats], verdicts: Sequence[ClaimResul
         L += [f"Separation of the main methods on {sp.metric} accuracy: best {sp.best} - worst {sp.worst} = "
               f"{_ci(sp.diff, signed=True)} over {sp.diff.n} paired seeds, paired se {_f(sp.diff.se, 4)}: "
               f"{_f(sp.ratio, 1)} standard errors; unpaired (each method's own seed se): "
-              f"{_f(sp.ratio_unpaired, 1)} (issue 15 asks for > 3).", ""]
+              f"{_f(sp.ratio_unpaired, 1)} (a setting separates methods above 3).", ""]
     if abl:
         L += ["## Ablations (Δ vs the full method: negative = the ablation lowers accuracy)", "", *rows(abl), ""]
     orc = [s for s in stats if s.oracle_agreement]

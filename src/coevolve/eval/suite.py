@@ -72,8 +72,8 @@ def evaluate_benchmark(
     prompter: Prompter,
     grader: AnswerGrader,
     *,
+    max_new_tokens: int,
     samples: int = 0,
-    max_new_tokens: int = 1024,
     seed: int = 0,
     batch_size: int | None = None,
     progress: bool = False,
@@ -91,8 +91,8 @@ def evaluate_suite(
     benches: Sequence[str],
     *,
     grader: AnswerGrader,
+    max_new_tokens: int,
     samples: int = 0,
-    max_new_tokens: int = 1024,
     seed: int = 0,
     limit: int | None = None,
     data_dir: Path | None = None,
@@ -256,6 +256,17 @@ def compare(dirs: list[Path]) -> str:
     return "\n".join(out) + "\n"
 
 
+def answer_budget(world: str) -> int:
+    """The evaluation answer budget of a run in ``world``, stated once: the config's
+    ``eval.max_new_tokens`` default in the toy world, the real-model preset's otherwise (the
+    papers' 4096), so ``coevolve eval`` measures a model as its runs do."""
+    from coevolve.config.base import EvalConfig, real_preset
+
+    if world == "toy":
+        return EvalConfig().max_new_tokens
+    return int(real_preset("grpo")["eval"]["max_new_tokens"])
+
+
 def evaluate_model(
     model: str | Path,
     benches: Sequence[str] | None,
@@ -263,7 +274,7 @@ def evaluate_model(
     out_dir: Path,
     limit: int | None = None,
     samples: int = 0,
-    max_new_tokens: int = 1024,
+    max_new_tokens: int | None = None,
     data_dir: Path | None = None,
     chat_template: bool | None = None,
     seed: int = 0,
@@ -272,7 +283,9 @@ def evaluate_model(
     progress: bool = True,
 ) -> dict[str, Any]:
     """What ``coevolve eval`` runs: load a saved model (a base model, a checkpoint, an exported
-    folder), prompt it as its world does (``world_of_model``), evaluate, write ``out_dir``."""
+    folder), prompt it as its world does (``world_of_model``), evaluate, write ``out_dir``.
+    ``max_new_tokens`` None = the answer budget a run of the model's world evaluates with
+    (``answer_budget``)."""
     from coevolve.answers import Grader
     from coevolve.config.base import EngineConfig
     from coevolve.engine import load_sampler
@@ -283,6 +296,8 @@ def evaluate_model(
     read_checkpoint_meta(model)  # likewise a damaged / newer coevolve.json
     sampler = load_sampler(EngineConfig(max_batch=batch_size), str(model))
     world = world_of_model(model, sampler.tokenizer, chat_template)
+    if max_new_tokens is None:
+        max_new_tokens = answer_budget(world.name)
     with Grader() as grader:
         return evaluate_suite(
             sampler, world.prompter, list(benches or world.default_benches), grader=grader, samples=samples,

@@ -18,11 +18,11 @@ from coevolve.memory.maintain import (
     targeted_p1_by_cause,
     targeted_questions,
 )
-from coevolve.memory.store import Cause, ErrorMemory, Plan, SkillNode, epsilon, render_tree
+from coevolve.memory.store import Cause, ErrorMemory, SkillNode, Target, epsilon, render_tree
 
 __all__ = [
     "Cause", "Diagnoser", "DiagnoserStats", "Diagnosis", "Embedder", "ErrorMemory", "HashEmbedder",
     "KeptQuestion", "LLMDiagnoser", "MaintenanceResult", "MemoryConfig", "MiniLMEmbedder",
-    "Plan", "SkillNode", "TraceDiagnoser", "cosine_top_k", "epsilon", "maintain_memory",
+    "SkillNode", "Target", "TraceDiagnoser", "cosine_top_k", "epsilon", "maintain_memory",
     "make_embedder", "render_tree", "strip_surface", "targeted_p1_by_cause", "targeted_questions",
 ]

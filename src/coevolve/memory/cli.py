@@ -13,9 +13,7 @@ from pathlib import Path
 import yaml
 
 from coevolve.errors import RunStateError
-from coevolve.memory.store import ErrorMemory, render_tree
-
-MEMORY_FILE = "memory.json"
+from coevolve.memory.store import MEMORY_FILE, ErrorMemory, render_tree
 
 
 def memory_rounds(run_dir: Path) -> list[int]:

@@ -32,9 +32,13 @@ if TYPE_CHECKING:  # pragma: no cover
 CauseState = Literal["active", "mastered"]
 Stitching = Literal["same_node", "random_pair", "off"]
 Schedule = Literal["mixed", "explore_only", "targeted_only"]
-PlanMode = Literal["explore", "targeted", "stitched"]
+TargetMode = Literal["explore", "targeted", "stitched"]
 
 MEMORY_FORMAT_VERSION = 1
+
+
+MEMORY_FILE = "memory.json"
+"""A round's saved memory in its run folder (``round_NN/memory.json``), the input of the next round."""
 
 
 @dataclass
@@ -109,11 +113,11 @@ class Cause:
 
 
 @dataclass
-class Plan:
-    """One challenger prompt of the next round: ``mode`` and the causes whose texts go into the
-    prompt ([] explore, [e] targeted, [e, mastered sibling] stitched)."""
+class Target:
+    """What one challenger prompt of the next round aims at: ``mode`` and the causes whose texts
+    go into the prompt ([] explore, [e] targeted, [e, mastered sibling] stitched)."""
 
-    mode: PlanMode
+    mode: TargetMode
     cause_ids: list[str]
     cause_texts: list[str]
 
@@ -272,15 +276,15 @@ class ErrorMemory:
             return {}
         return {c.id: c.freq / Ft for c in self.active() if c.freq > 0}
 
-    def sample_plan(
+    def sample_targets(
         self,
         rng: np.random.Generator,
         n: int,
         stitching: Stitching = "same_node",
         schedule: Schedule = "mixed",
         k: float = 1.0,
-    ) -> list[Plan]:
-        """``n`` challenger prompts for the next round.
+    ) -> list[Target]:
+        """The targets of ``n`` challenger prompts for the next round.
 
         ``mixed``: explore with prob ε, else targeted; ``explore_only``: always explore;
         ``targeted_only``: always targeted (explore only while no Active cause has failures,
@@ -297,10 +301,10 @@ class ErrorMemory:
         p = np.asarray([probs[i] for i in ids], dtype=float)  # (E,)
         eps = {"mixed": self.epsilon(k), "explore_only": 1.0, "targeted_only": 0.0}[schedule]
         all_mastered = sorted(c.id for c in self.mastered())
-        plans: list[Plan] = []
+        targets: list[Target] = []
         for _ in range(n):
             if not ids or rng.random() < eps:
-                plans.append(Plan("explore", [], []))
+                targets.append(Target("explore", [], []))
                 continue
             e = self.causes[ids[int(rng.choice(len(ids), p=p))]]
             partner: str | None = None
@@ -312,10 +316,10 @@ class ErrorMemory:
             elif stitching == "random_pair" and all_mastered:
                 partner = all_mastered[int(rng.integers(len(all_mastered)))]
             if partner is None:
-                plans.append(Plan("targeted", [e.id], [e.text]))
+                targets.append(Target("targeted", [e.id], [e.text]))
             else:
-                plans.append(Plan("stitched", [e.id, partner], [e.text, self.causes[partner].text]))
-        return plans
+                targets.append(Target("stitched", [e.id, partner], [e.text, self.causes[partner].text]))
+        return targets
 
     # ----- embeddings and merging --------------------------------------------------------------
     def ensure_embeddings(self, embedder: "Embedder") -> None:

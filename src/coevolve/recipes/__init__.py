@@ -1,5 +1,7 @@
-"""One readable file per recipe (``grpo``, ``d2evo``, ``diagevo``) over shared building blocks
-(``common``), and ``execute``: how every entry point (the CLI, the ablation scripts) runs one."""
+"""One readable file per recipe (``grpo``, ``d2evo``, ``diagevo``), each declaring its phases once
+(``declare.Recipe``), over shared building blocks (``common``: the run loop derived from the
+declaration, the evaluation phase, the summary), and ``execute``: how every entry point (the
+CLI, the ablation scripts) runs one."""
 
 from __future__ import annotations
 
@@ -21,49 +23,133 @@ class RunWriteError(RunStateError):
     """The run folder could not be written (full disk ...); its last finished phase is intact."""
 
 
-def check_plan(cfg: RecipeConfig, run: Any, force: bool = False) -> None:
-    """Compare the phases the recipe goes through now (``plan(cfg)``) with those saved in
-    state.json when the run was made; refuse a resume that would not reproduce the run that was
-    started (phases added, removed or reordered, listed) unless ``force``. Runs saved without a
-    plan are checked against their finished phases, which must be a prefix of the plan. The
-    current plan is saved either way."""
-    from coevolve.config import recipe_plan
+PHASE_LIST_KEY = "phase_list"
+"""state.json's list of the phase keys the recipe goes through (runs made before it was named so
+saved it as ``plan``)."""
 
-    plan = [p.key for p in recipe_plan(cfg.recipe)(cfg)]
-    saved = run.state.data.get("plan")
+
+def check_phase_list(cfg: RecipeConfig, run: Any, force: bool = False) -> None:
+    """Compare the phases the recipe goes through now (``Recipe.phase_list(cfg)``) with those
+    saved in state.json when the run was made; refuse a resume that would not reproduce the run
+    that was started (phases added, removed or reordered, listed) unless ``force``. Runs saved
+    without a list are checked against their finished phases, which must be a prefix of it. The
+    current list is saved either way."""
+    from coevolve.config import recipe_of
+
+    planned = [p.key for p in recipe_of(cfg.recipe).phase_list(cfg)]
+    saved = run.state.data.get(PHASE_LIST_KEY, run.state.data.get("plan"))
     done = [r.key for r in run.state.records()]
     if saved is None:
-        changed = done != plan[: len(done)]
+        changed = done != planned[: len(done)]
         saved = done
     else:
-        changed = saved != plan
+        changed = saved != planned
     if changed and not force:
-        added = [k for k in plan if k not in saved]
-        removed = [k for k in saved if k not in plan]
+        added = [k for k in planned if k not in saved]
+        removed = [k for k in saved if k not in planned]
         detail = "; ".join(filter(None, [f"added: {', '.join(added)}" if added else "",
                                          f"removed: {', '.join(removed)}" if removed else "",
                                          "" if added or removed else "same phases, another order"]))
         raise RunStateError(f"{run.path}: recipe {cfg.recipe!r} now goes through other phases than when this run was "
                             f"made ({detail}); the resumed run would not be the run that was started. Resume with "
                             "--force to run the new phase list anyway (finished phases are kept), or start a new run")
-    if run.state.data.get("plan") != plan:
-        run.state.save({**run.state.data, "plan": plan})
+    if run.state.data.get(PHASE_LIST_KEY) != planned:
+        data = {k: v for k, v in run.state.data.items() if k != "plan"}
+        run.state.save({**data, PHASE_LIST_KEY: planned})
 
 
-def execute(cfg: RecipeConfig, path: Path, *, skip_finished: bool = False, force: bool = False) -> dict[str, Any]:
-    """Run ``cfg``'s recipe in the run folder ``path``: create it, or resume it when it already
-    holds a run; record the status (running / interrupted / failed / finished) in its state.
-    With ``skip_finished``, a finished run is not reopened and its summary is returned.
-
-    The folder's one-writer lock (``run.lock``) is held throughout. A resumed run whose recipe
-    now goes through other phases than the saved plan is refused (``check_plan``) unless
-    ``force``. A write that fails (a full disk) ends the run as ``RunWriteError``: every finished
-    phase is intact on disk and ``coevolve resume`` continues once there is room."""
+@contextlib.contextmanager
+def open_run(cfg: RecipeConfig, path: Path, *, new: bool = False, force: bool = False) -> Iterator[Any]:
+    """The one place a run folder is opened: take its one-writer lock (``run.lock``, held until
+    the block ends), create the folder's run (``new``: refuse a folder that already holds one) or
+    reopen it (``Run.open``: an unfinished phase's metrics cut, temp files removed), check its
+    phase list (``check_phase_list``, ``force``), and bind what the config says about it: master
+    seed, checkpoint budget, progress printer, live trackers. A failed write inside the block
+    (a full disk) becomes ``RunWriteError``; the trackers are closed on the way out."""
+    from coevolve.config import dump_yaml
+    from coevolve.rl.learner import OPTIM_FILE
+    from coevolve.run import STATE_FILE, Run, say
     from coevolve.run.lock import run_lock
+    from coevolve.run.trackers import make_trackers
 
     path = Path(path)
     with run_lock(path, create=True), write_errors(path):
-        return _execute_locked(cfg, path, skip_finished, force)
+        if (path / STATE_FILE).is_file() and not new:
+            run = Run.open(path)
+        else:
+            run = Run.create(path, dump_yaml(cfg), cfg.recipe)
+        check_phase_list(cfg, run, force)
+        r = cfg.run
+        run.bind(seed=r.seed, keep_checkpoints=r.keep_checkpoints, say=say, resume_only=(OPTIM_FILE,))
+        run.metrics.attach(make_trackers(r.trackers, run.path, run.metrics.count(), run_id=run_tracker_id(run),
+                                         name=run.path.name, project=r.wandb_project, mode=r.wandb_mode,
+                                         config=cfg.model_dump(mode="json")))
+        try:
+            yield run
+        finally:
+            run.metrics.close()  # live trackers flush and close even when the run stops early
+
+
+def run_tracker_id(run: Any) -> str:
+    """One W&B run per run folder, the same id on every resume (stored in state.json)."""
+    from coevolve.run import derive_seed
+
+    if "tracker_id" not in run.state.data:
+        tid = derive_seed(int(run.state.data.get("created", 0) * 1000), str(run.path.name))
+        run.state.save({**run.state.data, "tracker_id": tid})
+    return f"{run.path.name}-{run.state.data['tracker_id']:08x}"
+
+
+def finished_summary(path: Path) -> dict[str, Any] | None:
+    """The summary of a finished run in ``path`` (read only), or None."""
+    from coevolve.run import STATE_FILE, SUMMARY_FILE
+
+    state, summary = Path(path) / STATE_FILE, Path(path) / SUMMARY_FILE
+    if not (state.is_file() and summary.is_file()):
+        return None
+    if json.loads(state.read_text(encoding="utf-8")).get("status") != "finished":
+        return None
+    return json.loads(summary.read_text(encoding="utf-8"))
+
+
+def execute(cfg: RecipeConfig, path: Path, *, new: bool = False, skip_finished: bool = False,
+            force: bool = False) -> dict[str, Any]:
+    """Run ``cfg``'s recipe in the run folder ``path``: create it, or resume it when it already
+    holds a run (``new``: refuse that); record the status (running / interrupted / failed /
+    finished) in its state. With ``skip_finished``, a finished run is not reopened and its
+    summary is returned.
+
+    The folder is opened once (``open_run``: lock, phase-list check, binding); a write that fails
+    (a full disk) ends the run as ``RunWriteError``: every finished phase is intact on disk and
+    ``coevolve resume`` continues once there is room. ``run.threads`` sets torch's CPU threads for
+    the run and is restored after it, so a later run in the same process starts as a fresh one."""
+    import torch
+
+    from coevolve.config import recipe_of
+    from coevolve.recipes.common import run_recipe
+
+    if skip_finished and (done := finished_summary(path)) is not None:
+        return done
+    recipe = recipe_of(cfg.recipe)
+    threads = torch.get_num_threads()
+    with open_run(cfg, path, new=new, force=force) as run:
+        if cfg.run.threads:
+            torch.set_num_threads(cfg.run.threads)
+        run.state.set_status("running")
+        try:
+            summary = run_recipe(recipe, cfg, run)
+        except KeyboardInterrupt:
+            with contextlib.suppress(OSError):
+                run.state.set_status("interrupted")
+            raise
+        except BaseException:
+            with contextlib.suppress(OSError):  # on a full disk the status is lost, not the error that caused it
+                run.state.set_status("failed")
+            raise
+        finally:
+            torch.set_num_threads(threads)
+        run.state.set_status("finished")
+        return summary
 
 
 @contextlib.contextmanager
@@ -76,41 +162,3 @@ def write_errors(path: Path) -> Iterator[None]:
             raise
         raise RunWriteError(f"writing the run folder failed ({e}); every finished phase is intact: free space "
                             f"(or fix the disk), then `coevolve resume {path}` continues") from e
-
-
-def _execute_locked(cfg: RecipeConfig, path: Path, skip_finished: bool, force: bool) -> dict[str, Any]:
-    from coevolve.config import dump_yaml, recipe_runner
-    from coevolve.run import STATE_FILE, SUMMARY_FILE, Run
-
-    if (path / STATE_FILE).is_file():
-        if skip_finished and (path / SUMMARY_FILE).is_file():
-            if json.loads((path / STATE_FILE).read_text(encoding="utf-8")).get("status") == "finished":
-                return json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
-        run = Run.open(path)
-    else:
-        run = Run.create(path, dump_yaml(cfg), cfg.recipe)
-    check_plan(cfg, run, force)
-    runner = recipe_runner(cfg.recipe)
-    if cfg.run.threads:
-        import torch
-
-        torch.set_num_threads(cfg.run.threads)
-    run.state.set_status("running")
-    try:
-        summary = runner(cfg, run)
-    except KeyboardInterrupt:
-        with contextlib.suppress(OSError):
-            run.state.set_status("interrupted")
-        raise
-    except BaseException:
-        with contextlib.suppress(OSError):  # on a full disk the status is lost, not the error that caused it
-            run.state.set_status("failed")
-        raise
-    finally:
-        run.metrics.close()  # live trackers flush and close even when the run stops early
-        if cfg.engine.kind == "ray":  # the run's actor pool (and a Ray it started) end with the run
-            from coevolve.engine.ray import shutdown
-
-            shutdown()
-    run.state.set_status("finished")
-    return summary

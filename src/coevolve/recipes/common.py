@@ -1,5 +1,6 @@
-"""What every recipe sets up the same way: the run's world, grader and roles, the evaluation
-phase, and the summary. Recipes compose these; the algorithms live in the library."""
+"""What every recipe shares: the run loop derived from a recipe's declaration (``run_recipe``,
+``place_roles``), the run's world, grader, engine, trainer and roles (``Setup``), the evaluation
+phase and its work, and the summary. Recipes compose these; the algorithms live in the library."""
 
 from __future__ import annotations
 
@@ -9,32 +10,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coevolve.answers import make_grader
 from coevolve.config.base import RecipeConfig
-from coevolve.engine import HFSampler, freeze_sampler, load_model, load_tokenizer, make_sampler
+from coevolve.engine import Engine, HFSampler, load_model, load_tokenizer
+from coevolve.eval.benchmarks import resolve_benches
 from coevolve.eval.suite import evaluate_suite
-from coevolve.loop import ParkedSampler, Role, TrainResult, grpo_train, sampling_params
+from coevolve.loop import ParkedSampler, Role, sampling_params
 from coevolve.prompts import StopKind
-from coevolve.rl.learner import OPTIM_FILE, Learner
-from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
+from coevolve.recipes.declare import Recipe, Rollouts, Step, Work
+from coevolve.rl.learner import Learner
+from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed, seed_everything
 from coevolve.run.compute import MeteredSampler, cumulative, unmetered
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json
-from coevolve.run.trackers import make_trackers
 from coevolve.schema import GRPOPhase, WriterReward
+from coevolve.training import AuditFn, TrainRequest, TrainResult, Trainer, WriterRule, WriterScoring, make_trainer
 from coevolve.types import AnswerGrader, Sampler, SamplingParams
-from coevolve.verl.parquet import RewardSpec
 from coevolve.world import CHECKPOINT_META, CHECKPOINT_META_FORMAT, World, base_model_path, make_world
 
 
 
 @dataclass
 class Setup:
-    """One run's shared parts: config, run folder, world, grader and the base model folder."""
+    """One run's shared parts: config, run folder, world, grader, the base model folder, the
+    rollout engine every sampler of the run comes from and the trainer of its GRPO phases."""
 
     cfg: RecipeConfig
     run: Run
     world: World
     grader: AnswerGrader
     base: Path
+    engine: Engine
+    trainer: Trainer
 
     def role(self, name: str) -> Role:
         """Load a trainable role from the base model; resume from its latest checkpoint."""
@@ -48,15 +54,15 @@ class Setup:
         ckpt = self.run.checkpoint(name)
         if ckpt is not None:
             learner.load(ckpt)
-        role = Role(name, learner.model, tok, self.metered(make_sampler(cfg.engine, learner.model, tok)), learner)
+        role = Role(name, learner.model, tok, self.metered(self.engine.sampler(learner.model, tok)), learner)
         role.offload()  # masters / optimizer state wait in CPU memory until the role's first update (GPU only)
         return role
 
     def frozen(self, role: Role) -> Sampler:
         """A sampler over a frozen copy of ``role``'s current weights (a scorer that must not
-        move while the role trains): ``engine.freeze_sampler``; on a GPU an hf copy waits in CPU
-        memory between calls (``ParkedSampler``) so it does not sit beside the learner's state."""
-        sampler = freeze_sampler(self.cfg.engine, unmetered(role.sampler), role.model, role.tokenizer)
+        move while the role trains): ``Engine.frozen``; on a GPU an hf copy waits in CPU memory
+        between calls (``ParkedSampler``) so it does not sit beside the learner's state."""
+        sampler = self.engine.frozen(unmetered(role.sampler), role.model, role.tokenizer)
         dev = role.learner.device
         if isinstance(sampler, HFSampler) and dev.type == "cuda" and role.learner.cfg.offload_when_idle:
             return self.metered(ParkedSampler(sampler, sampler.model, dev))
@@ -88,43 +94,18 @@ class Setup:
         os.replace(staging, path)
         return {role.name: path}
 
-    def train(self, role: Role, phase: GRPOPhase, *, verl_reward: RewardSpec, writer: Any = None,
-              **kw: Any) -> TrainResult:
-        """A GRPO phase on the configured ``backend``: ``loop.grpo_train`` (local) or
-        ``verl.phase.verl_grpo_train`` (verl, rewarded by ``verl_reward``, the same rule as
-        ``kw["reward"]`` in a form verl's reward workers can apply; a writer's phase also
-        passes its ``verl.phase.WriterPhase``, built by ``writer_phase``)."""
-        if self.cfg.backend.kind == "local":
-            return grpo_train(role, phase, **kw)
-        from coevolve.verl.phase import verl_grpo_train
+    def train(self, role: Role, req: TrainRequest, ctx: PhaseContext) -> TrainResult:
+        """A GRPO phase of ``role`` on the configured backend (``training.make_trainer``)."""
+        return self.trainer.train(role, req, ctx)
 
-        if self.cfg.engine.kind == "ray":
-            from coevolve.engine import ray as engine_ray
-
-            engine_ray.release()  # verl's trainer gets the idle rollout actors' GPUs; the next sample call restarts them
-        kw.pop("progress", None)
-        kw.pop("reward")
-        return verl_grpo_train(role, phase, cfg=self.cfg, reward=verl_reward, writer=writer, **kw)
-
-    def writer_phase(self, solver: Role, reward: WriterReward, seed: int, ns: str, audit: Any) -> Any:
-        """A writer's ``verl.phase.WriterPhase`` (None on the local backend): its reward workers
-        vote with ``solver``'s weights at the start of the phase (the frozen solver), drawing with
-        the local reward's seed parts (``derive_seed(seed, ns, step, ...)``); ``audit`` turns a
-        step's ``WriterBatch`` into the local reward's ``Observed``."""
-        if self.cfg.backend.kind == "local":
-            return None
-        from coevolve.toy.prompts import ToyPrompter
-        from coevolve.verl.phase import WriterPhase
-        from coevolve.verl.writer import WriterSpec, sampling_dict
-
-        cfg = self.cfg
-        prompter = ({"kind": "toy"} if isinstance(self.world.prompter, ToyPrompter) else
-                    {"kind": "chat", "chat_template": cfg.model.chat_template, "enable_thinking": cfg.model.enable_thinking})
-        spec = WriterSpec(reward=reward.model_dump(mode="json"), seed=seed, ns=ns, params=sampling_dict(self.params(None)),
-                          prompter=prompter, rep_tokenizer=self.rep_tokenizer(reward),
-                          batch_prompts=cfg.sampling.batch_prompts, engine=cfg.engine.model_dump(mode="json"),
-                          device=cfg.model.device, dtype=cfg.model.dtype)
-        return WriterPhase(solver, spec, self.world.prompter.parse_question, audit)
+    def writer_scoring(self, solver: Role, scorer: Sampler, reward: WriterReward, seed: int, ns: str,
+                       audit: AuditFn) -> WriterScoring:
+        """A writer phase's scoring: ``scorer`` (the frozen solver the local loop votes with;
+        ``solver``'s weights at the start of the phase for verl's workers) answers each written
+        question ``reward.samples`` times with the run's decoding, seeded
+        ``derive_seed(seed, ns, step)``; ``audit`` turns a step's ``WriterBatch`` into records."""
+        rule = WriterRule(reward, seed, ns, self.params(None), self.rep_tokenizer(reward), self.cfg.sampling.batch_prompts)
+        return WriterScoring(rule, solver, scorer, self.world.prompter, audit)
 
     def params(self, seed: int | None, phase: GRPOPhase | None = None, kind: StopKind = "answer") -> SamplingParams:
         """Decoding parameters of a phase: the run's sampling section, the phase's own cap and
@@ -135,22 +116,20 @@ class Setup:
         return self.world.rep_tokenizer if reward.rep_tokenizer == "auto" else reward.rep_tokenizer
 
 
-def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader) -> Setup:
-    run.bind(seed=cfg.run.seed, keep_checkpoints=cfg.run.keep_checkpoints, say=run.say)
-    run.resume_only = (OPTIM_FILE,)
-    run.metrics.attach(make_trackers(cfg.run.trackers, run.path, run.metrics.count(), run_id=run_tracker_id(run),
-                                     name=run.path.name, project=cfg.run.wandb_project, mode=cfg.run.wandb_mode,
-                                     config=cfg.model_dump(mode="json")))
+def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader, engine: Engine) -> Setup:
+    """The parts of a run opened and bound by ``recipes.open_run``: the base model folder (the
+    toy base built once when the config names none) and the world it implies."""
     base = base_model_path(cfg.model, run.say)
-    return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base)
+    return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base, engine,
+                 make_trainer(cfg, engine, grader))
 
 
-def phase_eval(s: Setup, solver: Role, phase: Phase) -> PhaseRecord:
+def phase_eval(p: Any, phase: Phase) -> PhaseRecord:
     """Held-out accuracy of the solver (every recipe's evaluation, base and after rounds): the
     configured benchmarks, or the world's, through the one evaluation driver; per-item records
     and ``results.json`` in ``<phase folder>/eval/``. The same eval seed every time, so sampled
-    accuracy compares identical draws."""
-    e = s.cfg.eval
+    accuracy compares identical draws. ``p``: a recipe's parts (its ``s`` and ``solver``)."""
+    s, solver, e = p.s, p.solver, p.s.cfg.eval
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         res = evaluate_suite(
@@ -169,9 +148,64 @@ def phase_eval(s: Setup, solver: Role, phase: Phase) -> PhaseRecord:
     return s.run.phase(phase, fn)
 
 
-def eval_due(cfg: RecipeConfig, t: int, rounds: int) -> bool:
-    """Evaluate after round ``t``? Every round, or only the last with ``eval.every_round=false``."""
-    return cfg.eval.every_round or t == rounds
+def eval_due(cfg: RecipeConfig, phase: Phase) -> bool:
+    """Evaluate after round ``phase.round``? Every round, or only the last with
+    ``eval.every_round=false``."""
+    return cfg.eval.every_round or phase.round == int(getattr(cfg, "rounds", 1))
+
+
+def eval_work(cfg: RecipeConfig, toy: bool) -> Work:
+    """An evaluation's answers: per benchmark its items (``eval.heldout_size`` for the toy
+    held-out set, ``Benchmark.items`` otherwise; at most ``eval.limit``) x (1 greedy +
+    ``eval.samples``), in one sampler call."""
+    e = cfg.eval
+    benches = resolve_benches(e.benches or (["toy"] if toy else ["math7"]))
+    rows = 0
+    for b in benches:
+        n = e.heldout_size if b.kind == "toy" else b.items
+        if e.limit is not None:
+            n = min(n, e.limit)
+        k = b.default_samples if e.samples == -1 else max(0, e.samples)
+        rows += n * (1 + k)
+    return Work((Rollouts("solver", "benchmark answers", rows, max(1, rows), 1, "answer", e.max_new_tokens),),
+                note=", ".join(b.name for b in benches))
+
+
+BASE_EVAL = Step("eval", phase_eval, stage="base", work=eval_work)
+"""The evaluation of the base model every recipe starts with."""
+ROUND_EVAL = Step("eval", phase_eval, when=eval_due, work=eval_work)
+"""The evaluation after a round (every round, or only the last: ``eval_due``)."""
+
+
+def run_recipe(recipe: Recipe, cfg: RecipeConfig, run: Run) -> dict[str, Any]:
+    """The run loop of every recipe, derived from its declaration: the run's grader, engine,
+    parts and roles, then every phase of ``recipe.schedule(cfg)`` in order (a finished phase is
+    skipped by ``Run.phase``; before an unfinished one, the roles it does not use are parked:
+    ``place_roles``), then the summary and the report. The grader's workers and the engine's
+    shared resources (an actor pool, a Ray it started) end with the run."""
+    with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader, Engine(cfg.engine) as engine:
+        s = setup(cfg, run, grader, engine)
+        # the roles' random initialisation (LoRA adapters) follows run.seed, not whatever state the
+        # process's generators were left in: a run in a process that ran others draws as a fresh one
+        seed_everything(derive_seed(cfg.run.seed, "roles"))
+        roles = {name: s.role(name) for name in recipe.roles(cfg)}
+        parts = recipe.build(s, roles)
+        for phase, step in recipe.schedule(cfg):
+            if not run.done(phase):
+                place_roles(roles, step.uses)
+            step.run(parts, phase)
+        return finish(s, recipe.summary(parts) if recipe.summary is not None else None)
+
+
+def place_roles(roles: dict[str, Role], uses: tuple[str, ...]) -> None:
+    """Before a phase: the roles it ``uses`` back on their device, every other role but the
+    solver parked in CPU memory (weights too: it will not even sample until a phase uses it).
+    Acts only on a GPU with ``learner.offload_when_idle`` (``Role.offload`` / ``onload``)."""
+    for name, role in roles.items():
+        if name in uses:
+            role.onload()
+        elif name != "solver":
+            role.offload(weights=True)
 
 
 def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -229,11 +263,3 @@ def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     s.run.metrics.close()
     s.run.say(f"[report] {write_report(s.run.path)}")
     return summary
-
-
-def run_tracker_id(run: Run) -> str:
-    """One W&B run per run folder, the same id on every resume (stored in state.json)."""
-    if "tracker_id" not in run.state.data:
-        run.state.data["tracker_id"] = derive_seed(int(run.state.data.get("created", 0) * 1000), str(run.path.name))
-        run.state.save()
-    return f"{run.path.name}-{run.state.data['tracker_id']:08x}"

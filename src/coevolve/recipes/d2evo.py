@@ -1,32 +1,34 @@
 """Recipe ``d2evo``: D²Evo, dual difficulty-aware self-evolution (ICML 2026, arXiv 2605.17037).
 
-Every round t = 1..T, each a resumable phase (``coevolve.run``) with artefacts in ``round_NN/``:
+The paper's four steps of round t = 1..T, as resumable phases (``coevolve.run``) with
+artefacts in ``round_NN/``, declared once in ``RECIPE`` (end of file):
 
-1. ``difficulty`` — the frozen current solver samples N answers per candidate real question
+1. difficulty estimation and anchor mining, two phases:
+   ``difficulty`` — the frozen current solver samples N answers per candidate real question
    (``difficulty.jsonl``: correct count, pass rate, difficulty per question; with
    ``difficulty.estimator=adaptive`` fewer for questions decided early, each row's ``n`` says how
    many — docs/difficulty.md);
-2. ``anchors`` — keep low <= pass rate <= high (or a random draw of the same size: ablation);
-3. ``questioner`` — GRPO of the questioner on anchor prompts, reward format gate × plateau
+   ``anchors`` — keep low <= pass rate <= high (or a random draw of the same size: ablation);
+2. ``questioner`` — GRPO of the questioner on anchor prompts, reward format gate × plateau
    r_diff(x) (or R-Zero's), x = agreement of N_v frozen-solver answers
    (``questioner_generated.jsonl``: every generated question with its x and reward);
-4. ``buffer`` — the updated questioner writes a pool; majority-vote pseudo-labels; keep x in the
-   band; optional label verifier; union with the anchors (``candidates.jsonl``, ``pool.jsonl``,
-   ``buffer.jsonl``);
-5. ``solver`` — GRPO on the buffer with α·acc + (1-α)·format;
-6. ``eval`` — held-out accuracy.
+3. ``buffer`` — the updated questioner writes candidate questions; majority-vote pseudo-labels;
+   keep x in the band; optional label verifier; union with the anchors (``candidates.jsonl``,
+   ``pool.jsonl``, ``buffer.jsonl``);
+4. ``solver`` — GRPO on the buffer with α·acc + (1-α)·format;
 
-Each phase reads its inputs from the previous phases' files (also in an uninterrupted run), so a
-resumed run follows exactly the same path as one that was never killed. ``final/difficulty``
-re-measures the pool with the final solver, for the last histogram.
+then ``eval`` (held-out accuracy; also ``base/eval`` before round 1). Each phase reads its inputs
+from the previous phases' files (also in an uninterrupted run), so a resumed run follows exactly
+the same path as one that was never killed. ``final/difficulty`` re-measures the candidate pool
+with the final solver, for the last histogram.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
-from coevolve.answers import make_grader
 from coevolve.config.d2evo import D2EvoConfig
 from coevolve.curriculum import (
     LabelVerifier,
@@ -41,15 +43,54 @@ from coevolve.curriculum import (
     pass_rate_histogram,
     propose_questions,
     random_anchors,
-    score_writer_batch,
 )
 from coevolve.curriculum.proposals import WriterBatch
-from coevolve.engine import load_sampler
-from coevolve.loop import Observed, RewardFn, Role, labelled_reward
-from coevolve.recipes.common import Setup, eval_due, finish, phase_eval, setup
-from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
-from coevolve.types import Completion, Sampler, Task
-from coevolve.verl.parquet import RewardSpec
+from coevolve.loop import Role
+from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
+from coevolve.recipes.declare import FROZEN_SOLVER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
+from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, derive_seed
+from coevolve.training import Observed, RewardSpec, TrainRequest
+from coevolve.types import Completion, Task
+
+
+POOL_ROWS_IF_UNKNOWN = 12000
+"""``difficulty.pool_size=None`` means every dataset row: the cost model assumes math_train12k's size."""
+
+
+@dataclass
+class D2Evo:
+    """What the phases share: the run's Setup, the solver, the questioner (the solver itself with
+    shared weights; None in the 'w/o Questioner' ablation) and the fixed candidate pool."""
+
+    s: Setup
+    solver: Role
+    questioner: Role | None
+    pool: list[Task]
+    judge_model: Any = None  # buffer.judge_model_path's sampler and prompter, loaded at the first buffer phase
+
+    def judge(self) -> tuple[Any, Any]:
+        """The label verifier's judge and its prompter: the solver, or ``buffer.judge_model_path``
+        loaded once for the run (as DiagEvo keeps its diagnosis model)."""
+        b, s = self.s.cfg.buffer, self.s
+        if b.verifier != "judge" or b.judge_model_path is None:
+            return self.solver.sampler, s.world.prompter
+        if self.judge_model is None:
+            sampler = s.metered(s.engine.load(b.judge_model_path, s.cfg.model.device, s.cfg.model.dtype))
+            self.judge_model = (sampler, s.world.prompter_for(sampler.tokenizer))
+        return self.judge_model
+
+
+def build(s: Setup, roles: dict[str, Role]) -> D2Evo:
+    q, solver = s.cfg.questioner, roles["solver"]
+    questioner = roles.get("questioner", solver) if q.enabled else None
+    pool = s.world.pool(random.Random(derive_seed(s.cfg.run.seed, "pool")), s.cfg.difficulty.pool_size)
+    return D2Evo(s, solver, questioner, pool)
+
+
+def roles(cfg: D2EvoConfig) -> tuple[str, ...]:
+    """The solver, and a questioner of its own in the 'w/o share weight' ablation."""
+    q = cfg.questioner
+    return ("solver", "questioner") if q.enabled and not q.share_weights else ("solver",)
 
 
 def _anchors(s: Setup, t: int) -> list[PassRecord]:
@@ -66,10 +107,12 @@ def _previous_difficulty(s: Setup, phase: Phase) -> dict[str, PassRecord]:
     return {r.task_id: r for r in map(PassRecord.from_dict, rows)}
 
 
-def phase_difficulty(s: Setup, solver: Role, pool: list[Task], phase: Phase) -> PhaseRecord:
-    """Step 1: N samples per candidate question from the frozen current solver (no update);
-    with ``difficulty.estimator=adaptive`` in stages, each question stopping once its band
-    membership is decided (optionally with last round's counts as prior, ``difficulty.carry``)."""
+def phase_difficulty(p: D2Evo, phase: Phase) -> PhaseRecord:
+    """Step 1, difficulty estimation: N samples per candidate question from the frozen current
+    solver (no update); with ``difficulty.estimator=adaptive`` in stages, each question stopping
+    once its band membership is decided (optionally with last round's counts as prior,
+    ``difficulty.carry``)."""
+    s, solver, pool = p.s, p.solver, p.pool
     cfg, d = s.cfg, s.cfg.difficulty
 
     def fn(ctx: PhaseContext) -> PhaseResult:
@@ -87,7 +130,7 @@ def phase_difficulty(s: Setup, solver: Role, pool: list[Task], phase: Phase) -> 
         hist = pass_rate_histogram([r.pass_rate for r in recs])
         mean = sum(r.pass_rate for r in recs) / max(1, len(recs))
         rollouts = sum(r.n for r in recs)
-        ctx.log({"curriculum/pool_size": len(recs), "curriculum/pool_pass_rate": round(mean, 4),
+        ctx.log({"curriculum/pool_size": len(recs), "curriculum/pass_rate_mean": round(mean, 4),
                  **{f"curriculum/hist/{k}": v for k, v in hist.items()}})
         values: dict[str, Any] = {"pool_size": len(recs), "pass_rate_mean": round(mean, 4), "histogram": hist}
         if d.estimator == "fixed":
@@ -106,10 +149,10 @@ def phase_difficulty(s: Setup, solver: Role, pool: list[Task], phase: Phase) -> 
     return s.run.phase(phase, fn)
 
 
-def phase_anchors(s: Setup, t: int) -> PhaseRecord:
-    """Step 2: anchors D_real^mid = the pool's questions in the band (or a random draw of the
-    same size: ablation 'w/ random anchor data')."""
-    d = s.cfg.difficulty
+def phase_anchors(p: D2Evo, phase: Phase) -> PhaseRecord:
+    """Step 1, anchor mining: anchors D_real^mid = the pool's questions in the band (or a random
+    draw of the same size: ablation 'w/ random anchor data')."""
+    s, t, d = p.s, phase.round, p.s.cfg.difficulty
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         rng = random.Random(ctx.seed)
@@ -133,21 +176,7 @@ def phase_anchors(s: Setup, t: int) -> PhaseRecord:
             ctx.say("[anchors] warning: no anchors this round: the questioner is skipped and the buffer holds nothing real")
         return PhaseResult(values)
 
-    return s.run.phase(Phase("anchors", t), fn)
-
-
-def questioner_reward(s: Setup, scorer: Sampler, seed: int) -> RewardFn:
-    """R_comp per generated question, scored by the frozen solver (``score_writer_batch``), with
-    the audit records of ``questioner_audit``."""
-    q, prompter = s.cfg.questioner, s.world.prompter
-
-    def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
-        wb = score_writer_batch(comps, parse=prompter.parse_question, scorer=scorer, prompter=prompter, reward=q.reward,
-                                grader=s.grader, params=s.params(derive_seed(seed, "verify", step)),
-                                batch_prompts=s.cfg.sampling.batch_prompts, rep_tokenizer=s.rep_tokenizer(q.reward))
-        return wb.rewards, questioner_audit(step, tasks, comps, wb)
-
-    return reward
+    return s.run.phase(phase, fn)
 
 
 def questioner_audit(step: int, tasks: list[Task], comps: list[list[Completion]], wb: WriterBatch) -> Observed:
@@ -165,9 +194,11 @@ def questioner_audit(step: int, tasks: list[Task], comps: list[list[Completion]]
     return Observed({**wb.metrics(), "copies": copies}, records, wb.rollouts)
 
 
-def phase_questioner(s: Setup, solver: Role, questioner: Role, t: int) -> PhaseRecord:
+def phase_questioner(p: D2Evo, phase: Phase) -> PhaseRecord:
     """Step 2: questioner GRPO on anchor prompts (anchor question, answer, difficulty)."""
-    cfg, q, prompter = s.cfg, s.cfg.questioner, s.world.prompter
+    s, solver, questioner, t = p.s, p.solver, p.questioner, phase.round
+    assert questioner is not None  # scheduled only with questioner.enabled
+    q, prompter = s.cfg.questioner, s.world.prompter
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         anchors = [r.to_task() for r in _anchors(s, t)]
@@ -177,13 +208,11 @@ def phase_questioner(s: Setup, solver: Role, questioner: Role, t: int) -> PhaseR
                                problem=None if anchors else "no anchors in the band: the questioner was not trained")
         scorer = s.frozen(solver) if questioner is solver and q.frozen_scorer else solver.sampler
         rng = random.Random(ctx.seed)
-        res = s.train(
-            questioner, q, verl_reward=RewardSpec("writer", grader_timeout=cfg.run.grader_timeout),
-            writer=s.writer_phase(solver, q.reward, ctx.seed, "verify", questioner_audit), batches=lambda step: rng.choices(anchors, k=q.prompts_per_step),
+        res = s.train(questioner, TrainRequest(
+            q, "questioner", batches=lambda step: rng.choices(anchors, k=q.prompts_per_step),
             prompt=lambda a: prompter.questioner(a.question, a.answer or "", a.features["difficulty"]),
-            reward=questioner_reward(s, scorer, ctx.seed), params=s.params(ctx.seed, q, "question"), ctx=ctx,
-            ns="questioner", progress=cfg.run.progress,
-            rollouts_file=ctx.dir / "questioner_rollouts.jsonl" if cfg.run.save_rollouts else None)
+            params=s.params(ctx.seed, q, "question"), reward=RewardSpec("writer"),
+            writer=s.writer_scoring(solver, scorer, q.reward, ctx.seed, "verify", questioner_audit)), ctx)
         s.run.write_jsonl(ctx.dir / "questioner_generated.jsonl", res.records)
         ok = [r for r in res.records if r["well_formed"]]
         values = {"reward_mean": round(res.reward_mean, 4), "well_formed": round(len(ok) / max(1, len(res.records)), 4),
@@ -195,22 +224,20 @@ def phase_questioner(s: Setup, solver: Role, questioner: Role, t: int) -> PhaseR
                 f"in band {values['in_band']}")
         return PhaseResult(values, res.rollouts + res.reward_rollouts, s.save(questioner, f"r{t:02d}q"), res.problem)
 
-    return s.run.phase(Phase("questioner", t), fn)
+    return s.run.phase(phase, fn)
 
 
-def _verifier(s: Setup, solver: Role) -> LabelVerifier:
-    b = s.cfg.buffer
-    judge, prompter = solver.sampler, s.world.prompter
-    if b.verifier == "judge" and b.judge_model_path is not None:
-        judge = s.metered(load_sampler(s.cfg.engine, b.judge_model_path, s.cfg.model.device, s.cfg.model.dtype))
-        prompter = s.world.prompter_for(judge.tokenizer)
+def _verifier(p: D2Evo) -> LabelVerifier:
+    s, b = p.s, p.s.cfg.buffer
+    judge, prompter = p.judge()
     return make_verifier(b.verifier, oracle=s.world.oracle, grader=s.grader, judge=judge, prompter=prompter,
                          max_new_tokens=b.judge_max_new_tokens)
 
 
-def phase_buffer(s: Setup, solver: Role, questioner: Role | None, t: int) -> PhaseRecord:
+def phase_buffer(p: D2Evo, phase: Phase) -> PhaseRecord:
     """Step 3: the updated questioner writes questions from anchors; vote, band filter, optional
     verifier (``propose_questions``); D_hybrid = anchors ∪ kept generated questions."""
+    s, solver, questioner, t = p.s, p.solver, p.questioner, phase.round
     cfg, b, prompter = s.cfg, s.cfg.buffer, s.world.prompter
 
     def fn(ctx: PhaseContext) -> PhaseResult:
@@ -220,7 +247,7 @@ def phase_buffer(s: Setup, solver: Role, questioner: Role | None, t: int) -> Pha
         kept, stats, rollouts = [], {}, 0
         if questioner is not None and b.synthesis and b.generate > 0 and anchors:
             chosen = rng.choices(anchors, k=b.generate)
-            verifier = _verifier(s, solver)
+            verifier = _verifier(p)
             pool = propose_questions(
                 questioner.sampler, [prompter.questioner(a.question, a.answer or "", a.features["difficulty"]) for a in chosen],
                 [{"anchor_id": a.id, "anchor": a.question} for a in chosen], prompter=prompter, solver=solver.sampler,
@@ -244,13 +271,14 @@ def phase_buffer(s: Setup, solver: Role, questioner: Role | None, t: int) -> Pha
                 f"pseudo-label acc {stats.get('oracle_acc_kept')})")
         return PhaseResult(values, rollouts)
 
-    return s.run.phase(Phase("buffer", t), fn)
+    return s.run.phase(phase, fn)
 
 
-def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
+def phase_solver(p: D2Evo, phase: Phase) -> PhaseRecord:
     """Step 4: solver GRPO on the hybrid buffer, α·acc + (1-α)·format (label = real answer for
     anchors, pseudo-label for generated questions)."""
-    cfg, sp = s.cfg, s.cfg.solver
+    s, solver, t = p.s, p.solver, phase.round
+    sp = s.cfg.solver
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         rng = random.Random(ctx.seed)
@@ -260,52 +288,64 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
             return PhaseResult({"steps": 0, "reward_mean": None, "buffer": len(buffer)},
                                problem="the hybrid buffer is empty: the solver was not trained" if not buffer else None)
         k = sp.prompts_per_step
-        res = s.train(
-            solver, sp, verl_reward=RewardSpec("solver", sp.alpha, cfg.run.grader_timeout),
-            batches=lambda step: rng.sample(buffer, k) if len(buffer) >= k else rng.choices(buffer, k=k),
-            prompt=lambda x: s.world.prompter.solver(x.question), reward=labelled_reward(sp.alpha, s.grader),
-            params=s.params(ctx.seed, sp), ctx=ctx, ns="solver", progress=cfg.run.progress,
-            rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)
+        res = s.train(solver, TrainRequest(
+            sp, "solver", batches=lambda step: rng.sample(buffer, k) if len(buffer) >= k else rng.choices(buffer, k=k),
+            prompt=lambda x: s.world.prompter.solver(x.question), params=s.params(ctx.seed, sp),
+            reward=RewardSpec("solver", sp.alpha)), ctx)
         ctx.say(f"[solver] round {t}: mean reward {res.reward_mean:.3f} over {res.steps} steps on {len(buffer)} questions")
         return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "updates": res.updates,
                             "buffer": len(buffer)}, res.rollouts, s.save(solver, f"r{t:02d}"), res.problem)
 
-    return s.run.phase(Phase("solver", t), fn)
+    return s.run.phase(phase, fn)
 
 
-def plan(cfg: D2EvoConfig) -> list[Phase]:
-    """The phases ``run`` goes through, in order (kept in state.json; a resume refuses a change)."""
-    phases = [Phase.base("eval")]
-    for t in range(1, cfg.rounds + 1):
-        names = ["difficulty", "anchors", *(["questioner"] if cfg.questioner.enabled else []), "buffer", "solver",
-                 *(["eval"] if eval_due(cfg, t, cfg.rounds) else [])]
-        phases += [Phase(n, t) for n in names]
-    return phases + ([Phase.final("difficulty")] if cfg.difficulty.measure_final else [])
+# -------------------------------------------------------------------------------------- work
+def difficulty_work(cfg: D2EvoConfig, toy: bool) -> Work:
+    d, s = cfg.difficulty, cfg.sampling
+    pool = d.pool_size or cfg.data.limit or POOL_ROWS_IF_UNKNOWN
+    return Work((Rollouts("solver", f"{d.samples} answers x {pool} pool questions", pool * d.samples, s.batch_prompts,
+                          d.samples, "answer", s.max_new_tokens),))
 
 
-def run(cfg: D2EvoConfig, run: Run) -> dict[str, Any]:
-    """Base eval, then ``cfg.rounds`` rounds of difficulty -> anchors -> questioner -> buffer ->
-    solver -> eval, then the final difficulty histogram."""
-    with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
-        s = setup(cfg, run, grader)
-        solver = s.role("solver")
-        questioner = None
-        if cfg.questioner.enabled:
-            questioner = solver if cfg.questioner.share_weights else s.role("questioner")
-        pool = s.world.pool(random.Random(derive_seed(cfg.run.seed, "pool")), cfg.difficulty.pool_size)
-        phase_eval(s, solver, Phase.base("eval"))
-        for t in range(1, cfg.rounds + 1):
-            phase_difficulty(s, solver, pool, Phase("difficulty", t))
-            phase_anchors(s, t)
-            if questioner is not None:
-                questioner.onload()  # a separate questioner's weights were parked after the last buffer phase
-                phase_questioner(s, solver, questioner, t)
-            phase_buffer(s, solver, questioner, t)
-            if questioner is not None and questioner is not solver:
-                questioner.offload(weights=True)  # idle until the next round: the GPU is the solver's
-            phase_solver(s, solver, t)
-            if eval_due(cfg, t, cfg.rounds):
-                phase_eval(s, solver, Phase("eval", t))
-        if cfg.difficulty.measure_final:
-            phase_difficulty(s, solver, pool, Phase.final("difficulty"))
-        return finish(s)
+def _writer_role(cfg: D2EvoConfig) -> str:
+    return "solver" if cfg.questioner.share_weights else "questioner"
+
+
+def questioner_work(cfg: D2EvoConfig, toy: bool) -> Work:
+    q = cfg.questioner
+    scorer = FROZEN_SOLVER if q.share_weights and q.frozen_scorer else "solver"
+    return train_work(_writer_role(cfg), "questioner", q, cfg.sampling, "question", "questions",
+                      scored_by(scorer, q, cfg.sampling, q.reward.samples))
+
+
+def buffer_work(cfg: D2EvoConfig, toy: bool) -> Work:
+    q, b, s = cfg.questioner, cfg.buffer, cfg.sampling
+    if not (q.enabled and b.synthesis and b.generate > 0):
+        return Work()
+    return Work((Rollouts(_writer_role(cfg), "questions", b.generate, s.batch_prompts, 1, "question", phase_cap(q, s)),
+                 Rollouts("solver", f"{b.voting.samples} votes per question", b.generate * b.voting.samples,
+                          s.batch_prompts, b.voting.samples, "answer", s.max_new_tokens)))
+
+
+def solver_work(cfg: D2EvoConfig, toy: bool) -> Work:
+    return train_work("solver", "solver", cfg.solver, cfg.sampling, "answer", "answers")
+
+
+RECIPE = Recipe(
+    "d2evo",
+    roles=roles,
+    build=build,
+    needs_labels=True,
+    steps=(
+        BASE_EVAL,
+        Step("difficulty", phase_difficulty, work=difficulty_work),
+        Step("anchors", phase_anchors),
+        Step("questioner", phase_questioner, when=lambda cfg, ph: cfg.questioner.enabled, uses=("questioner",),
+             work=questioner_work),
+        Step("buffer", phase_buffer, uses=("questioner",), work=buffer_work),
+        Step("solver", phase_solver, work=solver_work),
+        ROUND_EVAL,
+        Step("difficulty", phase_difficulty, stage="final", when=lambda cfg, ph: cfg.difficulty.measure_final,
+             work=difficulty_work),
+    ),
+)

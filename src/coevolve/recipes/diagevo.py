@@ -3,9 +3,10 @@ Label-free: no labelled data enters training; labels exist only for evaluation a
 world has an oracle (the toy world), for measuring pseudo-label accuracy and target hits.
 
 Two separate models, one frozen while the other trains: the challenger writes questions, the
-solver answers them. Every round t = 1..rounds runs five resumable phases (``coevolve.run``):
+solver answers them. Every round t = 1..rounds runs the paper's four stages and an evaluation as
+resumable phases (``coevolve.run``), declared once in ``RECIPE`` (end of file):
 
-1. ``TT/challenger`` — plans from the memory of round t-1 (explore with prob ε, else an Active
+1. ``TT/challenger`` — targets from the memory of round t-1 (explore with prob ε, else an Active
    cause e ~ p(e) = f(e)/F_t, stitched with a Mastered sibling); the frozen solver answers every
    generated question N_v times; GRPO on the challenger with the plateau reward on p1 (or R-Zero's).
 2. ``TT/pool`` — the updated challenger writes the candidate pool; N construction answers per
@@ -25,26 +26,24 @@ from __future__ import annotations
 
 import functools
 import random
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from coevolve.answers import make_grader
 from coevolve.config.diagevo import DiagEvoConfig
-from coevolve.curriculum import label_questions, parse_yes_no, propose_questions, score_writer_batch
+from coevolve.curriculum import label_questions, parse_yes_no, propose_questions
 from coevolve.curriculum.proposals import WriterBatch
-from coevolve.engine import load_sampler
-from coevolve.loop import Observed, RewardFn, Role, ShuffledPasses
-from coevolve.memory.cli import MEMORY_FILE
+from coevolve.loop import Role, ShuffledPasses
 from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, clip_middle
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
-from coevolve.memory.store import ErrorMemory
-from coevolve.recipes.common import Setup, eval_due, finish, phase_eval, setup
-from coevolve.rewards import signed_match_rewards
+from coevolve.memory.store import MEMORY_FILE, ErrorMemory
+from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
+from coevolve.recipes.declare import Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.errors import RunStateError
-from coevolve.types import AnswerGrader, Completion, SamplingParams, Task
-from coevolve.verl.parquet import RewardSpec
+from coevolve.training import Observed, RewardSpec, TrainRequest
+from coevolve.types import Completion, SamplingParams, Task
 
 
 def load_memory(run: Run, t: int) -> ErrorMemory:
@@ -88,7 +87,7 @@ class Diagnosis:
         d, s = self.s.cfg.diagnoser, self.s
         if d.model_path is None:
             return self.solver.sampler, s.world.prompter
-        sampler = s.metered(load_sampler(s.cfg.engine, d.model_path, s.cfg.model.device, s.cfg.model.dtype))
+        sampler = s.metered(s.engine.load(d.model_path, s.cfg.model.device, s.cfg.model.dtype))
         return sampler, s.world.prompter_for(sampler.tokenizer)
 
     @functools.cached_property
@@ -118,22 +117,6 @@ def _epsilon(cfg: DiagEvoConfig, mem: ErrorMemory) -> float:
     return {"mixed": mem.epsilon(cfg.memory.k), "explore_only": 1.0, "targeted_only": 0.0}[cfg.memory.schedule]
 
 
-def challenger_reward(s: Setup, solver: Role, mem: ErrorMemory, seed: int) -> RewardFn:
-    """The writer reward on the frozen solver's p1 (``score_writer_batch``), with the records of
-    ``challenger_audit``."""
-    ch, prompter = s.cfg.challenger, s.world.prompter
-    audit = challenger_audit(s, mem)
-
-    def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
-        wb = score_writer_batch(comps, parse=prompter.parse_question, scorer=solver.sampler, prompter=prompter,
-                                reward=ch.reward, grader=s.grader,
-                                params=s.params(derive_seed(seed, "solve", step)),
-                                batch_prompts=s.cfg.sampling.batch_prompts, rep_tokenizer=s.rep_tokenizer(ch.reward))
-        return wb.rewards, audit(step, tasks, comps, wb)
-
-    return reward
-
-
 def challenger_audit(s: Setup, mem: ErrorMemory) -> Callable[[int, list[Task], list[list[Completion]], WriterBatch], Observed]:
     """Per question whether it exercises the cause it was targeted at (where the world can tell),
     and the batch figures; shared by both backends (verl rebuilds ``wb`` from its dumps)."""
@@ -141,21 +124,38 @@ def challenger_audit(s: Setup, mem: ErrorMemory) -> Callable[[int, list[Task], l
     def audit(step: int, tasks: list[Task], comps: list[list[Completion]], wb: WriterBatch) -> Observed:
         records = []
         for task, qs, xs, rs in zip(tasks, wb.questions, wb.x, wb.rewards):
-            plan = task.features["plan"]
+            target = task.features["target"]
             for q, x, r in zip(qs, xs, rs):
-                shows = s.world.shows_causes(q, [mem.causes[c] for c in plan["cause_ids"]]) if q and plan["cause_ids"] else None
-                records.append({"mode": plan["mode"], "cause_ids": plan["cause_ids"], "question": q, "p1": x,
+                shows = (s.world.shows_causes(q, [mem.causes[c] for c in target["cause_ids"]])
+                         if q and target["cause_ids"] else None)
+                records.append({"mode": target["mode"], "cause_ids": target["cause_ids"], "question": q, "p1": x,
                                 "reward": r, "shows_target": shows})
         hits = [float(r["shows_target"][0]) for r in records if r["shows_target"] is not None]
-        extra = {"targeted_share": _mean([float(bool(t.features["plan"]["cause_ids"])) for t in tasks]) or 0.0,
+        extra = {"targeted_share": _mean([float(bool(t.features["target"]["cause_ids"])) for t in tasks]) or 0.0,
                  **({"target_hit_rate": _mean(hits)} if hits else {})}
         return Observed({**wb.metrics(), **extra}, records, wb.rollouts)
 
     return audit
 
 
-def phase_challenger(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseRecord:
+@dataclass
+class DiagEvo:
+    """What the phases share: the run's Setup, the solver, the challenger and the diagnosis
+    model (built on first use)."""
+
+    s: Setup
+    solver: Role
+    challenger: Role
+    diag: Diagnosis
+
+
+def build(s: Setup, roles: dict[str, Role]) -> DiagEvo:
+    return DiagEvo(s, roles["solver"], roles["challenger"], Diagnosis(s, roles["solver"]))
+
+
+def phase_challenger(p: DiagEvo, phase: Phase) -> PhaseRecord:
     """Stage 1: challenger GRPO against the frozen solver (skipped when challenger.frozen)."""
+    s, challenger, solver, t = p.s, p.challenger, p.solver, phase.round
     cfg, ch = s.cfg, s.cfg.challenger
 
     def fn(ctx: PhaseContext) -> PhaseResult:
@@ -167,15 +167,15 @@ def phase_challenger(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseR
         rng = np.random.default_rng(ctx.seed)
 
         def batches(step: int) -> list[Task]:
-            plans = mem.sample_plan(rng, ch.prompts_per_step, cfg.memory.stitching, cfg.memory.schedule, cfg.memory.k)
+            targets = mem.sample_targets(rng, ch.prompts_per_step, cfg.memory.stitching, cfg.memory.schedule,
+                                         cfg.memory.k)
             return [Task(f"r{t:02d}-ch{step:03d}-{i:03d}", s.world.prompter.challenger(p.cause_texts),
-                         features={"plan": p.to_dict()}) for i, p in enumerate(plans)]
+                         features={"target": p.to_dict()}) for i, p in enumerate(targets)]
 
-        res = s.train(challenger, ch, verl_reward=RewardSpec("writer", grader_timeout=cfg.run.grader_timeout),
-                      writer=s.writer_phase(solver, ch.reward, ctx.seed, "solve", challenger_audit(s, mem)), batches=batches, prompt=lambda task: task.question,
-                         reward=challenger_reward(s, solver, mem, ctx.seed), params=s.params(ctx.seed, ch, "question"),
-                         ctx=ctx, ns="challenger", progress=cfg.run.progress,
-                         rollouts_file=ctx.dir / "challenger_rollouts.jsonl" if cfg.run.save_rollouts else None)
+        res = s.train(challenger, TrainRequest(
+            ch, "challenger", batches=batches, prompt=lambda task: task.question,
+            params=s.params(ctx.seed, ch, "question"), reward=RewardSpec("writer"),
+            writer=s.writer_scoring(solver, solver.sampler, ch.reward, ctx.seed, "solve", challenger_audit(s, mem))), ctx)
         s.run.write_jsonl(ctx.dir / "challenger_questions.jsonl", res.records)
         hits = [float(r["shows_target"][0]) for r in res.records if r["shows_target"] is not None]
         values = {"reward_mean": round(res.reward_mean, 4), "epsilon": round(eps, 4),
@@ -186,21 +186,22 @@ def phase_challenger(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseR
                 + (f", target hit {values['target_hit_rate']:.2f}" if hits else ""))
         return PhaseResult(values, res.rollouts + res.reward_rollouts, s.save(challenger, f"r{t:02d}"), res.problem)
 
-    return s.run.phase(Phase("challenger", t), fn)
+    return s.run.phase(phase, fn)
 
 
-def phase_pool(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseRecord:
-    """Stage 2: the challenger writes the candidate pool from memory plans; N construction
+def phase_pool(p: DiagEvo, phase: Phase) -> PhaseRecord:
+    """Stage 2: the challenger writes the candidate pool aimed at the memory's targets; N construction
     answers vote ŷ, p1, p2; the dual-confidence filter keeps the training set."""
+    s, challenger, solver, t = p.s, p.challenger, p.solver, phase.round
     cfg, pc = s.cfg, s.cfg.pool
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         mem = load_memory(s.run, t - 1)
-        plans = mem.sample_plan(np.random.default_rng(ctx.seed), pc.size, cfg.memory.stitching, cfg.memory.schedule,
-                                cfg.memory.k)
+        targets = mem.sample_targets(np.random.default_rng(ctx.seed), pc.size, cfg.memory.stitching,
+                                     cfg.memory.schedule, cfg.memory.k)
         pool = propose_questions(
-            challenger.sampler, [s.world.prompter.challenger(p.cause_texts) for p in plans],
-            [{"mode": p.mode, "cause_ids": p.cause_ids, "round": t} for p in plans], prompter=s.world.prompter,
+            challenger.sampler, [s.world.prompter.challenger(p.cause_texts) for p in targets],
+            [{"mode": p.mode, "cause_ids": p.cause_ids, "round": t} for p in targets], prompter=s.world.prompter,
             solver=solver.sampler, voting=pc.voting, grader=s.grader,
             write_params=s.params(derive_seed(ctx.seed, "write"), cfg.challenger, "question"),
             vote_params=s.params(derive_seed(ctx.seed, "construct")),
@@ -214,46 +215,21 @@ def phase_pool(s: Setup, challenger: Role, solver: Role, t: int) -> PhaseRecord:
         s.run.write_jsonl(ctx.dir / "kept.jsonl", [r for r in pool.rows() if r["kept"]])
         hits = [float(v.meta["shows_target"][0]) for v in pool.votes if v.meta["shows_target"] is not None]
         values = {**{k: v for k, v in pool.stats().items() if k != "rollouts"},
-                  "targeted_share": round(_mean([float(bool(p.cause_ids)) for p in plans]) or 0.0, 4),
+                  "targeted_share": round(_mean([float(bool(p.cause_ids)) for p in targets]) or 0.0, 4),
                   "target_hit_rate": None if not hits else round(_mean(hits) or 0.0, 4)}
         ctx.log({f"curriculum/{k}": v for k, v in values.items() if isinstance(v, (int, float))})
-        ctx.say(f"[pool] {len(plans)} prompts -> {values['labelled']} candidates -> kept {values['kept']} "
+        ctx.say(f"[pool] {len(targets)} prompts -> {values['labelled']} candidates -> kept {values['kept']} "
                 f"({pc.voting.filter}); oracle agreement none/absolute/dual: "
                 + "/".join(_fmt(values[f"oracle_acc_{m}"]) for m in ("none", "absolute", "dual")))
         return PhaseResult(values, pool.rollouts)
 
-    return s.run.phase(Phase("pool", t), fn)
+    return s.run.phase(phase, fn)
 
 
-def match_reward(grader: AnswerGrader) -> RewardFn:
-    """DiagEvo solver reward: +1 when the answer matches the pseudo-label ŷ, else -1; records the
-    G responses and their matches per question (the diagnosis input) and, where the world knows
-    the truth, how often the responses are actually correct."""
-
-    def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
-        texts = [[c.text for c in g] for g in comps]
-        match = grader.grade_batch([t.answer or "" for t, g in zip(tasks, texts) for _ in g], [x for g in texts for x in g])
-        with_oracle = [(t, g) for t, g in zip(tasks, texts) if t.features.get("oracle") is not None]
-        truth = grader.grade_batch([t.features["oracle"] for t, g in with_oracle for _ in g],
-                                   [x for _, g in with_oracle for x in g])
-        rewards, records, i = [], [], 0
-        for task, g in zip(tasks, texts):
-            m = [bool(v) for v in match[i : i + len(g)]]
-            i += len(g)
-            rewards.append(signed_match_rewards(m)[0])
-            records.append({"id": task.id, "question": task.question, "label": task.answer,
-                            "targets": task.features["targets"], "responses": g, "matches": m})
-        metrics = {"match_rate": _mean([float(v) for v in match]) or 0.0}
-        if truth:
-            metrics["oracle_acc"] = _mean([float(v) for v in truth]) or 0.0
-        return rewards, Observed(metrics, records)
-
-    return reward
-
-
-def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
+def phase_solver(p: DiagEvo, phase: Phase) -> PhaseRecord:
     """Stage 3: solver GRPO on the kept questions in shuffled passes (reward ±1 for ŷ)."""
-    cfg, sc = s.cfg, s.cfg.solver
+    s, solver, t = p.s, p.solver, phase.round
+    sc = s.cfg.solver
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         tasks = [Task(r["id"], r["question"], r["label"], "generated",
@@ -265,11 +241,10 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
             return PhaseResult({"skipped": True},
                                problem="the filter kept no question: the solver was not trained" if not tasks else None)
         passes = ShuffledPasses(tasks, random.Random(ctx.seed))
-        res = s.train(solver, sc, verl_reward=RewardSpec("match", grader_timeout=cfg.run.grader_timeout),
-                      batches=lambda step: passes.take(min(sc.prompts_per_step, len(tasks))),
-                         prompt=lambda task: s.world.prompter.solver(task.question), reward=match_reward(s.grader),
-                         params=s.params(ctx.seed, sc), ctx=ctx, ns="solver", progress=cfg.run.progress,
-                         rollouts_file=ctx.dir / "solver_rollouts.jsonl" if cfg.run.save_rollouts else None)
+        res = s.train(solver, TrainRequest(
+            sc, "solver", batches=lambda step: passes.take(min(sc.prompts_per_step, len(tasks))),
+            prompt=lambda task: s.world.prompter.solver(task.question), params=s.params(ctx.seed, sc),
+            reward=RewardSpec("match")), ctx)
         first: dict[str, dict[str, Any]] = {}
         for r in res.records:  # the G fresh responses of a question's first batch feed the diagnosis
             first.setdefault(r["id"], {k: v for k, v in r.items() if k != "step"})
@@ -278,7 +253,7 @@ def phase_solver(s: Setup, solver: Role, t: int) -> PhaseRecord:
         return PhaseResult({"reward_mean": round(res.reward_mean, 4), "questions_trained": len(first), "updates": res.updates},
                            res.rollouts, s.save(solver, f"r{t:02d}"), res.problem)
 
-    return s.run.phase(Phase("solver", t), fn)
+    return s.run.phase(phase, fn)
 
 
 def remeasure_targeted(s: Setup, solver: Role, ctx: PhaseContext, pool_rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -308,8 +283,9 @@ def _promotion_stats(rows: list[dict[str, Any]], remeasured: dict[str, float] | 
     return out
 
 
-def phase_memory(s: Setup, solver: Role, diag: Diagnosis, t: int) -> PhaseRecord:
+def phase_memory(p: DiagEvo, phase: Phase) -> PhaseRecord:
     """Stage 4: diagnose (r-, r+) pairs, file causes, promote, merge; save ``memory.json``."""
+    s, solver, diag, t = p.s, p.solver, p.diag, phase.round
     cfg, m = s.cfg, s.cfg.memory
 
     def fn(ctx: PhaseContext) -> PhaseResult:
@@ -345,37 +321,71 @@ def phase_memory(s: Setup, solver: Role, diag: Diagnosis, t: int) -> PhaseRecord
         return PhaseResult({**stats, "promoted_ids": ",".join(res.promoted), "reactivated_ids": ",".join(res.reactivated)},
                            rollouts)
 
-    return s.run.phase(Phase("memory", t), fn)
+    return s.run.phase(phase, fn)
 
 
-def plan(cfg: DiagEvoConfig) -> list[Phase]:
-    """The phases ``run`` goes through, in order (kept in state.json; a resume refuses a change)."""
-    phases = [Phase.base("eval")]
-    for t in range(1, cfg.rounds + 1):
-        phases += [Phase(n, t) for n in ("challenger", "pool", "solver", "memory",
-                                          *(["eval"] if eval_due(cfg, t, cfg.rounds) else []))]
-    return phases
+def final_memory(p: DiagEvo) -> dict[str, Any]:
+    """The memory after the last round, copied to the run folder's ``memory.json``, and its
+    figures for summary.json."""
+    cfg = p.s.cfg
+    final = load_memory(p.s.run, cfg.rounds)
+    p.s.run.write_json("memory.json", final.to_dict())
+    return {"memory": final.stats(cfg.memory.k)}
 
 
-def run(cfg: DiagEvoConfig, run: Run) -> dict[str, Any]:
-    """Base eval, then ``cfg.rounds`` rounds of challenger -> pool -> solver -> memory -> eval."""
-    with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader:
-        s = setup(cfg, run, grader)
-        solver, challenger = s.role("solver"), s.role("challenger")
-        diag = Diagnosis(s, solver)
-        phase_eval(s, solver, Phase.base("eval"))
-        for t in range(1, cfg.rounds + 1):
-            challenger.onload()  # writes questions in stages 1-2 (parked in CPU memory since the last round)
-            phase_challenger(s, challenger, solver, t)
-            phase_pool(s, challenger, solver, t)
-            challenger.offload(weights=True)  # idle until the next round: the GPU is the solver's
-            phase_solver(s, solver, t)
-            phase_memory(s, solver, diag, t)
-            if eval_due(cfg, t, cfg.rounds):
-                phase_eval(s, solver, Phase("eval", t))
-        final = load_memory(run, cfg.rounds)
-        run.write_json("memory.json", final.to_dict())
-        return finish(s, {"memory": final.stats(cfg.memory.k)})
+# -------------------------------------------------------------------------------------- work
+KEPT_FRACTION = 0.3
+"""The cost model's assumed share of the candidate pool that passes the dual filter (it drives
+the diagnoses)."""
 
 
-__all__ = ["run", "plan", "load_memory"]
+def challenger_work(cfg: DiagEvoConfig, toy: bool) -> Work:
+    ch = cfg.challenger
+    if ch.frozen:
+        return Work()
+    return train_work("challenger", "challenger", ch, cfg.sampling, "question", "questions",
+                      scored_by("solver", ch, cfg.sampling, ch.reward.samples))
+
+
+def pool_work(cfg: DiagEvoConfig, toy: bool) -> Work:
+    pc, s = cfg.pool, cfg.sampling
+    return Work((Rollouts("challenger", "candidate questions", pc.size, s.batch_prompts, 1, "question",
+                          phase_cap(cfg.challenger, s)),
+                 Rollouts("solver", f"{pc.voting.samples} construction answers", pc.size * pc.voting.samples,
+                          s.batch_prompts, pc.voting.samples, "answer", s.max_new_tokens)))
+
+
+def solver_work(cfg: DiagEvoConfig, toy: bool) -> Work:
+    return train_work("solver", "solver", cfg.solver, cfg.sampling, "answer", "answers")
+
+
+def memory_work(cfg: DiagEvoConfig, toy: bool) -> Work:
+    mem, dg, pc, s = cfg.memory, cfg.diagnoser, cfg.pool, cfg.sampling
+    if not mem.enabled:
+        return Work()
+    kept = max(1, int(pc.size * KEPT_FRACTION))
+    llm = dg.kind == "llm" or (dg.kind == "auto" and not toy)
+    gens = [Rollouts("solver", "diagnoses", kept, s.batch_prompts, 1, "diagnosis", dg.max_new_tokens)] if llm else []
+    if mem.promotion_p1 == "updated":
+        gens.append(Rollouts("solver", "promotion re-measure", kept * pc.voting.samples, s.batch_prompts,
+                             pc.voting.samples, "answer", s.max_new_tokens))
+    return Work(tuple(gens), note=f"~{kept} kept questions assumed ({KEPT_FRACTION:.0%} of the pool)")
+
+
+RECIPE = Recipe(
+    "diagevo",
+    roles=lambda cfg: ("solver", "challenger"),
+    build=build,
+    summary=final_memory,
+    steps=(
+        BASE_EVAL,
+        Step("challenger", phase_challenger, uses=("challenger",), work=challenger_work),
+        Step("pool", phase_pool, uses=("challenger",), work=pool_work),
+        Step("solver", phase_solver, work=solver_work),
+        Step("memory", phase_memory, work=memory_work),
+        ROUND_EVAL,
+    ),
+)
+
+
+__all__ = ["RECIPE", "load_memory"]

@@ -17,7 +17,7 @@ independent of it. Design choices and why:
   device-to-host copy when the masters live in CPU memory);
 - non-finite loss or gradients raise ``NonFiniteLossError`` before any weight is touched.
 
-Memory for 4B-8B models on one GPU (issue 10; ``coevolve plan`` estimates every term):
+Memory for 4B-8B models on one GPU (``coevolve plan`` estimates every term):
 activation checkpointing (non-reentrant, works with LoRA; auto-on from 0.5B parameters),
 token-budget micro-batches (``max_tokens_per_micro_batch``: rows sorted by length, packed
 fully left-padded so a micro-batch costs rows x its longest row), chunked log-probs and entropy

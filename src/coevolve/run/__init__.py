@@ -156,9 +156,10 @@ class Run:
                 tmp.unlink(missing_ok=True)
         return run
 
-    def bind(self, *, seed: int, keep_checkpoints: int, say: Say = say) -> "Run":
-        """Bind the run's master seed, checkpoint budget and printer (from its config)."""
-        self.seed, self.keep_checkpoints, self.say = seed, keep_checkpoints, say
+    def bind(self, *, seed: int, keep_checkpoints: int, say: Say = say, resume_only: tuple[str, ...] = ()) -> "Run":
+        """Bind the run's master seed, checkpoint budget, printer and the checkpoint files only a
+        role's newest checkpoint keeps (from its config; ``recipes.open_run``)."""
+        self.seed, self.keep_checkpoints, self.say, self.resume_only = seed, keep_checkpoints, say, resume_only
         return self
 
     # -- phases ------------------------------------------------------------------------------
@@ -234,9 +235,18 @@ def compute_metrics(records: list[PhaseRecord]) -> dict[str, int]:
             for k, v in c.to_dict().items()}
 
 
+def read_recipe(path: Path) -> str:
+    """The recipe of the run in folder ``path``, read without opening the run (no lock taken,
+    nothing written); ``RunStateError`` when ``path`` holds no run."""
+    path = Path(path)
+    if not (path / STATE_FILE).is_file() or not (path / CONFIG_FILE).is_file():
+        raise RunStateError(f"{path} is not a coevolve run folder (no {STATE_FILE} / {CONFIG_FILE})")
+    return PhaseState.load(path / STATE_FILE).recipe
+
+
 def default_run_path(root: str | Path, recipe: str, name: str | None) -> Path:
     return Path(root) / (name or f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 __all__ = ["CONFIG_FILE", "Compute", "ComputeMeter", "METRICS_FILE", "STATE_FILE", "SUMMARY_FILE", "Phase", "PhaseContext", "PhaseRecord",
-           "PhaseResult", "PhaseState", "Run", "default_run_path", "derive_seed", "say", "seed_everything"]
+           "PhaseResult", "PhaseState", "Run", "default_run_path", "derive_seed", "read_recipe", "say", "seed_everything"]

@@ -31,11 +31,6 @@ from coevolve.errors import RunStateError
 
 LOCK_FILE = "run.lock"
 
-# Locks this process holds: resolved folder -> (open file descriptor, depth). A process that
-# already holds a folder's lock may enter it again (the CLI creates the folder, then executes).
-_held: dict[Path, list[int]] = {}
-
-
 class RunLockedError(RunStateError):
     """Another live process is writing the run folder."""
 
@@ -64,21 +59,15 @@ def holder(path: Path) -> str:
 @contextlib.contextmanager
 def run_lock(path: str | Path, *, create: bool = False) -> Iterator[None]:
     """Hold the one-writer lock of run folder ``path`` (made first with ``create``) inside the
-    ``with`` block; raise ``RunLockedError`` naming the holder when another live process has it."""
+    ``with`` block; raise ``RunLockedError`` naming the holder when another process has it. Not
+    re-entrant: a run is opened once (``recipes.open_run``), so a second lock of the same folder,
+    even by the same process, is refused."""
     path = Path(path)
     check_run_dir(path)
     if create:
         path.mkdir(parents=True, exist_ok=True)
     elif not path.is_dir():
         raise RunStateError(f"{path} is not a coevolve run folder (it does not exist)")
-    key = path.resolve()
-    if key in _held:
-        _held[key][1] += 1
-        try:
-            yield
-        finally:
-            _held[key][1] -= 1
-        return
     fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -92,10 +81,8 @@ def run_lock(path: str | Path, *, create: bool = False) -> Iterator[None]:
         with contextlib.suppress(OSError):  # the holder's name is a courtesy; a full disk must not stop the run
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
-        _held[key] = [fd, 1]
         yield
     finally:
-        _held.pop(key, None)
         os.close(fd)  # releases the flock; the file stays (removing it would let a third process lock a new inode)
 
 

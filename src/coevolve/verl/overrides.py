@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.errors import ConfigError
+from coevolve.schema import vllm_share
 
 DUAL_CLIP_OFF = 1e9
 """``clip_ratio_c`` that never binds: the local learner has no dual clip (verl's default is 3)."""
@@ -55,16 +56,18 @@ def default_commands(verl: Any) -> tuple[list[str], list[str]]:
     return main, merger
 
 
-def phase_overrides(*, phase: Any, learner: Any, verl: Any, temperature: float, top_p: float, top_k: int,
+def phase_overrides(*, phase: Any, learner: Any, verl: Any, engine: Any, temperature: float, top_p: float, top_k: int,
                     max_new_tokens: int, max_prompt_tokens: int, paths: PhasePaths, experiment: str,
                     seed: int) -> list[str]:
     """``key=value`` overrides of ``main_ppo`` for one GRPO phase.
 
     ``phase`` is the ``GRPOPhase`` (steps, prompts_per_step, group_size), ``learner`` the run's
-    ``LearnerConfig``, ``verl`` its ``VerlBackendConfig``; decoding values are the phase's
-    resolved ones (``loop.sampling_params``); ``seed`` seeds verl's rollout engine (the phase's
-    ``derive_seed(ctx.seed, "rollout")``, so a rerun of the phase draws the same). One optimiser step per rollout batch
-    (``ppo_mini_batch_size = train_batch_size``) times ``epochs_per_batch``, as the local learner."""
+    ``LearnerConfig``, ``verl`` its ``VerlBackendConfig``, ``engine`` its ``EngineConfig`` (the
+    rollout engines' tensor parallelism and GPU share, the run's Ray cluster); decoding values
+    are the phase's resolved ones (``loop.sampling_params``); ``seed`` seeds verl's rollout
+    engine (the phase's ``derive_seed(ctx.seed, "rollout")``, so a rerun of the phase draws the
+    same). One optimiser step per rollout batch (``ppo_mini_batch_size = train_batch_size``)
+    times ``epochs_per_batch``, as the local learner."""
     if learner.lora:
         raise ConfigError("backend=verl: learner.lora is not mapped to verl yet (use backend=local, or set verl's "
                           "actor_rollout_ref.model.lora_rank in backend.verl.extra_overrides)")
@@ -73,10 +76,27 @@ def phase_overrides(*, phase: Any, learner: Any, verl: Any, temperature: float, 
         raise ConfigError(f"backend=verl: prompts_per_step x group_size = {phase.prompts_per_step * phase.group_size} "
                           f"rollouts per step must divide over the {world} GPUs of backend.verl.nnodes x n_gpus_per_node")
     micro = max(1, min(learner.micro_batch_size, phase.prompts_per_step * phase.group_size // world))
-    kv: list[tuple[str, Any]] = [
-        ("algorithm.adv_estimator", "grpo"),
-        ("algorithm.norm_adv_by_std_in_grpo", learner.scale_std),
-        ("algorithm.use_kl_in_reward", False),
+    kv = [("algorithm.adv_estimator", "grpo"), ("algorithm.norm_adv_by_std_in_grpo", learner.scale_std),
+          ("algorithm.use_kl_in_reward", False),
+          *_data(phase, paths, max_prompt_tokens, max_new_tokens), *_actor(phase, learner, paths, micro),
+          *_rollout(phase, verl, engine, temperature, top_p, top_k, seed, micro),
+          ("reward.custom_reward_function.path", str(paths.reward_module)),
+          ("reward.custom_reward_function.name", REWARD_FN_NAME),
+          *_trainer(phase, verl, paths, experiment)]
+    if learner.gradient_checkpointing is not None:  # None = coevolve's auto; verl's default is on
+        kv.append(("actor_rollout_ref.model.enable_gradient_checkpointing", learner.gradient_checkpointing))
+    if learner.max_tokens_per_micro_batch:  # micro-batches by tokens (verl: dynamic batch size; rollout / ref follow)
+        kv += [("actor_rollout_ref.actor.use_dynamic_bsz", True),
+               ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", learner.max_tokens_per_micro_batch)]
+    address = getattr(getattr(engine, "ray", None), "address", None)
+    if address:  # the run's Ray cluster (engine.ray.address): verl's job joins it too
+        kv.append(("+ray_kwargs.ray_init.address", address))
+    return [f"{k}={_fmt(v)}" for k, v in kv] + list(verl.extra_overrides)
+
+
+def _data(phase: Any, paths: PhasePaths, max_prompt_tokens: int, max_new_tokens: int) -> list[tuple[str, Any]]:
+    """The phase's rows in order (no shuffle), one step = ``prompts_per_step`` rows."""
+    return [
         ("data.train_files", str(paths.train_file)),
         ("data.val_files", str(paths.train_file)),
         ("data.train_batch_size", phase.prompts_per_step),
@@ -85,6 +105,13 @@ def phase_overrides(*, phase: Any, learner: Any, verl: Any, temperature: float, 
         ("data.shuffle", False),
         ("data.filter_overlong_prompts", False),
         ("data.truncation", "error"),
+    ]
+
+
+def _actor(phase: Any, learner: Any, paths: PhasePaths, micro: int) -> list[tuple[str, Any]]:
+    """The local learner's optimiser and loss, as verl's actor: token-mean, asymmetric clip, no
+    dual clip, KL as a loss term only when ``learner.beta_kl > 0``."""
+    return [
         ("actor_rollout_ref.model.path", str(paths.model)),
         ("actor_rollout_ref.actor.optim.lr", learner.lr),
         ("actor_rollout_ref.actor.optim.weight_decay", learner.weight_decay),
@@ -101,18 +128,31 @@ def phase_overrides(*, phase: Any, learner: Any, verl: Any, temperature: float, 
         ("actor_rollout_ref.actor.ppo_mini_batch_size", phase.prompts_per_step),
         ("actor_rollout_ref.actor.ppo_epochs", learner.epochs_per_batch),
         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", micro),
+    ]
+
+
+def _rollout(phase: Any, verl: Any, engine: Any, temperature: float, top_p: float, top_k: int, seed: int,
+             micro: int) -> list[tuple[str, Any]]:
+    """The phase's decoding, group size and seed; the rollout engines' tensor parallelism and GPU
+    share are the run's engine settings (``engine.tensor_parallel_size``, ``vllm_share``)."""
+    return [
         ("actor_rollout_ref.rollout.name", verl.rollout),
         ("actor_rollout_ref.rollout.n", phase.group_size),
         ("actor_rollout_ref.rollout.temperature", temperature),
         ("actor_rollout_ref.rollout.top_p", top_p),
         ("actor_rollout_ref.rollout.top_k", top_k if top_k > 0 else -1),
-        ("actor_rollout_ref.rollout.tensor_model_parallel_size", verl.tensor_parallel_size),
-        ("actor_rollout_ref.rollout.gpu_memory_utilization", verl.gpu_memory_utilization),
+        ("actor_rollout_ref.rollout.tensor_model_parallel_size", int(getattr(engine, "tensor_parallel_size", 1))),
+        ("actor_rollout_ref.rollout.gpu_memory_utilization", vllm_share(engine, "verl")),
         ("actor_rollout_ref.rollout.seed", seed),
         ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", micro),
         ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", micro),
-        ("reward.custom_reward_function.path", str(paths.reward_module)),
-        ("reward.custom_reward_function.name", REWARD_FN_NAME),
+    ]
+
+
+def _trainer(phase: Any, verl: Any, paths: PhasePaths, experiment: str) -> list[tuple[str, Any]]:
+    """One epoch of ``phase.steps`` steps on ``nnodes x n_gpus_per_node``, one checkpoint at the end,
+    rollouts dumped per step, no validation, no resume of an earlier job."""
+    return [
         ("trainer.total_epochs", 1),
         ("trainer.total_training_steps", phase.steps),
         ("trainer.nnodes", verl.nnodes),
@@ -127,11 +167,3 @@ def phase_overrides(*, phase: Any, learner: Any, verl: Any, temperature: float, 
         ("trainer.project_name", "coevolve"),
         ("trainer.experiment_name", experiment),
     ]
-    if learner.gradient_checkpointing is not None:  # None = coevolve's auto; verl's default is on
-        kv.append(("actor_rollout_ref.model.enable_gradient_checkpointing", learner.gradient_checkpointing))
-    if learner.max_tokens_per_micro_batch:  # micro-batches by tokens (verl: dynamic batch size; rollout / ref follow)
-        kv += [("actor_rollout_ref.actor.use_dynamic_bsz", True),
-               ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", learner.max_tokens_per_micro_batch)]
-    if verl.ray_address:
-        kv.append(("+ray_kwargs.ray_init.address", verl.ray_address))
-    return [f"{k}={_fmt(v)}" for k, v in kv] + list(verl.extra_overrides)

@@ -6,7 +6,7 @@ A row is what verl's ``RLHFDataset`` reads::
     prompt        [{"role": "user", "content": <prompt text>}]   chat messages
     ability       "math"
     reward_model  {"style": "rule", "ground_truth": <label or "">}
-    extra_info    {"index": i, "step": s, "task_id": ..., "role": ..., "reward": RewardSpec}
+    extra_info    {"index": i, "step": s, "task_id": ..., "role": ..., "reward": training.RewardSpec}
 
 verl always applies a chat template to ``prompt``. coevolve renders the prompt itself (the
 world's prompter, with or without the model's own chat template), so the exported tokenizer
@@ -20,44 +20,17 @@ on the tasks step s of the local backend would draw.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Sequence
 
+from coevolve.training import RewardSpec  # the rows carry it; also importable from here
 from coevolve.types import Task
 
 IDENTITY_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 """Chat template that returns the messages' text unchanged (no role markers, no generation prompt)."""
 
 ABILITY = "math"
-
-RewardKind = Literal["solver", "match", "writer"]
-
-
-@dataclass(frozen=True)
-class RewardSpec:
-    """Which coevolve reward ``coevolve.verl.reward.compute_score`` applies to a row, as plain
-    data (it crosses into verl's reward workers through the parquet's ``extra_info``).
-
-    ``solver``: ``α·acc + (1-α)·fmt`` against the row's label (``rewards.solver_rewards``, the
-    grpo and D²Evo solver). ``match``: +1 / -1 against the pseudo-label
-    (``rewards.signed_match_rewards``, the DiagEvo solver). ``writer``: a question writer's
-    reward on the frozen solver's votes (``coevolve.verl.writer``); ``writer`` names the phase's
-    ``WriterSpec`` file."""
-
-    kind: RewardKind
-    alpha: float = 0.9
-    grader_timeout: float = 5.0
-    writer: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RewardSpec":
-        return cls(kind=d["kind"], alpha=float(d.get("alpha", 0.9)), grader_timeout=float(d.get("grader_timeout", 5.0)),
-                   writer=str(d.get("writer") or ""))
-
 
 @dataclass
 class VerlRow:
@@ -107,3 +80,6 @@ def read_parquet(path: Path) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     return pq.read_table(str(path)).to_pylist()
+
+
+__all__ = ["ABILITY", "IDENTITY_CHAT_TEMPLATE", "RewardSpec", "VerlRow", "phase_rows", "read_parquet", "write_parquet"]

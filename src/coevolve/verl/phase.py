@@ -22,22 +22,21 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import coevolve
-from coevolve.errors import CoevolveError
-from coevolve.curriculum.proposals import WriterBatch
-from coevolve.loop import Observed, Role, TrainResult, _rollout_rows
+from coevolve.errors import CoevolveError, ConfigError
+from coevolve.loop import Role
 from coevolve.run import PhaseContext, derive_seed
 from coevolve.run.faults import fault_point
-from coevolve.schema import GRPOPhase
-from coevolve.types import Completion, SamplingParams, Task
+from coevolve.training import RewardSpec, StepBook, TrainRequest, TrainResult, WriterScoring, audit_step
+from coevolve.types import AnswerGrader
 from coevolve.verl import convert
 from coevolve.verl.overrides import PhasePaths, default_commands, phase_overrides
-from coevolve.verl.parquet import IDENTITY_CHAT_TEMPLATE, RewardSpec, phase_rows, write_parquet
-from coevolve.verl.writer import SPEC_FILE, WriterSpec, check_served_model, writer_batch
+from coevolve.verl.parquet import IDENTITY_CHAT_TEMPLATE, phase_rows, write_parquet
+from coevolve.verl.writer import SPEC_FILE, WriterSpec, check_served_model, prompter_spec, sampling_dict, writer_batch
 
 WORK_DIR = "verl_{ns}"
 MAIN_LOG = "verl_{ns}_main.log"
@@ -52,19 +51,6 @@ template adds none; a prompt over data.max_prompt_length stops verl with truncat
 
 class VerlPhaseError(CoevolveError):
     """verl's trainer or model merger failed; the message names the command and its log."""
-
-
-@dataclass
-class WriterPhase:
-    """What a question writer's phase adds (``RewardSpec("writer")``): the frozen solver whose
-    answers reward it, the ``WriterSpec`` its reward workers read (``solver_path`` is filled
-    here), the world's question parser, and the recipe's ``audit`` (its local reward's records
-    and metrics from a step's ``WriterBatch``)."""
-
-    solver: Role
-    spec: WriterSpec
-    parse: Callable[[str], "str | None"]
-    audit: Callable[[int, list[Task], list[list[Completion]], WriterBatch], Observed]
 
 
 def export_solver(solver: Role, out: Path) -> Path:
@@ -113,84 +99,113 @@ def _env(metrics_file: Path) -> dict[str, str]:
     return env
 
 
-def verl_grpo_train(role: Role, phase: GRPOPhase, *, cfg: Any, batches: Callable[[int], list[Task]],
-                    prompt: Callable[[Task], str], reward: RewardSpec, params: SamplingParams, ctx: PhaseContext,
-                    ns: str, rollouts_file: Path | None = None, writer: WriterPhase | None = None) -> TrainResult:
-    """``loop.grpo_train``'s contract, trained by verl (module docstring); ``cfg`` is the recipe
-    config (``learner`` and ``backend.verl`` sections); ``writer`` for a writer's reward."""
-    if phase.steps == 0:
-        return TrainResult(0.0, 0, 0, 0, [], 0)
-    if (reward.kind == "writer") != (writer is not None):
-        raise VerlPhaseError(f"{ns}: a writer reward needs its WriterPhase and only it has one")
-    vcfg = cfg.backend.verl
-    if writer is not None and vcfg.solver_url:  # before any work: a wrong or absent server fails here
-        check_served_model(vcfg.solver_url, vcfg.solver_model, writer.spec.timeout_s, writer.spec.retries)
-    main, merger = default_commands(vcfg)
-    work = ctx.dir / WORK_DIR.format(ns=ns)
-    shutil.rmtree(work, ignore_errors=True)  # a killed verl phase restarts from scratch
-    work.mkdir(parents=True)
-    paths = PhasePaths(model=work / "model", train_file=work / "train.parquet", checkpoints=work / "checkpoints",
-                       rollouts=work / "rollouts", reward_module=Path(__file__).with_name("reward.py"))
-    if writer is not None:
-        solver_path = "" if vcfg.solver_url else str(export_solver(writer.solver, work / "solver"))
-        spec = replace(writer.spec, solver_path=solver_path, solver_url=vcfg.solver_url, solver_model=vcfg.solver_model)
-        reward = replace(reward, writer=str(spec.write(work / SPEC_FILE)))
-    rows = phase_rows(phase.steps, batches, prompt, role.name, reward)
-    export_model(role, paths.model)
-    write_parquet(rows, paths.train_file)
-    longest = max(len(role.tokenizer(r.prompt, add_special_tokens=False)["input_ids"]) for r in rows)
-    overrides = phase_overrides(phase=phase, learner=cfg.learner, verl=vcfg, temperature=params.temperature,
-                                top_p=params.top_p, top_k=params.top_k, max_new_tokens=params.max_new_tokens,
-                                max_prompt_tokens=longest + PROMPT_MARGIN_TOKENS, paths=paths,
-                                experiment=f"{ctx.phase.key}".replace("/", "-"),
-                                seed=derive_seed(ctx.seed, "rollout"))
-    (work / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
-    metrics_file = ctx.dir / METRICS_FILE.format(ns=ns)
-    metrics_file.unlink(missing_ok=True)
-    env = _env(metrics_file)
-    ctx.say(f"[{ns}] verl: {phase.steps} steps x {phase.prompts_per_step} prompts x {phase.group_size} "
-            f"(log {ctx.dir / MAIN_LOG.format(ns=ns)})")
-    _run(main + overrides, ctx.dir / MAIN_LOG.format(ns=ns), env, "verl main_ppo")
-    fault_point("verl")
-    _, actor = convert.latest_checkpoint(paths.checkpoints)
-    merged = work / "merged"
-    _run(merger + ["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(merged)],
-         ctx.dir / MERGE_LOG.format(ns=ns), env, "verl model_merger")
-    role.learner.load_weights(merged)
-    role.sync()
+class VerlTrainer:
+    """``backend=verl``: each GRPO phase trained by verl's ``main_ppo`` in a subprocess (module
+    docstring), behind ``training.Trainer``. Built from the config sections it reads: the
+    learner, ``backend.verl``, the engine (the writer's reward workers load the frozen solver with
+    it), the model's device and dtype, the run's grader timeout and rollouts switch; ``release``
+    frees the run engine's shared GPUs (an ``engine=ray`` pool) before verl's job takes them."""
 
-    verl_metrics = convert.read_metrics(metrics_file)
-    steps = convert.step_rollouts(paths.rollouts, rows, phase.steps, phase.group_size)
-    seen: list[float] = []
-    records: list[dict[str, Any]] = []
-    rollouts = updates = reward_rollouts = 0
-    fh = open(rollouts_file, "w", encoding="utf-8") if rollouts_file is not None else None  # noqa: SIM115
-    try:
-        for sr in steps:
-            comps = convert.completions(sr, role.tokenizer)
-            m = convert.step_metrics(sr, comps, verl_metrics.get(sr.step + 1, {}))
-            ctx.compute.sampled(comps)
-            if not m["skipped"]:
-                updates += 1
-                ctx.compute.trained(int(m["n_tokens"]) * cfg.learner.epochs_per_batch)
-            seen.extend(x for g in sr.scores for x in g)
-            rollouts += sum(len(g) for g in sr.texts)
-            if writer is not None:
-                wb = writer_batch(sr.texts, sr.scores, sr.extras, writer.parse, int(writer.spec.reward["solver_samples"]))
-                obs = writer.audit(sr.step, [r.task for r in sr.rows], comps, wb)
-                reward_rollouts += obs.rollouts
-                records.extend({"step": sr.step, **r} for r in obs.records)
-                m.update({k: v for k, v in obs.metrics.items() if isinstance(v, (int, float)) and k not in m})
-            ctx.log({f"{ns}/{k}": v for k, v in m.items()}, step=sr.step)
-            if reward.kind == "match":
-                records.extend({"step": sr.step, **r} for r in convert.match_records(sr))
-            if fh is not None:
-                fh.writelines(_rollout_rows(sr.step, [r.task for r in sr.rows], [r.prompt for r in sr.rows], comps,
-                                            sr.scores))
-    finally:
-        if fh is not None:
-            fh.close()
-    if not vcfg.keep_workdir:
-        shutil.rmtree(work, ignore_errors=True)
-    role.offload()
-    return TrainResult(sum(seen) / max(1, len(seen)), phase.steps, rollouts, reward_rollouts, records, updates)
+    def __init__(self, *, learner: Any, verl: Any, engine: Any, device: str, dtype: str, grader: AnswerGrader,
+                 grader_timeout: float, save_rollouts: bool, release: Callable[[], None]) -> None:
+        self.learner, self.verl, self.engine, self.device, self.dtype = learner, verl, engine, device, dtype
+        self.grader, self.grader_timeout, self.save_rollouts, self.release = grader, grader_timeout, save_rollouts, release
+
+    @classmethod
+    def from_config(cls, cfg: Any, engine: Any, grader: AnswerGrader) -> "VerlTrainer":
+        return cls(learner=cfg.learner, verl=cfg.backend.verl, engine=cfg.engine, device=cfg.model.device,
+                   dtype=cfg.model.dtype, grader=grader, grader_timeout=cfg.run.grader_timeout,
+                   save_rollouts=cfg.run.save_rollouts, release=engine.release)
+
+    def train(self, role: Role, req: TrainRequest, ctx: PhaseContext) -> TrainResult:
+        """``loop.grpo_train``'s contract, trained by verl (module docstring)."""
+        phase, ns = req.phase, req.ns
+        if phase.steps == 0:
+            return TrainResult(0.0, 0, 0, 0, [], 0)
+        reward = replace(req.reward, grader_timeout=self.grader_timeout)
+        if (reward.kind == "writer") != (req.writer is not None):
+            raise VerlPhaseError(f"{ns}: a writer reward needs its WriterScoring and only it has one")
+        if req.writer is not None and req.writer.rule.reward.kind == "rzero":
+            raise ConfigError(f"{ns}.reward.kind=rzero with backend=verl: R-Zero's repetition penalty clusters the "
+                              "whole batch, verl's reward workers score one sample at a time; use backend=local or "
+                              f"{ns}.reward.kind=plateau")
+        if req.writer is not None and self.verl.solver_url:  # before any work: a wrong or absent server fails here
+            check_served_model(self.verl.solver_url, self.verl.solver_model, WriterSpec.timeout_s, WriterSpec.retries)
+        self.release()  # verl's trainer gets the idle rollout engines' GPUs; their next sample call restarts them
+        work = ctx.dir / WORK_DIR.format(ns=ns)
+        shutil.rmtree(work, ignore_errors=True)  # a killed verl phase restarts from scratch
+        work.mkdir(parents=True)
+        paths = PhasePaths(model=work / "model", train_file=work / "train.parquet", checkpoints=work / "checkpoints",
+                           rollouts=work / "rollouts", reward_module=Path(__file__).with_name("reward.py"))
+        if req.writer is not None:
+            reward = replace(reward, writer=str(self._writer_spec(req.writer, work).write(work / SPEC_FILE)))
+        rows = phase_rows(phase.steps, req.batches, req.prompt, role.name, reward)
+        self._run(role, req, ctx, rows, paths, work)
+        result = self._book(role, req, ctx, rows, paths, reward)
+        if not self.verl.keep_workdir:
+            shutil.rmtree(work, ignore_errors=True)
+        role.offload()
+        return result
+
+    def _writer_spec(self, w: WriterScoring, work: Path) -> WriterSpec:
+        """What the reward workers need to score a writer's sample: the rule, the prompter, and the
+        frozen solver (the server, or its weights at the start of the phase, exported)."""
+        v, rule = self.verl, w.rule
+        solver_path = "" if v.solver_url else str(export_solver(w.solver, work / "solver"))
+        return WriterSpec(reward=rule.reward.model_dump(mode="json"), seed=rule.seed, ns=rule.ns,
+                          params=sampling_dict(rule.params), prompter=prompter_spec(w.prompter),
+                          rep_tokenizer=rule.rep_tokenizer, batch_prompts=rule.batch_prompts, solver_path=solver_path,
+                          engine=self.engine.model_dump(mode="json"), device=self.device, dtype=self.dtype,
+                          solver_url=v.solver_url, solver_model=v.solver_model)
+
+    def _run(self, role: Role, req: TrainRequest, ctx: PhaseContext, rows: list[Any], paths: PhasePaths,
+             work: Path) -> None:
+        """Export, parquet, ``main_ppo``, merge; the merged weights into the role (synced)."""
+        phase, ns, params = req.phase, req.ns, req.params
+        main, merger = default_commands(self.verl)
+        export_model(role, paths.model)
+        write_parquet(rows, paths.train_file)
+        longest = max(len(role.tokenizer(r.prompt, add_special_tokens=False)["input_ids"]) for r in rows)
+        overrides = phase_overrides(phase=phase, learner=self.learner, verl=self.verl, engine=self.engine,
+                                    temperature=params.temperature,
+                                    top_p=params.top_p, top_k=params.top_k, max_new_tokens=params.max_new_tokens,
+                                    max_prompt_tokens=longest + PROMPT_MARGIN_TOKENS, paths=paths,
+                                    experiment=f"{ctx.phase.key}".replace("/", "-"),
+                                    seed=derive_seed(ctx.seed, "rollout"))
+        (work / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
+        metrics_file = ctx.dir / METRICS_FILE.format(ns=ns)
+        metrics_file.unlink(missing_ok=True)
+        env = _env(metrics_file)
+        ctx.say(f"[{ns}] verl: {phase.steps} steps x {phase.prompts_per_step} prompts x {phase.group_size} "
+                f"(log {ctx.dir / MAIN_LOG.format(ns=ns)})")
+        _run(main + overrides, ctx.dir / MAIN_LOG.format(ns=ns), env, "verl main_ppo")
+        fault_point("verl")
+        _, actor = convert.latest_checkpoint(paths.checkpoints)
+        merged = work / "merged"
+        _run(merger + ["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(merged)],
+             ctx.dir / MERGE_LOG.format(ns=ns), env, "verl model_merger")
+        role.learner.load_weights(merged)
+        role.sync()
+
+    def _book(self, role: Role, req: TrainRequest, ctx: PhaseContext, rows: list[Any], paths: PhasePaths,
+              reward: RewardSpec) -> TrainResult:
+        """verl's rollout dumps and metrics through the ``StepBook`` every backend uses: the
+        reward's audit from the dumped extras (``audit_step``, or the writer's ``WriterBatch``
+        rebuilt and audited by the recipe), sampling compute counted here (verl sampled)."""
+        phase, ns = req.phase, req.ns
+        verl_metrics = convert.read_metrics(ctx.dir / METRICS_FILE.format(ns=ns))
+        rollouts_file = ctx.dir / f"{ns}_rollouts.jsonl" if self.save_rollouts else None
+        with StepBook(ctx, ns, rollouts_file, self.learner.epochs_per_batch) as book:
+            for sr in convert.step_rollouts(paths.rollouts, rows, phase.steps, phase.group_size):
+                comps = convert.completions(sr, role.tokenizer)
+                ctx.compute.sampled(comps)
+                tasks = [r.task for r in sr.rows]
+                if req.writer is not None:
+                    wb = writer_batch(sr.texts, sr.scores, sr.extras, req.writer.prompter.parse_question,
+                                      req.writer.rule.reward.samples)
+                    observed = req.writer.audit(sr.step, tasks, comps, wb)
+                else:
+                    observed = audit_step(reward, tasks, sr.texts, sr.extras, self.grader)
+                book.step(sr.step, tasks, [r.prompt for r in sr.rows], comps, sr.scores,
+                          convert.step_metrics(sr, comps, verl_metrics.get(sr.step + 1, {})), observed)
+        return book.result(phase.steps)

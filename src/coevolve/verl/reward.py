@@ -6,11 +6,11 @@ verl 0.9.1 scores one sample per call (``NaiveRewardManager``)::
         -> float | {"score": float, **extras}
 
 and puts a dict's other keys into ``reward_extra_info`` (one list per key over the batch, also
-written into the rollout dumps). This module dispatches on the row's ``RewardSpec``
-(``extra_info["reward"]``) to coevolve's own reward functions and grader, so a verl phase is
-rewarded by the same rules as a local one:
+written into the rollout dumps). The row's ``training.RewardSpec`` (``extra_info["reward"]``) is
+the phase's reward as data, evaluated here by the same functions the local loop evaluates it
+with, so a verl phase is rewarded by the same rules as a local one:
 
-    solver  R = α·acc + (1-α)·fmt        (``rewards.solver_rewards``; acc graded by ``Grader``)
+    solver  R = α·acc + (1-α)·fmt        (``training.score_sample``: ``rewards.solver_rewards``)
     match   R = +1 if the answer matches the pseudo-label else -1   (``rewards.signed_match_rewards``)
     writer  R = the writer reward on the frozen solver's vote        (``verl.writer.score_sample``)
 
@@ -25,8 +25,7 @@ from typing import Any
 
 from coevolve.answers.grader import Grader
 from coevolve.errors import CoevolveError
-from coevolve.rewards import signed_match_rewards, solver_rewards
-from coevolve.verl.parquet import RewardSpec
+from coevolve.training import RewardSpec, score_sample
 
 _GRADER: Grader | None = None
 _LOCK = threading.Lock()  # verl's reward loop calls compute_score from executor threads; a Grader is one pipe
@@ -82,19 +81,13 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     spec = RewardSpec.from_dict(info["reward"])
     row = float(info.get("index", -1))
     if spec.kind == "writer":
-        from coevolve.verl.writer import score_sample
+        from coevolve.verl.writer import score_sample as score_writer_sample
 
         if not spec.writer:
             raise VerlRewardError(f"compute_score: writer row {row:g} of {data_source!r} names no writer spec file")
-        return {**score_sample(_writer_spec(spec.writer), solution_str, int(info.get("step", 0)),
-                               _LockedGrader(_grader(spec.grader_timeout))), "row": row}
-    label = ground_truth or ""
+        return {**score_writer_sample(_writer_spec(spec.writer), solution_str, int(info.get("step", 0)),
+                                      _LockedGrader(_grader(spec.grader_timeout))), "row": row}
+    if spec.kind not in ("solver", "match"):
+        raise VerlRewardError(f"compute_score: unknown reward kind {spec.kind!r} in row {row:g} of {data_source!r}")
     with _LOCK:
-        right = bool(label) and _grader(spec.grader_timeout).grade(label, solution_str)
-    if spec.kind == "solver":
-        r, bd = solver_rewards([solution_str], [right], spec.alpha)
-        return {"score": r[0], "acc": bd["acc"][0], "format": bd["format"][0], "row": row}
-    if spec.kind == "match":
-        r, bd = signed_match_rewards([right])
-        return {"score": r[0], "match": bd["match"][0], "row": row}
-    raise VerlRewardError(f"compute_score: unknown reward kind {spec.kind!r} in row {row:g} of {data_source!r}")
+        return {**score_sample(spec, solution_str, ground_truth or "", _grader(spec.grader_timeout)), "row": row}

@@ -11,15 +11,15 @@ per sample (``score_sample``)::
 
     q = prompter.parse_question(completion)          # coevolve's parser
     votes(q) = label_questions(solver, [q], N_v, seed = derive_seed(seed, "verify", step, q))
-    R = questioner_rewards([ok], [p1]) | rzero_rewards([ok], [p1], [q])   # coevolve's rewards
+    R = questioner_rewards([ok], [p1])               # coevolve's plateau reward
 
-What this keeps: the same parser, voting, reward functions; one vote per distinct question per
-step (votes are cached per (step, question) in the worker, and the draw is seeded by the
-question, so copies of a question get the same x as with the local "unique questions").
-What differs (docs/verl.md): the solver's draws (seeded per question, not per batch), and
-R-Zero's repetition penalty, which clusters a whole batch: on a batch of one it is always
-``|C|/B = 1``, a constant that GRPO's group normalisation cancels, so the across-batch
-penalty does not shape the advantages under verl.
+What this keeps: the same rule (``training.WriterRule``: the writer reward section, seed, seed
+part, decoding), parser, voting and reward functions; one vote per distinct question per step
+(votes are cached per (step, question) in the worker, and the draw is seeded by the question,
+so copies of a question get the same x as with the local "unique questions"). What differs
+(docs/verl.md): the solver's draws (seeded per question, not per batch). R-Zero's reward is
+refused under verl (``VerlTrainer``, preflight): its repetition penalty clusters a whole batch,
+which a worker scoring one sample cannot see.
 
 The frozen solver is either a ``vllm serve`` (``backend.verl.solver_url``, ``RemoteSolver``)
 or the folder the phase exported, loaded once per worker process with ``engine.load_sampler``.
@@ -39,7 +39,8 @@ from typing import Any, Sequence
 from coevolve.curriculum.proposals import WriterBatch
 from coevolve.curriculum.voting import VoteRecord, label_questions
 from coevolve.errors import CoevolveError
-from coevolve.rewards import questioner_rewards, rzero_rewards
+from coevolve.errors import ConfigError
+from coevolve.rewards import questioner_rewards
 from coevolve.types import AnswerGrader, Completion, SamplingParams, Stop
 
 SPEC_FILE = "writer_spec.json"
@@ -186,6 +187,16 @@ _SAMPLERS: dict[tuple[str, str, str], Any] = {}
 _VOTES: dict[tuple[str, int, str], VoteRecord] = {}
 
 
+def prompter_spec(prompter: Any) -> dict[str, Any]:
+    """The world's prompter as data a reward worker rebuilds it from (``_prompter``)."""
+    from coevolve.toy.prompts import ToyPrompter
+
+    if isinstance(prompter, ToyPrompter):
+        return {"kind": "toy"}
+    return {"kind": "chat", "chat_template": bool(getattr(prompter, "use_chat_template", False)),
+            "enable_thinking": getattr(prompter, "enable_thinking", None)}
+
+
 def _prompter(spec: WriterSpec) -> Any:
     if spec.prompter.get("kind") == "toy":
         from coevolve.toy.prompts import ToyPrompter
@@ -223,6 +234,9 @@ def score_sample(spec: WriterSpec, text: str, step: int, grader: AnswerGrader, s
     from coevolve.schema import WriterReward
 
     reward = WriterReward(**spec.reward)
+    if reward.kind != "plateau":
+        raise ConfigError(f"writer reward kind {reward.kind!r} cannot be scored one sample at a time (R-Zero's "
+                          "repetition penalty clusters the whole batch); use backend=local")
     prompter = prompter or _prompter(spec)
     q = prompter.parse_question(text)
     vote, drawn = None, 0
@@ -231,15 +245,12 @@ def score_sample(spec: WriterSpec, text: str, step: int, grader: AnswerGrader, s
         with _LOCK:
             vote = _VOTES.get(key)
             if vote is None:
-                vote = label_questions(sampler or solver_of(spec), prompter, [q], reward.solver_samples,
+                vote = label_questions(sampler or solver_of(spec), prompter, [q], reward.samples,
                                        spec.sampling(step, q), grader, spec.batch_prompts)[0]
                 _VOTES[key] = vote
-                drawn = reward.solver_samples
+                drawn = reward.samples
     x = None if vote is None else vote.p1
-    if reward.kind == "plateau":
-        r, _ = questioner_rewards([q is not None], [x], reward.band.low, reward.band.high, reward.a)
-    else:
-        r, _ = rzero_rewards([q is not None], [x], [q], spec.rep_tokenizer, reward.rep_threshold)
+    r, _ = questioner_rewards([q is not None], [x], reward.band.low, reward.band.high, reward.a)
     return {"score": r[0], "well_formed": float(q is not None), "p1": -1.0 if vote is None else vote.p1,
             "p2": -1.0 if vote is None else vote.p2, "in_band": float(x is not None and reward.band.contains(x)),
             "label": "" if vote is None or vote.label is None else vote.label, "solver_rollouts": float(drawn)}

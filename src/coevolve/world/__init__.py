@@ -90,9 +90,9 @@ def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
 
         tasks = load_labelled(cfg.data, say) if cfg.data.source != "toy" else None
         if tasks is None and cfg.data.limit is not None:
-            tasks = labelled_set(cfg.data.limit, cfg.data.toy_levels, cfg.data.toy_seed)
+            tasks = labelled_set(cfg.data.limit, cfg.data.toy_levels, cfg.data.limit_seed)
             say(f"[data] toy world: a fixed labelled set of {len(tasks)} problems (levels {cfg.data.toy_levels}, "
-                f"seed {cfg.data.toy_seed})")
+                f"seed {cfg.data.limit_seed})")
         return ToyWorld(levels=tuple(cfg.data.toy_levels), heldout_size=cfg.eval.heldout_size,
                         exclude_heldout=cfg.data.exclude_heldout, tasks=tasks)
     from coevolve.world.real import RealWorld

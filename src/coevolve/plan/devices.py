@@ -1,0 +1,123 @@
+"""Devices and their rates: memory, matmul rate, bandwidth, decode floors.
+
+``DEVICES`` is the one table of per-device figures wall time and memory verdicts are estimated
+from; every ``Rate`` says whether it was measured (where, with which command) or assumed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from coevolve.errors import ConfigError
+
+GiB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One device figure and where it comes from: ``measured`` (how, where) or assumed."""
+
+    value: float
+    measured: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device kind: its memory and the rates wall time is estimated from."""
+
+    name: str
+    kind: str  # "cuda" | "cpu"
+    memory_gib: Rate  # usable accelerator (or, for cpu, host) memory
+    host_memory_gib: Rate  # host memory for offloaded state / parked weights
+    matmul_tflops: Rate  # dense peak in the model's compute dtype (bf16 on GPU, fp32 on CPU)
+    train_mfu: Rate  # share of the peak a learner step reaches
+    mem_gbps: Rate  # memory bandwidth (decode reads every weight and the KV cache once per step)
+    hf_step_ms_per_layer: Rate  # HF generate's launch-bound floor per decode step and layer
+    vllm_bw_efficiency: Rate  # share of bandwidth vLLM's decode reaches
+
+
+DEVICES: dict[str, Device] = {
+    "h200": Device(
+        "h200", "cuda",
+        memory_gib=Rate(139.0, False, "assumed: an H200 (141 GB) as torch reports it, about 139 GiB"),
+        host_memory_gib=Rate(128.0, False, "assumed: host memory of a one-H200 server"),
+        matmul_tflops=Rate(790.0, False, "assumed: dense bf16 matmul on an H200 reaches about 790 TFLOP/s (spec 989)"),
+        train_mfu=Rate(0.35, False, "assumed: HF eager model, checkpointing recompute counted separately"),
+        mem_gbps=Rate(4800.0, False, "assumed: H200 HBM3e spec"),
+        hf_step_ms_per_layer=Rate(83.0 / 36, True, "HF generate of a random-weight Qwen3-4B-shaped model at batch 256 "
+                                  "on an H200: 81-86 ms per decode step over 36 layers (the setting of "
+                                  "benchmarks/gpu_smoke.py's sampler section)"),
+        vllm_bw_efficiency=Rate(0.6, False, "assumed: continuous batching with CUDA graphs"),
+    ),
+    "a100-80g": Device(
+        "a100-80g", "cuda",
+        memory_gib=Rate(79.2, False, "assumed: 80 GB card, memory torch reports"),
+        host_memory_gib=Rate(256.0, False, "assumed host memory"),
+        matmul_tflops=Rate(312.0, False, "assumed: A100 bf16 dense spec"),
+        train_mfu=Rate(0.35, False, "assumed"),
+        mem_gbps=Rate(2039.0, False, "assumed: A100 80 GB spec"),
+        hf_step_ms_per_layer=Rate(83.0 / 36, False, "assumed: launch-bound like the H200 figure"),
+        vllm_bw_efficiency=Rate(0.6, False, "assumed"),
+    ),
+    "a100-40g": Device(
+        "a100-40g", "cuda",
+        memory_gib=Rate(39.4, False, "assumed: 40 GB card, memory torch reports"),
+        host_memory_gib=Rate(128.0, False, "assumed host memory"),
+        matmul_tflops=Rate(312.0, False, "assumed: A100 bf16 dense spec"),
+        train_mfu=Rate(0.35, False, "assumed"),
+        mem_gbps=Rate(1555.0, False, "assumed: A100 40 GB spec"),
+        hf_step_ms_per_layer=Rate(83.0 / 36, False, "assumed: launch-bound like the H200 figure"),
+        vllm_bw_efficiency=Rate(0.6, False, "assumed"),
+    ),
+    "cpu": Device(
+        "cpu", "cpu",
+        memory_gib=Rate(24.0, True, "this project's 2-core CI machine (24 GiB); `coevolve run` uses the real figure"),
+        host_memory_gib=Rate(24.0, True, "same memory"),
+        matmul_tflops=Rate(0.0178, True, "effective fp32 rate of a SmolLM2-135M learner step, 2 shared cores "
+                           "(benchmarks/bench_learner_memory.py --rates, load average ~5)"),
+        train_mfu=Rate(1.0, True, "already folded into the measured effective rate"),
+        mem_gbps=Rate(10.0, False, "assumed"),
+        hf_step_ms_per_layer=Rate(10.1, True, "HF generate, SmolLM2-135M fp32 at batch 1: 303 ms per decode step / "
+                                  "30 layers, 2 shared cores (benchmarks/bench_learner_memory.py --rates)"),
+        vllm_bw_efficiency=Rate(0.3, False, "assumed"),
+    ),
+}
+
+
+def device_for(name: str) -> Device:
+    if name not in DEVICES:
+        raise ConfigError(f"--device {name!r}: unknown device (known: {', '.join(DEVICES)})")
+    return DEVICES[name]
+
+
+def local_device(model_device: str = "auto") -> Device:
+    """The device a run will use here (``model.device``), with its real memory: the nearest
+    ``DEVICES`` entry for the rates, the memory torch / the OS reports."""
+    import torch
+
+    want_cuda = model_device.startswith("cuda") or (model_device == "auto" and torch.cuda.is_available())
+    if want_cuda and torch.cuda.is_available():
+        idx = torch.device(model_device).index if model_device.startswith("cuda:") else 0
+        props = torch.cuda.get_device_properties(idx or 0)
+        total = props.total_memory / GiB
+        name = props.name.lower()
+        base = DEVICES["h200"] if ("h200" in name or "h100" in name) else (
+            DEVICES["a100-80g"] if total > 60 else DEVICES["a100-40g"])
+        mem = Rate(round(total, 1), True, f"torch.cuda: {props.name}")
+        return Device(f"{base.name} (here: {props.name})", "cuda", mem, _host_memory(), base.matmul_tflops,
+                      base.train_mfu, base.mem_gbps, base.hf_step_ms_per_layer, base.vllm_bw_efficiency)
+    cpu = DEVICES["cpu"]
+    host = _host_memory()
+    return Device("cpu (here)", "cpu", host, host, cpu.matmul_tflops, cpu.train_mfu, cpu.mem_gbps,
+                  cpu.hf_step_ms_per_layer, cpu.vllm_bw_efficiency)
+
+
+def _host_memory() -> Rate:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GiB
+        return Rate(round(total, 1), True, "this machine (os.sysconf)")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - exotic platforms
+        return DEVICES["cpu"].memory_gib
+

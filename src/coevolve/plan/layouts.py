@@ -1,0 +1,404 @@
+"""Multi-GPU layouts (``coevolve plan --gpus N --nodes M``, ``engine=ray``, ``backend=verl``):
+how a run spreads over GPUs, the per-GPU peak and wall time of every phase on that layout, the
+scaling assumptions each figure rests on, and the problems of the layout (docs/scale.md)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from coevolve.errors import ConfigError
+from coevolve.plan.advice import _learner_fixes, _sampler_fixes
+from coevolve.plan.devices import GiB, Device, Rate
+from coevolve.plan.memory import _engine, _kv_rows, role_memory, sampler_call_bytes
+from coevolve.plan.shapes import ModelShape
+from coevolve.plan.timing import _gen_seconds
+from coevolve.plan.work import Gen, PhaseWork, Train
+from coevolve.recipes.declare import FROZEN_SOLVER
+from coevolve.rl.learner import LearnerConfig
+from coevolve.schema import vllm_share
+
+if TYPE_CHECKING:
+    from coevolve.plan.estimate import Plan
+
+
+RAY_CALL_OVERHEAD_S = Rate(0.15, True, "benchmarks/bench_ray.py: a Ray pool sample of 32 prompts x 8 over 2 CPU actors "
+                           "(toy model) took 0.1-0.2 s in all; charged per sampler call as the pool's overhead (an "
+                           "upper bound: it includes the sampling)")
+VERL_PHASE_OVERHEAD_S = Rate(300.0, False, "assumed: one main_ppo run per phase (Ray job start, model load, vLLM "
+                             "start-up, checkpoint save and merge to an HF folder)")
+VERL_STATE_BYTES = {"params": 4, "grads": 4, "optimizer": 8}
+"""verl's FSDP actor per trainable parameter, sharded over the job's GPUs: fp32 parameters (verl
+loads the actor in fp32 and computes in bf16 under FSDP mixed precision), fp32 gradients, AdamW's
+fp32 m and v."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The GPUs a run spreads over and how the recipe uses them.
+
+    GPU 0 of the head node belongs to the coevolve process (its roles' weights, the local learner).
+    ``engine=ray`` actors take ``actor_tp`` GPUs each; Ray does not know the coevolve process uses
+    GPU 0, so one actor shares it (the default pool has one actor per GPU group Ray sees).
+    ``backend=verl`` runs each GRPO phase as one job over ``verl_gpus`` GPUs (FSDP over all of
+    them, a colocated rollout engine of ``verl_tp`` GPUs)."""
+
+    nodes: int
+    gpus_per_node: int
+    engine: str  # engine.kind
+    actor_engine: str = "hf"
+    actors: int = 0  # Ray rollout actors (0 unless engine=ray)
+    actor_tp: int = 1
+    actor_util: float = 0.3  # vllm actors: engine.gpu_memory_utilization (coevolve's default)
+    actor_sleep: bool = True  # vllm actors release their GPU memory between calls (engine.sleep_mode)
+    backend: str = "local"
+    verl_gpus: int = 0  # backend.verl.nnodes x n_gpus_per_node (0 unless backend=verl)
+    verl_tp: int = 1
+    verl_util: float = 0.6
+    # the pool and verl's job place their GPUs in the same Ray cluster; no conflict, because the pool
+    # releases its actors and placement group before every verl phase (engine.ray.release)
+    shared_cluster: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def actor_on_gpu0(self) -> bool:
+        """Does an actor share GPU 0 with the coevolve process? Always, with a pool: Ray does not
+        know this process uses GPU 0 and hands out GPU ids from 0 up (hide GPUs from the whole
+        run with CUDA_VISIBLE_DEVICES, not with fewer actors)."""
+        return self.actors > 0
+
+    def describe(self) -> str:
+        parts = [f"{self.nodes} node{'s' if self.nodes > 1 else ''} x {self.gpus_per_node} GPU"
+                 f"{'s' if self.gpus_per_node > 1 else ''} ({self.gpus} in all)"]
+        if self.actors:
+            util = f", each engine at gpu_memory_utilization={self.actor_util:g}" if self.actor_engine == "vllm" else ""
+            parts.append(f"engine=ray: {self.actors} {self.actor_engine} actor{'s' if self.actors > 1 else ''} x TP "
+                         f"{self.actor_tp}{util} (one shares GPU 0)")
+        else:
+            parts.append(f"engine={self.engine} in the coevolve process on GPU 0")
+        if self.verl_gpus:
+            parts.append(f"backend=verl: GRPO phases as one job, FSDP over {self.verl_gpus} GPUs, rollout engines of TP "
+                         f"{self.verl_tp} at gpu_memory_utilization={self.verl_util:g}")
+        else:
+            parts.append("backend=local: the learner on GPU 0")
+        return "; ".join(parts)
+
+
+def make_layout(cfg: Any, gpus: int | None = None, nodes: int | None = None) -> Layout:
+    """The layout of ``cfg`` on ``nodes`` x ``gpus`` GPUs (default: ``backend.verl``'s job size
+    with ``backend=verl``, else one GPU). Raises ``ConfigError`` naming the field (or flag) when
+    the settings cannot be placed: a count below 1, a tensor-parallel size that does not divide
+    a node's GPUs, more actor or verl GPUs than the layout has."""
+    ray = getattr(cfg.engine, "ray", None)
+    engine = str(getattr(cfg.engine, "kind", "hf"))
+    bk = getattr(cfg, "backend", None)
+    verl = bk is not None and bk.kind == "verl"
+    v = bk.verl if verl else None
+    g = gpus if gpus is not None else (v.n_gpus_per_node if v is not None else 1)
+    n = nodes if nodes is not None else (v.nnodes if v is not None else 1)
+    if g < 1:
+        raise ConfigError(f"--gpus {g}: GPUs per node must be at least 1")
+    if n < 1:
+        raise ConfigError(f"--nodes {n}: nodes must be at least 1")
+    lay = dict(nodes=n, gpus_per_node=g, engine=engine)
+    tp = int(getattr(cfg.engine, "tensor_parallel_size", 1))
+    if engine == "ray" and ray is not None:
+        if ray.actor_engine == "hf" and tp > 1:
+            raise ConfigError(f"engine.tensor_parallel_size={tp}: hf actors run on one GPU each; set "
+                              "engine.ray.actor_engine=vllm or engine.tensor_parallel_size=1")
+        if g % tp:
+            raise ConfigError(f"engine.tensor_parallel_size={tp} does not divide the {g} GPUs per node (--gpus): "
+                              "a tensor-parallel group stays on one node")
+        # as coevolve.engine.ray does: one actor per tensor-parallel group of every GPU Ray sees
+        actors = ray.num_actors if ray.num_actors is not None else max(1, n * g // tp)
+        if actors * tp > n * g:
+            raise ConfigError(f"engine.ray.num_actors={actors} x engine.tensor_parallel_size={tp} = {actors * tp} "
+                              f"GPUs > the layout's {n * g} (--nodes {n} x --gpus {g})")
+        lay.update(actor_engine=ray.actor_engine, actors=actors, actor_tp=tp,
+                   actor_util=vllm_share(cfg.engine), actor_sleep=bool(cfg.engine.sleep_mode))
+    if v is not None:
+        if v.n_gpus_per_node % tp:
+            raise ConfigError(f"engine.tensor_parallel_size={tp} (verl's rollout engines) does not divide "
+                              f"backend.verl.n_gpus_per_node={v.n_gpus_per_node}")
+        if v.nnodes > n or v.n_gpus_per_node > g:
+            raise ConfigError(f"backend.verl.nnodes={v.nnodes} x backend.verl.n_gpus_per_node={v.n_gpus_per_node} does "
+                              f"not fit the layout's --nodes {n} x --gpus {g}")
+        # one Ray cluster when the run joins one (engine.ray.address: the pool and verl's jobs); a local
+        # Ray of this process and verl's own are apart
+        shared = engine == "ray" and ray is not None and ray.address is not None
+        lay.update(backend="verl", verl_gpus=v.nnodes * v.n_gpus_per_node, verl_tp=tp,
+                   verl_util=vllm_share(cfg.engine, "verl"), shared_cluster=shared)
+    return Layout(**lay)
+
+
+def _tp_device(device: Device, tp: int) -> Device:
+    """``device`` with ``tp`` GPUs' bandwidth and matmul rate (a tensor-parallel engine; assumed linear)."""
+    if tp == 1:
+        return device
+    scale = lambda r: Rate(r.value * tp, False, f"{tp} x ({r.source}); linear TP scaling assumed")  # noqa: E731
+    return Device(f"{device.name} x{tp}", device.kind, device.memory_gib, device.host_memory_gib,
+                  scale(device.matmul_tflops), device.train_mfu, scale(device.mem_gbps), device.hf_step_ms_per_layer,
+                  device.vllm_bw_efficiency)
+
+
+@dataclass(frozen=True)
+class VerlMemory:
+    """Per-GPU bytes of a verl job: the FSDP shards (params, grads, optimizer state, a bf16
+    reference model when KL is on), the gathered bf16 FSDP units, a micro-batch's activations and
+    logits, and the colocated rollout engine's share. Training and rollout alternate: vLLM
+    sleeps (weights offloaded, KV cache freed) while the actor trains, and gradients are freed
+    while vLLM generates."""
+
+    params: float
+    grads: float
+    optimizer: float
+    ref: float
+    gathered: float
+    activations: float
+    rollout: float
+
+    @property
+    def train_peak(self) -> float:
+        return self.params + self.grads + self.optimizer + self.ref + self.gathered + self.activations
+
+    @property
+    def rollout_peak(self) -> float:
+        return self.params + self.optimizer + self.ref + self.rollout
+
+    @property
+    def peak(self) -> float:
+        return max(self.train_peak, self.rollout_peak)
+
+
+def verl_memory(shape: ModelShape, lcfg: LearnerConfig, device: Device, b: int, train: Train, world: int,
+                util: float) -> VerlMemory:
+    """Per-GPU bytes of one verl GRPO job over ``world`` GPUs (``VerlMemory``): sharded state =
+    total / world; activations and logits as the local learner's for one micro-batch (verl's
+    dynamic batch size takes ``learner.max_tokens_per_micro_batch`` tokens per GPU); the rollout
+    engine takes ``util`` of the GPU."""
+    N = shape.n_params
+    trainable = shape.lora_params(lcfg.lora_r, lcfg.lora_target_modules) if lcfg.lora else N
+    frozen = (N * b) if lcfg.lora else 0.0  # LoRA: the base stays bf16 and frozen, shards of it
+    params = (frozen + trainable * VERL_STATE_BYTES["params"]) / world
+    grads = trainable * VERL_STATE_BYTES["grads"] / world
+    optimizer = trainable * VERL_STATE_BYTES["optimizer"] / world
+    ref = N * b / world if (lcfg.beta_kl > 0 and not lcfg.lora) else 0.0
+    gathered = 2 * max(shape.layer_params, shape.vocab * shape.hidden) * b  # one unit in use, the next prefetched
+    rm = role_memory(train.role, shape, lcfg, device, b, train, None)
+    return VerlMemory(params, grads, optimizer, ref, gathered, rm.activations + rm.logits,
+                      util * device.memory_gib.value * GiB)
+
+
+@dataclass
+class LayoutPhase:
+    """One phase on a layout: per-GPU peaks by kind of GPU, its peak, and its wall time."""
+
+    name: str
+    gpus: dict[str, float]  # "GPU 0" / "actor GPU" / "verl GPU" -> peak bytes
+    gen_seconds: float
+    train_seconds: float
+    overhead_seconds: float
+
+    @property
+    def peak(self) -> float:
+        return max(self.gpus.values(), default=0.0)
+
+    @property
+    def where(self) -> str:
+        return max(self.gpus, key=lambda k: self.gpus[k]) if self.gpus else "-"
+
+
+@dataclass
+class LayoutPlan:
+    layout: Layout
+    phases: list[LayoutPhase]
+    verl: VerlMemory | None
+    problems: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+
+def _actor_chunk(g: Gen, actors: int, max_batch: int) -> int:
+    """Rows of one actor's generate call: its share of the sampler call, chunked by engine.max_batch."""
+    return max(1, min(max_batch, math.ceil((g.full_call or g.call_rows) / actors)))
+
+
+def _actor_bytes(lay: Layout, shape: ModelShape, b: int, capacity: float, gens: tuple[Gen, ...],
+                 max_batch_tokens: int | None, slots: int, max_batch: int) -> float:
+    """Peak bytes of one actor GPU while the phase samples. The pool is one per process and every
+    sampler (live solver, writer, frozen scorer) is a slot held by every actor (coevolve.engine.ray):
+    hf actors keep every slot's weights on the GPU and add the KV cache of their share of a call;
+    a vllm slot is an engine taking ``engine.gpu_memory_utilization`` of the GPU, the idle ones
+    asleep (``engine.sleep_mode``) or, without sleep, all awake."""
+    if not gens:
+        return _actor_idle_bytes(lay, shape, b, capacity, slots)
+    if lay.actor_engine == "vllm":
+        return (1 if lay.actor_sleep else slots) * lay.actor_util * capacity
+    call = max(sampler_call_bytes(shape, b, _kv_rows(_actor_chunk(g, lay.actors, max_batch), g.prompt, g.max_new,
+                                                     max_batch_tokens), g.prompt, g.max_new) for g in gens)
+    return slots * shape.n_params * b + call
+
+
+def _actor_idle_bytes(lay: Layout, shape: ModelShape, b: int, capacity: float, slots: int) -> float:
+    """An actor GPU between calls: hf actors keep every slot's weights, sleeping vllm engines nothing."""
+    if lay.actors == 0:
+        return 0.0
+    if lay.actor_engine == "vllm":
+        return 0.0 if lay.actor_sleep else slots * lay.actor_util * capacity
+    return slots * shape.n_params * b
+
+
+def _vllm_rows(shape: ModelShape, b: int, budget: float, tp: int, ctx: int, max_seqs: int) -> int:
+    """Sequences one vLLM engine of ``tp`` GPUs keeps in flight: what its KV cache holds (its
+    ``budget`` per GPU less the weights' share) at ``ctx`` tokens each, at most ``max_seqs``."""
+    kv = max(0.0, budget - shape.n_params * b / tp) * tp
+    return max(1, min(max_seqs, int(kv // max(1, shape.kv_bytes_per_token(b) * ctx))))
+
+
+def layout_plan(plan: "Plan", cfg: Any, lay: Layout, works: list[PhaseWork]) -> LayoutPlan:
+    """The per-GPU peak and wall time of every phase of ``plan`` on ``lay``.
+
+    GPU 0 holds what the single-GPU plan keeps resident (every role's weights, the training role's
+    state) and, with the local backend, the learner step; with ``engine=ray`` the sampler calls
+    move to the actors (``_actor_bytes``), else they stay on GPU 0 as in the single-GPU plan. A GRPO
+    phase with ``backend=verl`` runs on the verl job's GPUs (``verl_memory``; GPU 0 is one of them
+    and keeps the coevolve process's weights, the actors keep their idle share). Times: a
+    phase's rollouts split evenly over the actors (or verl's rollout engines), a verl learner step
+    over its data-parallel GPUs; per-call and per-phase overheads from the rates."""
+    on_verl_phase = lambda w: lay.verl_gpus > 0 and w.train is not None  # noqa: E731
+    slots = len({g.role for w in works if not on_verl_phase(w) for g in w.gens}) if lay.actors else 0
+    out = LayoutPlan(lay, [], None)
+    for e, w in zip(plan.phases, works):
+        if on_verl_phase(w):
+            phase, vm = _verl_phase(plan, cfg, lay, e, w, slots)
+            out.verl = vm if out.verl is None or vm.peak > out.verl.peak else out.verl
+        else:
+            phase = _local_phase(plan, cfg, lay, e, w, slots)
+        out.phases.append(phase)
+    out.assumptions = _layout_assumptions(lay)
+    writers = [w.name for w in works if on_verl_phase(w) and w.train is not None and w.train.kind == "question"]
+    if writers:
+        out.assumptions.append(f"(not counted) phase {', '.join(writers)}: rewards ask the frozen solver served by "
+                               "`vllm serve` (backend.verl.solver_url), its weights and KV cache on a GPU outside this "
+                               "layout (docs/scale.md)")
+    out.problems = _layout_problems(plan, cfg, cfg.learner, lay, out, works)
+    return out
+
+
+def _verl_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slots: int) -> tuple[LayoutPhase, VerlMemory]:
+    """A GRPO phase run by verl's job: its per-GPU memory, rollouts over its engines, a learner
+    step over its data-parallel GPUs, the job's start-up overhead."""
+    shape, device, b, cap = plan.shape, plan.device, plan.dtype_bytes, plan.capacity
+    assert w.train is not None
+    actor_idle = _actor_idle_bytes(lay, shape, b, cap, slots)
+    vm = verl_memory(shape, cfg.learner, device, b, w.train, lay.verl_gpus, lay.verl_util)
+    gpus = {"GPU 0": sum(rm.weights for rm in plan.roles.values()) + vm.peak + (actor_idle if lay.actor_on_gpu0 else 0.0)}
+    if lay.verl_gpus > 1:
+        gpus["verl GPU"] = vm.peak + (actor_idle if lay.actors else 0.0)
+    engines = max(1, lay.verl_gpus // lay.verl_tp)
+    vdev = _tp_device(device, lay.verl_tp)
+    gen_s = 0.0
+    for g in w.gens:
+        if g.role == FROZEN_SOLVER:
+            continue  # answered by the solver server (backend.verl.solver_url), not in this job
+        in_flight = min(math.ceil(w.train.rows_per_step / engines),
+                        _vllm_rows(shape, b, lay.verl_util * cap, lay.verl_tp, g.prompt + g.max_new, 1 << 30))
+        gen_s += _gen_seconds(Gen(g.role, g.what, math.ceil(g.rows / engines), in_flight, g.prompt, g.max_new),
+                              shape, vdev, b, "vllm", in_flight) * w.times
+    return LayoutPhase(w.name, gpus, gen_s, e.train_seconds / lay.verl_gpus, VERL_PHASE_OVERHEAD_S.value * w.times), vm
+
+
+def _local_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slots: int) -> LayoutPhase:
+    """A phase of the coevolve process: GPU 0 as in the single-GPU plan, its sampler calls on the
+    actors when there are any (split evenly over them, a Ray overhead per call)."""
+    if not lay.actors:
+        return LayoutPhase(w.name, {"GPU 0": e.peak}, e.gen_seconds, e.train_seconds, 0.0)
+    shape, device, b, cap = plan.shape, plan.device, plan.dtype_bytes, plan.capacity
+    _, _, _, max_batch_tokens = _engine(cfg)
+    learner = 0.0
+    if w.train is not None:
+        learner = role_memory(w.train.role, shape, cfg.learner, device, b, w.train, None).learner_transient
+    act = _actor_bytes(lay, shape, b, cap, w.gens, max_batch_tokens, slots, cfg.engine.max_batch)
+    # the learner step and the actor's calls alternate: between calls an actor keeps only its idle
+    # share (hf: its weights; a sleeping vllm engine: nothing)
+    actor_idle = _actor_idle_bytes(lay, shape, b, cap, slots)
+    gpus = {"GPU 0": e.resident + (max(learner + actor_idle, act) if lay.actor_on_gpu0 else learner)}
+    if lay.gpus > 1 and w.gens:
+        gpus["actor GPU"] = act
+    actor_dev = _tp_device(device, lay.actor_tp)
+    gen_s = over_s = 0.0
+    for g in w.gens:
+        per = Gen(g.role, g.what, math.ceil(g.rows / lay.actors), _actor_chunk(g, lay.actors, cfg.engine.max_batch),
+                  g.prompt, g.max_new)
+        if lay.actor_engine == "vllm":
+            kvr = min(per.call_rows, _vllm_rows(shape, b, lay.actor_util * cap, lay.actor_tp, g.prompt + g.max_new,
+                                                cfg.engine.max_batch))
+        else:
+            kvr = _kv_rows(per.call_rows, g.prompt, g.max_new, max_batch_tokens)
+        gen_s += _gen_seconds(per, shape, actor_dev, b, lay.actor_engine, kvr) * w.times
+        over_s += math.ceil(g.rows / max(1, g.full_call or g.call_rows)) * RAY_CALL_OVERHEAD_S.value * w.times
+    return LayoutPhase(w.name, gpus, gen_s, e.train_seconds, over_s)
+
+
+def _layout_assumptions(lay: Layout) -> list[str]:
+    a = ["(model) GPU 0 of the head node belongs to the coevolve process: every role's weights and, with "
+         "backend=local, the learner; Ray gives it an actor too (ids from 0 up), verl's job uses it as well"]
+    if lay.actors:
+        a.append(f"(model) rollout time = one actor's share: rows split evenly over {lay.actors} actors, no straggler "
+                 "or load-balancing loss; one pool, every sampler (live, frozen, writer) a slot in every actor")
+        a.append(f"(measured) Ray per-call overhead {RAY_CALL_OVERHEAD_S.value:g} s: {RAY_CALL_OVERHEAD_S.source}")
+        if lay.actor_tp > 1:
+            a.append(f"(model) a TP-{lay.actor_tp} engine decodes {lay.actor_tp}x as fast as one GPU")
+    if lay.verl_gpus:
+        a.append(f"(model) verl learner step time = the single-GPU estimate / {lay.verl_gpus} (FSDP data parallel, "
+                 "all-gather / reduce-scatter and cross-node traffic not counted)")
+        a.append(f"(model) verl per-GPU memory: fp32 params + fp32 grads + AdamW m, v sharded / {lay.verl_gpus}, "
+                 "2 gathered bf16 FSDP units, one micro-batch's activations and logits unsharded; the colocated vLLM "
+                 "takes engine.gpu_memory_utilization (unset: 0.6) of the GPU while rolling out and sleeps while training")
+        a.append(f"(assumed) {VERL_PHASE_OVERHEAD_S.value:g} s per verl phase run: {VERL_PHASE_OVERHEAD_S.source}")
+    if not lay.actors and not lay.verl_gpus and lay.gpus > 1:
+        a.append("(model) with engine and backend local, only GPU 0 works: set engine=ray and/or backend=verl")
+    a.append("(model) memory and time figures of the single-GPU plan above (its rates table) underlie every row")
+    return a
+
+
+def _layout_problems(plan: "Plan", cfg: Any, lcfg: LearnerConfig, lay: Layout, lp: LayoutPlan,
+                     works: list[PhaseWork]) -> list[str]:
+    """Each phase whose per-GPU peak does not fit, with the fields to change for that GPU."""
+    problems = []
+    gib = lambda x: f"{x / GiB:.1f} GiB"  # noqa: E731
+    for p, e, w in zip(lp.phases, plan.phases, works):
+        for where, size in p.gpus.items():
+            if size <= plan.limit:
+                continue
+            head = f"phase {p.name}: {where} peak {gib(size)} > {gib(plan.limit)}"
+            if where == "actor GPU" or (where == "GPU 0" and lay.actor_on_gpu0 and w.train is None):
+                fix = ("engine.gpu_memory_utilization lower, or more GPUs per actor (engine.tensor_parallel_size)"
+                       if lay.actor_engine == "vllm" else
+                       "engine.max_batch_tokens lower, engine.ray.num_actors higher, or engine.ray.actor_engine=vllm")
+            elif lay.verl_gpus and w.train is not None:
+                fix = ("backend.verl.n_gpus_per_node / backend.verl.nnodes higher (more shards), "
+                       "learner.max_tokens_per_micro_batch lower, or engine.gpu_memory_utilization lower")
+            elif w.train is not None:
+                fix = " or ".join(_learner_fixes(plan, lcfg, w.train, e.resident)) + " or backend=verl"
+            else:
+                fix = " or ".join(_sampler_fixes(plan, cfg, lcfg, lay.engine, w.gens[0], e.resident)) + \
+                    " or engine=ray" if w.gens else "learner.lora=true"
+            problems.append(f"{head}: change {fix}")
+    if lay.verl_gpus and lp.verl is not None:
+        need = plan.shape.n_params * plan.dtype_bytes / lay.verl_tp
+        if need >= 0.9 * lay.verl_util * plan.capacity:
+            problems.append(f"backend.verl: a rollout engine's weights ({gib(need)} per GPU at TP {lay.verl_tp}) leave "
+                            f"no KV cache in engine.gpu_memory_utilization={lay.verl_util:g} of the GPU; raise it "
+                            "or engine.tensor_parallel_size")
+    if lay.actors and lay.actor_engine == "vllm":
+        need = plan.shape.n_params * plan.dtype_bytes / lay.actor_tp
+        if need >= 0.9 * lay.actor_util * plan.capacity:
+            problems.append(f"engine.ray: a vllm actor's weights ({gib(need)} per GPU at TP {lay.actor_tp}) leave no KV "
+                            f"cache in engine.gpu_memory_utilization={lay.actor_util:g}; raise it or "
+                            "engine.tensor_parallel_size")
+    return problems
+
