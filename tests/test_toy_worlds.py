@@ -54,7 +54,7 @@ def test_toy_scarce_presets_load_and_share_one_world():
     files = {f.stem: f for f in sorted(SCARCE.glob("*.yaml"))}
     assert set(files) == {"grpo", "d2evo", "diagevo", "rzero"}
     cfgs = {name: load_config(None, f) for name, f in files.items()}
-    assert {c.data.limit for c in cfgs.values()} == {64} and {c.data.toy_seed for c in cfgs.values()} == {0}
+    assert {c.data.limit for c in cfgs.values()} == {64} and {c.data.seed for c in cfgs.values()} == {0}
     assert {(c.eval.heldout_size, c.eval.samples) for c in cfgs.values()} == {(500, 8)}
     # methods are their shipped defaults: only the world's lines differ from configs/<recipe>.yaml
     for name, cfg in cfgs.items():

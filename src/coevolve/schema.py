@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from typing_extensions import Annotated
 
 BAND_TOLERANCE = 1e-9
 """Pass rates are ratios of small integers; 2/5 must count as 0.4 however it was computed."""
@@ -24,6 +25,17 @@ def in_band(x: float, low: float, high: float) -> bool:
     (True, False)
     """
     return low - BAND_TOLERANCE <= x <= high + BAND_TOLERANCE
+
+
+def _model_path(path: str | None) -> str | None:
+    from coevolve.models import resolve_model_path
+
+    return resolve_model_path(path)
+
+
+ModelPath = Annotated[str | None, AfterValidator(_model_path)]
+"""A Hugging Face model folder, or a built-in model name (``smollm2``) that stands for its cache
+folder (``coevolve.models``)."""
 
 
 class Strict(BaseModel):
@@ -160,5 +172,5 @@ class Voting(Strict):
         return self
 
 
-__all__ = ["BAND_TOLERANCE", "Band", "in_band", "Estimator", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
+__all__ = ["BAND_TOLERANCE", "Band", "ModelPath", "in_band", "Estimator", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
            "Voting", "WriterReward"]

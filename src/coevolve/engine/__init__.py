@@ -55,7 +55,7 @@ def make_sampler(engine: Any, model: Any, tokenizer: Any) -> Sampler:
 
         return VLLMSampler.for_model(engine, model, tokenizer).scoped(seed_scope(engine))
     return HFSampler(model, tokenizer, max_batch=engine.max_batch, max_batch_tokens=engine.max_batch_tokens,
-                     seed_scope=seed_scope(engine))
+                     seed_scope=seed_scope(engine), prefix_cache=bool(getattr(engine, "prefix_caching", False)))
 
 
 def freeze_sampler(engine: Any, sampler: Sampler, model: Any, tokenizer: Any) -> Sampler:

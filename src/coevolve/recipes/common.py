@@ -78,7 +78,8 @@ class Setup:
         try:
             role.save(staging)
             meta = {"format": CHECKPOINT_META_FORMAT, "world": self.world.name,
-                    "chat_template": self.cfg.model.chat_template, "role": role.name,
+                    "chat_template": self.cfg.model.chat_template, "enable_thinking": self.cfg.model.enable_thinking,
+                    "prompts": self.cfg.prompts.model_dump(mode="json"), "role": role.name,
                     "recipe": self.cfg.recipe, "tag": tag}
             atomic_write_json(staging / CHECKPOINT_META, meta)
         except BaseException:  # a full disk: no half checkpoint stays behind (a kill's is removed by Run.open)
@@ -119,7 +120,8 @@ class Setup:
 
         cfg = self.cfg
         prompter = ({"kind": "toy"} if isinstance(self.world.prompter, ToyPrompter) else
-                    {"kind": "chat", "chat_template": cfg.model.chat_template, "enable_thinking": cfg.model.enable_thinking})
+                    {"kind": "chat", "chat_template": cfg.model.chat_template, "enable_thinking": cfg.model.enable_thinking,
+                     "prompts": cfg.prompts.model_dump(mode="json")})
         spec = WriterSpec(reward=reward.model_dump(mode="json"), seed=seed, ns=ns, params=sampling_dict(self.params(None)),
                           prompter=prompter, rep_tokenizer=self.rep_tokenizer(reward),
                           batch_prompts=cfg.sampling.batch_prompts, engine=cfg.engine.model_dump(mode="json"),

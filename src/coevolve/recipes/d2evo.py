@@ -204,7 +204,7 @@ def _verifier(s: Setup, solver: Role) -> LabelVerifier:
     if b.verifier == "judge" and b.judge_model_path is not None:
         judge = s.metered(load_sampler(s.cfg.engine, b.judge_model_path, s.cfg.model.device, s.cfg.model.dtype))
         prompter = s.world.prompter_for(judge.tokenizer)
-    return make_verifier(b.verifier, oracle=s.world.oracle, grader=s.grader, judge=judge, prompter=prompter,
+    return make_verifier(b.verifier, oracle=s.world.oracle if s.world.knows_truth else None, grader=s.grader, judge=judge, prompter=prompter,
                          max_new_tokens=b.judge_max_new_tokens)
 
 
@@ -228,7 +228,7 @@ def phase_buffer(s: Setup, solver: Role, questioner: Role | None, t: int) -> Pha
                 vote_params=s.params(derive_seed(ctx.seed, "label")),
                 batch_prompts=cfg.sampling.batch_prompts, id_prefix=f"gen-r{t:02d}-",
                 banned=frozenset(normalize_question(a.question) for a in anchors), excluded=s.world.excluded(),
-                oracle=s.world.oracle, verifier=verifier)
+                oracle=s.world.oracle if s.world.knows_truth else None, verifier=verifier)
             s.run.write_jsonl(ctx.dir / "candidates.jsonl", [c.to_dict() for c in pool.candidates])
             s.run.write_jsonl(ctx.dir / "pool.jsonl", pool.rows())
             kept, stats = pool.kept, pool.stats()

@@ -194,9 +194,12 @@ def _prompter(spec: WriterSpec) -> Any:
     from coevolve.engine import load_tokenizer
     from coevolve.prompts.chat import ChatPrompter
 
+    from coevolve.prompts.spec import PromptsConfig
+
     tok = load_tokenizer(spec.solver_path) if spec.prompter.get("chat_template") else None
+    prompts = PromptsConfig.model_validate(spec.prompter["prompts"]) if "prompts" in spec.prompter else None
     return ChatPrompter(tok, use_chat_template=bool(spec.prompter.get("chat_template")),
-                        enable_thinking=spec.prompter.get("enable_thinking"))
+                        enable_thinking=spec.prompter.get("enable_thinking"), prompts=prompts)
 
 
 def solver_of(spec: WriterSpec) -> Any:
