@@ -17,6 +17,7 @@ from coevolve.rl.learner import (
     AUTO_CHECKPOINT_MIN_PARAMS,
     _collate,
     _fp32_accumulator,
+    _Fp32GradSum,
     pack_micro_batches,
     pack_rows,
     resolve_gradient_checkpointing,
@@ -287,14 +288,14 @@ def test_checkpointing_and_chunks_do_not_change_the_update(lora):
 
 def test_fp32_accumulator_sums_in_fp32_and_frees_half_grads():
     p = torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))
-    m = p.detach().float().clone().requires_grad_(True)
-    p.register_post_accumulate_grad_hook(_fp32_accumulator(m))
+    acc = _Fp32GradSum()
+    p.register_post_accumulate_grad_hook(_fp32_accumulator(acc))
     g1 = torch.tensor([1.0, 2.0**-9, 3.0])
     (p * g1.bfloat16()).sum().backward()
-    assert p.grad is None and m.grad.dtype == torch.float32
+    assert p.grad is None and acc.sum.dtype == torch.float32 and acc.sum.device == p.device
     (p * torch.tensor([2.0**-9] * 3).bfloat16()).sum().backward()
     # 1 + 2^-9 is not representable in bf16 (8 bits of mantissa) but is in fp32
-    assert m.grad.tolist() == [1.0 + 2.0**-9, 2.0**-9 + 2.0**-9, 3.0 + 2.0**-9]
+    assert acc.sum.tolist() == [1.0 + 2.0**-9, 2.0**-9 + 2.0**-9, 3.0 + 2.0**-9]
     assert p.grad is None
 
 

@@ -134,3 +134,62 @@ def test_bf16_peak_memory_against_the_plan():
                       Train("solver", 1, rows, prompt, completion), None)
     assert est.train_peak >= 0.9 * peak, (est.train_peak / 2**30, peak / 2**30)
     assert est.train_peak <= 2.0 * peak, (est.train_peak / 2**30, peak / 2**30)
+
+
+def test_offload_optimizer_sums_on_the_device_and_moves_them_once_per_step(monkeypatch):
+    """``offload_optimizer``: the fp32 gradient sums stay on the GPU through the micro-batches
+    (no master gets a gradient before the end of the step), then reach the CPU masters once;
+    the gradients equal an on-device learner's."""
+    import coevolve.rl.learner as L
+    from coevolve.rl import Learner, LearnerConfig
+
+    off = Learner(tiny(), LearnerConfig(lr=1e-3, micro_batch_size=2, offload_optimizer=True))
+    on = Learner(tiny(), LearnerConfig(lr=1e-3, micro_batch_size=2))
+    seen: list[tuple[set[str], bool]] = []
+    orig = L.policy_loss
+
+    def spy(*a, **k):
+        seen.append(({s.sum.device.type for s in off._sums if s.sum is not None},
+                     any(m.grad is not None for m in off.master)))
+        return orig(*a, **k)
+
+    grads = {}
+    for name, lr in (("off", off), ("on", on)):
+        got: list[torch.Tensor] = []
+        step = lr.optimizer.step
+
+        def record(*a, _lr=lr, _got=got, _step=step, **k):
+            _got.extend(m.grad.detach().cpu().clone() for m in _lr.master)
+            return _step(*a, **k)
+
+        lr.optimizer.step = record
+        if name == "off":
+            monkeypatch.setattr(L, "policy_loss", spy)
+        m = lr.step(groups(7))
+        monkeypatch.setattr(L, "policy_loss", orig)
+        grads[name] = got
+    assert m["micro_batches"] >= 3 and len(seen) == m["micro_batches"]
+    assert all(devs <= {"cuda"} for devs, _ in seen) and seen[-1][0] == {"cuda"}
+    assert not any(master for _, master in seen)
+    assert all(m_.device.type == "cpu" for m_ in off.master)
+    for a, b in zip(grads["off"], grads["on"]):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-8)
+
+
+def test_close_gives_the_state_back_and_a_second_learner_trains():
+    from coevolve.rl import Learner, LearnerConfig
+
+    model = tiny()
+    n = sum(p.numel() for p in model.parameters())
+    a = Learner(model, LearnerConfig(lr=1e-3))
+    a.step(groups(8))
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    a.close()
+    torch.cuda.synchronize()
+    assert before - torch.cuda.memory_allocated() >= 0.9 * 12 * n  # fp32 masters + AdamW m and v
+    w = [p.detach().clone() for p in model.parameters()]
+    b = Learner(model, LearnerConfig(lr=1e-3))
+    b.step(groups(9))
+    assert any(not torch.equal(x, p) for x, p in zip(w, model.parameters()))
+    assert all(m.grad is None for m in b.master)

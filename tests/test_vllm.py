@@ -90,33 +90,64 @@ def test_default_lane_never_imports_vllm():
 
 
 # ---------------------------------------------------------------------------------------------
-# fixtures: the toy base (600 steps, partial competence) and SmolLM2, each with one engine
+# fixtures: the toy base (600 steps, partial competence) and SmolLM2, one engine at a time
+# (a process holds one vLLM engine: its shutdown tears down process-wide state the other needs)
+
+
+class Engines:
+    """The module's engine: the toy base's or SmolLM2's, started on demand, the other one closed
+    first. ``get`` returns (model, tokenizer, HF sampler, vLLM sampler over the same model)."""
+
+    def __init__(self, smollm2) -> None:
+        self.smollm2, self.kind, self.current = smollm2, None, None
+
+    def get(self, kind: str):
+        if self.kind != kind:
+            self.close()
+            if kind == "toy":
+                from coevolve.toy import ensure_base
+
+                model, tok = load_model(ensure_base(), device="cpu", dtype="float32")
+                model.eval()
+                vs = make_sampler(vllm_cfg(), model, tok)
+            else:
+                path = self.smollm2()
+                model, tok = load_model(path, device="cpu", dtype="float32")
+                model.eval()
+                vs = load_sampler(vllm_cfg(max_model_len=1024), str(path), device="cpu", dtype="float32")
+            self.kind, self.current = kind, (model, tok, HFSampler(model, tok), vs)
+        return self.current
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current[3].close()
+        self.kind, self.current = None, None
 
 
 @pytest.fixture(scope="module")
-def toy():
-    """(model, tokenizer, HF sampler, vLLM sampler over the same module). The HF model stays
-    untouched by the tests that use this fixture."""
+def engines(smollm2):
     if not vllm_available():
         pytest.skip("vllm is not installed")
-    from coevolve.toy import ensure_base
-
-    model, tok = load_model(ensure_base(), device="cpu", dtype="float32")
-    model.eval()
-    vs = make_sampler(vllm_cfg(), model, tok)
-    yield model, tok, HFSampler(model, tok), vs
-    vs.close()
+    e = Engines(lambda: smollm2)
+    yield e
+    e.close()
 
 
-@pytest.fixture(scope="module")
-def smol(smollm2):
-    if not vllm_available():
-        pytest.skip("vllm is not installed")
-    model, tok = load_model(smollm2, device="cpu", dtype="float32")
-    model.eval()
-    vs = load_sampler(vllm_cfg(max_model_len=1024), str(smollm2), device="cpu", dtype="float32")
-    yield model, tok, HFSampler(model, tok), vs
-    vs.close()
+@pytest.fixture
+def toy(engines):
+    """The toy base (untouched by the tests) and the engine serving it."""
+    return engines.get("toy")
+
+
+@pytest.fixture
+def smol(engines):
+    return engines.get("smol")
+
+
+@pytest.fixture
+def no_engine(engines):
+    """A test that starts engines of its own: the module's engine is closed first."""
+    engines.close()
 
 
 def solve(question: str) -> str:
@@ -188,14 +219,14 @@ def test_greedy_identical_on_smollm2(smol):
 
 
 @vllm_test
-def test_logprobs_agree_with_a_forward_pass(toy, smol):
+def test_logprobs_agree_with_a_forward_pass(engines):
     """vLLM's raw log-probs of the tokens it sampled at T=1 (and at T=0.7, where the returned
     values must still be the raw distribution's) equal HF's forward pass over the same ids."""
-    for model, tok, hf, vs, prompts in (
-        (*toy, [solve(t.question) for t in toy_tasks(16, seed=1)]),
-        (*smol, [smol[1].apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-                 for q in ("Tell me a fact about cats.", "What is 7+8?")]),
-    ):
+    for kind in ("toy", "smol"):
+        model, tok, hf, vs = engines.get(kind)
+        prompts = ([solve(t.question) for t in toy_tasks(16, seed=1)] if kind == "toy" else
+                   [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+                    for q in ("Tell me a fact about cats.", "What is 7+8?")])
         for temp in (1.0, 0.7):
             out = vs.sample(prompts, 2, SamplingParams(temperature=temp, max_new_tokens=24, seed=3, return_logprobs=True))
             flat = [c for g in out for c in g]
@@ -237,8 +268,8 @@ def test_sampled_pass_rates_agree_within_sampling_error(toy):
 
 
 @vllm_test
-def test_seeded_calls_repeat_and_leave_the_callers_rng_alone(toy):
-    model, tok, hf, vs = toy
+def test_seeded_calls_repeat_and_leave_the_callers_rng_alone(engines):
+    model, tok, hf, vs = engines.get("toy")
     prompts = [solve(t.question) for t in toy_tasks(12, seed=2)]
     p = SamplingParams(temperature=1.0, max_new_tokens=48, seed=123)
     torch.manual_seed(0)
@@ -256,11 +287,10 @@ def test_seeded_calls_repeat_and_leave_the_callers_rng_alone(toy):
     assert ids(a) != ids(c)
     assert len({tuple(x.token_ids) for g in a for x in g}) > len(prompts), "the n samples of a prompt should differ"
     # a freshly started engine (a resumed run) draws the same seeded samples
-    fresh = make_sampler(vllm_cfg(), model, tok)
-    try:
-        assert ids(fresh.sample(prompts, 4, p)) == ids(a)
-    finally:
-        fresh.close()
+    engines.close()
+    fresh = engines.get("toy")[3]
+    assert fresh.engine is not vs.engine
+    assert ids(fresh.sample(prompts, 4, p)) == ids(a)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,7 +299,7 @@ def test_seeded_calls_repeat_and_leave_the_callers_rng_alone(toy):
 
 @vllm_test
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_vllm_samples_with_the_weights_of_the_last_learner_step(lora):
+def test_vllm_samples_with_the_weights_of_the_last_learner_step(lora, no_engine):
     """After a learner step and ``sync_weights`` the engine's log-probs are the new model's, not
     the old one's (this fails without the sync: the engine would still hold the old weights);
     a frozen sampler taken before the step keeps serving the old weights. LoRA: the adapter is
@@ -306,6 +336,33 @@ def test_vllm_samples_with_the_weights_of_the_last_learner_step(lora):
         vs.close()
 
 
+@vllm_test
+def test_one_engine_serves_a_folder_and_a_live_model(smol):
+    """The model folder (read from disk) and a live, changed copy of the same model are two
+    versions of one engine; each call samples from its own weights, as HF does."""
+    model, tok, hf, disk = smol
+    other = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for layer in other.model.layers:
+            w = layer.mlp.down_proj.weight
+            w.add_(0.5 * w.std() * torch.randn(w.shape, generator=g))
+    live = make_sampler(vllm_cfg(max_model_len=1024), other, tok)
+    try:
+        assert live.engine is disk.engine
+        chats = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+                 for q in ("What is 2+3?", "Name a colour.", "Say hi.", "Count from 1 to 5.")]
+        params = SamplingParams(temperature=0.0, max_new_tokens=16)
+        want = {"disk": hf.sample(chats, 1, params), "live": HFSampler(other, tok).sample(chats, 1, params)}
+        assert any(not same(x[0], y[0]) for x, y in zip(want["disk"], want["live"])), "the versions should differ"
+        for s, k in ((disk, "disk"), (live, "live"), (disk, "disk"), (live, "live")):
+            got = s.sample(chats, 1, params)
+            assert all(same(x[0], y[0]) for x, y in zip(got, want[k])), k
+    finally:
+        live.close()
+    assert disk.engine.llm is not None  # the folder sampler still holds it
+
+
 # ---------------------------------------------------------------------------------------------
 # one short round of each recipe with engine=vllm
 
@@ -328,7 +385,7 @@ RECIPE_OVERRIDES = {
 
 @vllm_test
 @pytest.mark.parametrize("recipe", ["grpo", "d2evo", "diagevo"])
-def test_one_round_of_each_recipe_with_vllm(recipe, tmp_path, monkeypatch):
+def test_one_round_of_each_recipe_with_vllm(recipe, tmp_path, monkeypatch, no_engine):
     from coevolve.config import dump_yaml
     from coevolve.engine.vllm import VLLMSampler
     from coevolve.recipes import d2evo, diagevo, grpo
@@ -356,3 +413,5 @@ def test_one_round_of_each_recipe_with_vllm(recipe, tmp_path, monkeypatch):
     assert load_config(None, run.path / "config.yaml").engine.kind == "vllm"
     if recipe == "d2evo":  # the frozen scorer shares the solver's engine as a pinned version
         assert any(not s._owner for s in built)
+    # every role (diagevo: challenger and solver), frozen copy and evaluation: one engine in the process
+    assert len({id(s.engine) for s in built}) == 1

@@ -13,12 +13,21 @@ Design (read ``docs/engines.md`` for the user-facing version):
   copy: ``collective_rpc("reload_weights", weights_iterator=...)`` hands the learner's tensors to
   vLLM's layer-wise in-place reload (which also redoes CPU weight re-packing); no checkpoint is
   written, no tensor crosses a process boundary.
-* **Weight versions.** A sampler names the weights it wants (``_version``, a fresh token at every
-  ``sync_weights``); the engine remembers which version it holds and reloads only on a mismatch.
-  A frozen scorer (``pinned``) is a second sampler over the *same* engine with a fixed version: a
-  host-memory snapshot of the role's weights, pushed back when the frozen sampler samples. That
-  costs one copy of the weights in host memory and a reload per switch, instead of a second engine
-  (another start, another KV cache).
+* **One engine per process, weight versions.** Two ``vllm.LLM`` engines in one process are not
+  independent in vLLM 0.32: its sleep allocator (``device_allocator/cumem.py``,
+  ``CuMemAllocator``) is a process-wide singleton whose ``sleep`` unmaps every awake allocation
+  of every engine and whose ``wake_up`` maps every sleeping one, and an engine's shutdown tears
+  down process-wide state (``v1/engine/core.py`` ``EngineCore.shutdown`` ->
+  ``cleanup_dist_env_and_memory``; ``v1/worker/gpu_worker.py`` ``shutdown`` releases every cumem
+  pool), after which the other engine fails ("pipeline model parallel group is not
+  initialized"). So every sampler of a process is served by one engine: each sampler names the
+  weights it wants (a *version*: a live module, a host snapshot, or a model folder), the engine
+  remembers which version it holds and reloads only on a mismatch. Live roles (solver,
+  challenger, questioner), frozen scorers (``pinned``: a host-memory snapshot) and folder models
+  (judge, diagnoser, a model to evaluate) are versions of the same engine; switching costs a
+  reload, not a second engine with its own KV cache. A sampler the running engine cannot serve
+  (another architecture, tokenizer, dtype or engine section) is refused when it is built, with
+  the difference named; once the engine's last owner closes it, another model may start one.
 * **Completions as HF's.** Prompts are tokenised by our tokenizer and passed as ids; generated ids
   are cut and decoded by ``cut_completion`` / ``decode_ids``, the functions ``HFSampler`` uses, so
   prompt ids, completion ids (stop token included), finish and stop reasons, and text mean the same
@@ -28,11 +37,16 @@ Design (read ``docs/engines.md`` for the user-facing version):
   Since the engine runs in this process and samples from torch's default generator, a seeded call
   forks the global RNG, seeds it and clears the prefix cache, so the same call on the same machine
   and engine gives the same samples; the caller's RNG is restored afterwards.
-* **CUDA sleep mode.** With ``engine.sleep_mode`` the engine sleeps whenever it is not sampling
-  (level 2: weights and KV cache released; level 1 for engines loaded from a folder, whose weights
-  we do not hold) and wakes, reloads the wanted version and re-allocates the KV cache at the start
-  of a ``sample`` call, so learner steps get the GPU memory. vLLM's CPU worker ignores sleep; this
-  path is written against vLLM's API but could not be run here (no GPU).
+* **CUDA sleep mode.** With ``engine.sleep_mode`` the engine sleeps at level 2 whenever it is not
+  sampling (weights and KV cache released; level 1 would keep a host copy of whichever version
+  happens to be loaded, which is no use when versions switch) and at the start of a ``sample``
+  call wakes its weights, pushes the wanted version (every version, folder ones included, is
+  pushed again after a wake: level 2 leaves garbage in the weights), then re-allocates the KV
+  cache; a sample call refuses to run unless the wanted version was pushed since the last wake.
+  Closing a sleeping engine wakes it first: freeing its tensors while unmapped would have vLLM
+  unmap them a second time. vLLM's CPU worker ignores sleep; this path is written against
+  vLLM 0.32's ``device_allocator/cumem.py`` and ``v1/worker/gpu_worker.py`` and is checked by
+  GPU-marked tests and, on CPU, by a fake engine that models the allocator.
 
 vLLM is imported lazily (inside functions): the default ``hf`` lane never imports it.
 """
@@ -42,11 +56,15 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import hashlib
 import importlib.util
+import json
 import logging
 import os
 import random
 import tempfile
+import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterator, Sequence
@@ -174,23 +192,145 @@ def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------------------------
+# what one engine can serve
+
+
+ENGINE_FIELDS = ("max_batch", "prefix_caching", "enforce_eager", "gpu_memory_utilization", "kv_cache_gib",
+                 "max_model_len", "max_num_batched_tokens", "sleep_mode")
+"""Fields of the ``engine`` section a vLLM engine is built with: samplers whose sections differ
+in one of them cannot share an engine."""
+_CONFIG_NOISE = ("_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache", "_commit_hash",
+                 "_attn_implementation", "_attn_implementation_autoset", "output_attentions", "output_hidden_states",
+                 "return_dict")
+"""Config keys that say where a model came from or how HF runs it, not what vLLM builds."""
+SLEEP_LEVEL = 2
+"""The only safe level with several weight versions: level 1 would back up whichever version is
+loaded, and the next version's push overwrites it anyway."""
+
+
+def _sleep_capable(device: torch.device) -> bool:
+    """vLLM sleeps only on CUDA (its CPU worker ignores ``sleep``)."""
+    return device.type == "cuda"
+
+
+def _model_config(config: Any, arch: str | None = None) -> dict[str, Any]:
+    """The parts of a Hugging Face config that decide the engine vLLM builds."""
+    d = {k: v for k, v in config.to_dict().items() if k not in _CONFIG_NOISE}
+    if not d.get("architectures") and arch:
+        d["architectures"] = [arch]
+    return d
+
+
+def _tokenizer_fingerprint(tokenizer: Any) -> str:
+    """Same vocabulary, same special ids: vLLM detokenises (stop strings) with the engine's
+    tokenizer, so samplers that share an engine must tokenise alike."""
+    h = hashlib.sha256()
+    for tok, i in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1]):
+        h.update(f"{i}\t{tok}\n".encode())
+    h.update(repr(sorted(tokenizer.all_special_ids)).encode())
+    return h.hexdigest()[:16]
+
+
+def _device_name(device: torch.device) -> str:
+    """``cuda`` and ``cuda:0`` are one device here (the engine runs on the current one)."""
+    return device.type if device.type != "cuda" else f"cuda:{device.index or 0}"
+
+
+def _gen_eos(gen: Any) -> list[int]:
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    return sorted(eos) if isinstance(eos, (list, tuple)) else ([] if eos is None else [int(eos)])
+
+
+@dataclass(frozen=True)
+class Serves:
+    """What one engine can serve: the model it is built for (architecture and shapes), its
+    tokenizer, the EOS ids vLLM adds to every request (from the generation config), dtype,
+    device and the engine section. Versions (weights) of samplers with equal ``Serves`` go
+    through one engine."""
+
+    model: str  # canonical JSON of ``_model_config``
+    tokenizer: str
+    generation_eos: tuple[int, ...]
+    dtype: str
+    device: str
+    engine: tuple[tuple[str, Any], ...]
+
+    @property
+    def sleeps(self) -> bool:
+        return dict(self.engine).get("sleep_mode", False) is True and _sleep_capable(torch.device(self.device))
+
+    def differences(self, other: "Serves") -> list[str]:
+        """What differs from ``other``, field by field, in words a user can act on."""
+        out: list[str] = []
+        a, b = json.loads(self.model), json.loads(other.model)
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                out.append(f"config.{k}: {a.get(k)!r} vs {b.get(k)!r}")
+        if self.tokenizer != other.tokenizer:
+            out.append("the tokenizer (vocabulary or special tokens)")
+        if self.generation_eos != other.generation_eos:
+            out.append(f"generation_config eos_token_id: {list(self.generation_eos)} vs {list(other.generation_eos)}")
+        for what, x, y in (("dtype", self.dtype, other.dtype), ("device", self.device, other.device)):
+            if x != y:
+                out.append(f"{what}: {x} vs {y}")
+        ea, eb = dict(self.engine), dict(other.engine)
+        out += [f"engine.{k}: {ea.get(k)!r} vs {eb.get(k)!r}" for k in ENGINE_FIELDS if ea.get(k) != eb.get(k)]
+        return out
+
+
+def serves(cfg: Any, config: Any, tokenizer: Any, generation_config: Any, dtype: torch.dtype, device: torch.device,
+           arch: str | None = None) -> Serves:
+    """``Serves`` of a model (its HF ``config``) under the ``engine`` section ``cfg``."""
+    return Serves(
+        model=json.dumps(_model_config(config, arch), sort_keys=True, default=str),
+        tokenizer=_tokenizer_fingerprint(tokenizer), generation_eos=tuple(_gen_eos(generation_config)),
+        dtype=str(dtype).removeprefix("torch."), device=_device_name(device),
+        engine=tuple((k, getattr(cfg, k, None)) for k in ENGINE_FIELDS),
+    )
+
+
+def folder_weights(path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` of a model folder's ``*.safetensors``, read one tensor at a time (a
+    folder version is pushed from disk again after every switch or level-2 wake, never held in
+    memory)."""
+    from safetensors import safe_open
+
+    for f in _weight_files(Path(path)):
+        with safe_open(str(f), framework="pt", device="cpu") as fh:
+            for name in fh.keys():
+                yield name, fh.get_tensor(name)
+
+
+def _weight_files(path: Path) -> list[Path]:
+    return sorted(p for p in path.glob("*.safetensors") if not p.name.startswith("adapter"))
+
+
+# --------------------------------------------------------------------------------------------
 # the engine
 
 
+def _start_llm(kw: dict[str, Any], device: torch.device) -> Any:
+    """A ``vllm.LLM`` built in this process (the one place an engine is started)."""
+    from vllm import LLM
+
+    with _engine_construction(device):
+        return LLM(**kw)
+
+
 class _Engine:
-    """One in-process ``vllm.LLM`` and the weight version it holds (shared by a role's sampler
-    and the frozen samplers pinned to it)."""
+    """One in-process ``vllm.LLM`` and the weight version it holds, shared by every sampler
+    whose ``Serves`` it matches (``_engine_for``). ``holders`` counts the samplers that own a
+    share of it (not the pinned ones); the last ``release`` closes it."""
 
-    def __init__(self, folder: str, cfg: Any, dtype: torch.dtype, device: torch.device, *, dummy: bool,
-                 keep: Any = None) -> None:
-        from vllm import LLM
-
+    def __init__(self, what: Serves, folder: str, cfg: Any, dtype: torch.dtype, device: torch.device, *,
+                 dummy: bool, loaded: object | None = None, keep: Any = None) -> None:
+        self.serves = what
         self.device = device
         self.dtype = dtype
-        self.sleep_mode = bool(cfg.sleep_mode) and device.type == "cuda"
-        # level 2 drops the weights (we push them back on wake); an engine loaded from a folder
-        # keeps a host copy instead (level 1), since we do not hold its weights
-        self.sleep_level = 2 if dummy else 1
+        self.sleep_mode = what.sleeps
+        self.sleep_level = SLEEP_LEVEL
+        self.holders = 0
+        self.llm: Any = None
         self._keep = keep  # the temporary folder the engine reads its config/tokenizer from
         kw: dict[str, Any] = dict(
             model=folder, tokenizer=folder, dtype=str(dtype).removeprefix("torch."), seed=0,
@@ -208,36 +348,31 @@ class _Engine:
             kw["max_num_batched_tokens"] = int(cfg.max_num_batched_tokens)
         if self.sleep_mode:
             kw["enable_sleep_mode"] = True
-        with _engine_construction(device):
-            try:
-                self.llm = LLM(**kw)
-            except Exception as e:  # noqa: BLE001 - re-raised naming the config section
-                raise SamplerError(f"engine.kind=vllm: could not start a vLLM engine for {folder} "
-                                   f"(engine section: {cfg.model_dump() if hasattr(cfg, 'model_dump') else cfg}): "
-                                   f"{type(e).__name__}: {e}") from e
+        try:
+            self.llm = _start_llm(kw, device)
+        except Exception as e:  # noqa: BLE001 - re-raised naming the config section
+            raise SamplerError(f"engine.kind=vllm: could not start a vLLM engine for {folder} "
+                               f"(engine section: {cfg.model_dump() if hasattr(cfg, 'model_dump') else cfg}): "
+                               f"{type(e).__name__}: {e}") from e
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
-        self.loaded: object | None = None if dummy else _FROM_DISK
+        self.loaded: object | None = None if dummy else loaded
         self.asleep = False
 
     def push(self, version: object, weights: Any) -> None:
-        """Reload the weights in place (``weights``: an iterable of (name, tensor), or None to
-        re-read the folder the engine was built from) and forget cached prefixes, which were
-        computed with the old weights."""
-        kwargs: dict[str, Any] = {"is_checkpoint_format": True}
-        if weights is not None:
-            kwargs["weights_iterator"] = weights
+        """Reload the weights in place (``weights``: an iterable of (name, tensor)) and forget
+        cached prefixes, which were computed with the old weights."""
         _quiet_rotary_warning()
         self.loaded = None  # a push that fails halfway leaves no version behind
-        self.llm.collective_rpc("reload_weights", kwargs=kwargs)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()
         self.loaded = version
 
     def wake(self) -> None:
-        """Before sampling (CUDA sleep mode): weights back first, so a reload has somewhere to go."""
+        """Before sampling (CUDA sleep mode): weights back first, so a reload has somewhere to
+        go. Level 2 left them undefined: no version is loaded until one is pushed."""
         if self.asleep:
             self.llm.wake_up(tags=["weights"])
-            if self.sleep_level == 2:
-                self.loaded = None
+            self.loaded = None
 
     def ready_kv(self) -> None:
         if self.asleep:
@@ -246,27 +381,69 @@ class _Engine:
 
     def rest(self) -> None:
         """After sampling (CUDA sleep mode): release GPU memory for the learner."""
-        if self.sleep_mode and not self.asleep:
+        if self.sleep_mode and not self.asleep and self.llm is not None:
             self.llm.reset_prefix_cache()
             self.llm.sleep(level=self.sleep_level)
             self.asleep = True
 
+    def acquire(self) -> None:
+        self.holders += 1
+
+    def release(self) -> None:
+        """One owning sampler lets go; the last one closes the engine."""
+        self.holders -= 1
+        if self.holders <= 0:
+            self.close()
+
     def close(self) -> None:
-        """Shut the engine down and free its memory (the process keeps running)."""
-        llm = getattr(self, "llm", None)
+        """Shut the engine down and free its memory (the process keeps running). A sleeping
+        engine is woken first: its tensors are freed through vLLM's allocator, which would
+        unmap memory that sleep already unmapped (vLLM 0.32 skips that only on ROCm)."""
+        llm = self.llm
         if llm is None:
             return
+        if self.asleep:
+            with contextlib.suppress(Exception):
+                llm.wake_up()
+            self.asleep = False
         with contextlib.suppress(Exception):
             llm.llm_engine.engine_core.shutdown()
         self.llm = None
+        self.loaded = None
         del llm
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
+    def __del__(self) -> None:  # an engine dropped without close() (recipes keep samplers to the end)
+        with contextlib.suppress(Exception):
+            self.close()
 
-_FROM_DISK = object()
-"""Version token of the weights an engine read from its model folder."""
+
+_ENGINES: "weakref.WeakSet[_Engine]" = weakref.WeakSet()
+"""The engines alive in this process. Process-wide on purpose: it mirrors vLLM's process-wide
+sleep allocator, which is what makes a second sleeping engine unsafe."""
+
+
+def _engine_for(what: Serves, build: Any, wanted: str) -> tuple[_Engine, bool]:
+    """The running engine that serves ``what``, or a new one from ``build()`` when none runs;
+    (engine, new). A ``ConfigError`` when another engine runs: two in-process engines are not
+    independent in vLLM 0.32, asleep or not (module docstring)."""
+    live = [e for e in list(_ENGINES) if e.llm is not None]
+    for e in live:
+        if e.serves == what:
+            return e, False
+    if live:
+        diff = "; ".join(what.differences(live[0].serves)[:6])
+        raise ConfigError(
+            f"engine.kind=vllm: {wanted} cannot be served by the vLLM engine already running in this process "
+            f"({diff}). One process holds one vLLM engine: vLLM's sleep allocator and its distributed state are "
+            "process-wide (a second engine's sleep would discard the first one's weights, and closing either tears "
+            "down the other's), so every model of a run must be a weight version of one engine: same architecture, "
+            "tokenizer, dtype and engine section. Use a model of the same shape for it, or engine=hf")
+    engine = build()
+    _ENGINES.add(engine)
+    return engine, True
 
 
 def _engine_folder(model: Any, tokenizer: Any, prefix: str = "coevolve-vllm-") -> tempfile.TemporaryDirectory[str]:
@@ -301,21 +478,29 @@ class VLLMSampler:
     """``Sampler`` over an in-process vLLM engine. Build it with ``coevolve.engine.make_sampler``
     / ``load_sampler`` (``engine.kind=vllm``), or ``pinned`` for a frozen weight version.
 
+    Every sampler of a process that the same engine can serve shares it (module docstring):
+    each one is a weight version pushed into the engine when it samples after another one did.
     ``sync_weights(model)`` makes the engine serve ``model``'s current weights by an in-memory
-    reload (at once when the engine is awake, else at the next ``sample``). ``close()`` frees
-    the engine; samplers pinned to it stop working then.
+    reload (at once when the engine is awake, else at the next ``sample``). ``close()`` lets go
+    of the engine; the last sampler that owns a share of it shuts it down, and samplers pinned
+    to it stop working then.
     """
 
     def __init__(self, engine: _Engine, tokenizer: Any, eos_ids: list[int], *, source: Any = None,
-                 snapshot: dict[str, torch.Tensor] | None = None, owner: bool = True) -> None:
+                 snapshot: dict[str, torch.Tensor] | None = None, folder: str | Path | None = None,
+                 version: object | None = None, owner: bool = True) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
-        self._source = source  # the live module we read weights from (None: folder or snapshot)
+        self._source = source  # the live module we read weights from
         self._snapshot = snapshot  # a fixed weight version in host memory (frozen samplers)
+        self._folder = None if folder is None else Path(folder)  # a model folder, read again at every push
         self._owner = owner
-        self._version: object = engine.loaded if engine.loaded is not None else object()
+        self._released = False
+        self._version: object = version if version is not None else object()
         self.seed_scope = "call"
+        if owner:
+            engine.acquire()
 
     def scoped(self, seed_scope: str | None) -> "VLLMSampler":
         """Set ``engine.seed_scope``: 'prompt' gives every prompt's request its own vLLM seed
@@ -327,42 +512,62 @@ class VLLMSampler:
     # ------------------------------------------------------------------ construction
     @classmethod
     def for_model(cls, cfg: Any, model: Any, tokenizer: Any) -> "VLLMSampler":
-        """An engine colocated with ``model`` (a learner's module), serving its weights."""
+        """A sampler serving ``model``'s weights (a learner's module) from this process's engine
+        for its shape, started here when there is none."""
         require_vllm()
         device = next(model.parameters()).device
         check_seed_scope(getattr(cfg, "seed_scope", None), device)
         dtype = next(model.parameters()).dtype
-        folder = _engine_folder(model, tokenizer)
-        engine = _Engine(folder.name, cfg, dtype, device, dummy=True, keep=folder)
+        base = unwrap_peft(model)
+        what = serves(cfg, base.config, tokenizer, getattr(base, "generation_config", None), dtype, device,
+                      arch=type(base).__name__)
+
+        def build() -> _Engine:
+            folder = _engine_folder(model, tokenizer)
+            return _Engine(what, folder.name, cfg, dtype, device, dummy=True, keep=folder)
+
+        engine, new = _engine_for(what, build, f"the model of {type(base).__name__}")
         sampler = cls(engine, tokenizer, _eos_ids(model, tokenizer), source=model)
-        sampler.sync_weights(model)
-        sampler._ensure()
-        engine.rest()
+        if new:  # the engine is awake once after start: give it real weights now, then let it sleep
+            sampler._ensure()
+            engine.rest()
         return sampler
 
     @classmethod
     def for_path(cls, cfg: Any, path: str | Path, tokenizer: Any, device: str = "auto", dtype: str = "auto") -> "VLLMSampler":
-        """An engine that reads a model folder itself (a judge, a diagnoser, a model to
-        evaluate): no Hugging Face copy of the model is loaded."""
+        """A sampler over a model folder (a judge, a diagnoser, a model to evaluate): a version
+        of this process's engine for its shape (a new engine reads the folder itself; a running
+        one gets the folder's weights pushed from disk). No Hugging Face copy is loaded. The
+        folder needs ``*.safetensors`` weights: after another version or a level-2 sleep they
+        are read again."""
         require_vllm()
-        from transformers import GenerationConfig
+        from transformers import AutoConfig, GenerationConfig
 
         dev = resolve_device(device)
         check_seed_scope(getattr(cfg, "seed_scope", None), dev)
         dt = resolve_dtype(dtype, dev)
-        engine = _Engine(str(path), cfg, dt, dev, dummy=False)
+        if not _weight_files(Path(path)):
+            raise ConfigError(f"engine.kind=vllm: model folder {path} has no *.safetensors weights; a vLLM engine that "
+                              "serves several weight versions reads a folder's weights again at every switch. Save it "
+                              "with save_pretrained (safetensors), or use engine=hf")
         try:
             gen = GenerationConfig.from_pretrained(str(path))
         except Exception:  # noqa: BLE001 - a folder without generation_config.json: tokenizer EOS only
             gen = None
-        sampler = cls(engine, tokenizer, _eos_ids(SimpleNamespace(generation_config=gen), tokenizer))
-        engine.rest()
+        what = serves(cfg, AutoConfig.from_pretrained(str(path)), tokenizer, gen, dt, dev)
+        version = object()
+        engine, new = _engine_for(what, lambda: _Engine(what, str(path), cfg, dt, dev, dummy=False, loaded=version),
+                                  f"model folder {path}")
+        sampler = cls(engine, tokenizer, _eos_ids(SimpleNamespace(generation_config=gen), tokenizer), folder=path,
+                      version=version)
+        if new:
+            engine.rest()
         return sampler
 
     def pinned(self, model: Any) -> "VLLMSampler":
         """A sampler over this sampler's engine that always serves the weights ``model`` has
         now (a frozen scorer while the role trains on): a host-memory snapshot, pushed to the
-        engine whenever the frozen sampler samples after the live one did."""
+        engine whenever the frozen sampler samples after another version did."""
         snap = _snapshot(model, self.engine.dtype)
         frozen = VLLMSampler(self.engine, self.tokenizer, self.eos_ids, snapshot=snap, owner=False)
         frozen.seed_scope = self.seed_scope  # draws as the live sampler's would
@@ -372,8 +577,9 @@ class VLLMSampler:
     def sync_weights(self, model: Any) -> None:
         """Serve ``model``'s current weights: a new version, reloaded in memory now (or, while
         the engine sleeps on CUDA, when it next wakes to sample)."""
-        if self._snapshot is not None:
-            raise SamplerError("sync_weights on a pinned (frozen) vLLM sampler: its weights are fixed by design")
+        if self._snapshot is not None or self._folder is not None:
+            raise SamplerError("sync_weights on a vLLM sampler with fixed weights (a pinned snapshot or a model "
+                               "folder): its weights are fixed by design")
         self._source = model
         self._version = object()
         if not self.engine.asleep and not self.engine.sleep_mode:
@@ -382,9 +588,9 @@ class VLLMSampler:
     def _weights(self) -> Any:
         if self._snapshot is not None:
             return iter(self._snapshot.items())
-        if self._source is not None:
-            return hf_weights(self._source)
-        return None  # re-read the engine's folder
+        if self._folder is not None:
+            return folder_weights(self._folder)
+        return hf_weights(self._source)
 
     def _ensure(self) -> None:
         """Make the engine hold this sampler's version."""
@@ -394,9 +600,11 @@ class VLLMSampler:
             self.engine.push(self._version, self._weights())
 
     def close(self) -> None:
-        """Shut the engine down (owner only; a pinned sampler just lets go)."""
-        if self._owner:
-            self.engine.close()
+        """Let go of the engine (owners; the last one shuts it down). A pinned sampler just
+        lets go. Idempotent."""
+        if self._owner and not self._released:
+            self._released = True
+            self.engine.release()
 
     # ------------------------------------------------------------------ helpers
     def encode(self, prompt: str) -> list[int]:
@@ -455,6 +663,8 @@ class VLLMSampler:
                                    "(engine.max_model_len, default the model's)")
         self.engine.wake()
         self._ensure()
+        if self.engine.loaded is not self._version:  # never sample from weights a sleep discarded
+            raise SamplerError("vLLM engine: the wanted weight version is not loaded after wake-up")
         self.engine.ready_kv()
         try:
             with _seeded(params.seed if seeds is None else None, self.engine.device):

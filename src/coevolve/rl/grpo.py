@@ -19,11 +19,16 @@ of the K active completion tokens are projected by the LM head C tokens at a tim
 with z = lm_head(h) upcast to fp32, each chunk under non-reentrant activation checkpointing, so
 neither forward nor backward ever holds more than a (C, V) slice of the logits (a 4k-token row
 of Qwen3's 152k vocabulary is 2.5 GB in fp32). Padding positions never reach the LM head.
+
+The head's weight gradient dW = sum_chunks dz^T h is summed in fp32. Autograd would round it to
+the weight's dtype (bf16) on the way out; a caller that keeps fp32 master weights passes
+``head_grad_sink`` instead, which receives the fp32 dW (and autograd gets none for the head), so
+no bf16 rounding sits between the sum and the master.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -103,6 +108,7 @@ def sequence_logprobs(
     completion_mask: Tensor,
     return_entropy: bool = False,
     chunk_tokens: int | None = None,
+    head_grad_sink: Callable[[Tensor], None] | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Per-token log-probs (raw model distribution, no temperature) of the completion tokens.
 
@@ -120,7 +126,8 @@ def sequence_logprobs(
     may sit anywhere in the last T columns (``completion_mask`` says where), so both the
     [left-padded prompt | right-padded completion] layout and fully left-padded rows work.
     Models whose logits are not a plain ``lm_head(h)`` (soft-capping, logit scaling) fall back
-    to the full-logits path.
+    to the full-logits path. ``head_grad_sink`` (chunked path, plain linear head only): backward
+    hands the head weight's fp32 gradient to it instead of to autograd (module docstring).
     """
     if input_ids.shape != attention_mask.shape:
         raise RLInputError(
@@ -138,7 +145,7 @@ def sequence_logprobs(
     parts = _decoder_and_head(model) if chunk_tokens else None
     if parts is not None:
         return _chunked_sequence_logprobs(parts[0], parts[1], input_ids, attention_mask, position_ids,
-                                          completion_mask, int(chunk_tokens or 0), return_entropy)
+                                          completion_mask, int(chunk_tokens or 0), return_entropy, head_grad_sink)
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -198,11 +205,12 @@ class _ChunkedLinearLogProbs(torch.autograd.Function):
     the chunked path then saved almost nothing on SmolLM2).
 
     Backward of logp_k = z_k[y_k] - logsumexp(z_k) with z = h W^T:  dz_k = g_k (onehot(y_k) - p_k),
-    dh = dz W,  dW = dz^T h.
+    dh = dz W,  dW = dz^T h.  With a ``sink`` the fp32 dW goes to it and autograd gets None for W.
     """
 
     @staticmethod
-    def forward(ctx: Any, h_KH: Tensor, weight_VH: Tensor, targets_K: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
+    def forward(ctx: Any, h_KH: Tensor, weight_VH: Tensor, targets_K: Tensor, chunk: int,
+                sink: Callable[[Tensor], None] | None = None) -> tuple[Tensor, Tensor]:
         K = h_KH.shape[0]
         logp_K = torch.empty(K, dtype=torch.float32, device=h_KH.device)
         ent_K = torch.empty_like(logp_K)
@@ -216,11 +224,12 @@ class _ChunkedLinearLogProbs(torch.autograd.Function):
             lse_K[s : s + chunk] = lse_C
         ctx.save_for_backward(h_KH, weight_VH, targets_K, lse_K)
         ctx.chunk = chunk
+        ctx.sink = sink
         ctx.mark_non_differentiable(ent_K)
         return logp_K, ent_K
 
     @staticmethod
-    def backward(ctx: Any, g_logp_K: Tensor, _g_ent: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
+    def backward(ctx: Any, g_logp_K: Tensor, _g_ent: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
         h_KH, W_VH, t_K, lse_K = ctx.saved_tensors
         need_h, need_W = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dh_KH = torch.empty_like(h_KH) if need_h else None
@@ -239,21 +248,27 @@ class _ChunkedLinearLogProbs(torch.autograd.Function):
                     dW_VH.addmm_(dz_h.T, h_CH)
                 else:  # the product in the head's precision (as the plain path), summed over chunks in fp32
                     dW_VH.add_(dz_h.T @ h_CH)
-        return dh_KH, None if dW_VH is None else dW_VH.to(W_VH.dtype), None, None
+        if dW_VH is not None and ctx.sink is not None:
+            ctx.sink(dW_VH)  # fp32, unrounded
+            dW_VH = None
+        return dh_KH, None if dW_VH is None else dW_VH.to(W_VH.dtype), None, None, None
 
 
-def chunked_token_logprobs(head: Any, h_KH: Tensor, targets_K: Tensor, chunk_tokens: int) -> tuple[Tensor, Tensor]:
+def chunked_token_logprobs(head: Any, h_KH: Tensor, targets_K: Tensor, chunk_tokens: int,
+                           head_grad_sink: Callable[[Tensor], None] | None = None) -> tuple[Tensor, Tensor]:
     """``(logp_K, entropy_K)`` of K tokens from their (K, H) hidden states, ``chunk_tokens`` at
     a time. A plain bias-free ``nn.Linear`` head (Llama, Qwen) goes through
-    ``_ChunkedLinearLogProbs``; any other head (e.g. a LoRA-wrapped one) through per-chunk
-    non-reentrant checkpoints. Either way backward holds one (C, V) logits slice at a time."""
+    ``_ChunkedLinearLogProbs`` (whose fp32 weight gradient goes to ``head_grad_sink`` when
+    given); any other head (e.g. a LoRA-wrapped one) through per-chunk non-reentrant
+    checkpoints, where the sink is not used. Either way backward holds one (C, V) logits slice
+    at a time."""
     if chunk_tokens < 1:
         raise RLInputError(f"chunked_token_logprobs: chunk_tokens must be >= 1, got {chunk_tokens}")
     if type(head) is torch.nn.Linear and head.bias is None:
         if h_KH.shape[0] == 0:
             z = h_KH.new_zeros((0,), dtype=torch.float32)
             return z, z
-        logp_K, ent_K = _ChunkedLinearLogProbs.apply(h_KH, head.weight, targets_K, int(chunk_tokens))
+        logp_K, ent_K = _ChunkedLinearLogProbs.apply(h_KH, head.weight, targets_K, int(chunk_tokens), head_grad_sink)
         return logp_K, ent_K.detach()
     from torch.utils.checkpoint import checkpoint
 
@@ -276,6 +291,7 @@ def chunked_token_logprobs(head: Any, h_KH: Tensor, targets_K: Tensor, chunk_tok
 def _chunked_sequence_logprobs(
     decoder: Any, head: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
     completion_mask: Tensor, chunk_tokens: int, return_entropy: bool,
+    head_grad_sink: Callable[[Tensor], None] | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """``sequence_logprobs`` without full logits: the decoder's hidden states at the K active
     completion positions go through ``chunked_token_logprobs`` and are scattered back to (N, T)."""
@@ -286,7 +302,8 @@ def _chunked_sequence_logprobs(
     h_NTH = hidden_NLH[:, L - T - 1 : L - 1, :]  # (N, T, H): the state at j predicts token j+1
     active_NT = completion_mask > 0  # (N, T)
     targets_NT = input_ids[:, L - T :]  # (N, T)
-    logp_K, ent_K = chunked_token_logprobs(head, h_NTH[active_NT], targets_NT[active_NT], chunk_tokens)
+    logp_K, ent_K = chunked_token_logprobs(head, h_NTH[active_NT], targets_NT[active_NT], chunk_tokens,
+                                           head_grad_sink)
     logp_NT = torch.zeros((N, T), dtype=torch.float32, device=input_ids.device)
     logp_NT = logp_NT.masked_scatter(active_NT, logp_K)  # (N, T), differentiable w.r.t. logp_K
     if return_entropy:
@@ -303,6 +320,7 @@ def shared_prompt_logprobs(
     completion_mask: Tensor,
     return_entropy: bool = False,
     chunk_tokens: int | None = None,
+    head_grad_sink: Callable[[Tensor], None] | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """``sequence_logprobs`` of G completions per prompt with each prompt's forward pass done
     once: a GRPO group shares its prompt, so the decoder runs the B prompts, its KV cache is
@@ -318,7 +336,7 @@ def shared_prompt_logprobs(
     [prompt | completion] rows within float rounding. The first completion token is predicted
     by the prompt's last hidden state, token j by the completion's state j-1. Needs a plain
     decoder + LM head (``_decoder_and_head``) and a model that keeps a KV cache in training
-    (activation checkpointing turns the cache off).
+    (activation checkpointing turns the cache off). ``head_grad_sink``: as in ``sequence_logprobs``.
     """
     B, P = prompt_ids.shape
     N, T = completion_ids.shape
@@ -351,7 +369,8 @@ def shared_prompt_logprobs(
     h_NTH = torch.cat([h_last_BH.repeat_interleave(G, dim=0)[:, None, :], h_comp_NTH[:, :-1, :]], dim=1)  # (N, T, H)
     active_NT = completion_mask > 0  # (N, T)
     if chunk_tokens:
-        logp_K, ent_K = chunked_token_logprobs(head, h_NTH[active_NT], completion_ids[active_NT], int(chunk_tokens))
+        logp_K, ent_K = chunked_token_logprobs(head, h_NTH[active_NT], completion_ids[active_NT], int(chunk_tokens),
+                                               head_grad_sink)
         logp_NT = torch.zeros((N, T), dtype=torch.float32, device=prompt_ids.device).masked_scatter(active_NT, logp_K)
         if return_entropy:
             ent_NT = torch.zeros((N, T), dtype=torch.float32, device=prompt_ids.device).masked_scatter(active_NT, ent_K)

@@ -10,9 +10,11 @@ independent of it. Design choices and why:
   size only trades memory for time and never changes the update;
 - with half-precision models the optimizer keeps fp32 master weights (a 1e-6 update is far
   below half a bf16 ulp and would round away) and copies them back after each step; gradients
-  are accumulated in fp32 on the masters, one parameter at a time as backward produces it
+  are summed in fp32 on the model's device, one parameter at a time as backward produces it
   (``register_post_accumulate_grad_hook``), so no bf16 gradient survives a micro-batch and
-  micro-batch sums are not rounded to bf16;
+  micro-batch sums are not rounded to bf16; the chunked LM head hands its fp32 weight gradient
+  over directly (it never passes through bf16); the sums reach the masters once per step (one
+  device-to-host copy when the masters live in CPU memory);
 - non-finite loss or gradients raise ``NonFiniteLossError`` before any weight is touched.
 
 Memory for 4B-8B models on one GPU (issue 10; ``coevolve plan`` estimates every term):
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -331,22 +334,49 @@ def _enable_checkpointing(model: Any) -> None:
                           "set learner.gradient_checkpointing=false") from None
 
 
-def _fp32_accumulator(master: Tensor) -> Any:
+class _Fp32GradSum:
+    """The fp32 sum of one half-precision parameter's gradients over a step's micro-batches, kept
+    on the parameter's device. The learner moves it to the master once per step (``_take_grads``):
+    for masters in CPU memory (``offload_optimizer``) that is one device-to-host copy per step
+    instead of one per micro-batch, and no sum is ever taken on the CPU."""
+
+    __slots__ = ("sum",)
+
+    def __init__(self) -> None:
+        self.sum: Tensor | None = None
+
+    def add(self, g: Tensor) -> None:
+        """Add ``g`` (any float dtype, on the parameter's device); a fresh tensor is taken over."""
+        if self.sum is None:
+            self.sum = g.detach().float()  # a fresh fp32 tensor (an fp32 ``g`` is taken as is: nobody else holds it)
+        else:
+            self.sum.add_(g.detach())
+
+
+def _fp32_accumulator(acc: _Fp32GradSum) -> Any:
     """Post-accumulate-grad hook of a half-precision parameter: add its fresh gradient into the
-    fp32 master's gradient (on the master's device) and free it, one parameter at a time. So the
-    sum over micro-batches is taken in fp32, and at most one parameter's half gradient exists."""
+    fp32 sum ``acc`` and free it, one parameter at a time. So the sum over micro-batches is taken
+    in fp32, and at most one parameter's half gradient exists."""
 
     def hook(p: Tensor) -> None:
         g = p.grad
         if g is None:
             return
-        if master.grad is None:
-            master.grad = g.detach().to(device=master.device, dtype=torch.float32)
-        else:
-            master.grad.add_(g.detach().to(master.device))
+        acc.add(g)
         p.grad = None
 
     return hook
+
+
+_OWNER = "_coevolve_learner"
+"""Attribute a half-precision parameter carries while a learner's gradient hook sits on it:
+(weak reference to that learner, hook handle)."""
+
+
+def _remove_hooks(handles: list[Any]) -> None:
+    for h in handles:
+        h.remove()
+    handles.clear()
 
 
 def _wrap_lora(model: Any, cfg: LearnerConfig) -> Any:
@@ -369,6 +399,12 @@ class Learner:
     With ``cfg.lora`` the model is wrapped with PEFT; use ``learner.model`` for sampling then.
     ``ref_model`` is needed only when ``cfg.beta_kl > 0`` (with LoRA the adapter-free base
     serves as reference when it is None).
+
+    A learner over half-precision weights puts a gradient hook on every trainable parameter.
+    ``close()`` (or leaving a ``with Learner(...)`` block, or dropping the learner) removes them
+    and frees the masters and optimizer state; only then can another learner train the same
+    model (building one while the first is open is a ``ConfigError``: the first one's hooks would
+    take every gradient).
     """
 
     def __init__(
@@ -407,11 +443,28 @@ class Learner:
         self._state_at = self.state_device  # where they are now (offload_state moves them)
         # fp32 master copies when the model holds half-precision weights
         self.master: list[Tensor] | None = None
+        self._sums: list[_Fp32GradSum] = []
+        self._hooks: list[Any] = []
+        self._head_sink: Any = None
+        self.closed = False
         if any(p.dtype != torch.float32 for p in self.params):
+            self._claim()
             self.master = [p.detach().to(self.state_device, torch.float32, copy=True).requires_grad_(True)
                            for p in self.params]
-            for p, m in zip(self.params, self.master):
-                p.register_post_accumulate_grad_hook(_fp32_accumulator(m))
+            self._sums = [_Fp32GradSum() for _ in self.params]
+            me = weakref.ref(self)
+            for p, acc in zip(self.params, self._sums):
+                h = p.register_post_accumulate_grad_hook(_fp32_accumulator(acc))
+                self._hooks.append(h)
+                setattr(p, _OWNER, (me, h))
+            # the chunked head's fp32 weight gradient goes straight into its sum (no bf16 rounding)
+            parts = _decoder_and_head(model) if self.logprob_chunk else None
+            head_w = getattr(parts[1], "weight", None) if parts is not None else None
+            for p, acc in zip(self.params, self._sums):
+                if p is head_w:
+                    self._head_sink = acc.add
+        # a learner dropped without close() must not leave hooks that take the model's gradients
+        self._finalizer = weakref.finalize(self, _remove_hooks, self._hooks)
         opt_params = self.master if self.master is not None else self.params
         if self.cfg.offload_optimizer and self.master is None and self.device.type != "cpu":
             raise ConfigError("learner.offload_optimizer=true offloads the fp32 masters of half-precision weights, but the "
@@ -423,6 +476,51 @@ class Learner:
             opt_params, lr=self.cfg.lr, betas=self.cfg.betas, weight_decay=self.cfg.weight_decay, **extra
         )
         self.step_count = 0
+
+    def _claim(self) -> None:
+        """Refuse parameters another open learner hooks; clear hooks a dropped learner left."""
+        for name, p in zip(self.param_names, self.params):
+            prev = getattr(p, _OWNER, None)
+            if prev is None:
+                continue
+            owner = prev[0]()
+            if owner is not None and not owner.closed:
+                raise ConfigError(f"Learner: parameter {name} is already trained by another open Learner, whose "
+                                  "gradient hooks would take every gradient of this one; call close() on that "
+                                  "learner first (or use it as a context manager)")
+            prev[1].remove()
+            delattr(p, _OWNER)
+
+    def close(self) -> None:
+        """Remove the gradient hooks and free the fp32 masters and optimizer state. The model
+        keeps its current weights and can be trained by a new learner; this one cannot step,
+        save or load any more. Idempotent."""
+        if self.closed:
+            return
+        self._finalizer()  # removes the hooks (once)
+        for p in self.params:
+            prev = getattr(p, _OWNER, None)
+            if prev is not None and prev[0]() is self:
+                delattr(p, _OWNER)
+        for p in self.params:
+            p.grad = None
+        self.master, self._sums, self._head_sink = None, [], None
+        self.optimizer.state.clear()
+        self.optimizer.param_groups.clear()
+        self.closed = True
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def __enter__(self) -> "Learner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self, what: str) -> None:
+        if self.closed:
+            raise RunStateError(f"Learner.{what}: this learner was closed (its hooks and optimizer state are gone); "
+                                "build a new Learner over the model")
 
     # ------------------------------------------------------------------ device placement
     def _move_state(self, dev: torch.device) -> None:
@@ -468,14 +566,28 @@ class Learner:
         if self.master is not None:
             for m in self.master:
                 m.grad = None
+        for acc in self._sums:
+            acc.sum = None
 
-    def _logprobs(self, model: Any, b: _Batch, return_entropy: bool = False) -> Any:
+    def _take_grads(self) -> None:
+        """Hand each parameter's fp32 gradient sum to its master: the same tensor when the master
+        lives on the parameter's device, one device-to-host copy per parameter and step when it
+        lives in CPU memory (``offload_optimizer``)."""
+        if self.master is None:
+            return
+        for m, acc in zip(self.master, self._sums):
+            if acc.sum is not None:
+                m.grad = acc.sum.to(m.device)
+                acc.sum = None
+
+    def _logprobs(self, model: Any, b: _Batch, return_entropy: bool = False, head_grad_sink: Any = None) -> Any:
         """Completion log-probs of micro-batch ``b`` under ``model`` (its layout decides the path)."""
         if b.prompt_ids is not None:
             return shared_prompt_logprobs(model, b.prompt_ids, b.prompt_mask, b.input_ids, b.completion_mask,
-                                          return_entropy=return_entropy, chunk_tokens=self.logprob_chunk)
-        return sequence_logprobs(model, b.input_ids, b.attention_mask, b.completion_mask,
-                                 return_entropy=return_entropy, chunk_tokens=self.logprob_chunk)
+                                          return_entropy=return_entropy, chunk_tokens=self.logprob_chunk,
+                                          head_grad_sink=head_grad_sink)
+        return sequence_logprobs(model, b.input_ids, b.attention_mask, b.completion_mask, return_entropy=return_entropy,
+                                 chunk_tokens=self.logprob_chunk, head_grad_sink=head_grad_sink)
 
     def _ref_logprobs(self, b: _Batch) -> Tensor:
         with torch.no_grad():
@@ -492,6 +604,7 @@ class Learner:
         had zero reward variance (or no completion tokens were left).
         """
         cfg = self.cfg
+        self._check_open("step")
         _validate_groups(groups)
         all_rewards = [float(r) for g in groups for r in g.rewards]
         all_lens = [len(c) for g in groups for c in g.completion_ids]
@@ -593,7 +706,7 @@ class Learner:
         acc = {"clip_frac": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "ratio_mean": 0.0, "kl": 0.0}
         ent_sum = 0.0
         for b in mbs:
-            logp, ent = self._logprobs(self.model, b, return_entropy=True)
+            logp, ent = self._logprobs(self.model, b, return_entropy=True, head_grad_sink=self._head_sink)
             logp = logp.float()  # (B, T)
             ent_sum += float(ent.sum())
             old = b.old_logp if b.old_logp is not None else logp.detach()
@@ -612,8 +725,9 @@ class Learner:
             w = float(st["n_tokens"]) / n_tokens
             for k in acc:
                 acc[k] += float(st[k]) * w
-        # (half-precision models: the gradients are already summed in fp32 on the masters by the
-        # post-accumulate hooks; nothing is left in p.grad)
+        # half-precision models: the hooks summed the gradients in fp32 on the device (nothing is
+        # left in p.grad); they reach the masters here, once per step
+        self._take_grads()
         opt_params = self._opt_params()
         max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(opt_params, max_norm)
@@ -635,6 +749,7 @@ class Learner:
     def save(self, out_dir: str | Path, tokenizer: Any = None) -> Path:
         """Write the model (``save_pretrained``), the tokenizer when given (or held), optimizer
         state + fp32 masters (``learner_optim.pt``) and step + config (``learner_state.json``)."""
+        self._check_open("save")
         d = Path(out_dir)
         d.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(str(d))
@@ -661,6 +776,7 @@ class Learner:
         The learner's own config is kept (so a resumed run may change e.g. the lr); the saved
         config is only used to check that the trainable parameters match.
         """
+        self._check_open("load")
         d = Path(in_dir)
         for f in (STATE_JSON, OPTIM_FILE):
             if not (d / f).is_file():
