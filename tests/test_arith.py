@@ -99,3 +99,39 @@ def test_bad_levels(over: list[str], message: str) -> None:
 def test_arith_needs_a_real_model() -> None:
     with pytest.raises(ConfigError, match="data.source=arith asks questions in natural language for a real model"):
         load_config("grpo", None, ["data.source=arith"])
+
+
+def test_preflight_checks_the_benchmark_evaluated_and_can_be_overruled(smollm2) -> None:
+    """The answer-length check reads the benchmarks the run evaluates (arith: ~40 tokens, not
+    math7's hundreds); run.preflight=warn (coevolve run --force) prints the problems and goes on."""
+    from coevolve.preflight import budget_problems, evaluated_benches, preflight
+
+    base = [f"model.path={smollm2}", "data.source=arith", "model.chat_template=true"]
+    ok = load_config("grpo", None, [*base, "sampling.max_new_tokens=48", "eval.max_new_tokens=48"])
+    assert [b.name for b in evaluated_benches(ok)] == ["arith"] and budget_problems(ok) == []
+    short = load_config("grpo", None, [*base, "sampling.max_new_tokens=48", "eval.max_new_tokens=8"])
+    with pytest.raises(ConfigError, match=r"eval.max_new_tokens=8 is far below .* arith \(~40 tokens\)"):
+        preflight(short, lambda _: None)
+    said: list[str] = []
+    warned = load_config("grpo", None, [*base, "sampling.max_new_tokens=48", "eval.max_new_tokens=8",
+                                        "run.preflight=warn"])
+    problems = preflight(warned, said.append)  # returns instead of raising
+    assert any(p.startswith("eval.max_new_tokens=8 is far below") for p in problems)
+    assert len(said) == len(problems) and all(x.startswith("warning (run.preflight=warn): ") for x in said)
+    gsm = load_config("grpo", None, [f"model.path={smollm2}", "data.source=arith", "eval.benches=[gsm8k]",
+                                     "sampling.max_new_tokens=48", "eval.max_new_tokens=100"])
+    assert budget_problems(gsm) == []  # gsm8k's ~250 tokens: 100 is not "far below" half of it
+
+
+def test_expected_answer_tokens_from_the_data_dir(tmp_path) -> None:
+    """With eval.data_dir holding a benchmark's file, its worked solutions set the expected length."""
+    import json
+
+    from coevolve.eval.benchmarks import get
+    from coevolve.preflight import expected_answer_tokens
+
+    (tmp_path / "gsm8k").mkdir()
+    rows = [{"id": str(i), "question": "q", "answer": "1", "solution": "x" * 400} for i in range(5)]
+    (tmp_path / "gsm8k" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert expected_answer_tokens(get("gsm8k"), str(tmp_path)) == 200  # 2 x 400 chars / 4
+    assert expected_answer_tokens(get("gsm8k"), None) == get("gsm8k").answer_tokens

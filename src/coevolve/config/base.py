@@ -444,7 +444,11 @@ def build_config(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[
     data = apply_overrides(data, overrides, cls)
     path = (data.get("model") or {}).get("path") if isinstance(data.get("model"), dict) else None
     if path and not is_toy_model(path):
-        data = deep_merge(real_preset(str(data.get("recipe", ""))), data)
+        preset = real_preset(str(data.get("recipe", "")))
+        source = (data.get("data") or {}).get("source") if isinstance(data.get("data"), dict) else None
+        if source == "arith" and isinstance(preset.get("eval"), dict):  # the preset's benchmarks are a math run's:
+            preset["eval"] = {k: v for k, v in preset["eval"].items() if k != "benches"}  # arith evaluates arith
+        data = deep_merge(preset, data)
     while True:
         try:
             return cls.model_validate(deep_merge(cls(recipe=data.get("recipe", "")).model_dump(), data))
