@@ -102,7 +102,10 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
                    + ", ".join(f"{b} (~{n} tokens)" for b, n in short.items())
                    + f": answers would be cut before their final answer; set eval.max_new_tokens >= {max(short.values())}")
     if real:
-        answer = need["arith"] if cfg.data.source == "arith" and "arith" in need else MIN_REAL_ANSWER_TOKENS
+        from coevolve.eval.benchmarks import get
+
+        # the training answers are the world's: arith's are short, a real dataset's are math solutions
+        answer = get("arith").answer_tokens if cfg.data.source == "arith" else MIN_REAL_ANSWER_TOKENS
         if cfg.sampling.max_new_tokens < answer:
             out.append(f"sampling.max_new_tokens={cfg.sampling.max_new_tokens}: a real model's answers need "
                        f">= {answer} tokens here (the real presets use 4096)")
