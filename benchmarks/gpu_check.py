@@ -335,7 +335,7 @@ def part_learner(ctx: Ctx) -> dict[str, Any]:
             device = plan.local_device(sc.device) if dev.type == "cuda" else plan.DEVICES["h200"]
             train = plan.Train("solver", 1, sc.learner_rows, sc.prompt, sc.cap)
             rm = plan.role_memory("solver", shape, lcfg, device, 2, train, None)
-            est = plan._train_seconds(train, 1, shape, lcfg, device, rm.checkpointing)
+            est = plan.train_seconds(train, 1, shape, lcfg, device, rm.checkpointing)
             plan_tokens = sc.learner_rows * (sc.prompt + plan.COMPLETION_FILL * sc.cap)
             same = est * tokens / plan_tokens  # the plan's seconds for the measured tokens
             flops = same * device.matmul_tflops.value * 1e12 * device.train_mfu.value

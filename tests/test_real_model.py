@@ -72,8 +72,10 @@ def test_grpo_round_checkpoint_eval_and_export(smollm2: Path, gsm8k_rows: Path, 
     assert all("<|im_end|>" not in i["output"] for i in items) and "gsm8k" in summary["eval"]["final"]
     ckpt = run.checkpoint("solver")
     assert {"config.json", "tokenizer.json", "coevolve.json", "learner_optim.pt"} <= {p.name for p in ckpt.iterdir()}
-    assert json.loads((ckpt / "coevolve.json").read_text()) | {"tag": None} == {
-        "format": 1, "world": "real", "chat_template": True, "role": "solver", "recipe": "grpo", "tag": None}
+    meta = json.loads((ckpt / "coevolve.json").read_text())
+    assert {k: meta[k] for k in ("format", "world", "chat_template", "role", "recipe")} == {
+        "format": 1, "world": "real", "chat_template": True, "role": "solver", "recipe": "grpo"}
+    assert meta["prompts"]["solver"]["system"].startswith("Please reason step by step")  # eval reuses these prompts
     # the checkpoint is a model: coevolve eval loads it and prompts it with its chat template
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     out = tmp_path / "eval"
@@ -144,3 +146,22 @@ def test_diagevo_round_on_a_real_model(smollm2: Path, tmp_path: Path) -> None:
     first = run.read_jsonl("round_01/challenger_rollouts.jsonl")[0]
     assert "expert competition-math problem setter" in first["prompt"]
     assert len(run.read_jsonl("round_01/candidates.jsonl")) == 4
+
+
+def test_smollm2_learns_arith_with_grpo(smollm2: Path, tmp_path: Path) -> None:
+    """A real LLM improves through coevolve: the shipped CPU preset (SmolLM2-135M-Instruct, the
+    arith world, two example turns in the solver prompt), shortened, with a higher learning rate.
+    The solver's mean reward over its last steps must exceed its first steps' (a reward that does
+    not move means the real-model path cannot learn: no boxed answers, no group variance, or an
+    update that does not reach the sampler)."""
+    from coevolve.recipes import execute
+
+    cfg = load_config("grpo", ROOT / "configs" / "smollm2" / "grpo.yaml", [
+        f"model.path={smollm2}", "solver.steps=12", "learner.lr=2e-5", "eval.limit=8", "eval.samples=0",
+        "run.progress=false", "run.threads=1"])
+    execute(cfg, tmp_path / "run")
+    steps = [r for r in Run.open(tmp_path / "run").read_jsonl("metrics.jsonl") if "solver/reward_mean" in r]
+    rewards = [r["solver/reward_mean"] for r in steps]
+    assert len(rewards) == 12
+    first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
+    assert 0.0 < first and last > first, rewards

@@ -57,17 +57,19 @@ def run(
     overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides (dotted paths), e.g. solver.steps=40"),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config file"),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run folder (default runs/<recipe>-<time>)"),
+    force: bool = typer.Option(False, "--force", help="Run even where the preflight finds the settings meaningless "
+                               "(printed as warnings; the same as run.preflight=warn)"),
 ) -> None:
     """Run a recipe (the toy world by default: no model or data needed)."""
     from coevolve.config import load_config
     from coevolve.preflight import preflight
-    from coevolve.run import default_run_path
+    from coevolve.run import default_run_path, say
     from coevolve.run.lock import check_run_dir
 
-    cfg = load_config(recipe, config, overrides or [])
+    cfg = load_config(recipe, config, (overrides or []) + (["run.preflight=warn"] if force else []))
     path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
     check_run_dir(path)
-    preflight(cfg)  # before the folder exists: a refused run leaves nothing behind
+    preflight(cfg, say)  # before the folder exists: a refused run leaves nothing behind
     _execute(cfg, path, resumed=False)  # opens the folder once: lock, create, bind (recipes.open_run)
 
 
@@ -134,6 +136,11 @@ def eval_cmd(
         from coevolve.toy import ensure_base
 
         model = str(ensure_base())
+    else:
+        from coevolve.models import ensure_model, resolve_model_path
+
+        model = str(resolve_model_path(model))
+        ensure_model(model)  # a built-in name (--model smollm2) is built offline, once
     out_dir = out or Path("eval_results") / time.strftime("%Y%m%d-%H%M%S")
     results = suite.evaluate_model(
         model, [b.strip() for b in bench.split(",") if b.strip()] if bench else None, out_dir=out_dir, limit=limit,

@@ -84,6 +84,25 @@ def build_smollm2(out: Path, wheel: Path | None = None, dtype: str = "bfloat16")
     return out
 
 
+BUILTIN_MODELS: dict[str, str] = {"smollm2": "smollm2-135m-instruct", "smollm2-135m-instruct": "smollm2-135m-instruct"}
+"""Names a config may give instead of a folder (``model.path=smollm2``): the model is built offline
+into the cache (``coevolve model smollm2``) and the name stands for that folder."""
+
+
+def resolve_model_path(path: str | None) -> str | None:
+    """``path``, or the cache folder of a built-in model name (not built yet: ``ensure_model``)."""
+    if path is None or path not in BUILTIN_MODELS:
+        return path
+    return str(default_cache_dir() / BUILTIN_MODELS[path])
+
+
+def ensure_model(path: str, say: Callable[[str], None] = print) -> None:
+    """Build a built-in model's cache folder when ``path`` is one and it is missing."""
+    p = Path(path)
+    if p.parent == default_cache_dir() and p.name == "smollm2-135m-instruct" and not (p / MARKER).is_file():
+        ensure_smollm2(p.parent, say)
+
+
 def ensure_smollm2(cache_dir: Path | None = None, say: Callable[[str], None] = print) -> Path:
     """The cached SmolLM2 folder, built once (under a file lock, so parallel callers wait)."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()

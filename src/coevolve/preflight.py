@@ -6,6 +6,7 @@ fit the device: ``coevolve.plan``)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable
 
 from coevolve.config.base import RecipeConfig, is_toy_model
 from coevolve.engine import check_engine
@@ -15,8 +16,13 @@ from coevolve.plan import preflight_problems
 from coevolve.schema import WriterReward
 
 
-def preflight(cfg: RecipeConfig) -> None:
-    """Cheap checks of the paths a run needs, before any work starts or any folder is made."""
+def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str]:
+    """Cheap checks before any work starts or any folder is made. Missing paths and engines are
+    errors; settings that cannot give a meaningful run (``budget_problems``, the memory plan) are
+    refused too, unless ``run.preflight=warn`` (``coevolve run --force``): then they are printed as
+    warnings and returned, and the run goes ahead."""
+    from coevolve.models import ensure_model
+
     paths = [("model.path", cfg.model.path)] + [
         (f"{name}.{field}", getattr(getattr(cfg, name), field, None))
         for name in type(cfg).model_fields for field in ("model_path", "judge_model_path")
@@ -24,16 +30,25 @@ def preflight(cfg: RecipeConfig) -> None:
     for where, p in paths:
         if p is None:
             continue
+        ensure_model(p, say)  # a built-in model name (model.path=smollm2) is built offline, once
         if not Path(p).exists():
             raise ModelLoadError(f"{where}: model path {p} does not exist")
         if not (Path(p) / "config.json").is_file():
             raise ModelLoadError(f"{where}: {p} is not a Hugging Face model folder (no config.json)")
-    if cfg.data.source != "toy" and not Path(cfg.data.source).is_file():
+    if cfg.data.source not in GENERATED_SOURCES and not Path(cfg.data.source).is_file():
         raise DataError(f"data.source: dataset file {cfg.data.source} does not exist")
     check_engine(cfg.engine)
     problems = budget_problems(cfg) + backend_problems(cfg) + preflight_problems(cfg)  # the last: does it fit (coevolve.plan)
-    if problems:
-        raise ConfigError("this run cannot be meaningful:\n  " + "\n  ".join(problems))
+    if problems and cfg.run.preflight == "refuse":
+        raise ConfigError("this run cannot be meaningful:\n  " + "\n  ".join(problems)
+                          + "\n(to run it anyway: coevolve run --force, or run.preflight=warn)")
+    for p in problems:
+        say(f"warning (run.preflight=warn): {p}")
+    return problems
+
+
+GENERATED_SOURCES = ("toy", "arith")
+"""``data.source`` values that name a generated world rather than a file."""
 
 
 MIN_REAL_ANSWER_TOKENS = 256
@@ -42,25 +57,60 @@ budget below this cuts most answers before their ``\\boxed{}`` (pass rates ~0, n
 MIN_REAL_QUESTION_TOKENS = 64
 
 
-def budget_problems(cfg: RecipeConfig) -> list[str]:
-    """Settings that cannot produce a meaningful run, each naming the field to change: an eval
-    budget far below the benchmarks' typical solution length, and (real models) training answer
-    or question budgets that would cut most outputs."""
+def evaluated_benches(cfg: RecipeConfig) -> list[Any]:
+    """The benchmarks the run will evaluate: ``eval.benches``, or the world's default (toy for the
+    toy model, arith for ``data.source=arith``, math7 for another real model)."""
     from coevolve.eval.benchmarks import resolve_benches
 
+    real = cfg.model.path is not None and not is_toy_model(cfg.model.path)
+    default = ["arith"] if cfg.data.source == "arith" else ["math7"] if real else ["toy"]
+    return resolve_benches(cfg.eval.benches or default)
+
+
+def expected_answer_tokens(bench: Any, data_dir: str | None) -> int:
+    """Typical solution length of ``bench`` in tokens: measured on its data when ``eval.data_dir``
+    supplies the file and its rows carry a worked ``solution`` (median characters / 4, doubled:
+    a model reasoning step by step writes more than a reference solution), else the registry's
+    figure (``Benchmark.answer_tokens``)."""
+    from coevolve.data.jsonl import iter_jsonl
+    from coevolve.eval.benchmarks import find_data_file
+
+    path = find_data_file(bench, Path(data_dir)) if data_dir else None
+    if path is None:
+        return bench.answer_tokens
+    lengths = []
+    for _, row in iter_jsonl(path):
+        sol = row.get("solution")
+        if isinstance(sol, str) and sol.strip():
+            lengths.append(len(sol))
+        if len(lengths) >= 2000:
+            break
+    if not lengths:
+        return bench.answer_tokens
+    lengths.sort()
+    return max(16, 2 * lengths[len(lengths) // 2] // 4)
+
+
+def budget_problems(cfg: RecipeConfig) -> list[str]:
+    """Settings that cannot produce a meaningful run, each naming the field to change: an eval
+    budget far below the typical solution length of the benchmarks evaluated, and (real models)
+    training answer or question budgets that would cut most outputs."""
     out = []
     real = cfg.model.path is not None and not is_toy_model(cfg.model.path)
-    benches = resolve_benches(cfg.eval.benches or (["math7"] if real else ["toy"]))
-    short = [b for b in benches if cfg.eval.max_new_tokens < b.answer_tokens // 2]
+    need = {b.name: expected_answer_tokens(b, cfg.eval.data_dir) for b in evaluated_benches(cfg)}
+    short = {b: n for b, n in need.items() if cfg.eval.max_new_tokens < n // 2}
     if short:
-        need = max(b.answer_tokens for b in short)
         out.append(f"eval.max_new_tokens={cfg.eval.max_new_tokens} is far below the typical solution length on "
-                   + ", ".join(f"{b.name} (~{b.answer_tokens} tokens)" for b in short)
-                   + f": answers would be cut before their final answer; set eval.max_new_tokens >= {need}")
+                   + ", ".join(f"{b} (~{n} tokens)" for b, n in short.items())
+                   + f": answers would be cut before their final answer; set eval.max_new_tokens >= {max(short.values())}")
     if real:
-        if cfg.sampling.max_new_tokens < MIN_REAL_ANSWER_TOKENS:
+        from coevolve.eval.benchmarks import get
+
+        # the training answers are the world's: arith's are short, a real dataset's are math solutions
+        answer = get("arith").answer_tokens if cfg.data.source == "arith" else MIN_REAL_ANSWER_TOKENS
+        if cfg.sampling.max_new_tokens < answer:
             out.append(f"sampling.max_new_tokens={cfg.sampling.max_new_tokens}: a real model's answers need "
-                       f">= {MIN_REAL_ANSWER_TOKENS} tokens (the real presets use 4096)")
+                       f">= {answer} tokens here (the real presets use 4096)")
         recipe = recipe_of(cfg.recipe)
         for step, _, work in recipe.work(cfg, toy=False):  # the writers' phases, as the recipe declares them
             tr = work.train
@@ -70,7 +120,7 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
                            "tokens to write a question")
         if cfg.data.source == "toy" and recipe.needs_labels:
             out.append(f"data.source: the {cfg.recipe} recipe on a real model needs labelled questions; give a JSONL / "
-                       "JSONL.gz file (e.g. data.source=.../math_train12k/train.jsonl.gz)")
+                       "JSONL.gz file (e.g. data.source=.../math_train12k/train.jsonl.gz) or data.source=arith")
     return out
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from typing_extensions import Annotated
 
 BAND_TOLERANCE = 1e-9
 """Pass rates are ratios of small integers; 2/5 must count as 0.4 however it was computed."""
@@ -36,6 +37,17 @@ def vllm_share(engine: Any, where: str = "coevolve") -> float:
     default of ``where`` ("coevolve" or "verl", ``VLLM_SHARE``)."""
     share = getattr(engine, "gpu_memory_utilization", None)
     return float(share) if share is not None else VLLM_SHARE[where]
+
+
+def _model_path(path: str | None) -> str | None:
+    from coevolve.models import resolve_model_path
+
+    return resolve_model_path(path)
+
+
+ModelPath = Annotated[str | None, AfterValidator(_model_path)]
+"""A Hugging Face model folder, or a built-in model name (``smollm2``) that stands for its cache
+folder (``coevolve.models``)."""
 
 
 class Strict(BaseModel):
@@ -191,5 +203,5 @@ class Voting(Strict):
         return self
 
 
-__all__ = ["BAND_TOLERANCE", "Band", "VLLM_SHARE", "in_band", "vllm_share", "Estimator", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
+__all__ = ["BAND_TOLERANCE", "Band", "ModelPath", "VLLM_SHARE", "in_band", "vllm_share", "Estimator", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
            "Voting", "WriterReward"]

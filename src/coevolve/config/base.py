@@ -12,18 +12,19 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from coevolve.errors import ConfigError
+from coevolve.prompts.spec import PromptsConfig
 from coevolve.rl.learner import LearnerConfig
-from coevolve.schema import Strict
+from coevolve.schema import ModelPath, Strict
 
 
 class ModelConfig(Strict):
-    path: str | None = Field(
+    path: ModelPath = Field(
         None,
-        description="Local Hugging Face causal-LM folder. None = the built-in toy base model "
-        "(built once and cached; see toy_steps/toy_seed).",
+        description="Local Hugging Face causal-LM folder, or a built-in name ('smollm2': SmolLM2-135M-Instruct, built "
+        "offline into the cache). None = the built-in toy base model (built once and cached; see toy_steps/toy_seed).",
     )
     toy_steps: int = Field(600, ge=1, description="Pretraining steps of the toy base model (600: partial competence).")
     toy_seed: int = Field(0, description="Seed of the toy base model's pretraining.")
@@ -37,25 +38,42 @@ class ModelConfig(Strict):
 
 
 class DataConfig(Strict):
-    RENAMED = {"toy_seed": "limit_seed"}  # model.toy_seed is the toy base model's seed: one name, one meaning
+    RENAMED = {"toy_seed": "limit_seed", "toy_levels": "levels"}  # model.toy_seed is the toy base model's seed
 
-    source: str = Field("toy", description="'toy' (the built-in arithmetic world) or a JSONL / JSONL.gz file of labelled questions.")
+    source: str = Field(
+        "toy", description="Where labelled questions come from: 'toy' (the built-in arithmetic world of the toy model), "
+        "'arith' (arithmetic in natural language for real models: seeded, with an oracle and a held-out benchmark "
+        "'arith'), or a JSONL / JSONL.gz file of labelled questions.")
     question_key: str = Field("question", description="Field holding the question text in JSONL rows.")
     answer_key: str = Field("answer", description="Field holding the reference answer in JSONL rows.")
     on_error: Literal["raise", "skip"] = Field(
         "raise", description="Broken dataset rows: 'raise' stops with file:line, 'skip' reports them and continues."
     )
     limit: int | None = Field(
-        None, ge=1, description="The size of the labelled set. JSONL source: its first N rows. Toy world: a fixed set "
-        "of N distinct problems (levels data.toy_levels, drawn once with data.limit_seed, the same for every recipe "
-        "and run.seed) instead of fresh problems on every draw (None: fresh draws, an unlimited labelled set).")
-    limit_seed: int = Field(0, description="Seed of the toy world's fixed labelled set (data.limit; formerly "
-                            "data.toy_seed); not run.seed, so "
-                          "runs of different recipes and seeds are paired on the same labels.")
-    toy_levels: list[int] = Field(default_factory=lambda: [1, 2, 3, 4], description="Toy levels to draw problems from.")
+        None, ge=1, description="The size of the labelled set. JSONL source: its first N rows. Toy and arith worlds: a "
+        "fixed set of N distinct problems (levels data.levels, drawn once with data.limit_seed, the same for every "
+        "recipe and run.seed) instead of fresh problems on every draw (None: fresh draws, an unlimited labelled set).")
+    limit_seed: int = Field(0, description="Seed of a generated world's fixed labelled set (data.limit; formerly "
+                            "data.toy_seed); not run.seed, so runs of different recipes and seeds are paired on the "
+                            "same labels.")
+    levels: list[int] | None = Field(
+        None, description="Difficulty levels a generated world draws problems from (toy: 1-4; arith: 1-4, see "
+        "coevolve.world.arith; formerly data.toy_levels). None = all of the world's levels.")
     exclude_heldout: bool = Field(
-        True, description="Drop generated questions that are evaluation items (the toy held-out set), so no "
+        True, description="Drop generated questions that are evaluation items (the held-out set), so no "
         "training question is a test question.")
+
+    @model_validator(mode="after")
+    def _levels(self) -> "DataConfig":
+        if self.levels is not None:
+            known = {"toy": (1, 2, 3, 4), "arith": (1, 2, 3, 4)}.get(self.source)
+            if known is None:
+                raise ValueError(f"data.levels applies to the generated worlds (toy, arith), not to data.source={self.source!r}")
+            bad = [x for x in self.levels if x not in known]
+            if not self.levels or bad:
+                raise ValueError(f"data.levels must be a non-empty list of {list(known)} for data.source={self.source}, "
+                                 f"got {self.levels}")
+        return self
 
 
 class SamplingConfig(Strict):
@@ -139,8 +157,12 @@ class EngineConfig(Strict):
     enforce_eager: bool | None = Field(
         None, description="vllm: skip torch.compile / CUDA graphs. None = eager on CPU (compiling costs more than it "
         "saves on small CPUs), graphs on CUDA.")
-    prefix_caching: bool = Field(True, description="vllm: reuse the KV cache of shared prompt prefixes (the n samples "
-                                 "of a prompt share it); cleared after every weight sync and at every seeded call.")
+    prefix_caching: bool | None = Field(
+        None, description="Reuse the KV cache of prompt prefixes. vllm: its automatic prefix cache (the n samples of "
+        "a prompt share it; cleared after every weight sync and at every seeded call). hf: the longest prefix common "
+        "to a generate call's rows (few-shot examples, the system text, a prompt sampled n times) is prefilled once "
+        "and its cache shared by every row. None = on for vllm, off for hf (hf's reference path); the same tokens "
+        "within float rounding either way.")
     sleep_mode: bool = Field(
         True, description="vllm on CUDA: the engine sleeps (weights and KV cache released) whenever it is not sampling, "
         "so learner steps get the GPU memory; it wakes and reloads the current weights at the next sample call. "
@@ -220,6 +242,9 @@ class RunSection(Strict):
         "offline", description="W&B mode: offline writes under <run>/wandb with no network (`wandb sync` later); online streams.")
     grader_workers: int | None = Field(None, ge=1, description="math-verify worker processes grading in parallel "
                                        "(None = cores - 1, at least 1); results do not depend on it.")
+    preflight: Literal["refuse", "warn"] = Field(
+        "refuse", description="Settings the preflight finds meaningless (answer budgets that cut answers, a model that "
+        "does not fit): 'refuse' stops before any work; 'warn' prints them and runs anyway (`coevolve run --force`).")
 
 
 class RecipeConfig(Strict):
@@ -248,7 +273,23 @@ class RecipeConfig(Strict):
     backend: BackendConfig = Field(default_factory=BackendConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    prompts: PromptsConfig = Field(default_factory=PromptsConfig, description="Every role's system text, user "
+                                   "template and example turns (real models; the papers' wording by default).")
     run: RunSection = Field(default_factory=RunSection)
+
+    @model_validator(mode="after")
+    def _toy_prompts(self) -> "RecipeConfig":
+        toy = self.model.path is None and self.data.source != "arith"
+        if toy:
+            default = PromptsConfig()
+            changed = [r for r in PromptsConfig.WRITER_ROLES if getattr(self.prompts, r) != getattr(default, r)]
+            if changed:
+                raise ValueError(f"prompts.{changed[0]}: the toy model's solver and writer prompts are fixed by its "
+                                 "pretraining; prompts.* apply to real models (set model.path)")
+        if self.data.source == "arith" and self.model.path is None:
+            raise ValueError("data.source=arith asks questions in natural language for a real model: set model.path "
+                             "(e.g. model.path=smollm2); the toy model has its own world (data.source=toy)")
+        return self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,7 +309,8 @@ def validation_message(err: ValidationError, origin: str) -> str:
         else:
             got = e.get("input")
             got_s = "" if isinstance(got, dict) else f" (got {got!r})"
-            lines.append(f"  {loc}: {e['msg']}{got_s}")
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"  {loc}: {msg}{got_s}" if loc else f"  {msg}")
     return "\n".join(lines)
 
 
@@ -460,7 +502,11 @@ def build_config(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[
     data = apply_overrides(rename_fields(cls, data), overrides, cls)
     path = (data.get("model") or {}).get("path") if isinstance(data.get("model"), dict) else None
     if path and not is_toy_model(path):
-        data = deep_merge(rename_fields(cls, real_preset(str(data.get("recipe", "")))), data)
+        preset = rename_fields(cls, real_preset(str(data.get("recipe", ""))))
+        source = (data.get("data") or {}).get("source") if isinstance(data.get("data"), dict) else None
+        if source == "arith" and isinstance(preset.get("eval"), dict):  # the preset's benchmarks are a math run's:
+            preset["eval"] = {k: v for k, v in preset["eval"].items() if k != "benches"}  # arith evaluates arith
+        data = deep_merge(preset, data)
     while True:
         try:
             return cls.model_validate(deep_merge(cls(recipe=data.get("recipe", "")).model_dump(), data))

@@ -23,7 +23,7 @@ from pydantic import Field
 
 from coevolve.config.base import RecipeConfig
 from coevolve.memory.maintain import MemoryConfig
-from coevolve.schema import Band, GRPOPhase, Strict, Voting, WriterReward
+from coevolve.schema import Band, GRPOPhase, ModelPath, Strict, Voting, WriterReward
 
 
 class ChallengerSection(GRPOPhase):
@@ -48,11 +48,10 @@ class DiagnoserSection(Strict):
     kind: Literal["auto", "trace", "llm"] = Field(
         "auto", description="'trace' (toy rule-based trace diagnosis), 'llm' (prompted model), 'auto' = the world's "
         "default (trace in the toy world, llm otherwise).")
-    model_path: str | None = Field(None, description="HF folder of a separate diagnosis model (llm); None = the current solver.")
+    model_path: ModelPath = Field(None, description="HF folder (or built-in name) of a separate, frozen diagnosis model "
+                                  "(llm); None = the current solver.")
     max_new_tokens: int = Field(256, ge=1, description="Diagnosis completion cap (toy model: 64 is plenty).")
     temperature: float = Field(0.0, ge=0, description="Diagnosis sampling temperature (0 = greedy).")
-    template: str | None = Field(
-        None, description="Prompt template with {question} {label} {bad} {good}; None = the world's diagnosis prompt.")
     max_field_chars: int = Field(
         12_000, ge=200, description="Each model-written text put into a diagnosis prompt (question, label, failed and "
         "successful solution) is cut to this many characters, its start and end kept: the prompt stays bounded "

@@ -130,6 +130,8 @@ class Candidate:
 class CandidatePool:
     """A writer's candidates on their way to training.
 
+    ``stats()['oracle_valid']``: the share of labelled questions the world's oracle can answer
+    (in the toy and arith worlds: well-formed questions that are valid, solvable problems).
     ``votes`` are the labelled questions (distinct, generation order), each with ``meta`` =
     its origin plus the oracle answer; ``filtered`` applies every filter mode to the same votes
     (the configured one decides, the others are measured); ``kept`` passed the configured
@@ -143,6 +145,7 @@ class CandidatePool:
     verdicts: dict[str, bool | None] = field(default_factory=dict)
     correct: dict[str, bool | None] = field(default_factory=dict)
     rollouts: int = 0
+    has_oracle: bool = False
 
     def rows(self) -> list[dict[str, Any]]:
         """``pool.jsonl``: one row per labelled question with its vote, whether it was kept, the
@@ -164,6 +167,8 @@ class CandidatePool:
             "generated": n, "well_formed": _rate(n_ok, n), **count, "labelled": len(self.votes),
             "distinct": _rate(len(self.votes) + count["heldout"], n_ok), "kept": len(self.kept),
             **{f"kept_{m}": len(v) for m, v in self.filtered.items()},
+            "oracle_valid": (_rate(sum(v.meta.get("oracle") is not None for v in self.votes), len(self.votes))
+                             if self.has_oracle else None),
             "oracle_acc_labelled": self.accuracy(self.votes), "oracle_acc_kept": self.accuracy(self.kept),
             **{f"oracle_acc_{m}": self.accuracy(v) for m, v in self.filtered.items()},
             "rollouts": self.rollouts,
@@ -243,4 +248,4 @@ def propose_questions(
             c.status = ("kept" if v.id in kept_ids else "rejected" if v.id in passed_ids
                         else "no_label" if v.label is None else "filtered")
     return CandidatePool(cands, votes, filtered, kept, verdict, correct,
-                         rollouts=len(prompts) + sum(v.n for v in votes))
+                         rollouts=len(prompts) + sum(v.n for v in votes), has_oracle=oracle is not None)

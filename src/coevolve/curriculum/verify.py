@@ -105,7 +105,7 @@ def make_verifier(
         return NoVerifier()
     if kind == "oracle":
         if oracle is None or grader is None:
-            raise ConfigError("buffer.verifier=oracle needs a world with an oracle (the toy world)")
+            raise ConfigError("buffer.verifier=oracle needs a world with an oracle (the toy or arith world)")
         return OracleVerifier(oracle, grader)
     if kind == "judge":
         if judge is None or prompter is None:

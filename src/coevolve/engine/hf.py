@@ -169,6 +169,22 @@ class _StopStrings:
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
+PREFIX_CACHE_MIN_TOKENS = 8
+"""A shared prefix shorter than this is prefilled with the rows (the extra forward pass of the
+prefix would cost more than it saves)."""
+
+
+def _forward_params(model: Any) -> Any:
+    import inspect
+
+    return inspect.signature(model.forward).parameters
+
+
+def _cache_kwarg(model: Any) -> str:
+    """The name under which this transformers takes a KV cache (5.x renames ``past_key_values``)."""
+    return "cache" if "cache" in _forward_params(model) else "past_key_values"
+
+
 class HFSampler:
     """``Sampler`` over a Hugging Face causal LM using ``model.generate``.
 
@@ -196,7 +212,7 @@ class HFSampler:
     def for_model(cls, engine: Any, model: Any, tokenizer: Any, owner: Any = None) -> "HFSampler":
         """A sampler over ``model`` itself (a learner's module: ``sync_weights`` has nothing to do)."""
         return cls(model, tokenizer, max_batch=engine.max_batch, max_batch_tokens=engine.max_batch_tokens,
-                   seed_scope=resolve_seed_scope(engine))
+                   seed_scope=resolve_seed_scope(engine), prefix_cache=bool(getattr(engine, "prefix_caching", None)))  # None: off on hf
 
     @classmethod
     def load(cls, engine: Any, path: str, device: str = "auto", dtype: str = "auto", owner: Any = None) -> "HFSampler":
@@ -209,7 +225,7 @@ class HFSampler:
         a frozen deep copy of the module (one more copy of the weights on its device)."""
         return HFSampler(freeze_module(copy.deepcopy(model)), self.tokenizer, max_batch=self.max_batch,
                          max_batch_tokens=self.max_batch_tokens, logprob_batch=self.logprob_batch,
-                         seed_scope=self.seed_scope)
+                         seed_scope=self.seed_scope, prefix_cache=self.prefix_cache)
 
     def __init__(
         self,
@@ -220,10 +236,12 @@ class HFSampler:
         logprob_batch: int = 64,
         max_batch_tokens: int | None = None,
         seed_scope: str = "call",
+        prefix_cache: bool = False,
     ) -> None:
         if seed_scope not in ("call", "prompt"):
             raise SamplerError(f"HFSampler: seed_scope must be 'call' or 'prompt', got {seed_scope!r}")
         self.seed_scope = seed_scope
+        self.prefix_cache = bool(prefix_cache)
         if max_batch < 1:
             raise SamplerError(f"HFSampler: max_batch must be >= 1, got {max_batch}")
         if max_batch_tokens is not None and max_batch_tokens < 1:
@@ -288,13 +306,48 @@ class HFSampler:
         """Raw generated ids per row (right-padded region, not yet cut)."""
         from transformers import StoppingCriteriaList
 
-        ids, mask = self._left_pad(prompt_ids)  # (B, L)
+        cached = self._shared_prefix(prompt_ids) if self.prefix_cache else None
+        if cached is None:
+            ids, mask = self._left_pad(prompt_ids)  # (B, L)
+            extra: dict[str, Any] = {}
+        else:
+            ids, mask, extra = cached
         stops = StoppingCriteriaList([_StopStrings(self, params.stop.strings, ids.shape[1])] if params.stop.strings else [])
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, generation_config=self._generation_config(params),
-            stopping_criteria=stops,
+            stopping_criteria=stops, **extra,
         )  # (B, L + new)
         return out[:, ids.shape[1]:].tolist()
+
+    def _shared_prefix(self, prompt_ids: list[list[int]]) -> tuple[Tensor, Tensor, dict[str, Any]] | None:
+        """``prefix_cache``: the longest prefix common to every row (few-shot examples, the system
+        text, or a whole prompt sampled n times) runs once, its KV cache repeated for the B rows;
+        rows become [prefix | padding | own suffix] (masked padding, positions from the mask, so
+        each row's positions are those of its unpadded prompt). None when the shared prefix is too
+        short to pay for itself."""
+        from transformers import DynamicCache
+
+        first = prompt_ids[0]
+        n = min(len(p) for p in prompt_ids) - 1  # at least one token per row left to prefill
+        k = 0
+        while k < n and all(p[k] == first[k] for p in prompt_ids):
+            k += 1
+        if k < PREFIX_CACHE_MIN_TOKENS:
+            return None
+        B, S = len(prompt_ids), max(len(p) - k for p in prompt_ids)
+        ids = torch.full((B, k + S), self.pad_id, dtype=torch.long)  # (B, k + S)
+        mask = torch.zeros((B, k + S), dtype=torch.long)  # (B, k + S)
+        ids[:, :k] = torch.tensor(first[:k], dtype=torch.long)
+        mask[:, :k] = 1
+        for i, p in enumerate(prompt_ids):
+            ids[i, k + S - (len(p) - k):] = torch.tensor(p[k:], dtype=torch.long)
+            mask[i, k + S - (len(p) - k):] = 1
+        cache = DynamicCache()
+        kw = _cache_kwarg(self.model)
+        extra = {"logits_to_keep": 1} if "logits_to_keep" in _forward_params(self.model) else {}
+        self.model(input_ids=ids[:1, :k].to(self.device), use_cache=True, **{kw: cache}, **extra)  # (1, k) prefill, once
+        cache.batch_repeat_interleave(B)
+        return ids.to(self.device), mask.to(self.device), {kw: cache}
 
     def _cut(self, gen: list[int], stop: Stop) -> tuple[list[int], str, str | int | None]:
         """(completion ids, finish reason, stop reason): ``cut_completion`` with this model's EOS."""

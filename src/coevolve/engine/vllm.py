@@ -314,7 +314,7 @@ class _Engine:
         self._keep = keep  # the temporary folder the engine reads its config/tokenizer from
         kw: dict[str, Any] = dict(
             model=folder, tokenizer=folder, dtype=str(dtype).removeprefix("torch."), seed=0,
-            max_num_seqs=int(cfg.max_batch), enable_prefix_caching=bool(cfg.prefix_caching),
+            max_num_seqs=int(cfg.max_batch), enable_prefix_caching=cfg.prefix_caching is not False,
             enforce_eager=(device.type == "cpu") if cfg.enforce_eager is None else bool(cfg.enforce_eager),
             gpu_memory_utilization=vllm_share(cfg), logprobs_mode="raw_logprobs",
             disable_log_stats=True, load_format="dummy" if dummy else "auto",

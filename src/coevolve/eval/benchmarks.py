@@ -14,7 +14,8 @@ the same metric. Three answer styles exist:
 * ``bbeh``  – BIG-Bench Extra Hard's own normalised fuzzy exact match (re-implemented after
   google-deepmind/bbeh ``bbeh/evaluate.py``), with ``\\boxed{}`` taken first because our prompt
   asks for it.
-The ``toy`` benchmark is the toy world's held-out set. Prompts come from the world's
+The ``toy`` benchmark is the toy world's held-out set and ``arith`` the arith world's (natural-language
+arithmetic for real models, graded as ``math``). Prompts come from the world's
 ``Prompter`` (``solver`` / ``choice``): the prompt a model is evaluated with is the one it was
 trained with.
 """
@@ -229,6 +230,8 @@ class Benchmark:
     note: str = ""
     answer_tokens: int = 600
     items: int = 500
+    generator: str | None = None
+    """``module:function`` returning the tasks of a benchmark a world generates (toy, arith)."""
 
     @property
     def multiple_choice(self) -> bool:
@@ -265,7 +268,9 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("bbeh", "bbeh", "general", folder="bbeh", group_key="task", answer_tokens=1000, items=4520),
         Benchmark("bbeh_mini", "bbeh", "general", folder="bbeh",
                   files=("mini.jsonl", "mini.jsonl.gz"), group_key="task", answer_tokens=1000, items=460),
-        Benchmark("toy", "toy", "toy", group_key="level", answer_tokens=40),
+        Benchmark("toy", "toy", "toy", group_key="level", answer_tokens=40, generator="coevolve.toy:heldout_tasks"),
+        Benchmark("arith", "math", "arith", group_key="level", answer_tokens=40,
+                  generator="coevolve.world.arith:heldout_tasks"),
     )
 }
 
@@ -277,6 +282,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh",
     ),
     "toy": ("toy",),
+    "arith": ("arith",),
 }
 
 
@@ -334,10 +340,11 @@ def load_tasks(bench: Benchmark | str, data_dir: Path | None = None,
     b = BENCHMARKS[bench] if isinstance(bench, str) else bench
     if limit is not None and limit < 0:
         raise ConfigError(f"limit must be >= 0, got {limit}")
-    if b.kind == "toy":  # the toy world's held-out set (the toy world itself sizes it: eval.heldout_size)
-        from coevolve.toy import heldout_tasks
+    if b.generator is not None:  # a generated world's held-out set (the world itself sizes it: eval.heldout_size)
+        import importlib
 
-        tasks = heldout_tasks()
+        mod, _, fn = b.generator.partition(":")
+        tasks = getattr(importlib.import_module(mod), fn)()
         return tasks if limit is None else tasks[:limit]
     path = find_data_file(b, data_dir)
     if path is not None:

@@ -37,7 +37,7 @@ from coevolve.plan.layouts import Layout, LayoutPhase, LayoutPlan, VerlMemory, l
 from coevolve.plan.memory import SAFETY_MARGIN, RoleMemory, role_memory, sampler_call_bytes
 from coevolve.plan.printing import format_layout, format_plan
 from coevolve.plan.shapes import ModelShape, load_model_shape
-from coevolve.plan.timing import COMPLETION_FILL
+from coevolve.plan.timing import COMPLETION_FILL, gen_seconds, train_seconds
 from coevolve.plan.work import PROMPT_TOKENS, Gen, PhaseWork, Train, phases, trainable_roles
 
 
@@ -58,7 +58,7 @@ def preflight_problems(cfg: Any) -> list[str]:
 
 __all__ = [
     "COMPLETION_FILL", "DEVICES", "Device", "Gen", "GiB", "Layout", "LayoutPhase", "LayoutPlan", "ModelShape",
-    "PROMPT_TOKENS", "PhaseEstimate", "PhaseWork", "Plan", "Rate", "RoleMemory", "SAFETY_MARGIN", "Train", "VerlMemory",
+    "gen_seconds", "train_seconds", "PROMPT_TOKENS", "PhaseEstimate", "PhaseWork", "Plan", "Rate", "RoleMemory", "SAFETY_MARGIN", "Train", "VerlMemory",
     "device_for", "format_layout", "format_plan", "layout_plan", "load_model_shape", "local_device", "make_layout",
     "make_plan", "phases", "preflight_problems", "role_memory", "sampler_call_bytes", "trainable_roles", "verl_memory",
 ]

@@ -13,7 +13,7 @@ from coevolve.plan.devices import GiB, Device
 from coevolve.plan.layouts import layout_plan, make_layout
 from coevolve.plan.memory import SAFETY_MARGIN, RoleMemory, _engine, _kv_rows, dtype_bytes, role_memory, sampler_call_bytes
 from coevolve.plan.shapes import ModelShape, load_model_shape
-from coevolve.plan.timing import COMPLETION_FILL, _gen_seconds, _train_seconds
+from coevolve.plan.timing import COMPLETION_FILL, gen_seconds, train_seconds
 from coevolve.plan.work import Gen, PhaseWork, phases, trainable_roles
 from coevolve.recipes.declare import FROZEN_SOLVER
 from coevolve.rl.learner import LearnerConfig
@@ -170,10 +170,10 @@ def _estimate(w: PhaseWork, roles: dict[str, RoleMemory], z: _Sizing) -> PhaseEs
     if z.engine == "vllm" and z.gpu and not z.sleep:
         resident += z.vllm_engine * len(roles)  # awake engines keep their share through learner steps
     transient, what, _ = max(transients, default=(0.0, "-", None), key=lambda x: x[0])
-    gen_s = sum(_gen_seconds(g, z.shape, z.device, z.b, z.engine, z.kv_rows(g)) for g in w.gens) * w.times
+    gen_s = sum(gen_seconds(g, z.shape, z.device, z.b, z.engine, z.kv_rows(g)) for g in w.gens) * w.times
     train_s = 0.0
     if w.train is not None:
-        train_s = _train_seconds(w.train, w.times, z.shape, z.lcfg, z.device, roles[w.train.role].checkpointing)
+        train_s = train_seconds(w.train, w.times, z.shape, z.lcfg, z.device, roles[w.train.role].checkpointing)
     gen_tok = w.times * sum(g.rows * COMPLETION_FILL * g.max_new for g in w.gens)
     tr_tok = 0.0 if w.train is None else w.times * w.train.steps * w.train.rows_per_step * COMPLETION_FILL * w.train.max_new
     return PhaseEstimate(w, resident, transient, what, transients, gen_s, train_s, gen_tok, tr_tok)

@@ -13,7 +13,7 @@ from coevolve.plan.advice import _learner_fixes, _sampler_fixes
 from coevolve.plan.devices import GiB, Device, Rate
 from coevolve.plan.memory import _engine, _kv_rows, role_memory, sampler_call_bytes
 from coevolve.plan.shapes import ModelShape
-from coevolve.plan.timing import _gen_seconds
+from coevolve.plan.timing import gen_seconds
 from coevolve.plan.work import Gen, PhaseWork, Train
 from coevolve.recipes.declare import FROZEN_SOLVER
 from coevolve.rl.learner import LearnerConfig
@@ -306,7 +306,7 @@ def _verl_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slots
             continue  # answered by the solver server (backend.verl.solver_url), not in this job
         in_flight = min(math.ceil(w.train.rows_per_step / engines),
                         _vllm_rows(shape, b, lay.verl_util * cap, lay.verl_tp, g.prompt + g.max_new, 1 << 30))
-        gen_s += _gen_seconds(Gen(g.role, g.what, math.ceil(g.rows / engines), in_flight, g.prompt, g.max_new),
+        gen_s += gen_seconds(Gen(g.role, g.what, math.ceil(g.rows / engines), in_flight, g.prompt, g.max_new),
                               shape, vdev, b, "vllm", in_flight) * w.times
     return LayoutPhase(w.name, gpus, gen_s, e.train_seconds / lay.verl_gpus, VERL_PHASE_OVERHEAD_S.value * w.times), vm
 
@@ -338,7 +338,7 @@ def _local_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slot
                                                 cfg.engine.max_batch))
         else:
             kvr = _kv_rows(per.call_rows, g.prompt, g.max_new, max_batch_tokens)
-        gen_s += _gen_seconds(per, shape, actor_dev, b, lay.actor_engine, kvr) * w.times
+        gen_s += gen_seconds(per, shape, actor_dev, b, lay.actor_engine, kvr) * w.times
         over_s += math.ceil(g.rows / max(1, g.full_call or g.call_rows)) * RAY_CALL_OVERHEAD_S.value * w.times
     return LayoutPhase(w.name, gpus, gen_s, e.train_seconds, over_s)
 

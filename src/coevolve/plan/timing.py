@@ -13,7 +13,7 @@ COMPLETION_FILL = 0.5
 """Assumed mean completion length as a share of its cap, for token counts and wall time (memory
 always uses the cap: one micro-batch of capped rows is what has to fit)."""
 
-def _gen_seconds(g: Gen, shape: ModelShape, device: Device, b: int, engine: str, kv_rows: int) -> float:
+def gen_seconds(g: Gen, shape: ModelShape, device: Device, b: int, engine: str, kv_rows: int) -> float:
     """Decode time of one run of a generation: HF ``generate`` calls of ``kv_rows`` rows, each
     running until its longest row ends (taken as the cap: with G samples at T=1 one usually hits
     it), a decode step costing the largest of the launch-bound floor, reading weights + KV cache,
@@ -38,7 +38,7 @@ def _gen_seconds(g: Gen, shape: ModelShape, device: Device, b: int, engine: str,
     return calls * g.max_new * step
 
 
-def _train_seconds(t: Train, times: int, shape: ModelShape, lcfg: LearnerConfig, device: Device, ckpt: bool) -> float:
+def train_seconds(t: Train, times: int, shape: ModelShape, lcfg: LearnerConfig, device: Device, ckpt: bool) -> float:
     tokens = times * t.steps * t.rows_per_step * (t.prompt + COMPLETION_FILL * t.max_new)
     per_tok = 2 * shape.n_params * (3 if not lcfg.lora else 2) + (2 * shape.n_params if ckpt else 0)
     per_tok += 2 * shape.n_params * (int(lcfg.beta_kl > 0) + int(lcfg.epochs_per_batch > 1))

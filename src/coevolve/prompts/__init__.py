@@ -47,9 +47,8 @@ class Prompter(Protocol):
         """Ask whether ``answer`` is the correct final answer (label verifier); reply yes/no."""
         ...
 
-    def diagnoser(self, question: str, label: str, bad: str, good: str, template: str | None = None) -> str:
-        """DiagEvo diagnosis request (``template`` overrides the world's wording; its
-        placeholders {question} {label} {bad} {good} are substituted literally)."""
+    def diagnoser(self, question: str, label: str, bad: str, good: str) -> str:
+        """DiagEvo diagnosis request: the failed and the successful solution of one question."""
         ...
 
     def confirm(self, a: str, b: str) -> str:
@@ -61,11 +60,12 @@ class Prompter(Protocol):
         ...
 
 
-_PLACEHOLDER_RE = re.compile(r"\{(\w+)\}")
+_PLACEHOLDER_RE = re.compile(r"\{\{(\w+)\}\}|\{(\w+)\}")
 
 
 def fill_template(template: str, **values: str) -> str:
-    """Substitute ``{name}`` placeholders literally (no ``str.format``: templates contain JSON).
+    """Substitute ``{name}`` placeholders literally (no ``str.format``: templates contain JSON);
+    ``{{name}}`` stands for a literal ``{name}``.
 
     One pass over the template: a value is never searched for placeholders, so a model-written
     question or solution containing ``{good}`` cannot pull other fields into itself.
@@ -74,8 +74,16 @@ def fill_template(template: str, **values: str) -> str:
     '{"q": "2+2"}'
     >>> fill_template("{a}|{b}", a="{b}", b="x")
     '{b}|x'
+    >>> fill_template("\\\\boxed{{answer}} {answer}", answer="4")
+    '\\\\boxed{answer} 4'
     """
-    return _PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) is not None:
+            return "{" + m.group(1) + "}"
+        return values.get(m.group(2), m.group(0))
+
+    return _PLACEHOLDER_RE.sub(sub, template)
 
 
 __all__ = ["Prompter", "StopKind", "fill_template"]

@@ -84,7 +84,8 @@ class Setup:
         try:
             role.save(staging)
             meta = {"format": CHECKPOINT_META_FORMAT, "world": self.world.name,
-                    "chat_template": self.cfg.model.chat_template, "role": role.name,
+                    "chat_template": self.cfg.model.chat_template, "enable_thinking": self.cfg.model.enable_thinking,
+                    "prompts": self.cfg.prompts.model_dump(mode="json"), "role": role.name,
                     "recipe": self.cfg.recipe, "tag": tag}
             atomic_write_json(staging / CHECKPOINT_META, meta)
         except BaseException:  # a full disk: no half checkpoint stays behind (a kill's is removed by Run.open)

@@ -230,7 +230,8 @@ def phase_questioner(p: D2Evo, phase: Phase) -> PhaseRecord:
 def _verifier(p: D2Evo) -> LabelVerifier:
     s, b = p.s, p.s.cfg.buffer
     judge, prompter = p.judge()
-    return make_verifier(b.verifier, oracle=s.world.oracle, grader=s.grader, judge=judge, prompter=prompter,
+    return make_verifier(b.verifier, oracle=s.world.oracle if s.world.knows_truth else None, grader=s.grader,
+                         judge=judge, prompter=prompter,
                          max_new_tokens=b.judge_max_new_tokens)
 
 
@@ -255,7 +256,7 @@ def phase_buffer(p: D2Evo, phase: Phase) -> PhaseRecord:
                 vote_params=s.params(derive_seed(ctx.seed, "label")),
                 batch_prompts=cfg.sampling.batch_prompts, id_prefix=f"gen-r{t:02d}-",
                 banned=frozenset(normalize_question(a.question) for a in anchors), excluded=s.world.excluded(),
-                oracle=s.world.oracle, verifier=verifier)
+                oracle=s.world.oracle if s.world.knows_truth else None, verifier=verifier)
             s.run.write_jsonl(ctx.dir / "candidates.jsonl", [c.to_dict() for c in pool.candidates])
             s.run.write_jsonl(ctx.dir / "pool.jsonl", pool.rows())
             kept, stats = pool.kept, pool.stats()

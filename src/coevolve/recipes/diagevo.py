@@ -98,7 +98,7 @@ class Diagnosis:
         sampler, prompter = self.sampler_prompter
         def prompt(q: str, lab: str, bad: str, good: str) -> str:
             cut = [clip_middle(t, d.max_field_chars) for t in (q, lab, bad, good)]
-            return prompter.diagnoser(*cut, d.template)
+            return prompter.diagnoser(*cut)
 
         return LLMDiagnoser(sampler, prompt,
                             SamplingParams(temperature=d.temperature, max_new_tokens=d.max_new_tokens,
@@ -206,7 +206,7 @@ def phase_pool(p: DiagEvo, phase: Phase) -> PhaseRecord:
             write_params=s.params(derive_seed(ctx.seed, "write"), cfg.challenger, "question"),
             vote_params=s.params(derive_seed(ctx.seed, "construct")),
             batch_prompts=cfg.sampling.batch_prompts, id_prefix=f"r{t:02d}-q", excluded=s.world.excluded(),
-            oracle=s.world.oracle)
+            oracle=s.world.oracle if s.world.knows_truth else None)
         for v in pool.votes:
             ids = v.meta["cause_ids"]
             v.meta["shows_target"] = s.world.shows_causes(v.question, [mem.causes[c] for c in ids]) if ids else None

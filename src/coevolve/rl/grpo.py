@@ -312,6 +312,78 @@ def _chunked_sequence_logprobs(
     return logp_NT
 
 
+def shared_prompt_logprobs(
+    model: Any,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    return_entropy: bool = False,
+    chunk_tokens: int | None = None,
+    head_grad_sink: Callable[[Tensor], None] | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """``sequence_logprobs`` of G completions per prompt with each prompt's forward pass done
+    once: a GRPO group shares its prompt, so the decoder runs the B prompts, its KV cache is
+    repeated G times along the batch (``DynamicCache.batch_repeat_interleave``; gradients of
+    the G copies add up in the prompt's keys and values, as in the unshared pass), and the N = B·G
+    completions run on top of it. With prompts of P tokens and completions of T, a step costs
+    B·P + N·T token passes instead of N·(P + T).
+
+    Layout: ``prompt_ids`` / ``prompt_mask`` (B, P) left-padded; ``completion_ids`` /
+    ``completion_mask`` (N, T) right-padded, rows grouped by prompt (rows g·G .. g·G + G - 1
+    complete prompt g). Positions are those of the unshared layout (the prompt's ``cumsum(mask)
+    - 1``, then the prompt length onwards), so the values equal ``sequence_logprobs`` on
+    [prompt | completion] rows within float rounding. The first completion token is predicted
+    by the prompt's last hidden state, token j by the completion's state j-1. Needs a plain
+    decoder + LM head (``_decoder_and_head``) and a model that keeps a KV cache in training
+    (activation checkpointing turns the cache off). ``head_grad_sink``: as in ``sequence_logprobs``.
+    """
+    B, P = prompt_ids.shape
+    N, T = completion_ids.shape
+    if prompt_mask.shape != prompt_ids.shape or completion_mask.shape != completion_ids.shape:
+        raise RLInputError("shared_prompt_logprobs: ids and masks differ in shape")
+    if B == 0 or N % B != 0:
+        raise RLInputError(f"shared_prompt_logprobs: {N} completions do not split into groups of {B} prompts")
+    G = N // B
+    parts = _decoder_and_head(model)
+    if parts is None:
+        raise RLInputError("shared_prompt_logprobs: the model's logits are not a plain LM head over a decoder")
+    decoder, head = parts
+    from transformers import DynamicCache
+
+    import inspect
+
+    # transformers renamed ``past_key_values`` to ``cache`` (5.x deprecates the old name)
+    kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+    pos_BP = (prompt_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (B, P)
+    cache = DynamicCache()
+    out = decoder(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos_BP, use_cache=True, **{kw: cache})
+    h_last_BH = out.last_hidden_state[:, -1, :]  # (B, H): predicts each group's first completion token
+    cache.batch_repeat_interleave(G)
+    plen_N = prompt_mask.long().sum(dim=1).repeat_interleave(G)  # (N,)
+    pos_NT = plen_N[:, None] + torch.arange(T, device=prompt_ids.device)[None, :]  # (N, T)
+    c_attn_NT = (completion_mask > 0).to(prompt_mask.dtype)  # (N, T)
+    attn = torch.cat([prompt_mask.repeat_interleave(G, dim=0), c_attn_NT], dim=1)  # (N, P + T)
+    h_comp_NTH = decoder(input_ids=completion_ids, attention_mask=attn, position_ids=pos_NT, use_cache=True,
+                         **{kw: cache}).last_hidden_state  # (N, T, H)
+    h_NTH = torch.cat([h_last_BH.repeat_interleave(G, dim=0)[:, None, :], h_comp_NTH[:, :-1, :]], dim=1)  # (N, T, H)
+    active_NT = completion_mask > 0  # (N, T)
+    if chunk_tokens:
+        logp_K, ent_K = chunked_token_logprobs(head, h_NTH[active_NT], completion_ids[active_NT], int(chunk_tokens),
+                                               head_grad_sink)
+        logp_NT = torch.zeros((N, T), dtype=torch.float32, device=prompt_ids.device).masked_scatter(active_NT, logp_K)
+        if return_entropy:
+            ent_NT = torch.zeros((N, T), dtype=torch.float32, device=prompt_ids.device).masked_scatter(active_NT, ent_K)
+            return logp_NT, ent_NT
+        return logp_NT
+    logits_NTV = head(h_NTH)  # (N, T, V)
+    m_NT = completion_mask.to(torch.float32)
+    logp_NT = selective_log_softmax(logits_NTV, completion_ids).float() * m_NT
+    if return_entropy:
+        return logp_NT, token_entropy(logits_NTV).float() * m_NT.detach()
+    return logp_NT
+
+
 def policy_loss(
     logp_NT: Tensor,
     old_logp_NT: Tensor,

@@ -41,7 +41,14 @@ from torch import Tensor
 from pydantic import Field, field_validator
 
 from coevolve.errors import CoevolveError, ConfigError, RunStateError
-from coevolve.rl.grpo import RLInputError, _decoder_and_head, group_advantages, policy_loss, sequence_logprobs
+from coevolve.rl.grpo import (
+    RLInputError,
+    _decoder_and_head,
+    group_advantages,
+    policy_loss,
+    sequence_logprobs,
+    shared_prompt_logprobs,
+)
 from coevolve.run.faults import fault_point
 from coevolve.schema import Strict
 
@@ -169,6 +176,12 @@ class LearnerConfig(Strict):
         False, description="Keep the fp32 masters and AdamW state in CPU memory and run the optimizer step "
         "there (saves 12 bytes per trainable parameter of GPU memory; costs a PCIe round trip of the "
         "gradients and weights per update).")
+    share_prompt: bool = Field(
+        False, description="Run each GRPO group's prompt once and its G completions on the prompt's KV cache "
+        "(rl.grpo.shared_prompt_logprobs): a step costs B·P + N·T token passes instead of N·(P + T), the same "
+        "values within float rounding. Worth it when prompts are long next to answers (few-shot prompts: ~3x less "
+        "compute for ~120-token prompts and ~30-token answers). Needs gradient_checkpointing off (the cache) and a "
+        "plain decoder + LM head. false = every row [prompt | completion] on its own (the reference).")
     offload_when_idle: bool = Field(
         True, description="When a role's GRPO phase ends, move its fp32 masters and optimizer state to CPU "
         "memory (they come back at its next update), and let recipes park idle roles' weights there, so a "
@@ -229,6 +242,8 @@ class _Batch:
     adv: Tensor  # (B,)
     old_logp: Tensor | None  # (B, T) sampler log-probs, or None
     ref_logp: Tensor | None = None  # (B, T), filled when beta_kl > 0
+    prompt_ids: Tensor | None = None  # (Bp, P) with share_prompt: one left-padded prompt per group; then
+    prompt_mask: Tensor | None = None  # input_ids / attention_mask hold only the (B, T) completions
 
 
 def _collate(
@@ -269,6 +284,38 @@ def _collate(
         ids.to(device), attn.to(device), cmask.to(device), adv.to(device),
         None if old is None else old.to(device),
     )
+
+
+def _collate_shared(
+    groups: list[tuple[list[int], list[tuple[list[int], float, list[float] | None]]]], pad_id: int,
+    device: torch.device,
+) -> _Batch:
+    """``share_prompt`` layout: the groups' prompts left-padded (Bp, P); their completions
+    right-padded (B, T), G consecutive rows per prompt, in ``input_ids`` / ``attention_mask``."""
+    sizes = {len(comps) for _, comps in groups}
+    if len(sizes) != 1:
+        raise RLInputError(f"learner.share_prompt: groups of one micro-batch differ in size ({sorted(sizes)})")
+    rows = [(c, a, lp) for _, comps in groups for c, a, lp in comps]
+    P = max(len(p) for p, _ in groups)
+    T = max(1, max(len(c) for c, _, _ in rows))
+    pids = torch.full((len(groups), P), pad_id, dtype=torch.long)  # (Bp, P)
+    pmask = torch.zeros((len(groups), P), dtype=torch.long)  # (Bp, P)
+    for i, (p, _) in enumerate(groups):
+        pids[i, P - len(p):] = torch.tensor(p, dtype=torch.long)
+        pmask[i, P - len(p):] = 1
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)  # (B, T)
+    cmask = torch.zeros((len(rows), T), dtype=torch.float32)  # (B, T)
+    has_old = rows[0][2] is not None
+    old = torch.zeros((len(rows), T), dtype=torch.float32) if has_old else None  # (B, T)
+    for i, (c, _, lp) in enumerate(rows):
+        if c:
+            ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+            cmask[i, : len(c)] = 1.0
+            if old is not None and lp is not None:
+                old[i, : len(c)] = torch.tensor(lp, dtype=torch.float32)
+    adv = torch.tensor([a for _, a, _ in rows], dtype=torch.float32)  # (B,)
+    return _Batch(ids.to(device), cmask.long().to(device), cmask.to(device), adv.to(device),
+                  None if old is None else old.to(device), prompt_ids=pids.to(device), prompt_mask=pmask.to(device))
 
 
 def _enable_checkpointing(model: Any) -> None:
@@ -370,6 +417,9 @@ class Learner:
         self.gradient_checkpointing = resolve_gradient_checkpointing(self.cfg, n_params)
         if self.gradient_checkpointing:
             _enable_checkpointing(model)  # before LoRA wrapping: PEFT forwards to the same layers
+        if self.cfg.share_prompt and self.gradient_checkpointing:
+            raise ConfigError("learner.share_prompt=true runs completions on the prompt's KV cache, which activation "
+                              "checkpointing turns off: set learner.gradient_checkpointing=false (or share_prompt=false)")
         vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 0
         self.logprob_chunk = resolve_logprob_chunk(self.cfg, int(vocab))
         if self.cfg.lora:
@@ -379,6 +429,9 @@ class Learner:
         self.model = model
         self.ref_model = ref_model
         self.tokenizer = tokenizer
+        if self.cfg.share_prompt and _decoder_and_head(model) is None:
+            raise ConfigError(f"learner.share_prompt=true needs a plain decoder + LM head; {type(model).__name__} has "
+                              "none (set learner.share_prompt=false)")
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not named:
             raise ConfigError("Learner: the model has no trainable parameters")
@@ -527,14 +580,21 @@ class Learner:
                 m.grad = acc.sum.to(m.device)
                 acc.sum = None
 
+    def _logprobs(self, model: Any, b: _Batch, return_entropy: bool = False, head_grad_sink: Any = None) -> Any:
+        """Completion log-probs of micro-batch ``b`` under ``model`` (its layout decides the path)."""
+        if b.prompt_ids is not None:
+            return shared_prompt_logprobs(model, b.prompt_ids, b.prompt_mask, b.input_ids, b.completion_mask,
+                                          return_entropy=return_entropy, chunk_tokens=self.logprob_chunk,
+                                          head_grad_sink=head_grad_sink)
+        return sequence_logprobs(model, b.input_ids, b.attention_mask, b.completion_mask, return_entropy=return_entropy,
+                                 chunk_tokens=self.logprob_chunk, head_grad_sink=head_grad_sink)
+
     def _ref_logprobs(self, b: _Batch) -> Tensor:
         with torch.no_grad():
             if self.ref_model is not None:
-                return sequence_logprobs(self.ref_model, b.input_ids, b.attention_mask, b.completion_mask,
-                                         chunk_tokens=self.logprob_chunk).float()
+                return self._logprobs(self.ref_model, b).float()
             with self.model.disable_adapter():  # LoRA: the frozen base is the reference
-                return sequence_logprobs(self.model, b.input_ids, b.attention_mask, b.completion_mask,
-                                         chunk_tokens=self.logprob_chunk).float()
+                return self._logprobs(self.model, b).float()
 
     # ------------------------------------------------------------------ API
     def step(self, groups: list[RolloutGroup]) -> dict[str, float]:
@@ -558,9 +618,10 @@ class Learner:
                 n_zero += 1
                 if cfg.drop_zero_std:
                     continue
+            prompt = list(g.prompt_ids)  # one object per group: share_prompt groups rows by it
             for k, c in enumerate(g.completion_ids):
                 lp = None if g.logprobs is None else [float(x) for x in g.logprobs[k]]
-                seqs.append((list(g.prompt_ids), list(c), float(adv_1G[0, k]), lp))
+                seqs.append((prompt, list(c), float(adv_1G[0, k]), lp))
         rt = torch.tensor(all_rewards, dtype=torch.float64)
         n_tokens = sum(len(s[1]) for s in seqs)
         metrics: dict[str, float] = {
@@ -581,12 +642,17 @@ class Learner:
             metrics.update(skipped=1.0, step=float(self.step_count))
             return metrics
 
-        packed = cfg.max_tokens_per_micro_batch is not None
-        groups_idx = pack_micro_batches([len(p) + len(c) for p, c, _, _ in seqs], cfg.max_tokens_per_micro_batch,
-                                        cfg.micro_batch_size)
-        mbs = [_collate([seqs[i] for i in idx], self.pad_id, self.device, left_pad_all=packed) for idx in groups_idx]
-        real = sum(len(p) + len(c) for p, c, _, _ in seqs)
-        padded = sum(b.input_ids.numel() for b in mbs)
+        if cfg.share_prompt:
+            mbs = self._shared_micro_batches(seqs)
+            real = sum(len(c) for _, c, _, _ in seqs) + sum(len(b_p) for b_p in {id(s[0]): s[0] for s in seqs}.values())
+            padded = sum(b.input_ids.numel() + (0 if b.prompt_ids is None else b.prompt_ids.numel()) for b in mbs)
+        else:
+            packed = cfg.max_tokens_per_micro_batch is not None
+            groups_idx = pack_micro_batches([len(p) + len(c) for p, c, _, _ in seqs], cfg.max_tokens_per_micro_batch,
+                                            cfg.micro_batch_size)
+            mbs = [_collate([seqs[i] for i in idx], self.pad_id, self.device, left_pad_all=packed) for idx in groups_idx]
+            real = sum(len(p) + len(c) for p, c, _, _ in seqs)
+            padded = sum(b.input_ids.numel() for b in mbs)
         metrics.update(micro_batches=float(len(mbs)), pad_frac=1.0 - real / max(1, padded))
         self.onload_state()
         was_training = self.model.training
@@ -596,10 +662,7 @@ class Learner:
             if mbs[0].old_logp is None and cfg.epochs_per_batch > 1:
                 with torch.no_grad():
                     for b in mbs:
-                        b.old_logp = sequence_logprobs(
-                            self.model, b.input_ids, b.attention_mask, b.completion_mask,
-                            chunk_tokens=self.logprob_chunk,
-                        ).float()
+                        b.old_logp = self._logprobs(self.model, b).float()
             need_ref = cfg.beta_kl > 0 or self.ref_model is not None
             if need_ref:
                 for b in mbs:
@@ -617,6 +680,25 @@ class Learner:
         metrics.update(skipped=0.0, step=float(self.step_count))
         return metrics
 
+    def _shared_micro_batches(self, seqs: list[tuple[list[int], list[int], float, list[float] | None]]) -> list[_Batch]:
+        """``share_prompt`` micro-batches: whole groups (rows of one prompt object are one group,
+        in order), as many as ``micro_batch_size`` rows allow (at least one group each)."""
+        groups: list[tuple[list[int], list[tuple[list[int], float, list[float] | None]]]] = []
+        for p, c, a, lp in seqs:
+            if not groups or groups[-1][0] is not p:
+                groups.append((p, []))
+            groups[-1][1].append((c, a, lp))
+        out, cur, rows = [], [], 0
+        for g in groups:
+            if cur and rows + len(g[1]) > self.cfg.micro_batch_size:
+                out.append(_collate_shared(cur, self.pad_id, self.device))
+                cur, rows = [], 0
+            cur.append(g)
+            rows += len(g[1])
+        if cur:
+            out.append(_collate_shared(cur, self.pad_id, self.device))
+        return out
+
     def _one_update(self, mbs: list[_Batch], n_tokens: int) -> dict[str, float]:
         cfg = self.cfg
         self._zero_grads()
@@ -624,10 +706,7 @@ class Learner:
         acc = {"clip_frac": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "ratio_mean": 0.0, "kl": 0.0}
         ent_sum = 0.0
         for b in mbs:
-            logp, ent = sequence_logprobs(
-                self.model, b.input_ids, b.attention_mask, b.completion_mask, return_entropy=True,
-                chunk_tokens=self.logprob_chunk, head_grad_sink=self._head_sink,
-            )
+            logp, ent = self._logprobs(self.model, b, return_entropy=True, head_grad_sink=self._head_sink)
             logp = logp.float()  # (B, T)
             ent_sum += float(ent.sum())
             old = b.old_logp if b.old_logp is not None else logp.detach()

@@ -193,8 +193,10 @@ def prompter_spec(prompter: Any) -> dict[str, Any]:
 
     if isinstance(prompter, ToyPrompter):
         return {"kind": "toy"}
+    prompts = getattr(prompter, "prompts", None)
     return {"kind": "chat", "chat_template": bool(getattr(prompter, "use_chat_template", False)),
-            "enable_thinking": getattr(prompter, "enable_thinking", None)}
+            "enable_thinking": getattr(prompter, "enable_thinking", None),
+            **({"prompts": prompts.model_dump(mode="json")} if prompts is not None else {})}
 
 
 def _prompter(spec: WriterSpec) -> Any:
@@ -205,9 +207,12 @@ def _prompter(spec: WriterSpec) -> Any:
     from coevolve.engine import load_tokenizer
     from coevolve.prompts.chat import ChatPrompter
 
+    from coevolve.prompts.spec import PromptsConfig
+
     tok = load_tokenizer(spec.solver_path) if spec.prompter.get("chat_template") else None
+    prompts = PromptsConfig.model_validate(spec.prompter["prompts"]) if "prompts" in spec.prompter else None
     return ChatPrompter(tok, use_chat_template=bool(spec.prompter.get("chat_template")),
-                        enable_thinking=spec.prompter.get("enable_thinking"))
+                        enable_thinking=spec.prompter.get("enable_thinking"), prompts=prompts)
 
 
 def solver_of(spec: WriterSpec) -> Any:

@@ -6,7 +6,10 @@ The recipes never ask "is this the toy world?": they ask the world. Two worlds e
   held-out set, an exact oracle for any question (so pseudo-label accuracy and target hits are
   measured, not estimated), rule-based diagnosis from step traces, char-level prompts;
 * ``RealWorld`` — a real model and a JSONL of labelled questions: no oracle, the benchmark
-  registry for evaluation, the papers' prompts, an LLM diagnoser.
+  registry for evaluation, the configured prompts, an LLM diagnoser;
+* ``ArithWorld`` — a real model on natural-language arithmetic (``data.source=arith``): fresh
+  labelled problems, the held-out benchmark ``arith``, an exact oracle for any arithmetic
+  question (so a real-model run measures pseudo-label accuracy and writer validity).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from coevolve.types import Task
 
 
 class World(Protocol):
-    name: Literal["toy", "real"]
+    name: Literal["toy", "real", "arith"]
     prompter: Prompter
     default_benches: tuple[str, ...]
     default_diagnoser: Literal["trace", "llm"]
@@ -80,26 +83,34 @@ def base_model_path(model_cfg: Any, say: Callable[[str], None]) -> Path:
 
 def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
     """The world a recipe config describes: the toy world when ``model.path`` is unset (fresh
-    problems, a fixed set of ``data.limit`` of them, or a JSONL of toy problems as ``data.source``), else a real model with
-    ``data.source`` (a JSONL file, or no labelled data for label-free recipes)."""
+    problems, a fixed set of ``data.limit`` of them, or a JSONL of toy problems as
+    ``data.source``); for a real model the arith world (``data.source=arith``) or ``data.source``
+    as a JSONL file (or no labelled data for label-free recipes)."""
     if cfg.model.path is None:
         from coevolve.world.real import load_labelled
         from coevolve.world.toy import ToyWorld
 
-        from coevolve.toy import labelled_set
+        from coevolve.toy import LEVELS, labelled_set
 
+        levels = list(cfg.data.levels or LEVELS)
         tasks = load_labelled(cfg.data, say) if cfg.data.source != "toy" else None
         if tasks is None and cfg.data.limit is not None:
-            tasks = labelled_set(cfg.data.limit, cfg.data.toy_levels, cfg.data.limit_seed)
-            say(f"[data] toy world: a fixed labelled set of {len(tasks)} problems (levels {cfg.data.toy_levels}, "
+            tasks = labelled_set(cfg.data.limit, levels, cfg.data.limit_seed)
+            say(f"[data] toy world: a fixed labelled set of {len(tasks)} problems (levels {levels}, "
                 f"seed {cfg.data.limit_seed})")
-        return ToyWorld(levels=tuple(cfg.data.toy_levels), heldout_size=cfg.eval.heldout_size,
-                        exclude_heldout=cfg.data.exclude_heldout, tasks=tasks)
+        return ToyWorld(levels=tuple(levels), heldout_size=cfg.eval.heldout_size,
+                        exclude_heldout=cfg.data.exclude_heldout, tasks=tasks, prompts=cfg.prompts)
+    from coevolve.prompts.chat import ChatPrompter
+
+    prompter = ChatPrompter(tokenizer, use_chat_template=cfg.model.chat_template,
+                            enable_thinking=cfg.model.enable_thinking, prompts=cfg.prompts)
+    if cfg.data.source == "arith":
+        from coevolve.world.arith import ArithWorld
+
+        return ArithWorld.from_config(cfg, prompter, say)
     from coevolve.world.real import RealWorld
 
-    return RealWorld.from_config(cfg, tokenizer, say)
-
-
+    return RealWorld.from_config(cfg, prompter, say)
 
 
 CHECKPOINT_META = "coevolve.json"
@@ -141,8 +152,18 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     if fmt > CHECKPOINT_META_FORMAT:
         raise ModelLoadError(f"{f}: format {fmt} was written by a newer coevolve (this one reads format "
                              f"{CHECKPOINT_META_FORMAT}); evaluate it with that version")
-    if "world" in meta and meta["world"] not in ("toy", "real"):
-        raise ModelLoadError(f"{f}: field 'world' must be 'toy' or 'real', got {meta['world']!r}")
+    if "world" in meta and meta["world"] not in ("toy", "real", "arith"):
+        raise ModelLoadError(f"{f}: field 'world' must be 'toy', 'real' or 'arith', got {meta['world']!r}")
+    if "prompts" in meta:
+        from pydantic import ValidationError
+
+        from coevolve.prompts.spec import PromptsConfig
+
+        try:
+            PromptsConfig.model_validate(meta["prompts"])
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise ModelLoadError(f"{f}: field 'prompts.{'.'.join(map(str, first['loc']))}': {first['msg']}") from None
     if "chat_template" in meta and not isinstance(meta["chat_template"], (bool, type(None))):
         raise ModelLoadError(f"{f}: field 'chat_template' must be true, false or null, got {meta['chat_template']!r}")
     return meta
@@ -150,8 +171,9 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
 
 def world_of_model(path: str | Path, tokenizer: Any, chat_template: bool | None = None, heldout_size: int = 500) -> World:
     """The world a saved model belongs to, for evaluating it with the prompts it was trained on:
-    a checkpoint's ``coevolve.json`` says so; a toy base has ``toy_build.json``; anything else is
-    a real model (chat template off unless asked: base models continue plain text)."""
+    a checkpoint's ``coevolve.json`` says which world and which prompts (system texts, templates,
+    example turns); a toy base has ``toy_build.json``; anything else is a real model with the
+    default prompts (chat template off unless asked: base models continue plain text)."""
     p = Path(path)
     meta = read_checkpoint_meta(p)
     if meta.get("world") == "toy" or (not meta and (p / "toy_build.json").is_file()):
@@ -159,10 +181,19 @@ def world_of_model(path: str | Path, tokenizer: Any, chat_template: bool | None 
 
         return ToyWorld(heldout_size=heldout_size)
     from coevolve.prompts.chat import ChatPrompter
-    from coevolve.world.real import RealWorld
+    from coevolve.prompts.spec import PromptsConfig
 
     use_chat = bool(meta.get("chat_template", False)) if chat_template is None else chat_template
-    return RealWorld(ChatPrompter(tokenizer, use_chat_template=use_chat), [], "none", use_chat)
+    prompts = PromptsConfig.model_validate(meta["prompts"]) if "prompts" in meta else PromptsConfig()
+    prompter = ChatPrompter(tokenizer, use_chat_template=use_chat, enable_thinking=meta.get("enable_thinking"),
+                            prompts=prompts)
+    if meta.get("world") == "arith":
+        from coevolve.world.arith import ArithWorld
+
+        return ArithWorld(prompter, use_chat, heldout_size=heldout_size)
+    from coevolve.world.real import RealWorld
+
+    return RealWorld(prompter, [], "none", use_chat)
 
 
 __all__ = ["CHECKPOINT_META", "CHECKPOINT_META_FORMAT", "World", "base_model_path", "make_world", "read_checkpoint_meta",

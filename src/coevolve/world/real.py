@@ -1,5 +1,5 @@
 """A real model's world: labelled questions from a JSONL file (or none: label-free recipes),
-the papers' prompts, the benchmark registry, no oracle."""
+the configured prompts, the benchmark registry, no oracle."""
 
 from __future__ import annotations
 
@@ -33,15 +33,13 @@ class RealWorld:
         self._excluded: frozenset[str] | None = None
 
     @classmethod
-    def from_config(cls, cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> "RealWorld":
+    def from_config(cls, cfg: Any, prompter: Prompter, say: Callable[[str], None]) -> "RealWorld":
         tasks: list[Task] = []
         if cfg.data.source != "toy":
             tasks = load_labelled(cfg.data, say)
         benches = list(cfg.eval.benches) if cfg.eval.benches is not None else list(cls.default_benches)
         data_dir = Path(cfg.eval.data_dir) if cfg.eval.data_dir else None
         excluded = (lambda: benchmark_questions(benches, data_dir)) if cfg.data.exclude_heldout else None
-        prompter = ChatPrompter(tokenizer, use_chat_template=cfg.model.chat_template,
-                                enable_thinking=cfg.model.enable_thinking)
         return cls(prompter, tasks, cfg.data.source, cfg.model.chat_template, excluded)
 
     def draw(self, rng: random.Random, n: int) -> list[Task]:
@@ -64,6 +62,9 @@ class RealWorld:
         return None
 
     def prompter_for(self, tokenizer: Any) -> Prompter:
+        """The run's prompts rendered for another model (a judge or diagnosis model)."""
+        if isinstance(self.prompter, ChatPrompter):
+            return self.prompter.with_tokenizer(tokenizer)
         return ChatPrompter(tokenizer, use_chat_template=self.chat_template)
 
     def trace_diagnoser(self) -> Diagnoser:

@@ -43,8 +43,10 @@ class ToyWorld:
     rep_tokenizer = "char"  # a toy question is one whitespace token: whitespace BLEU would be all-or-nothing
 
     def __init__(self, levels: Sequence[int] = (1, 2, 3, 4), heldout_size: int = 500, exclude_heldout: bool = True,
-                 tasks: Sequence[Task] | None = None):
-        """``tasks``: a fixed labelled set (a JSONL of toy problems) instead of fresh draws."""
+                 tasks: Sequence[Task] | None = None, prompts: Any = None):
+        """``tasks``: a fixed labelled set (a JSONL of toy problems) instead of fresh draws;
+        ``prompts``: the run's ``PromptsConfig``, for real judge / diagnosis models."""
+        self.prompts = prompts
         self.levels = tuple(levels)
         self.heldout_size = heldout_size
         self.exclude_heldout = exclude_heldout
@@ -82,7 +84,7 @@ class ToyWorld:
             return self.prompter
         from coevolve.prompts.chat import ChatPrompter
 
-        return ChatPrompter(tokenizer, use_chat_template=False)
+        return ChatPrompter(tokenizer, use_chat_template=False, prompts=self.prompts)
 
     def trace_diagnoser(self) -> Diagnoser:
         return TraceDiagnoser(explain_divergence)
