@@ -93,7 +93,7 @@ MUTANTS: list[Mutant] = [
       "return ((1.0 - x) / (1.0 - tau_u)) ** a", "return ((1.0 - x) / (1.0 - tau_l)) ** a", REWARDS),
     M("R7", "rewards", "band edges exclusive in the plateau", "rewards.py",
       "    if x < tau_l:\n        return (x / tau_l) ** a", "    if x <= tau_l:\n        return (x / tau_l) ** a",
-      REWARDS),
+      REWARDS, equivalent="at x = τ_l both branches give 1.0"),
     M("R8", "rewards", "malformed questioner output scored like a well-formed one", "rewards.py",
       "        if not ok:\n            rewards.append(0.0)", "        if not ok and xi is None:\n            rewards.append(0.0)",
       REWARDS),
@@ -157,7 +157,8 @@ MUTANTS: list[Mutant] = [
       "if self.F1 is None and self.F_t() > 0:", "if self.F_t() > 0:", MEMORY),
     M("Me7", "memory", "p(e) over Active causes only", "memory/store.py",
       "return {c.id: c.freq / Ft for c in self.active() if c.freq > 0}",
-      "return {c.id: c.freq / Ft for c in self.causes.values() if c.freq > 0}", MEMORY),
+      "return {c.id: c.freq / Ft for c in self.causes.values() if c.freq > 0}", MEMORY,
+      equivalent="a Mastered cause always has f = 0: promotion resets it, a new failure re-activates the cause"),
     M("Me8", "memory", "stitching same_node picks a Mastered sibling", "memory/store.py",
       "if self.causes[c].state == \"mastered\")", "if self.causes[c].state == \"active\")", MEMORY),
     # ---- rl ----------------------------------------------------------------------------------
@@ -219,6 +220,8 @@ MUTANTS: list[Mutant] = [
       "    with torch.random.fork_rng(devices=devices, device_type=device.type if devices else \"cuda\"):\n", SEEDS),
     M("W4", "config", "config default α (paper: 0.9)", "schema.py",
       "alpha: float = Field(0.9, ge=0, le=1,", "alpha: float = Field(0.8, ge=0, le=1,", REWARD_WIRING),
+    M("W6", "schema", "the one band test: inclusive, with the float tolerance", "schema.py",
+      "return low - BAND_TOLERANCE <= x <= high + BAND_TOLERANCE", "return low < x < high", (*REWARDS, *CURRICULUM)),
     M("W5", "loop", "configured α reaches the recipe's solver reward", "loop.py",
       "flat, bd = solver_rewards(texts, correct, alpha)", "flat, bd = solver_rewards(texts, correct)", REWARD_WIRING),
 ]

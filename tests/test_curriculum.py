@@ -349,3 +349,22 @@ def test_propose_questions_screens_votes_filters_and_checks_labels() -> None:
         write_params=SamplingParams(), vote_params=SamplingParams(), batch_prompts=2, id_prefix="h-", verifier=Reject())
     # new2 (p1 = p2 = 0.5) fails the relative filter; new1 passes and the verifier accepts it
     assert [c.status for c in pool2.candidates if c.question in ("new1", "new2")] == ["kept", "duplicate", "filtered"]
+
+    class RejectFive(Reject):
+        def verify(self, records):
+            return [r.label != "5" for r in records]
+
+    def statuses(verifier) -> tuple[list[str], list[str]]:
+        pool = C.propose_questions(
+            FakeSampler(script), ["w0", "w5"], [{}, {}], prompter=FakePrompter(), solver=FakeSampler(script),
+            voting=Voting(samples=4, filter="absolute", band=Band(low=0.4, high=0.8)), grader=G,
+            write_params=SamplingParams(), vote_params=SamplingParams(), batch_prompts=2, id_prefix="v-",
+            verifier=verifier)
+        return [c.status for c in pool.candidates], [v.question for v in pool.kept]
+
+    # an enforcing verifier's "no" takes a question that passed the filter out of the pool ...
+    assert statuses(RejectFive()) == (["rejected", "kept"], ["new2"])
+    # ... a measuring one only records its verdict
+    measuring = RejectFive()
+    measuring.enforce = False
+    assert statuses(measuring) == (["kept", "kept"], ["new1", "new2"])
