@@ -151,7 +151,8 @@ def test_load_sampler_by_path(pool_sampler, model, tok, tmp_path):
     s.close()
 
 
-def test_recipe_round_equals_hf_prompt_scope(pool_sampler, tmp_path):
+@pytest.mark.slow
+def test_recipe_round_equals_hf_prompt_scope(pool_sampler, tmp_path, toy_overrides_30):
     """A grpo run with engine=ray writes the same rollouts, evaluation items and summary as
     engine=hf with engine.seed_scope=prompt (the pool serves every phase through ``Sampler``
     only). Last in the module: the end of a ray run shuts the process's pool and Ray down."""
@@ -159,13 +160,9 @@ def test_recipe_round_equals_hf_prompt_scope(pool_sampler, tmp_path):
 
     from coevolve.config import load_config
     from coevolve.recipes import execute
-    from coevolve.toy import ensure_base
-
-    cache = tmp_path / "toycache"
-    ensure_base(cache, steps=30, seed=0)
     tiny = ["solver.steps=2", "solver.prompts_per_step=3", "solver.group_size=4", "eval.heldout_size=8",
             "eval.samples=2", "run.progress=false", "sampling.max_new_tokens=24", "eval.max_new_tokens=24",
-            "run.threads=1", f"model.toy_cache={cache}", "model.toy_steps=30"]
+            "run.threads=1", *toy_overrides_30]
     pool_fields = ["engine.ray.num_actors=2", f"engine.ray.object_store_memory={ENGINE.ray.object_store_memory}"]
     runs = {}
     for name, extra in (("hf", ["engine=hf", "engine.seed_scope=prompt"]), ("ray", ["engine=ray"] + pool_fields)):

@@ -16,7 +16,7 @@ from coevolve.config.d2evo import D2EvoConfig
 from coevolve.errors import ConfigError
 from coevolve.schema import Band, Sequential, Voting
 from coevolve.types import SamplingParams, Task
-from tests.test_curriculum import FakePrompter, FakeSampler, G, box
+from test_curriculum import FakePrompter, FakeSampler, G, box
 
 BAND = Band(low=0.4, high=0.8)
 
