@@ -14,6 +14,7 @@ from coevolve.errors import DataError
 from coevolve.run import Phase, Run
 
 torch.set_num_threads(1)
+pytestmark = pytest.mark.slow  # grpo runs end to end
 
 TINY = ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=12",
         "eval.samples=2", "run.progress=false", "sampling.max_new_tokens=40", "eval.max_new_tokens=40"]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 pytest.importorskip("ray")
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # a local Ray cluster and actor pools
 
 from coevolve.config.base import EngineConfig  # noqa: E402
 from coevolve.engine import HFSampler, freeze_sampler, load_sampler, make_sampler  # noqa: E402
@@ -151,7 +151,6 @@ def test_load_sampler_by_path(pool_sampler, model, tok, tmp_path):
     s.close()
 
 
-@pytest.mark.slow
 def test_recipe_round_equals_hf_prompt_scope(pool_sampler, tmp_path, toy_overrides_30):
     """A grpo run with engine=ray writes the same rollouts, evaluation items and summary as
     engine=hf with engine.seed_scope=prompt (the pool serves every phase through ``Sampler``
