@@ -211,7 +211,9 @@ MUTANTS: list[Mutant] = [
     # ---- wiring outside the five packages, from the same review ---------------------------------
     M("W1", "answers", "grader says 'equal' for everything", "answers/grader.py",
       "        return self._decide(gold, pred, timeout, both_directions, extra_pairs, a, b)[0]",
-      "        return True", ("tests/test_answers.py",)),
+      "        return True", ("tests/test_answers.py::test_cheap_path_needs_no_worker",
+                          "tests/test_answers.py::test_property_no_false_equal_on_random_pairs",
+                          "tests/test_answers.py::test_regression_set_agreement")),
     M("W2", "engine", "per-prompt seeds include the occurrence", "engine/base.py",
       "out.append(derive_seed(seed, p, k))", "out.append(derive_seed(seed, p, 0))", SEEDS),
     M("W3", "engine", "HF sampler seeds torch", "engine/hf.py",
