@@ -58,10 +58,18 @@ def toy_overrides(toy_base: Path) -> list[str]:
 
 @pytest.fixture(scope="session")
 def toy_base_30(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 30-step toy base (seed 0), built once per session in a temp cache."""
+    """A 30-step toy base (seed 0), built once per session in a temp cache, on one thread: the
+    build uses the caller's torch thread count, which must not depend on the modules collected."""
+    import torch
+
     from coevolve.toy import ensure_base
 
-    return ensure_base(tmp_path_factory.mktemp("toy30"), steps=30, seed=0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return ensure_base(tmp_path_factory.mktemp("toy30"), steps=30, seed=0)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
