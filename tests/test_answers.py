@@ -210,7 +210,7 @@ def test_hard_timeout_restarts_worker() -> None:
         assert g.is_equiv("\\sqrt{4}", "2", timeout=60)  # worker up and answering (a loaded machine: no 1 s cap here)
         t0 = time.perf_counter()
         assert g.is_equiv("\\sqrt{HANG}", "\\frac{x}{2}") is False
-        assert time.perf_counter() - t0 < 3.0
+        assert time.perf_counter() - t0 < 60.0  # the 1 s timeout fired, not the 10,000 s hang (a loaded machine is slow)
         assert g.stats.timeouts == 1
         assert g.is_equiv("\\sqrt{9}", "3", timeout=60)  # a fresh worker answers again
         assert g.stats.restarts == 1
@@ -231,7 +231,7 @@ def test_timeout_from_a_thread() -> None:
         t.start()
         t.join(timeout=60)
         assert not t.is_alive()
-        assert results["hang"] is False and results["hang_s"] < 3.0  # type: ignore[operator]
+        assert results["hang"] is False and results["hang_s"] < 60.0  # type: ignore[operator]  # timeout, not the hang
         assert results["ok"] is True and results["ok2"] is True
         assert g.stats.timeouts == 1
 
@@ -440,7 +440,9 @@ def test_grading_pool_gives_the_same_results_as_one_grader() -> None:
     golds = ["\\frac{1}{2}", "3", "x^2+2x+1", "\\sqrt{8}", "7", "0.25"] * 3
     texts = [f"so \\boxed{{{p}}}" for p in ["0.5", "4", "(x+1)^2", "2\\sqrt{2}", "7", "1/4"] * 3]
     groups = [["1/2", "0.5", "\\frac12", None, "2"], ["x-1", "1-x", "-(1-x)"], [], ["3", "3", "4"]]
-    with Grader() as one, GraderPool(2) as pool:
+    # a generous per-call budget: under load a first math-verify call can pass the default 5 s,
+    # and a timeout (graded "not equal") is not what this test compares
+    with Grader(timeout=60.0) as one, GraderPool(2, timeout=60.0) as pool:
         assert pool.workers == 2
         assert pool.grade_batch(golds, texts) == one.grade_batch(golds, texts) == [True, False, True, True, True, True] * 3
         assert pool.vote_batch(groups) == one.vote_batch(groups)

@@ -80,13 +80,13 @@ def test_older_checkpoint_meta_without_format_still_reads(tmp_path: Path) -> Non
     assert read_checkpoint_meta(tmp_path / "nothing-here") == {}
 
 
-def test_eval_and_export_refuse_a_newer_checkpoint_before_touching_it(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_eval_and_export_refuse_a_newer_checkpoint_before_touching_it(tmp_path: Path, toy_base: Path) -> None:
     from coevolve.eval.suite import evaluate_model
     from coevolve.export import export_checkpoint
-    from coevolve.toy import ensure_base
 
     ck = tmp_path / "ck"
-    shutil.copytree(ensure_base(), ck)
+    shutil.copytree(toy_base, ck)
     (ck / "coevolve.json").write_text('{"format": 2, "world": "toy"}')
     with pytest.raises(ModelLoadError, match="format 2 was written by a newer coevolve"):
         evaluate_model(str(ck), None, out_dir=tmp_path / "ev", limit=1)
@@ -144,15 +144,21 @@ def test_hostile_outputs_never_crash_and_are_bounded(text: str) -> None:
     from coevolve.prompts.chat import ChatPrompter
 
     ans = extract_answer(text)
+    assert ans is None or len(ans) <= 64  # an answer, not a copy of the output
     with Grader(timeout=5.0) as g:
         assert g.grade("1", text) is False
         vote = g.vote([ans, ans, "1", None])
-        assert vote.n == 4
+    # the unreadable answer (None) never forms a cluster; a readable one is counted twice
+    assert (vote.label, vote.p1, vote.sizes) == (("1", 0.25, [1]) if ans is None else (ans, 0.5, [2, 1]))
     p = ChatPrompter()
-    assert p.parse_question(text) is None or isinstance(p.parse_question(text), str)
+    assert p.parse_question(text) is None  # no <question> block: not a question
     cap = DiagnoserSection().max_field_chars
     fields = [clip_middle(t, cap) for t in (text, "7", text, "short good solution")]
     prompt = p.diagnoser(*fields)
     assert len(prompt) <= 2 * cap + 200 + 2_000  # two clipped outputs + the template
     assert prompt.count("short good solution") == 1  # "{good}" inside the failed output stayed literal
-    assert parse_diagnosis(text, "q") is None or parse_diagnosis(text, "q").cause
+    d = parse_diagnosis(text, "q")
+    if "Reply with JSON only" in text:  # the output's own JSON is read as data, nothing more
+        assert (d.divergence_step, d.cause, d.skill) == (0, "none", "none")
+    else:
+        assert d is None

@@ -105,7 +105,7 @@ def test_grpo_train_counts_trained_tokens_of_updates_only(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
+def reference(tmp_path_factory, toy_base) -> Path:
     path = tmp_path_factory.mktemp("ref") / "run"
     log = path.parent / "log"
     assert kill_fuzz._cli(["run", "grpo", *TINY, "--run-dir", str(path)], log).wait() == 0, log.read_text()
@@ -119,6 +119,7 @@ def _compute_of(run: Path) -> tuple[list, list]:
     return [(p["key"], p["compute"]) for p in phases], [r for r in rows if r]
 
 
+@pytest.mark.slow
 def test_counters_after_kill9_and_resume_equal_an_uninterrupted_run(tmp_path, reference):
     """SIGKILL the tiny toy grpo run inside its solver phase (second rollout batch), resume: the
     per-phase and cumulative counters equal the uninterrupted run's."""
@@ -138,6 +139,7 @@ def test_counters_after_kill9_and_resume_equal_an_uninterrupted_run(tmp_path, re
         c["rollouts"] for k, c in ref_phases if k.endswith("/eval"))
 
 
+@pytest.mark.slow
 def test_report_and_compare_over_run_folders(tmp_path, reference):
     from coevolve.eval.report import compare_compute, write_report
     from coevolve.eval.suite import compare

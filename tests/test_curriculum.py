@@ -275,6 +275,43 @@ def test_score_writer_batch_plateau_and_unique_questions() -> None:
     assert rz.rewards[1][1] < -1.0  # R-Zero: -1 minus the repetition penalty for a format failure
 
 
+def test_score_writer_batch_uses_the_configured_band_and_decay() -> None:
+    """A non-default band (0.3-0.7) and a = 3 reach the reward: p1 = 0.75 is above this band
+    (inside the default one), p1 = 0.25 decays with a = 3 (the default would give (0.25/0.4)^2)."""
+    script = {"x25": [box("1")] + [box(str(i)) for i in range(2, 5)], "x50": [box("1")] * 2 + [box("2"), box("3")],
+              "x75": [box("1")] * 3 + [box("2")]}
+    comps = [[Completion(f"<question>{q}</question>", [], []) for q in ("x25", "x50", "x75")]]
+    reward = WriterReward(solver_samples=4, band=Band(low=0.3, high=0.7), a=3.0)
+    wb = C.score_writer_batch(comps, parse=FakePrompter().parse_question, scorer=FakeSampler(script),
+                              prompter=FakePrompter(), reward=reward, grader=G, params=SamplingParams(seed=0),
+                              batch_prompts=64, rep_tokenizer="char")
+    assert wb.x == [[0.25, 0.5, 0.75]]
+    assert wb.rewards[0] == pytest.approx([(0.25 / 0.3) ** 3, 1.0, (0.25 / 0.3) ** 3])
+    assert wb.in_band == [[False, True, False]]
+
+
+def test_propose_questions_uses_the_configured_tau() -> None:
+    """The dual filter's τ comes from the voting config, in both directions around the default
+    1.6: 'close' (p1 = 3/8, p2 = 2/8) passes τ = 1.2 only, 'half' (p1 = 4/8, p2 = 2/8) fails
+    τ = 2.5 only."""
+    script = {"w0": ["<question>close</question>"], "w1": ["<question>half</question>"],
+              "close": [box("1")] * 3 + [box("2")] * 2 + [box(str(i)) for i in (3, 4, 5)],
+              "half": [box("1")] * 4 + [box("2")] * 2 + [box("3"), box("4")]}
+
+    def kept(tau: float) -> list[str]:
+        voting = Voting(samples=8, filter="dual", band=Band(low=0.3, high=0.8), tau=tau)
+        pool = C.propose_questions(FakeSampler(script), ["w0", "w1"], [{}, {}], prompter=FakePrompter(),
+                                   solver=FakeSampler(script), voting=voting, grader=G,
+                                   write_params=SamplingParams(seed=1), vote_params=SamplingParams(seed=2),
+                                   batch_prompts=64, id_prefix="g-")
+        assert [(v.p1, v.p2) for v in pool.votes] == [(3 / 8, 2 / 8), (4 / 8, 2 / 8)]
+        return [v.question for v in pool.kept]
+
+    assert Voting().tau == 1.6 and kept(1.6) == ["half"]
+    assert kept(1.2) == ["close", "half"]
+    assert kept(2.5) == []
+
+
 def test_propose_questions_screens_votes_filters_and_checks_labels() -> None:
     """generate -> parse -> drop anchor copies / evaluation items / repeats -> vote -> filter ->
     verifier; oracle verdicts on every label."""
@@ -312,3 +349,22 @@ def test_propose_questions_screens_votes_filters_and_checks_labels() -> None:
         write_params=SamplingParams(), vote_params=SamplingParams(), batch_prompts=2, id_prefix="h-", verifier=Reject())
     # new2 (p1 = p2 = 0.5) fails the relative filter; new1 passes and the verifier accepts it
     assert [c.status for c in pool2.candidates if c.question in ("new1", "new2")] == ["kept", "duplicate", "filtered"]
+
+    class RejectFive(Reject):
+        def verify(self, records):
+            return [r.label != "5" for r in records]
+
+    def statuses(verifier) -> tuple[list[str], list[str]]:
+        pool = C.propose_questions(
+            FakeSampler(script), ["w0", "w5"], [{}, {}], prompter=FakePrompter(), solver=FakeSampler(script),
+            voting=Voting(samples=4, filter="absolute", band=Band(low=0.4, high=0.8)), grader=G,
+            write_params=SamplingParams(), vote_params=SamplingParams(), batch_prompts=2, id_prefix="v-",
+            verifier=verifier)
+        return [c.status for c in pool.candidates], [v.question for v in pool.kept]
+
+    # an enforcing verifier's "no" takes a question that passed the filter out of the pool ...
+    assert statuses(RejectFive()) == (["rejected", "kept"], ["new2"])
+    # ... a measuring one only records its verdict
+    measuring = RejectFive()
+    measuring.enforce = False
+    assert statuses(measuring) == (["kept", "kept"], ["new1", "new2"])

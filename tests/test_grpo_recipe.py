@@ -14,30 +14,21 @@ from coevolve.errors import DataError
 from coevolve.run import Phase, Run
 
 torch.set_num_threads(1)
+pytestmark = pytest.mark.slow  # grpo runs end to end
 
 TINY = ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=12",
         "eval.samples=2", "run.progress=false", "sampling.max_new_tokens=40", "eval.max_new_tokens=40"]
 
 
-@pytest.fixture(scope="module")
-def tiny_cache(tmp_path_factory) -> Path:
-    from coevolve.toy import ensure_base
-
-    cache = tmp_path_factory.mktemp("toycache")
-    ensure_base(cache, steps=30, seed=0)
-    return cache
-
-
-def _run(tmp: Path, cache: Path, extra: list[str]) -> tuple[dict, Run]:
+def _run(tmp: Path, toy: list[str], extra: list[str]) -> tuple[dict, Run]:
     from coevolve.recipes import execute
 
-    cfg = load_config("grpo", None, TINY + [f"model.toy_cache={cache}", "model.toy_steps=30"] + extra)
-    summary = execute(cfg, tmp)
+    summary = execute(load_config("grpo", None, TINY + toy + extra), tmp)
     return summary, Run.open(tmp)
 
 
-def test_grpo_toy_artefacts_and_resume(tmp_path, tiny_cache):
-    summary, run = _run(tmp_path / "r", tiny_cache, [])
+def test_grpo_toy_artefacts_and_resume(tmp_path, toy_overrides_30):
+    summary, run = _run(tmp_path / "r", toy_overrides_30, [])
     ev = summary["eval"]
     for tag in ("base", "final"):
         assert set(ev[tag]["toy"]) >= {"greedy", "sampled"}
@@ -63,24 +54,24 @@ def test_grpo_toy_artefacts_and_resume(tmp_path, tiny_cache):
     assert len(Run.open(run.path).metrics.rows()) == len(run.metrics.rows())
 
 
-def test_grpo_on_jsonl_with_broken_rows(tmp_path, tiny_cache):
+def test_grpo_on_jsonl_with_broken_rows(tmp_path, toy_overrides_30):
     data = tmp_path / "d.jsonl"
     good = [{"question": f"{a}+{b}", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 6), (7, 1)]]
     lines = [json.dumps(r) for r in good[:2]] + ["{broken", json.dumps({"question": "2+2"})] + [json.dumps(r) for r in good[2:]]
     data.write_text("\n".join(lines) + "\n")
     with pytest.raises(DataError, match=r"d.jsonl:3"):
-        _run(tmp_path / "a", tiny_cache, [f"data.source={data}"])
-    summary, run = _run(tmp_path / "b", tiny_cache, [f"data.source={data}", "data.on_error=skip"])
+        _run(tmp_path / "a", toy_overrides_30, [f"data.source={data}"])
+    summary, run = _run(tmp_path / "b", toy_overrides_30, [f"data.source={data}", "data.on_error=skip"])
     labels = {r["label"] for r in run.read_jsonl("round_01/solver_rollouts.jsonl")}
     assert labels <= {"3", "7", "11", "8"}
 
 
-def test_grpo_real_model_path(tmp_path, tiny_cache):
+def test_grpo_real_model_path(tmp_path, toy_overrides_30, toy_base_30):
     """A model folder given by path (the toy model stands in for a real HF checkpoint)."""
-    folder = next(p for p in tiny_cache.rglob("config.json")).parent
+    folder = toy_base_30
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"question": f"{a}+{a}", "answer": str(2 * a)}) + "\n" for a in range(1, 9)))
-    summary, run = _run(tmp_path / "r", tiny_cache, [f"model.path={folder}", f"data.source={data}", "eval.benches=[toy]"])
+    summary, run = _run(tmp_path / "r", toy_overrides_30, [f"model.path={folder}", f"data.source={data}", "eval.benches=[toy]"])
     assert "toy" in summary["eval"]["final"]
     assert run.done(Phase("solver", 1)) and run.done(Phase("eval", 1))
     first = run.read_jsonl("round_01/solver_rollouts.jsonl")[0]

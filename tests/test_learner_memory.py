@@ -118,13 +118,12 @@ def assert_same_logp_and_grads(model, b, chunk, atol=1e-5):
 
 
 # ---------------------------------------------------------------- chunked log-probs
+@pytest.mark.slow  # the default toy base
 @pytest.mark.parametrize("left_pad_all", [False, True])
-def test_chunked_logprobs_equal_plain_on_toy_model(left_pad_all):
-    from coevolve.toy import ensure_base
-
+def test_chunked_logprobs_equal_plain_on_toy_model(left_pad_all, toy_base):
     from coevolve.engine import load_model
 
-    model, _ = load_model(ensure_base(), device="cpu", dtype="float32")
+    model, _ = load_model(toy_base, device="cpu", dtype="float32")
     model.train()
     vocab = model.config.vocab_size
     b = batch_tensors(make_groups(3, n_groups=3, vocab=vocab, max_len=20), left_pad_all=left_pad_all)
@@ -132,6 +131,7 @@ def test_chunked_logprobs_equal_plain_on_toy_model(left_pad_all):
         assert_same_logp_and_grads(model, b, chunk)
 
 
+@pytest.mark.slow  # a 135M model
 def test_chunked_logprobs_equal_plain_on_smollm2(smollm2):
     from coevolve.engine import load_model
 
@@ -326,12 +326,13 @@ def test_offload_and_fused_options_on_cpu():
 
 
 # ---------------------------------------------------------------- sampler KV budget
-def test_sampler_kv_token_budget_chunks_and_same_greedy_output():
+@pytest.mark.slow  # the default toy base
+def test_sampler_kv_token_budget_chunks_and_same_greedy_output(toy_base):
     from coevolve.engine import HFSampler, load_model
-    from coevolve.toy import ToyPrompter, ensure_base, sample_tasks
+    from coevolve.toy import ToyPrompter, sample_tasks
     from coevolve.types import SamplingParams
 
-    model, tok = load_model(ensure_base(), device="cpu", dtype="float32")
+    model, tok = load_model(toy_base, device="cpu", dtype="float32")
     prompts = [ToyPrompter().solver(t.question) for t in sample_tasks(random.Random(0), 6)]
     params = SamplingParams(temperature=0.0, max_new_tokens=12)
     calls: list[int] = []

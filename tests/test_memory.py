@@ -77,6 +77,10 @@ def test_promotion_reset_and_reactivation():
     # below θ_up: stays active, mean logged
     assert m.update_promotions({"c0001": [0.7, 0.8]}, 2, theta_up=0.8) == []
     assert m.causes["c0001"].state == "active"
+    # θ_up itself promotes (mean p1 >= θ_up): 4/5 and 4/5 answers agree, mean exactly 0.8
+    m2 = hand_memory()
+    assert m2.update_promotions({"c0001": [4 / 5, 4 / 5]}, 2, theta_up=0.8) == ["c0001"]
+    assert m2.causes["c0001"].state == "mastered" and m2.causes["c0001"].freq == 0
     # min_questions guards promotion on one lucky question
     assert m.update_promotions({"c0002": [0.95]}, 2, min_questions=2) == []
     # a new failure re-activates with a fresh active period of 1

@@ -18,6 +18,7 @@ from coevolve.config import load_config
 from coevolve.run import Phase, Run
 
 torch.set_num_threads(1)
+pytestmark = pytest.mark.slow  # a 135M model: one short round of each recipe
 ROOT = Path(__file__).resolve().parents[1]
 
 # one short round; budgets far below a real run's (the preflight would refuse them: it is not

@@ -50,6 +50,8 @@ def test_solver_rewards_alpha_mix() -> None:
     assert b["mean"] == pytest.approx(sum(r) / 4)
     r1, _ = R.solver_rewards(comps, [True, True, False, True], alpha=1.0)
     assert r1 == [1.0, 1.0, 0.0, 1.0]
+    # the function's own default is the papers' α = 0.9 (the config's default, asserted in test_config)
+    assert R.solver_rewards(comps, [True, True, False, False])[0] == pytest.approx([1.0, 0.9, 0.1, 0.1])
     with pytest.raises(ConfigError):
         R.solver_rewards(comps, [True] * 4, alpha=1.5)
     with pytest.raises(CoevolveError):

@@ -96,6 +96,10 @@ def test_group_advantages_match_reference(scale_std):
     assert zero[5] and zero[6] and not zero[7]
     assert torch.allclose(adv.double(), torch.tensor(radv, dtype=torch.float64), atol=1e-5)
     assert (adv[5] == 0).all() and (adv[6] == 0).all()
+    # a group whose rewards differ by less than ZERO_STD_ATOL counts as tied: exactly zero
+    # advantages, not rounding noise divided by a tiny std
+    tied, z = group_advantages(torch.tensor([[0.3, 0.3, 0.3 + 1e-7, 0.3]], dtype=torch.float64), scale_std=scale_std)
+    assert z.tolist() == [True] and tied.tolist() == [[0.0] * 4]
 
 
 def test_group_advantages_binary_values_and_errors():

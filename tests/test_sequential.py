@@ -16,7 +16,7 @@ from coevolve.config.d2evo import D2EvoConfig
 from coevolve.errors import ConfigError
 from coevolve.schema import Band, Sequential, Voting
 from coevolve.types import SamplingParams, Task
-from tests.test_curriculum import FakePrompter, FakeSampler, G, box
+from test_curriculum import FakePrompter, FakeSampler, G, box
 
 BAND = Band(low=0.4, high=0.8)
 
@@ -169,7 +169,16 @@ def test_vote_decision_rules() -> None:
     # a 4/4 tie between two answers fails the ratio test p1 >= 1.6 p2 only when sure
     assert S.vote_decision([2, 2], 4, BAND, 1.6, "dual", 0.95) is None
     assert S.vote_decision([8, 8], 16, BAND, 1.6, "dual", 0.95) is None  # r = 0.5 vs t = 0.615: not sure yet
-    assert S.vote_decision([3, 13], 16, BAND, 1.6, "dual", 0.95) == "fail"
+    # decided by the ratio posterior alone (the band posterior is undecided in both cases, so the
+    # absolute filter waits): r = m1 / (m1 + m2) against t = 1.6 / 2.6 = 0.615
+    assert S.vote_decision([30, 30], 60, BAND, 1.6, "absolute", 0.95) is None  # P(q1 < 0.4) = 0.057
+    assert S.vote_decision([30, 30], 60, BAND, 1.6, "dual", 0.95) == "fail"  # P(r < t) = 0.967
+    assert S.vote_decision([24, 24], 48, BAND, 1.6, "dual", 0.95) == "fail"  # P(r < t) = 0.9501: just sure
+    assert S.vote_decision([20, 20], 40, BAND, 1.6, "dual", 0.95) is None  # P(r < t) = 0.934: not yet
+    # a pass needs both posteriors: the band is sure (inside 0.987) but r = 0.625 sits on t
+    assert S.vote_decision([20, 12], 32, BAND, 1.6, "absolute", 0.95) == "pass"
+    assert S.vote_decision([20, 12], 32, BAND, 1.6, "dual", 0.95) is None
+    assert S.vote_decision([20, 4], 32, BAND, 1.6, "dual", 0.95) == "pass"  # r = 0.83: sure above t
     # nothing to decide without a filter
     assert S.vote_decision([16], 16, BAND, 1.6, "none", 0.95) is None
 

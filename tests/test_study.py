@@ -222,7 +222,8 @@ def test_report_only_renders_from_fixture_folders(tmp_path):
     assert len(data["cells"]) == 13 and data["missing"] and "grpo" in json.dumps(data["variants"])
 
 
-def test_smoke_study_end_to_end(tmp_path):
+@pytest.mark.slow
+def test_smoke_study_end_to_end(tmp_path, toy_base):
     """Two seeds of the DiagEvo smoke config through the real CLI (~1-2 min), then a rerun that
     skips both finished runs."""
     preset = tmp_path / "preset"

@@ -230,6 +230,7 @@ def test_toy_prompter_formats() -> None:
 # ------------------------------------------------------------------ build
 
 
+@pytest.mark.slow  # a 30-step pretraining run
 def test_build_base_smoke_saves_reloads_generates(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     out = build_base(tmp_path / "m", steps=30, seed=0, batch_size=32, progress=False, eval_heldout=8, eval_samples=2)

@@ -67,22 +67,14 @@ def test_toy_scarce_presets_load_and_share_one_world():
     assert yaml.safe_load((SCARCE / "rzero.yaml").read_text())["recipe"] == "diagevo"
 
 
-@pytest.fixture(scope="module")
-def tiny_cache(tmp_path_factory) -> Path:
-    from coevolve.toy import ensure_base
-
-    cache = tmp_path_factory.mktemp("toycache")
-    ensure_base(cache, steps=30, seed=0)
-    return cache
-
-
-def test_grpo_trains_only_on_the_labelled_set_and_counts_its_labels(tmp_path, tiny_cache):
+@pytest.mark.slow
+def test_grpo_trains_only_on_the_labelled_set_and_counts_its_labels(tmp_path, toy_overrides_30):
     from coevolve.recipes import execute
 
     cfg = load_config("grpo", SCARCE / "grpo.yaml", [
         "data.limit=6", "solver.steps=3", "solver.prompts_per_step=4", "solver.group_size=2", "eval.heldout_size=8",
         "eval.samples=0", "run.progress=false", "sampling.max_new_tokens=24", "eval.max_new_tokens=24",
-        f"model.toy_cache={tiny_cache}", "model.toy_steps=30"])
+        *toy_overrides_30])
     summary = execute(cfg, tmp_path / "r")
     run = Run.open(tmp_path / "r")
     trained = {r["prompt"] for r in run.read_jsonl("round_01/solver_rollouts.jsonl")}

@@ -17,7 +17,7 @@ pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
 
 TINY = ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=8", "eval.samples=0",
-        "run.progress=false", "sampling.max_new_tokens=40", "eval.max_new_tokens=40", "model.toy_steps=30",
+        "run.progress=false", "sampling.max_new_tokens=40", "eval.max_new_tokens=40",
         "run.trackers=[jsonl,tensorboard,wandb]"]
 
 
@@ -29,12 +29,9 @@ def _tb_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-def test_tensorboard_and_wandb_follow_metrics_jsonl_across_a_resume(tmp_path, monkeypatch):
-    from coevolve.toy import ensure_base
-
-    cache = tmp_path / "cache"
-    ensure_base(cache, steps=30, seed=0)
-    cfg = load_config("grpo", None, TINY + [f"model.toy_cache={cache}"])
+@pytest.mark.slow
+def test_tensorboard_and_wandb_follow_metrics_jsonl_across_a_resume(tmp_path, monkeypatch, toy_overrides_30):
+    cfg = load_config("grpo", None, TINY + toy_overrides_30)
     import coevolve.loop as loop
     from coevolve.recipes import execute
 

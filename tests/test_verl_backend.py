@@ -1,7 +1,9 @@
 """backend=verl without verl: parquet rows, override building, the reward module against
 coevolve's reward functions, and whole phases against a stand-in ``main_ppo`` / merger
 (tests/verl_standin.py) that writes verl's dumps, metrics and checkpoint layout. The verl lane
-(tests/test_verl_lane.py) checks the same pieces against verl itself."""
+(tests/test_verl_lane.py) checks the same pieces against verl itself. The whole-phase runs use the
+default toy base (``toy_overrides``): it finds anchors and keeps questions, so the D²Evo and
+DiagEvo phases have something to train on."""
 
 from __future__ import annotations
 
@@ -31,21 +33,9 @@ TINY = ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "e
         "eval.samples=0", "run.progress=false", "sampling.max_new_tokens=24", "eval.max_new_tokens=24"]
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> list[str]:
-    """The toy base of the module's runs: the cached default one when it is built (none of these
-    tests depends on its quality), else a 2-step base built once (building measures the model,
-    which costs more than the runs)."""
-    from coevolve.toy import default_cache_dir, ensure_base
-    from coevolve.toy.pretrain import _is_built
-    from coevolve.toy.world import WORLD_VERSION
-
-    built = default_cache_dir() / f"base-w{WORLD_VERSION}-steps600-seed0"
-    if _is_built(built):
-        return [f"model.toy_cache={built.parent}", "model.toy_steps=600"]
-    cache = tmp_path_factory.mktemp("toycache")
-    ensure_base(cache, steps=2, seed=0)
-    return [f"model.toy_cache={cache}", "model.toy_steps=2"]
+@pytest.fixture
+def cache(toy_overrides: list[str]) -> list[str]:
+    return toy_overrides
 
 
 def standin(toy: list[str]) -> list[str]:
@@ -253,6 +243,7 @@ def _grpo(tmp: Path, cache: list[str], extra: list[str]):
     return summary, Run.open(tmp / "run")
 
 
+@pytest.mark.slow
 def test_whole_phase_against_the_standin(tmp_path, cache, monkeypatch):
     from safetensors.torch import load_file
 
@@ -286,6 +277,7 @@ def test_whole_phase_against_the_standin(tmp_path, cache, monkeypatch):
     assert summary["ok"] and (run.path / "report" / "report.md").is_file()
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_not_rerun_and_the_workdir_goes(tmp_path, cache, monkeypatch):
     from coevolve.recipes import execute
 
@@ -299,10 +291,10 @@ def test_a_finished_run_is_not_rerun_and_the_workdir_goes(tmp_path, cache, monke
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env or {}), "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "coevolve", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+    return subprocess.run([sys.executable, "-m", "coevolve", *args], capture_output=True, text=True, env=env)
 
 
+@pytest.mark.slow
 def test_cli_run_with_a_crashing_trainer_then_resume(tmp_path, cache):
     """``coevolve run grpo backend=verl`` whose trainer dies: a clear error naming the log; the
     resumed run redoes the verl phase from scratch and finishes."""
@@ -319,6 +311,7 @@ def test_cli_run_with_a_crashing_trainer_then_resume(tmp_path, cache):
     assert len(rows) == 8 and [m["step"] for m in run.metrics.rows() if m.get("phase") == "solver" and "step" in m] == [0, 1]
 
 
+@pytest.mark.slow
 def test_diagevo_solver_phase_on_the_standin_feeds_the_diagnosis(tmp_path, cache):
     """DiagEvo with a frozen challenger: the solver phase runs on (stand-in) verl with the ±1
     match reward, and its per-question records (responses, matches) reach optimisation.jsonl,
@@ -332,8 +325,7 @@ def test_diagevo_solver_phase_on_the_standin_feeds_the_diagnosis(tmp_path, cache
     run = Run.open(tmp_path / "run")
     rows = run.read_jsonl("round_01/solver_rollouts.jsonl")
     opt = run.read_jsonl("round_01/optimisation.jsonl")
-    if not rows:  # the tiny base kept no question: nothing to train (the phase says so)
-        pytest.skip("the 2-step toy base wrote no kept question")
+    assert rows, "the default toy base kept no question: the solver phase had nothing to train on"
     assert all(r["rewards"] == [1.0, -1.0] * (len(r["rewards"]) // 2) for r in rows)
     assert {o["id"] for o in opt} == {r["task_id"] for r in rows}
     assert all(o["matches"] == [True, False] * (len(o["matches"]) // 2) and len(o["responses"]) == len(o["matches"])
@@ -529,6 +521,7 @@ def test_writer_reward_through_a_solver_server():
         check_served_model(url, "solver-r01", timeout=2.0, retries=0)
 
 
+@pytest.mark.slow
 def test_d2evo_smoke_on_the_standin_trains_the_questioner(tmp_path, cache):
     """D²Evo with backend=verl (stand-in main_ppo): the questioner phase is rewarded in the
     trainer's reward workers by the frozen solver folder the phase exported, and its rollouts,
@@ -542,8 +535,7 @@ def test_d2evo_smoke_on_the_standin_trains_the_questioner(tmp_path, cache):
     run = Run.open(tmp_path / "run")
     recs = {r.key: r for r in run.state.records()}
     q = recs["01/questioner"]
-    if q.values.get("skipped"):
-        pytest.skip(f"the toy base gave no anchors: {q.values['skipped']}")
+    assert not q.values.get("skipped"), f"the default toy base gave no anchors: {q.values['skipped']}"
     rows = run.read_jsonl("round_01/questioner_rollouts.jsonl")
     assert len(rows) == 2 * 4 and all(len(r["completions"]) == 2 for r in rows)
     assert all(r["completions"][1] == "no question" and r["rewards"][1] == 0.0 for r in rows)
