@@ -15,8 +15,9 @@ from coevolve.answers import Grader
 from coevolve.config import load_config
 from coevolve.curriculum import PassRecord, VoteRecord
 from coevolve.curriculum.proposals import WriterBatch
-from coevolve.recipes import common, d2evo, diagevo
+from coevolve.recipes import common, d2evo
 from coevolve.run import Phase, PhaseResult, Run
+from coevolve.training import match_reward
 from coevolve.types import Completion, Task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +34,11 @@ def _setup(tmp_path: Path, recipe: str, overrides: list[str]) -> common.Setup:
     write artefacts but touch no model, world or grader."""
     cfg = load_config(recipe, None, overrides)
     run = Run.create(tmp_path / "run", "recipe: x\n", recipe, seed=cfg.run.seed, say=lambda m: None)
-    return common.Setup(cfg, run, world=None, grader=None, base=None)  # type: ignore[arg-type]
+    return common.Setup(cfg, run, world=None, grader=None, base=None, engine=None, trainer=None)  # type: ignore[arg-type]
+
+
+def _d2(s: common.Setup) -> d2evo.D2Evo:
+    return d2evo.D2Evo(s, solver=None, questioner=None, pool=[])  # type: ignore[arg-type]
 
 
 def _difficulty(s: common.Setup, t: int, rates: dict[str, float], n: int = 8) -> None:
@@ -44,26 +49,26 @@ def _difficulty(s: common.Setup, t: int, rates: dict[str, float], n: int = 8) ->
 def test_phase_anchors_band_entered_left_and_cap(tmp_path: Path) -> None:
     s = _setup(tmp_path, "d2evo", ["difficulty.band.low=0.25", "difficulty.band.high=0.5"])
     _difficulty(s, 1, {"a": 0.125, "b": 0.25, "c": 0.375, "d": 0.5, "e": 0.625})
-    rec = d2evo.phase_anchors(s, 1)
+    rec = d2evo.phase_anchors(_d2(s), Phase("anchors", 1))
     anchors = s.run.read_jsonl("round_01/anchors.jsonl")
     assert [a["task_id"] for a in anchors] == ["b", "c", "d"]  # the configured band, both edges in
     assert rec.values == {"anchors": 3, "band": 3, "entered": 3, "left": 0, "anchor_pass_rate_mean": 0.375}
     hist = json.loads((s.run.path / "round_01" / "pool_histogram.json").read_text())
     assert hist["band"] == {"low": 0.25, "high": 0.5} and sum(hist["pool"].values()) == 5
     _difficulty(s, 2, {"a": 0.25, "b": 0.25, "c": 0.75, "d": 0.5, "e": 0.625})
-    rec2 = d2evo.phase_anchors(s, 2)
+    rec2 = d2evo.phase_anchors(_d2(s), Phase("anchors", 2))
     assert [a["task_id"] for a in s.run.read_jsonl("round_02/anchors.jsonl")] == ["a", "b", "d"]
     assert (rec2.values["entered"], rec2.values["left"]) == (1, 1)  # a in, c out
-    assert d2evo.phase_anchors(s, 2).values == rec2.values  # done: not run again
+    assert d2evo.phase_anchors(_d2(s), Phase("anchors", 2)).values == rec2.values  # done: not run again
 
     capped = _setup(tmp_path / "cap", "d2evo", ["difficulty.band.low=0.25", "difficulty.band.high=0.5",
                                                  "difficulty.max_anchors=2"])
     _difficulty(capped, 1, {"a": 0.125, "b": 0.25, "c": 0.375, "d": 0.5, "e": 0.625})
-    assert d2evo.phase_anchors(capped, 1).values["anchors"] == 2 and d2evo.phase_anchors(capped, 1).values["band"] == 3
+    assert d2evo.phase_anchors(_d2(capped), Phase("anchors", 1)).values["anchors"] == 2 and d2evo.phase_anchors(_d2(capped), Phase("anchors", 1)).values["band"] == 3
     rnd = _setup(tmp_path / "rnd", "d2evo", ["difficulty.band.low=0.25", "difficulty.band.high=0.5",
                                              "anchor_selection=random"])
     _difficulty(rnd, 1, {f"t{i}": (i % 9) / 8 for i in range(40)})
-    picked = [a["pass_rate"] for a in (d2evo.phase_anchors(rnd, 1), rnd.run.read_jsonl("round_01/anchors.jsonl"))[1]]
+    picked = [a["pass_rate"] for a in (d2evo.phase_anchors(_d2(rnd), Phase("anchors", 1)), rnd.run.read_jsonl("round_01/anchors.jsonl"))[1]]
     in_band = sum(0.25 <= (i % 9) / 8 <= 0.5 for i in range(40))
     assert len(picked) == in_band and any(not 0.25 <= p <= 0.5 for p in picked)  # as many, drawn from the whole pool
 
@@ -87,7 +92,7 @@ def test_diagevo_match_reward_is_plus_minus_one_against_the_pseudo_label(grader:
              Task("g2", "q2", "7", features={"targets": [], "oracle": "8"})]
     comps = [[Completion("so \\boxed{0.5}", [], []), Completion("\\boxed{2}", [], [])],
              [Completion("\\boxed{7}", [], []), Completion("no answer", [], [])]]
-    rewards, obs = diagevo.match_reward(grader)(0, tasks, comps)
+    rewards, obs = match_reward(grader)(0, tasks, comps)
     assert rewards == [[1.0, -1.0], [1.0, -1.0]]
     assert [r["matches"] for r in obs.records] == [[True, False], [True, False]]
     assert obs.records[0]["targets"] == ["c0001"] and obs.records[1]["responses"] == ["\\boxed{7}", "no answer"]
@@ -116,10 +121,10 @@ def test_write_summary_from_the_phase_records(tmp_path: Path) -> None:
 
 
 def test_eval_due() -> None:
-    every = load_config("grpo")
-    last = load_config("grpo", None, ["eval.every_round=false"])
-    assert [common.eval_due(every, t, 3) for t in (1, 2, 3)] == [True, True, True]
-    assert [common.eval_due(last, t, 3) for t in (1, 2, 3)] == [False, False, True]
+    every = load_config("d2evo", None, ["rounds=3"])
+    last = load_config("d2evo", None, ["rounds=3", "eval.every_round=false"])
+    assert [common.eval_due(every, Phase("eval", t)) for t in (1, 2, 3)] == [True, True, True]
+    assert [common.eval_due(last, Phase("eval", t)) for t in (1, 2, 3)] == [False, False, True]
 
 
 def test_grpo_config_is_the_full_data_baseline() -> None:
