@@ -23,6 +23,12 @@ model_app = typer.Typer(no_args_is_help=True, help="Real small models built offl
 app.add_typer(model_app, name="model")
 
 
+CONFIG_HELP = ("YAML config file, or the name of a preset shipped with coevolve (e.g. rzero); repeat to layer "
+               "several, later ones win key by key")
+PRESET_HELP = ("A preset shipped with coevolve, under any -c files: rzero, real/lora_8b, toy_scarce/grpo ... (with a "
+               "real model.path the real/ version of a name comes first); repeat to layer several")
+
+
 def _err(msg: str) -> None:
     typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
 
@@ -55,7 +61,8 @@ def _execute(cfg, run_dir: Path, resumed: bool, force: bool = False) -> None:
 def run(
     recipe: str = typer.Argument(..., help="grpo | d2evo | diagevo"),
     overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides (dotted paths), e.g. solver.steps=40"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config file"),
+    config: Optional[list[str]] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    preset: Optional[list[str]] = typer.Option(None, "--preset", help=PRESET_HELP),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run folder (default runs/<recipe>-<time>)"),
 ) -> None:
     """Run a recipe (the toy world by default: no model or data needed)."""
@@ -65,7 +72,7 @@ def run(
     from coevolve.run import Run, default_run_path
     from coevolve.run.lock import check_run_dir, run_lock
 
-    cfg = load_config(recipe, config, overrides or [])
+    cfg = load_config(recipe, config, overrides or [], preset or [])
     path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
     check_run_dir(path)
     preflight(cfg)
@@ -239,19 +246,21 @@ def grade(
 def config_cmd(
     recipe: str = typer.Argument(..., help="Recipe name"),
     overrides: Optional[list[str]] = typer.Argument(None),
-    config: Optional[Path] = typer.Option(None, "--config", "-c"),
+    config: Optional[list[str]] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    preset: Optional[list[str]] = typer.Option(None, "--preset", help=PRESET_HELP),
 ) -> None:
-    """Print the resolved config (defaults <- file <- overrides) as YAML."""
+    """Print the resolved config (defaults <- presets <- files <- overrides) as YAML."""
     from coevolve.config import dump_yaml, load_config
 
-    typer.echo(dump_yaml(load_config(recipe, config, overrides or [])), nl=False)
+    typer.echo(dump_yaml(load_config(recipe, config, overrides or [], preset or [])), nl=False)
 
 
 @app.command("plan")
 def plan_cmd(
     recipe: str = typer.Argument(..., help="grpo | d2evo | diagevo"),
     overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, as for `coevolve run`"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config file"),
+    config: Optional[list[str]] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    preset: Optional[list[str]] = typer.Option(None, "--preset", help=PRESET_HELP),
     device: Optional[str] = typer.Option(None, "--device", help="h200 | a100-80g | a100-40g | cpu (default: this "
                                          "machine's GPU, else its CPU and memory)"),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs per node (default: backend.verl.n_gpus_per_node "
@@ -266,7 +275,7 @@ def plan_cmd(
     from coevolve.config import load_config
     from coevolve.plan import device_for, format_plan, local_device, make_plan
 
-    cfg = load_config(recipe, config, overrides or [])
+    cfg = load_config(recipe, config, overrides or [], preset or [])
     p = make_plan(cfg, device_for(device) if device else local_device(cfg.model.device), gpus=gpus, nodes=nodes)
     typer.echo(format_plan(p))
     raise typer.Exit(0 if p.fits else 1)

@@ -9,9 +9,11 @@ only in ``Band``.
 
 from __future__ import annotations
 
-from typing import Literal
+import types
+import typing
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 BAND_TOLERANCE = 1e-9
 """Pass rates are ratios of small integers; 2/5 must count as 0.4 however it was computed."""
@@ -26,10 +28,59 @@ def in_band(x: float, low: float, high: float) -> bool:
     return low - BAND_TOLERANCE <= x <= high + BAND_TOLERANCE
 
 
+def scalar_kinds(annotation: Any) -> set[Any]:
+    """The plain types a field annotation admits at its top level (``int | None`` -> {int,
+    NoneType}; a ``Literal`` counts as ``Literal``; a list as ``list``)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(scalar_kinds(a) for a in typing.get_args(annotation)))
+    if origin is typing.Annotated:
+        return scalar_kinds(typing.get_args(annotation)[0])
+    if origin is Literal:
+        return {Literal}
+    return {origin or annotation}
+
+
+def exact_scalar(annotation: Any, value: Any) -> Any:
+    """``value`` as the config takes it for a field of type ``annotation``, with pydantic's two
+    lax coercions that hide a mistake turned around: a boolean is not a number (``solver.steps=
+    true`` must not become 1 step), and a number is text where text is asked for (``run.name=
+    2024`` is the name "2024"). Lists are checked item by item (``data.toy_levels=[true]``).
+
+    >>> exact_scalar(str | None, 2024)
+    '2024'
+    >>> exact_scalar(int, True)
+    Traceback (most recent call last):
+    ...
+    ValueError: a number is needed here, got the boolean True
+    """
+    kinds = scalar_kinds(annotation)
+    if isinstance(value, bool):
+        if kinds & {int, float} and bool not in kinds:
+            raise ValueError(f"a number is needed here, got the boolean {value}")
+        return value
+    if isinstance(value, (int, float)) and str in kinds and not kinds & {int, float, bool, Literal}:
+        return str(value)
+    if isinstance(value, list) and list in kinds:
+        inner = [a for a in typing.get_args(annotation) if typing.get_origin(a) is list] or [annotation]
+        args = typing.get_args(inner[0])
+        if args:
+            return [exact_scalar(args[0], v) for v in value]
+    return value
+
+
 class Strict(BaseModel):
-    """Base for every config section: unknown keys are errors, assignments are validated."""
+    """Base for every config section: unknown keys are errors, assignments are validated, and
+    values keep their kind (``exact_scalar``: no boolean counts as a number, a number given for
+    a text field is that text)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _exact_scalars(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        return value if field is None else exact_scalar(field.annotation, value)
 
 
 class Band(Strict):
