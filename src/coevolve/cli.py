@@ -1,4 +1,4 @@
-"""The ``coevolve`` command line: run, resume, eval, report, memory, toy, grade, config.
+"""The ``coevolve`` command line: run, resume, eval, data, report, export, memory, toy, grade, config, plan.
 
 Every user-facing failure is a ``CoevolveError``: it is printed as one clear message (no
 traceback) and the command exits with status 2. Ctrl-C leaves a resumable run folder.
@@ -158,6 +158,36 @@ def eval_cmd(
     typer.echo(f"results: {out_dir / 'results.json'}")
 
 
+@app.command("data")
+def data_cmd(
+    source: str = typer.Argument(..., help="A JSONL / JSON / CSV / Parquet file, a `datasets` folder, or a Hub dataset "
+                                 "id (openai/gsm8k)"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="data.* fields, with or without 'data.': subset=main "
+                                                    "split=test question_key=problem answer_key=solution ..."),
+) -> None:
+    """Read labelled questions as a run would (data.source=SOURCE): how many, and the first one as
+    the run sees it (question and gold answer). Exit 2 with the reason when a run could not use them."""
+    from coevolve.config.base import DataConfig, apply_overrides, validation_message
+    from coevolve.data.sources import check_source, source_label
+    from coevolve.errors import ConfigError
+    from pydantic import ValidationError
+
+    ovs = [o.removeprefix("data.") for o in overrides or []]
+    raw = apply_overrides({"source": source}, ovs, DataConfig)
+    try:
+        data = DataConfig.model_validate(raw)
+    except ValidationError as e:
+        layers = [("command line", raw)]
+        raise ConfigError(validation_message(e, layers).replace("invalid config", "invalid data settings")) from None
+    tasks, report = check_source(data)
+    typer.echo(f"{len(tasks)} questions from {source_label(data)}" + (f" ({len(report.problems)} broken rows skipped)"
+                                                             if report.problems else ""))
+    for p in report.problems[:5]:
+        typer.echo(f"  skipped: {p}")
+    first = tasks[0]
+    typer.echo(f"first question (id {first.id}):\n  question: {first.question}\n  answer:   {first.answer}")
+
+
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="A run folder")) -> None:
     """Write run_dir/report/ with PNG plots and a markdown summary."""
@@ -288,6 +318,9 @@ def _quiet_libraries() -> None:
 
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
+        from huggingface_hub.utils import logging as hub_logging
+
+        hub_logging.set_verbosity_error()  # the Hub client's retry notices; a failure still ends in our message
     except ImportError:  # pragma: no cover
         pass
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 BAND_TOLERANCE = 1e-9
 """Pass rates are ratios of small integers; 2/5 must count as 0.4 however it was computed."""
@@ -26,6 +26,21 @@ def in_band(x: float, low: float, high: float) -> bool:
     (True, False)
     """
     return low - BAND_TOLERANCE <= x <= high + BAND_TOLERANCE
+
+
+def _model_path(path: str | None) -> str | None:
+    from coevolve.errors import CoevolveError
+    from coevolve.models import resolve_model_path
+
+    try:
+        return resolve_model_path(path)
+    except CoevolveError as e:
+        raise ValueError(str(e)) from None  # pydantic then names the field and where its value came from
+
+
+ModelPath = Annotated[str | None, AfterValidator(_model_path)]
+"""A Hugging Face model folder, or a Hub id (``Qwen/Qwen3-4B-Base``) that stands for its snapshot
+folder in the local Hugging Face cache (``coevolve.models.resolve_model_path``)."""
 
 
 def scalar_kinds(annotation: Any) -> set[Any]:
@@ -211,5 +226,5 @@ class Voting(Strict):
         return self
 
 
-__all__ = ["BAND_TOLERANCE", "Band", "in_band", "Estimator", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
+__all__ = ["BAND_TOLERANCE", "Band", "ModelPath", "in_band", "Estimator", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
            "Voting", "WriterReward"]

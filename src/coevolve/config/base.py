@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from coevolve.errors import ConfigError
 from coevolve.rl.learner import LearnerConfig
-from coevolve.schema import Strict
+from coevolve.schema import ModelPath, Strict
 
 
 DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
@@ -26,9 +26,10 @@ the preflight's question)."""
 
 
 class ModelConfig(Strict):
-    path: str | None = Field(
+    path: ModelPath = Field(
         None,
-        description="Local Hugging Face causal-LM folder. None = the built-in toy base model "
+        description="Hugging Face causal-LM folder, or a Hub id (Qwen/Qwen3-4B-Base) read offline from the local "
+        "Hugging Face cache (it stands for its snapshot folder there). None = the built-in toy base model "
         "(built once and cached; see toy_steps/toy_seed).",
     )
     toy_steps: int = Field(600, ge=1, description="Pretraining steps of the toy base model (600: partial competence).")
@@ -50,9 +51,21 @@ class ModelConfig(Strict):
 
 
 class DataConfig(Strict):
-    source: str = Field("toy", description="'toy' (the built-in arithmetic world) or a JSONL / JSONL.gz file of labelled questions.")
-    question_key: str = Field("question", description="Field holding the question text in JSONL rows.")
-    answer_key: str = Field("answer", description="Field holding the reference answer in JSONL rows.")
+    source: str = Field(
+        "toy", description="'toy' (the built-in arithmetic world), or labelled questions: a JSONL / JSONL.gz, JSON, "
+        "CSV or Parquet file, a `datasets` folder (save_to_disk), or a Hub dataset id (openai/gsm8k) read from the "
+        "local Hugging Face cache first (coevolve.data.sources). `coevolve data SOURCE` shows what a run reads.")
+    question_key: str = Field("question", description="Field holding the question (dotted for a nested field); a field "
+                              "of chat messages gives its last user turn.")
+    answer_key: str = Field("answer", description="Field holding the reference answer (dotted for a nested field, e.g. "
+                            "reward_model.ground_truth); a field of chat messages gives its last assistant turn.")
+    answer_format: Literal["auto", "raw", "gsm8k", "boxed"] = Field(
+        "auto", description="How the final answer is read from the answer field: 'gsm8k' after '####', 'boxed' the "
+        "last \\boxed{}, 'raw' as written, 'auto' the first of these the text has. JSONL files of the project's own "
+        "format hold final answers, which 'auto' keeps as they are.")
+    split: str = Field("train", description="Split of a dataset folder or Hub dataset (ignored for single files).")
+    subset: str | None = Field(None, description="Configuration (subset) name of a Hub dataset or dataset folder, "
+                               "e.g. 'main' for openai/gsm8k; None = its only or default one.")
     on_error: Literal["raise", "skip"] = Field(
         "raise", description="Broken dataset rows: 'raise' stops with file:line, 'skip' reports them and continues."
     )

@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from coevolve.config.base import RecipeConfig
-from coevolve.schema import Band, Estimator, GRPOPhase, Sequential, SolverPhase, Strict, Voting, WriterReward
+from coevolve.schema import Band, Estimator, GRPOPhase, ModelPath, Sequential, SolverPhase, Strict, Voting, WriterReward
 
 
 class DifficultySection(Strict):
@@ -79,7 +79,7 @@ class BufferSection(Strict):
     verifier: Literal["none", "oracle", "judge"] = Field(
         "none", description="Second check of pseudo-labels (paper: optional, off). 'oracle' only measures (toy world); "
         "'judge' asks a model yes/no and drops rejected labels.")
-    judge_model_path: str | None = Field(None, description="verifier=judge: HF folder of the judge (None = the solver).")
+    judge_model_path: ModelPath = Field(None, description="verifier=judge: HF folder or cached Hub id of the judge (None = the solver).")
     judge_max_new_tokens: int = Field(8, ge=1, description="Reply length of the judge (yes/no).")
 
 

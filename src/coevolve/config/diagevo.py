@@ -23,7 +23,7 @@ from pydantic import Field
 
 from coevolve.config.base import RecipeConfig
 from coevolve.memory.maintain import MemoryConfig
-from coevolve.schema import Band, GRPOPhase, Strict, Voting, WriterReward
+from coevolve.schema import Band, GRPOPhase, ModelPath, Strict, Voting, WriterReward
 
 
 class ChallengerSection(GRPOPhase):
@@ -48,7 +48,7 @@ class DiagnoserSection(Strict):
     kind: Literal["auto", "trace", "llm"] = Field(
         "auto", description="'trace' (toy rule-based trace diagnosis), 'llm' (prompted model), 'auto' = the world's "
         "default (trace in the toy world, llm otherwise).")
-    model_path: str | None = Field(None, description="HF folder of a separate diagnosis model (llm); None = the current solver.")
+    model_path: ModelPath = Field(None, description="HF folder or cached Hub id of a separate diagnosis model (llm); None = the current solver.")
     max_new_tokens: int = Field(256, ge=1, description="Diagnosis completion cap (toy model: 64 is plenty).")
     temperature: float = Field(0.0, ge=0, description="Diagnosis sampling temperature (0 = greedy).")
     template: str | None = Field(
