@@ -113,22 +113,34 @@ def resume(
 
 @app.command("eval")
 def eval_cmd(
-    model: Optional[str] = typer.Option(None, "--model", help="HF model folder or checkpoint ('toy' = the cached toy base)"),
+    model: Optional[str] = typer.Option(None, "--model", help="Model folder, checkpoint or cached Hub id ('toy' = the "
+                                        "cached toy base); with --endpoint: the served model's folder (its prompt "
+                                        "form and tokenizer), optional"),
     bench: Optional[str] = typer.Option(None, "--bench", help="Comma-separated benchmarks or groups: toy, math7, general, "
                                         "all, names (default: the model's world: toy, or math7)"),
     limit: Optional[int] = typer.Option(None, "--limit", help="First N items per benchmark"),
-    samples: int = typer.Option(0, "--samples", help="k for mean@k (0 = greedy pass@1 only; -1 = each benchmark's default, e.g. mean@32 for AIME/AMC)"),
-    max_new_tokens: int = typer.Option(1024, "--max-new-tokens"),
+    samples: Optional[int] = typer.Option(None, "--samples", help="k for mean@k (0 = greedy pass@1 only; -1 = each "
+                                          "benchmark's default, e.g. mean@32 for AIME/AMC); default: as a run of the "
+                                          "model's world evaluates (toy 8, a real model -1)"),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Answer budget; default: as a run of "
+                                                 "the model's world evaluates (toy 64, a real model 4096)"),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (results.json, items_*.jsonl)"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder with the large benchmark files (or $COEVOLVE_DATA)"),
     chat_template: Optional[bool] = typer.Option(None, "--chat-template/--no-chat-template",
                                                  help="Default: as the checkpoint was trained; off for other models"),
-    seed: int = typer.Option(0, "--seed"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: a run's evaluation seed at run.seed=0)"),
     batch_size: int = typer.Option(256, "--batch-size"),
+    engine: str = typer.Option("hf", "--engine", help="hf | vllm: how a model folder is sampled (vllm needs its extra)"),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="OpenAI-compatible base URL of a served model "
+                                           "(e.g. http://localhost:8000/v1 of `vllm serve`): evaluate it there"),
+    served_model: Optional[str] = typer.Option(None, "--served-model", help="The model name the --endpoint serves "
+                                               "(default: the first it lists at /models)"),
+    concurrency: int = typer.Option(16, "--concurrency", help="--endpoint: requests in flight at once"),
     compare: Optional[list[Path]] = typer.Option(None, "--compare", help="Put result folders or run folders side by side (run folders: also plot accuracy against "
                                                       "compute into --out)"),
 ) -> None:
-    """Evaluate a model on named benchmarks, or compare result folders."""
+    """Evaluate a model on named benchmarks (a folder with hf or vllm, or a served model at
+    --endpoint; the prompts, grader and defaults of a run's evaluation), or compare result folders."""
     from coevolve.eval import suite
 
     if compare:
@@ -143,19 +155,41 @@ def eval_cmd(
             for f in files:
                 typer.echo(f"written: {f}")
         return
-    if not model:
-        raise CoevolveError("--model is required (or use --compare DIR ...)")
+    if engine not in ("hf", "vllm"):
+        raise CoevolveError(f"--engine must be hf or vllm, got {engine!r} (a served model: --endpoint URL)")
+    if not model and not endpoint:
+        raise CoevolveError("--model is required (or --endpoint URL for a served model, or --compare DIR ...)")
     if model == "toy":
         from coevolve.toy import ensure_base
 
         model = str(ensure_base())
+    elif model:
+        from coevolve.models import resolve_model_path
+
+        model = resolve_model_path(model)
     out_dir = out or Path("eval_results") / time.strftime("%Y%m%d-%H%M%S")
     results = suite.evaluate_model(
         model, [b.strip() for b in bench.split(",") if b.strip()] if bench else None, out_dir=out_dir, limit=limit,
         samples=samples, max_new_tokens=max_new_tokens, data_dir=data_dir, chat_template=chat_template, seed=seed,
-        batch_size=batch_size)
+        batch_size=batch_size, engine=engine, endpoint=endpoint, served_model=served_model, concurrency=concurrency)
     typer.echo(suite.format_table(results))
     typer.echo(f"results: {out_dir / 'results.json'}")
+
+
+@app.command()
+def compare(
+    runs: list[Path] = typer.Argument(..., help="Run folders (finished: summary.json)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for compare.md and compare.csv (default "
+                                       "compare-<time>)"),
+) -> None:
+    """One table of runs: method, ablation settings, seed, model, base / final / delta per
+    benchmark, and compute (markdown on stdout and in OUT/compare.md; CSV in OUT/compare.csv)."""
+    from coevolve.eval.compare import compare_runs
+
+    md, files = compare_runs(list(runs), out or Path(f"compare-{time.strftime('%Y%m%d-%H%M%S')}"))
+    typer.echo(md)
+    for f in files:
+        typer.echo(f"written: {f}")
 
 
 @app.command("data")
@@ -203,12 +237,22 @@ def export(
     out: Path = typer.Option(..., "--out", help="New folder for the model"),
     role: str = typer.Option("solver", "--role", help="Which model: solver, questioner, challenger"),
     round_number: Optional[int] = typer.Option(None, "--round", help="The checkpoint of this round (default: latest)"),
+    push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Then upload the folder to this Hub model "
+                                              "repo (owner/name; made when missing; needs `hf auth login`)"),
+    private: bool = typer.Option(False, "--private", help="--push-to-hub: make a new repo private"),
 ) -> None:
-    """Write a run's checkpoint as a clean model folder (no optimiser state; LoRA merged)."""
-    from coevolve.export import export_checkpoint, find_checkpoint
+    """Write a run's checkpoint as a clean model folder (no optimiser state; LoRA merged) with a
+    model card (README.md) and a chat template that renders the training prompt."""
+    from coevolve.export import check_online, export_checkpoint, find_checkpoint, finish_export, push_to_hub as push
 
-    path = export_checkpoint(find_checkpoint(run_dir, role, round_number), out)
-    typer.echo(f"model: {path}")
+    if push_to_hub:
+        check_online()
+    checkpoint = find_checkpoint(run_dir, role, round_number)
+    path = export_checkpoint(checkpoint, out)
+    finish_export(path, run_dir, checkpoint, role)
+    typer.echo(f"model: {path} (model card {path / 'README.md'}, chat template {path / 'chat_template.jinja'})")
+    if push_to_hub:
+        typer.echo(f"pushed: {push(path, push_to_hub, private)}")
 
 
 @app.command()
