@@ -176,6 +176,16 @@ def eval_cmd(
     typer.echo(f"results: {out_dir / 'results.json'}")
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
+def study(ctx: typer.Context) -> None:
+    """Multi-seed study of the methods and the papers' ablations: runs the grid (one `coevolve run`
+    per variant and seed, resumable), then study.json and a markdown report with intervals and
+    the papers' claims judged (`coevolve study --help` for its options)."""
+    from coevolve.eval.study_cli import main as study_main
+
+    raise typer.Exit(study_main(list(ctx.args)))
+
+
 @app.command()
 def compare(
     runs: list[Path] = typer.Argument(..., help="Run folders (finished: summary.json)"),
