@@ -342,7 +342,8 @@ def validation_message(err: ValidationError, layers: list[Layer]) -> str:
             continue
         got = e.get("input")
         msg = e["msg"].removeprefix("Value error, ")
-        got_s = "" if isinstance(got, dict) or not e["loc"] or "got " in msg else f" (got {got!r})"
+        shown = "got " in msg or (isinstance(got, str) and got in msg)  # the message already quotes the value
+        got_s = "" if isinstance(got, dict) or not e["loc"] or shown else f" (got {got!r})"
         lines.append(f"{loc}: {msg}{got_s}{where}" if loc else f"{msg}")
     if len(lines) == 1:
         return f"invalid config: {lines[0]}"
