@@ -216,6 +216,10 @@ def data_cmd(
     from coevolve.errors import ConfigError
     from pydantic import ValidationError
 
+    from coevolve.data.sources import GENERATED
+
+    if source in GENERATED:
+        raise ConfigError(f"data.source={source} is a generated world (fresh problems on every draw), not data to read")
     ovs = [o.removeprefix("data.") for o in overrides or []]
     raw = apply_overrides({"source": source}, ovs, DataConfig)
     try:

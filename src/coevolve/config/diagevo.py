@@ -12,7 +12,7 @@ by a flat alias:
 | no filter (69.4) / absolute only (70.9)| ``pool.voting.filter=none|absolute``   | ``filter`` |
 | random pairing (-1.0 vs same node)    | ``memory.stitching=random_pair`` (``off``: none) | ``stitching`` |
 | diagnosis model                       | ``diagnoser.kind=llm|trace``, ``diagnoser.model_path`` | ``diagnoser`` |
-| R-Zero-style baseline (no memory)     | ``configs/rzero.yaml`` (``memory.enabled=false``, rzero reward, absolute filter) | |
+| R-Zero-style baseline (no memory)     | ``--preset rzero`` (``memory.enabled=false``, rzero reward, absolute filter; ``real/rzero`` on a real model) | |
 """
 
 from __future__ import annotations
