@@ -5,7 +5,7 @@ real/generated, pseudo-label accuracy, wall time, rollouts per phase kind) as ab
     python scripts/d2evo_ablations.py --config configs/d2evo.yaml --out runs/d2evo_ablations
     python scripts/d2evo_ablations.py --config configs/d2evo_smoke.yaml --only full,no_questioner
 
-For several seeds with intervals and the papers' claims, use scripts/study.py (same variants).
+For several seeds with intervals and the papers' claims, use `coevolve study` (same variants).
 Each variant is an ordinary run folder under --out (resumable with `coevolve resume`); a variant
 whose folder already holds a finished run is not re-run, so the script itself can be restarted.
 """

@@ -9,7 +9,7 @@ the three filters (none / absolute / dual) on the same candidate pool.
         [--only full,no_filter] [extra key=value overrides applied to every run]
 
 Finished runs are skipped, interrupted ones resumed, so the script itself can be re-run. For
-several seeds with intervals and the papers' claims, use scripts/study.py (same variants).
+several seeds with intervals and the papers' claims, use `coevolve study` (same variants).
 """
 
 from __future__ import annotations

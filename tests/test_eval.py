@@ -404,8 +404,10 @@ def test_coevolve_eval_budget_is_the_runs_budget():
     run of the model's world does (the toy config's 64; the real preset's 4096)."""
     from coevolve.config import load_config
     from coevolve.config.base import real_preset
-    from coevolve.eval.suite import answer_budget
+    from coevolve.eval.suite import run_eval
 
-    assert answer_budget("toy") == load_config("grpo", None, []).eval.max_new_tokens
+    assert run_eval("toy").max_new_tokens == load_config("grpo", None, []).eval.max_new_tokens
     for recipe in ("grpo", "d2evo", "diagevo"):
-        assert answer_budget("real") == real_preset(recipe)["eval"]["max_new_tokens"]
+        assert run_eval("real").max_new_tokens == real_preset(recipe)["eval"]["max_new_tokens"]
+    arith = load_config("grpo", Path(__file__).resolve().parents[1] / "configs" / "smollm2" / "grpo.yaml").eval
+    assert run_eval("arith").max_new_tokens == arith.max_new_tokens  # the arith presets' budget

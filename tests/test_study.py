@@ -1,10 +1,9 @@
-"""The multi-seed study (coevolve.eval.study, scripts/study.py): statistics against slow
+"""The multi-seed study (coevolve.eval.study, `coevolve study`: coevolve.eval.study_cli): statistics against slow
 references, the claim rule, grid expansion, skip / resume decisions on fake run folders, the
 report rendered from fixture folders, and one smoke end-to-end run through the CLI."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import shutil
@@ -19,10 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("study_script", ROOT / "scripts" / "study.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from coevolve.eval import study_cli
+
+    return study_cli
 
 
 def _t_pdf(x: float, df: int) -> float:

@@ -1,4 +1,4 @@
-"""The ``coevolve`` command line: run, resume, eval, report, memory, toy, grade, config.
+"""The ``coevolve`` command line: run, resume, eval, data, report, export, memory, toy, grade, config, plan.
 
 Every user-facing failure is a ``CoevolveError``: it is printed as one clear message (no
 traceback) and the command exits with status 2. Ctrl-C leaves a resumable run folder.
@@ -21,6 +21,12 @@ toy_app = typer.Typer(no_args_is_help=True, help="The built-in toy world.")
 app.add_typer(toy_app, name="toy")
 model_app = typer.Typer(no_args_is_help=True, help="Real small models built offline (for tests and trials).")
 app.add_typer(model_app, name="model")
+
+
+CONFIG_HELP = ("YAML config file, or the name of a preset shipped with coevolve (e.g. rzero); repeat to layer "
+               "several, later ones win key by key")
+PRESET_HELP = ("A preset shipped with coevolve, under any -c files: rzero, real/lora_8b, toy_scarce/grpo ... (with a "
+               "real model.path the real/ version of a name comes first); repeat to layer several")
 
 
 def _err(msg: str) -> None:
@@ -55,7 +61,8 @@ def _execute(cfg, run_dir: Path, resumed: bool, force: bool = False) -> None:
 def run(
     recipe: str = typer.Argument(..., help="grpo | d2evo | diagevo"),
     overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides (dotted paths), e.g. solver.steps=40"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config file"),
+    config: Optional[list[str]] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    preset: Optional[list[str]] = typer.Option(None, "--preset", help=PRESET_HELP),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run folder (default runs/<recipe>-<time>)"),
     force: bool = typer.Option(False, "--force", help="Run even where the preflight finds the settings meaningless "
                                "(printed as warnings; the same as run.preflight=warn)"),
@@ -66,7 +73,7 @@ def run(
     from coevolve.run import default_run_path, say
     from coevolve.run.lock import check_run_dir
 
-    cfg = load_config(recipe, config, (overrides or []) + (["run.preflight=warn"] if force else []))
+    cfg = load_config(recipe, config, (overrides or []) + (["run.preflight=warn"] if force else []), preset or [])
     path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
     check_run_dir(path)
     preflight(cfg, say)  # before the folder exists: a refused run leaves nothing behind
@@ -99,23 +106,34 @@ def resume(
 
 @app.command("eval")
 def eval_cmd(
-    model: Optional[str] = typer.Option(None, "--model", help="HF model folder or checkpoint ('toy' = the cached toy base)"),
+    model: Optional[str] = typer.Option(None, "--model", help="Model folder, checkpoint or cached Hub id ('toy' = the "
+                                        "cached toy base); with --endpoint: the served model's folder (its prompt "
+                                        "form and tokenizer), optional"),
     bench: Optional[str] = typer.Option(None, "--bench", help="Comma-separated benchmarks or groups: toy, math7, general, "
                                         "all, names (default: the model's world: toy, or math7)"),
     limit: Optional[int] = typer.Option(None, "--limit", help="First N items per benchmark"),
-    samples: int = typer.Option(0, "--samples", help="k for mean@k (0 = greedy pass@1 only; -1 = each benchmark's default, e.g. mean@32 for AIME/AMC)"),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Answer budget (default: what a run "
-                                                 "of the model's world evaluates with: 64 toy, 4096 a real model)"),
+    samples: Optional[int] = typer.Option(None, "--samples", help="k for mean@k (0 = greedy pass@1 only; -1 = each "
+                                          "benchmark's default, e.g. mean@32 for AIME/AMC); default: as a run of the "
+                                          "model's world evaluates (toy 8, a real model -1)"),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Answer budget; default: as a run of "
+                                                 "the model's world evaluates (toy 64, a real model 4096)"),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (results.json, items_*.jsonl)"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder with the large benchmark files (or $COEVOLVE_DATA)"),
     chat_template: Optional[bool] = typer.Option(None, "--chat-template/--no-chat-template",
                                                  help="Default: as the checkpoint was trained; off for other models"),
-    seed: int = typer.Option(0, "--seed"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: a run's evaluation seed at run.seed=0)"),
     batch_size: int = typer.Option(256, "--batch-size"),
+    engine: str = typer.Option("hf", "--engine", help="hf | vllm: how a model folder is sampled (vllm needs its extra)"),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="OpenAI-compatible base URL of a served model "
+                                           "(e.g. http://localhost:8000/v1 of `vllm serve`): evaluate it there"),
+    served_model: Optional[str] = typer.Option(None, "--served-model", help="The model name the --endpoint serves "
+                                               "(default: the first it lists at /models)"),
+    concurrency: int = typer.Option(16, "--concurrency", help="--endpoint: requests in flight at once"),
     compare: Optional[list[Path]] = typer.Option(None, "--compare", help="Put result folders or run folders side by side (run folders: also plot accuracy against "
                                                       "compute into --out)"),
 ) -> None:
-    """Evaluate a model on named benchmarks, or compare result folders."""
+    """Evaluate a model on named benchmarks (a folder with hf or vllm, or a served model at
+    --endpoint; the prompts, grader and defaults of a run's evaluation), or compare result folders."""
     from coevolve.eval import suite
 
     if compare:
@@ -130,13 +148,15 @@ def eval_cmd(
             for f in files:
                 typer.echo(f"written: {f}")
         return
-    if not model:
-        raise CoevolveError("--model is required (or use --compare DIR ...)")
+    if engine not in ("hf", "vllm"):
+        raise CoevolveError(f"--engine must be hf or vllm, got {engine!r} (a served model: --endpoint URL)")
+    if not model and not endpoint:
+        raise CoevolveError("--model is required (or --endpoint URL for a served model, or --compare DIR ...)")
     if model == "toy":
         from coevolve.toy import ensure_base
 
         model = str(ensure_base())
-    else:
+    elif model:
         from coevolve.models import ensure_model, resolve_model_path
 
         model = str(resolve_model_path(model))
@@ -145,9 +165,69 @@ def eval_cmd(
     results = suite.evaluate_model(
         model, [b.strip() for b in bench.split(",") if b.strip()] if bench else None, out_dir=out_dir, limit=limit,
         samples=samples, max_new_tokens=max_new_tokens, data_dir=data_dir, chat_template=chat_template, seed=seed,
-        batch_size=batch_size)
+        batch_size=batch_size, engine=engine, endpoint=endpoint, served_model=served_model, concurrency=concurrency)
     typer.echo(suite.format_table(results))
     typer.echo(f"results: {out_dir / 'results.json'}")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
+def study(ctx: typer.Context) -> None:
+    """Multi-seed study of the methods and the papers' ablations: runs the grid (one `coevolve run`
+    per variant and seed, resumable), then study.json and a markdown report with intervals and
+    the papers' claims judged (`coevolve study --help` for its options)."""
+    from coevolve.eval.study_cli import main as study_main
+
+    raise typer.Exit(study_main(list(ctx.args)))
+
+
+@app.command()
+def compare(
+    runs: list[Path] = typer.Argument(..., help="Run folders (finished: summary.json)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for compare.md and compare.csv (default "
+                                       "compare-<time>)"),
+) -> None:
+    """One table of runs: method, ablation settings, seed, model, base / final / delta per
+    benchmark, and compute (markdown on stdout and in OUT/compare.md; CSV in OUT/compare.csv)."""
+    from coevolve.eval.compare import compare_runs
+
+    md, files = compare_runs(list(runs), out or Path(f"compare-{time.strftime('%Y%m%d-%H%M%S')}"))
+    typer.echo(md)
+    for f in files:
+        typer.echo(f"written: {f}")
+
+
+@app.command("data")
+def data_cmd(
+    source: str = typer.Argument(..., help="A JSONL / JSON / CSV / Parquet file, a `datasets` folder, or a Hub dataset "
+                                 "id (openai/gsm8k)"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="data.* fields, with or without 'data.': subset=main "
+                                                    "split=test question_key=problem answer_key=solution ..."),
+) -> None:
+    """Read labelled questions as a run would (data.source=SOURCE): how many, and the first one as
+    the run sees it (question and gold answer). Exit 2 with the reason when a run could not use them."""
+    from coevolve.config.base import DataConfig, apply_overrides, validation_message
+    from coevolve.data.sources import check_source, source_label
+    from coevolve.errors import ConfigError
+    from pydantic import ValidationError
+
+    from coevolve.data.sources import GENERATED
+
+    if source in GENERATED:
+        raise ConfigError(f"data.source={source} is a generated world (fresh problems on every draw), not data to read")
+    ovs = [o.removeprefix("data.") for o in overrides or []]
+    raw = apply_overrides({"source": source}, ovs, DataConfig)
+    try:
+        data = DataConfig.model_validate(raw)
+    except ValidationError as e:
+        layers = [("command line", raw)]
+        raise ConfigError(validation_message(e, layers).replace("invalid config", "invalid data settings")) from None
+    tasks, report = check_source(data)
+    typer.echo(f"{len(tasks)} questions from {source_label(data)}" + (f" ({len(report.problems)} broken rows skipped)"
+                                                             if report.problems else ""))
+    for p in report.problems[:5]:
+        typer.echo(f"  skipped: {p}")
+    first = tasks[0]
+    typer.echo(f"first question (id {first.id}):\n  question: {first.question}\n  answer:   {first.answer}")
 
 
 @app.command()
@@ -165,12 +245,22 @@ def export(
     out: Path = typer.Option(..., "--out", help="New folder for the model"),
     role: str = typer.Option("solver", "--role", help="Which model: solver, questioner, challenger"),
     round_number: Optional[int] = typer.Option(None, "--round", help="The checkpoint of this round (default: latest)"),
+    push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Then upload the folder to this Hub model "
+                                              "repo (owner/name; made when missing; needs `hf auth login`)"),
+    private: bool = typer.Option(False, "--private", help="--push-to-hub: make a new repo private"),
 ) -> None:
-    """Write a run's checkpoint as a clean model folder (no optimiser state; LoRA merged)."""
-    from coevolve.export import export_checkpoint, find_checkpoint
+    """Write a run's checkpoint as a clean model folder (no optimiser state; LoRA merged) with a
+    model card (README.md) and a chat template that renders the training prompt."""
+    from coevolve.export import check_online, export_checkpoint, find_checkpoint, finish_export, push_to_hub as push
 
-    path = export_checkpoint(find_checkpoint(run_dir, role, round_number), out)
-    typer.echo(f"model: {path}")
+    if push_to_hub:
+        check_online()
+    checkpoint = find_checkpoint(run_dir, role, round_number)
+    path = export_checkpoint(checkpoint, out)
+    finish_export(path, run_dir, checkpoint, role)
+    typer.echo(f"model: {path} (model card {path / 'README.md'}, chat template {path / 'chat_template.jinja'})")
+    if push_to_hub:
+        typer.echo(f"pushed: {push(path, push_to_hub, private)}")
 
 
 @app.command()
@@ -238,19 +328,21 @@ def grade(
 def config_cmd(
     recipe: str = typer.Argument(..., help="Recipe name"),
     overrides: Optional[list[str]] = typer.Argument(None),
-    config: Optional[Path] = typer.Option(None, "--config", "-c"),
+    config: Optional[list[str]] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    preset: Optional[list[str]] = typer.Option(None, "--preset", help=PRESET_HELP),
 ) -> None:
-    """Print the resolved config (defaults <- file <- overrides) as YAML."""
+    """Print the resolved config (defaults <- presets <- files <- overrides) as YAML."""
     from coevolve.config import dump_yaml, load_config
 
-    typer.echo(dump_yaml(load_config(recipe, config, overrides or [])), nl=False)
+    typer.echo(dump_yaml(load_config(recipe, config, overrides or [], preset or [])), nl=False)
 
 
 @app.command("plan")
 def plan_cmd(
     recipe: str = typer.Argument(..., help="grpo | d2evo | diagevo"),
     overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, as for `coevolve run`"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config file"),
+    config: Optional[list[str]] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    preset: Optional[list[str]] = typer.Option(None, "--preset", help=PRESET_HELP),
     device: Optional[str] = typer.Option(None, "--device", help="h200 | a100-80g | a100-40g | cpu (default: this "
                                          "machine's GPU, else its CPU and memory)"),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs per node (default: backend.verl.n_gpus_per_node "
@@ -265,7 +357,7 @@ def plan_cmd(
     from coevolve.config import load_config
     from coevolve.plan import device_for, format_plan, local_device, make_plan
 
-    cfg = load_config(recipe, config, overrides or [])
+    cfg = load_config(recipe, config, overrides or [], preset or [])
     p = make_plan(cfg, device_for(device) if device else local_device(cfg.model.device), gpus=gpus, nodes=nodes)
     typer.echo(format_plan(p))
     raise typer.Exit(0 if p.fits else 1)
@@ -278,6 +370,9 @@ def _quiet_libraries() -> None:
 
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
+        from huggingface_hub.utils import logging as hub_logging
+
+        hub_logging.set_verbosity_error()  # the Hub client's retry notices; a failure still ends in our message
     except ImportError:  # pragma: no cover
         pass
 

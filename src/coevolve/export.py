@@ -1,19 +1,31 @@
-"""``coevolve export``: a clean model folder from a run's checkpoint.
+"""``coevolve export``: a clean model folder from a run's checkpoint, ready for others' tools.
 
 Every checkpoint is already a loadable Hugging Face folder (weights, config, tokenizer, and
 ``coevolve.json`` saying which world and prompt form it was trained with); the newest checkpoint
 of each role also holds the optimiser state a resume needs. Export writes a folder without any
 training state: full checkpoints are copied file by file (bit-exact), LoRA checkpoints are merged
-into their base model.
+into their base model. Then it adds what other tools read, since they ignore ``coevolve.json``:
+
+* ``chat_template.jinja`` — renders the exact prompt the model was trained with around the last
+  user message (``training_chat_template``), so ``vllm serve`` and lm-eval's
+  ``--apply_chat_template`` ask the model what training asked it;
+* ``README.md`` — a model card: base model, recipe, key settings, the prompt, the run's
+  evaluation table;
+
+and, with ``--push-to-hub REPO``, uploads the folder (``push_to_hub``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
+from typing import Any
 
-from coevolve.errors import RunStateError
+import yaml
+
+from coevolve.errors import CoevolveError, RunStateError
 from coevolve.rl.learner import OPTIM_FILE, STATE_JSON
 from coevolve.run import STATE_FILE
 
@@ -63,3 +75,195 @@ def export_checkpoint(checkpoint: Path, out: Path) -> Path:
     meta = out / "coevolve.json"
     meta.write_text(json.dumps({**meta_data, "exported_from": str(checkpoint.resolve())}, indent=2))
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# what other tools read: chat template, model card, the Hub
+
+SENTINEL = "\x00coevolve-question\x00"
+"""Stands for the question while the training prompt is split into the text before and after it."""
+
+TEMPLATE_FILE = "chat_template.jinja"
+CARD_FILE = "README.md"
+
+
+def jinja_literal(text: str) -> str:
+    """``text`` as a Jinja string literal (single quotes; backslash, quote, control and non-ASCII
+    characters escaped), so any prompt text survives the template unchanged.
+
+    >>> print(jinja_literal("it's 2\\n"))
+    'it\\'s 2\\n'
+    """
+    out = []
+    for ch in text:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif not 32 <= ord(ch) <= 126:
+            out.append(f"\\U{ord(ch):08x}")
+        else:
+            out.append(ch)
+    return "'" + "".join(out) + "'"
+
+
+def training_chat_template(prompter: Any) -> str:
+    """A chat template that renders ``prompter.solver(question)`` for the last user message
+    ``question``: the training prompt, byte for byte (system text, plain-text or chat-template
+    form, the generation prompt). Training was single-turn, so other messages are not rendered."""
+    prompt = prompter.solver(SENTINEL)
+    if prompt.count(SENTINEL) != 1:
+        raise CoevolveError("the solver prompt does not hold the question exactly once; no chat template written")
+    before, after = prompt.split(SENTINEL)
+    return ("{#- coevolve: the prompt this model was trained with, around the last user message (single turn) -#}\n"
+            "{%- set ns = namespace(question='') -%}\n"
+            "{%- for message in messages -%}\n"
+            "{%- if message['role'] == 'user' -%}{%- set ns.question = message['content'] -%}{%- endif -%}\n"
+            "{%- endfor -%}\n"
+            f"{{{{- {jinja_literal(before)} -}}}}{{{{- ns.question -}}}}{{{{- {jinja_literal(after)} -}}}}\n")
+
+
+def write_chat_template(folder: Path, enable_thinking: bool | None = None) -> str:
+    """Write ``training_chat_template`` of ``folder``'s model (its world and prompt form from
+    ``coevolve.json``) as ``chat_template.jinja``, the file transformers, vLLM and lm-eval load
+    the template from (a template in tokenizer_config.json is dropped: one template, one place).
+    Returns the training prompt of a question ``{question}``, for the model card."""
+    from coevolve.engine import load_tokenizer
+    from coevolve.world import world_of_model
+
+    tok = load_tokenizer(folder)
+    prompter = world_of_model(folder, tok).prompter
+    if enable_thinking is not None and hasattr(prompter, "enable_thinking"):
+        prompter.enable_thinking = enable_thinking
+    template = training_chat_template(prompter)
+    conf = folder / "tokenizer_config.json"
+    if conf.is_file():
+        data = json.loads(conf.read_text(encoding="utf-8"))
+        if data.pop("chat_template", None) is not None:
+            conf.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (folder / TEMPLATE_FILE).write_text(template, encoding="utf-8")
+    return prompter.solver("{question}")
+
+
+def _get(cfg: dict[str, Any], dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+CARD_SETTINGS = (
+    "rounds", "solver.steps", "solver.prompts_per_step", "solver.group_size", "questioner.steps",
+    "challenger.steps", "difficulty.samples", "buffer.generate", "pool.size", "learner.lr", "learner.lora",
+    "learner.beta_kl", "sampling.max_new_tokens", "sampling.temperature", "data.source", "data.limit",
+    "model.chat_template", "run.seed", "engine.kind", "backend.kind")
+"""Config fields a model card lists (those the recipe has)."""
+
+
+def model_card(folder: Path, cfg: dict[str, Any], summary: dict[str, Any], role: str, round_number: int | None,
+               prompt: str, name: str) -> str:
+    """The README.md of an exported model: metadata header, what it is, how it was trained, the
+    prompt it expects, and the run's evaluation."""
+    from coevolve.eval.compare import method_of
+    from coevolve.models import hub_id_of
+
+    path = _get(cfg, "model.path")
+    base = "the built-in toy base model" if not path else hub_id_of(path) or Path(str(path)).name
+    method = method_of(cfg)
+    header = ["---", "library_name: transformers", "pipeline_tag: text-generation"]
+    if path and hub_id_of(path):
+        header.append(f"base_model: {hub_id_of(path)}")
+    header += ["tags:", "- coevolve", f"- {method}", "- grpo", "- reasoning", "---", ""]
+    lines = [f"# {name}", "",
+             f"The {role} of a coevolve **{method}** run (recipe `{cfg.get('recipe')}`), "
+             + (f"round {round_number}, " if round_number is not None else "")
+             + f"trained from **{base}** with GRPO. Exported by `coevolve export` (no optimiser state; LoRA merged).",
+             "", "## Training", "", "| setting | value |", "|---|---|"]
+    for key in CARD_SETTINGS:
+        value = _get(cfg, key)
+        if value is not None:
+            lines.append(f"| `{key}` | `{value}` |")
+    lines += ["", "## Prompt", "",
+              "The model was trained (and evaluated) on this prompt, `{question}` standing for the question. "
+              f"`{TEMPLATE_FILE}` renders it around the last user message, so a chat request with one user "
+              "message asks exactly this:", "", "```text", prompt, "```", "",
+              "Answers end with the final answer in `\\boxed{}`."]
+    lines += ["", "## Evaluation", ""] + _eval_table(summary, round_number)
+    lines += ["", "## Use", "", "```bash", f"vllm serve {name}",
+              f"coevolve eval --endpoint http://localhost:8000/v1 --served-model {name} --model {name}", "```", ""]
+    return "\n".join(header + lines)
+
+
+def _eval_table(summary: dict[str, Any], round_number: int | None) -> list[str]:
+    ev = summary.get("eval") or {}
+    after = (ev.get("rounds") or {}).get(str(round_number)) if round_number is not None else None
+    after = after or ev.get("final") or {}
+    base = ev.get("base") or {}
+    if not after and not base:
+        return ["The run recorded no evaluation."]
+    out = ["Scores in % on the run's held-out benchmarks (same prompt and grader as training), before "
+           "training (base) and at this checkpoint:", "", "| benchmark | metric | base | this model |",
+           "|---|---|---:|---:|"]
+    for b in dict.fromkeys([*base, *after]):
+        row_b, row_a = base.get(b) or {}, after.get(b) or {}
+        metric = row_a.get("metric") or row_b.get("metric") or "greedy"
+        fmt = (lambda r: "–" if r.get("score") is None else f"{100.0 * r['score']:.1f}")
+        out.append(f"| {b} | {metric} | {fmt(row_b)} | {fmt(row_a)} |")
+    return out
+
+
+def finish_export(out: Path, run_dir: Path, checkpoint: Path, role: str) -> None:
+    """Add the chat template and the model card of ``run_dir``'s ``checkpoint`` to the exported
+    folder ``out``."""
+    try:
+        cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        cfg = {}
+    try:
+        summary = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        summary = {}
+    m = re.search(rf"{re.escape(role)}_r(\d+)", Path(checkpoint).name)
+    prompt = write_chat_template(out, _get(cfg, "model.enable_thinking"))
+    card = model_card(out, cfg, summary, role, int(m.group(1)) if m else None, prompt, Path(out).name)
+    (out / CARD_FILE).write_text(card, encoding="utf-8")
+
+
+def hub_api() -> Any:
+    """The Hugging Face Hub client (a seam: tests pass a fake)."""
+    from huggingface_hub import HfApi
+
+    return HfApi()
+
+
+def check_online() -> None:
+    """``--push-to-hub`` needs the Hub: refused before anything is exported when offline mode is on."""
+    import os
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise CoevolveError("--push-to-hub with HF_HUB_OFFLINE set: the Hub is off for this process; export without "
+                            "it and upload later (`hf upload REPO FOLDER`)")
+
+
+def push_to_hub(folder: Path, repo: str, private: bool = False, api: Any = None) -> str:
+    """Upload the exported ``folder`` to the Hub model repo ``repo`` (made when missing); the
+    repo's URL. Any failure (network, login, rights) is a ``CoevolveError`` saying the folder is
+    complete and how to upload it later."""
+    from coevolve.models import HUB_ID_RE
+
+    if not HUB_ID_RE.fullmatch(repo):
+        raise CoevolveError(f"--push-to-hub {repo!r}: a Hub repo is named owner/name")
+    api = api or hub_api()
+    try:
+        url = api.create_repo(repo, repo_type="model", private=private, exist_ok=True)
+        api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model",
+                          commit_message="coevolve export")
+    except Exception as e:  # noqa: BLE001 - network, auth and rights errors all end the same way
+        raise CoevolveError(f"--push-to-hub {repo}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
+                            f"the exported folder {folder} is complete: upload it later with `hf upload {repo} "
+                            f"{folder}`") from None
+    return str(url)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,11 +90,6 @@ BUILTIN_MODELS: dict[str, str] = {"smollm2": "smollm2-135m-instruct", "smollm2-1
 into the cache (``coevolve model smollm2``) and the name stands for that folder."""
 
 
-def resolve_model_path(path: str | None) -> str | None:
-    """``path``, or the cache folder of a built-in model name (not built yet: ``ensure_model``)."""
-    if path is None or path not in BUILTIN_MODELS:
-        return path
-    return str(default_cache_dir() / BUILTIN_MODELS[path])
 
 
 def ensure_model(path: str, say: Callable[[str], None] = print) -> None:
@@ -101,6 +97,64 @@ def ensure_model(path: str, say: Callable[[str], None] = print) -> None:
     p = Path(path)
     if p.parent == default_cache_dir() and p.name == "smollm2-135m-instruct" and not (p / MARKER).is_file():
         ensure_smollm2(p.parent, say)
+
+
+HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+"""A Hugging Face Hub repository id, ``owner/name`` (``Qwen/Qwen3-4B-Base``)."""
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache, as ``huggingface_hub`` finds it: ``$HF_HUB_CACHE``, else
+    ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub`` (read when called, not at import)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
+                                                      "huggingface")
+    return Path(home) / "hub"
+
+
+def resolve_hub_model(path: str | None) -> str | None:
+    """``path`` itself when it is None or exists; a Hub id (``Qwen/Qwen3-4B-Base``) becomes its
+    snapshot folder in the local Hugging Face cache, read offline (nothing is downloaded: a run's
+    model must not change under it, and a run must not wait on the network).
+
+    Raises ``ModelLoadError`` saying how to fill the cache when the id is not cached. The
+    resolution step of ``model.path`` for Hub ids, next to ``resolve_model_path``'s built-in
+    names."""
+    if path is None or Path(path).exists() or not HUB_ID_RE.fullmatch(path):
+        return path
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    cache = hub_cache_dir()
+    try:
+        return str(snapshot_download(path, local_files_only=True, cache_dir=str(cache)))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        raise ModelLoadError(
+            f"{path} is neither a folder here nor a Hugging Face model in the local cache ({cache}); download it "
+            f"first where the Hub is reachable (`hf download {path}` fills that cache; HF_HUB_CACHE or HF_HOME point "
+            "to another one), or give the model's folder") from None
+
+
+def hub_id_of(path: str | Path | None) -> str | None:
+    """The Hub id of a snapshot folder of the Hugging Face cache (``.../models--Qwen--Qwen3-4B-Base/
+    snapshots/<hash>`` -> ``Qwen/Qwen3-4B-Base``), else None."""
+    if path is None:
+        return None
+    parts = Path(path).parts
+    for i, part in enumerate(parts[:-2]):
+        if part.startswith("models--") and parts[i + 1] == "snapshots":
+            return part[len("models--"):].replace("--", "/", 1)
+    return None
+
+
+def resolve_model_path(path: str | None) -> str | None:
+    """What a config's model path stands for: a built-in model name its cache folder (not built
+    yet: ``ensure_model``), a Hub id its snapshot in the local cache (``resolve_hub_model``),
+    anything else as given."""
+    if path is not None and path in BUILTIN_MODELS:
+        return str(default_cache_dir() / BUILTIN_MODELS[path])
+    return resolve_hub_model(path)
 
 
 def ensure_smollm2(cache_dir: Path | None = None, say: Callable[[str], None] = print) -> Path:

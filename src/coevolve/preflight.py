@@ -1,17 +1,18 @@
 """Checks before any work starts or any folder is made: a run that cannot be meaningful is refused
-with the field to change named (paths that do not exist, an engine that is not installed, answer
-budgets that cut answers before their final answer, labelled data missing, a model that does not
-fit the device: ``coevolve.plan``)."""
+with the field to change named (paths that do not exist, data that cannot give questions, a chat
+template that is not there, a device or a verl that is not here, an engine that is not installed,
+answer budgets that cut answers before their final answer, labelled data missing, a model that
+does not fit the device: ``coevolve.plan``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Callable
 
+from coevolve.config import recipe_of
 from coevolve.config.base import RecipeConfig, is_toy_model
 from coevolve.engine import check_engine
-from coevolve.config import recipe_of
-from coevolve.errors import ConfigError, DataError, ModelLoadError
+from coevolve.errors import ConfigError, ModelLoadError
 from coevolve.plan import preflight_problems
 from coevolve.schema import WriterReward
 
@@ -35,8 +36,7 @@ def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str
             raise ModelLoadError(f"{where}: model path {p} does not exist")
         if not (Path(p) / "config.json").is_file():
             raise ModelLoadError(f"{where}: {p} is not a Hugging Face model folder (no config.json)")
-    if cfg.data.source not in GENERATED_SOURCES and not Path(cfg.data.source).is_file():
-        raise DataError(f"data.source: dataset file {cfg.data.source} does not exist")
+    check_inputs(cfg)
     check_engine(cfg.engine)
     problems = budget_problems(cfg) + backend_problems(cfg) + preflight_problems(cfg)  # the last: does it fit (coevolve.plan)
     if problems and cfg.run.preflight == "refuse":
@@ -47,8 +47,61 @@ def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str
     return problems
 
 
-GENERATED_SOURCES = ("toy", "arith")
-"""``data.source`` values that name a generated world rather than a file."""
+def check_inputs(cfg: RecipeConfig) -> None:
+    """What a run reads and where it runs, read or tried now rather than after its folder exists:
+    the labelled data (every row, as the run will read them), the chat template, the device,
+    and verl's interpreter."""
+    from coevolve.data.sources import GENERATED, check_source
+
+    if cfg.data.source not in GENERATED:
+        check_source(cfg.data)
+    real = cfg.model.path is not None and not is_toy_model(cfg.model.path)
+    if real and cfg.model.chat_template:
+        from coevolve.engine import load_tokenizer
+
+        if not getattr(load_tokenizer(cfg.model.path), "chat_template", None):
+            raise ConfigError(f"model.chat_template=true but the tokenizer of {cfg.model.path} has no chat template "
+                              "(a base model: set model.chat_template=false, its prompts are plain text)")
+    check_device(cfg.model.device)
+    if cfg.backend.kind == "verl":
+        check_verl(cfg.backend.verl)
+
+
+def check_device(device: str) -> None:
+    """``model.device`` names a device this machine has (``cuda:N`` within its GPU count)."""
+    if device in ("auto", "cpu"):
+        return
+    import torch
+
+    if device.startswith("cuda"):
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= n:
+            raise ConfigError(f"model.device={device}: this machine has {n} CUDA device(s)"
+                              + ("; use model.device=cpu or auto" if n == 0 else f" (cuda:0..cuda:{n - 1})"))
+    elif device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ConfigError("model.device=mps: no Apple GPU (MPS) here; use model.device=cpu or auto")
+
+
+def check_verl(verl: Any) -> None:
+    """``backend=verl`` needs verl importable by ``backend.verl.python`` (unless ``backend.verl.main``
+    names the trainer command itself)."""
+    import subprocess
+    import sys
+
+    if verl.main:
+        return
+    py = verl.python or sys.executable
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('verl') else 3)"
+    try:
+        res = subprocess.run([py, "-c", probe], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ConfigError(f"backend=verl: backend.verl.python={py} cannot be run ({e})") from None
+    if res.returncode == 3:
+        raise ConfigError(f"backend=verl: verl is not installed for {py}; install it there (docs/verl.md) or point "
+                          "backend.verl.python at the interpreter of verl's environment")
+    if res.returncode != 0:
+        raise ConfigError(f"backend=verl: backend.verl.python={py} failed: {res.stderr.strip()[-300:]}")
 
 
 MIN_REAL_ANSWER_TOKENS = 256

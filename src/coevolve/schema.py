@@ -9,10 +9,11 @@ only in ``Band``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+import types
+import typing
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from typing_extensions import Annotated
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 BAND_TOLERANCE = 1e-9
 """Pass rates are ratios of small integers; 2/5 must count as 0.4 however it was computed."""
@@ -40,18 +41,66 @@ def vllm_share(engine: Any, where: str = "coevolve") -> float:
 
 
 def _model_path(path: str | None) -> str | None:
+    from coevolve.errors import CoevolveError
     from coevolve.models import resolve_model_path
 
-    return resolve_model_path(path)
+    try:
+        return resolve_model_path(path)
+    except CoevolveError as e:
+        raise ValueError(str(e)) from None  # pydantic then names the field and where its value came from
 
 
 ModelPath = Annotated[str | None, AfterValidator(_model_path)]
-"""A Hugging Face model folder, or a built-in model name (``smollm2``) that stands for its cache
-folder (``coevolve.models``)."""
+"""A Hugging Face model folder, a built-in model name (``smollm2``) that stands for its cache
+folder, or a Hub id (``Qwen/Qwen3-4B-Base``) that stands for its snapshot folder in the local
+Hugging Face cache (``coevolve.models.resolve_model_path``)."""
+
+
+def scalar_kinds(annotation: Any) -> set[Any]:
+    """The plain types a field annotation admits at its top level (``int | None`` -> {int,
+    NoneType}; a ``Literal`` counts as ``Literal``; a list as ``list``)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(scalar_kinds(a) for a in typing.get_args(annotation)))
+    if origin is typing.Annotated:
+        return scalar_kinds(typing.get_args(annotation)[0])
+    if origin is Literal:
+        return {Literal}
+    return {origin or annotation}
+
+
+def exact_scalar(annotation: Any, value: Any) -> Any:
+    """``value`` as the config takes it for a field of type ``annotation``, with pydantic's two
+    lax coercions that hide a mistake turned around: a boolean is not a number (``solver.steps=
+    true`` must not become 1 step), and a number is text where text is asked for (``run.name=
+    2024`` is the name "2024"). Lists are checked item by item (``data.toy_levels=[true]``).
+
+    >>> exact_scalar(str | None, 2024)
+    '2024'
+    >>> exact_scalar(int, True)
+    Traceback (most recent call last):
+    ...
+    ValueError: a number is needed here, got the boolean True
+    """
+    kinds = scalar_kinds(annotation)
+    if isinstance(value, bool):
+        if kinds & {int, float} and bool not in kinds:
+            raise ValueError(f"a number is needed here, got the boolean {value}")
+        return value
+    if isinstance(value, (int, float)) and str in kinds and not kinds & {int, float, bool, Literal}:
+        return str(value)
+    if isinstance(value, list) and list in kinds:
+        inner = [a for a in typing.get_args(annotation) if typing.get_origin(a) is list] or [annotation]
+        args = typing.get_args(inner[0])
+        if args:
+            return [exact_scalar(args[0], v) for v in value]
+    return value
 
 
 class Strict(BaseModel):
-    """Base for every config section: unknown keys are errors, assignments are validated.
+    """Base for every config section: unknown keys are errors, assignments are validated, and
+    values keep their kind (``exact_scalar``: no boolean counts as a number, a number given for
+    a text field is that text).
 
     ``RENAMED`` maps a field's former name to its name now: a saved config or an override that
     still uses the old name sets the new field (one concept keeps one name; old run folders and
@@ -70,6 +119,12 @@ class Strict(BaseModel):
                     value = data.pop(old)
                     data.setdefault(new, value)
         return data
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _exact_scalars(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        return value if field is None else exact_scalar(field.annotation, value)
 
 
 class Band(Strict):

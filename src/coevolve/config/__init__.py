@@ -1,11 +1,14 @@
-"""Recipe configs. ``load_config(recipe, file, overrides)`` is the single entry point."""
+"""Recipe configs. ``load_config(recipe, files, overrides)`` is the single entry point."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
 
-from coevolve.config.base import RecipeConfig, build_config, dump_yaml, read_yaml
+from collections.abc import Sequence
+
+from coevolve.config.base import DEFAULTS, Layer, RecipeConfig, build_config, dump_yaml, read_yaml
+from coevolve.config.presets import find_preset, is_preset_name, preset_label, real_model_given
 from coevolve.errors import ConfigError
 
 # recipe name -> (config class, the recipe's declaration ``recipes.declare.Recipe``); imported
@@ -38,19 +41,36 @@ def recipe_of(recipe: str):
     return _resolve(RECIPES[recipe][1])
 
 
-def load_config(recipe: str | None, file: str | Path | None = None, overrides: list[str] | None = None) -> RecipeConfig:
-    """Load a recipe config: defaults <- YAML file <- key=value overrides. The recipe name comes
-    from the argument or the file's ``recipe`` key; they must agree."""
-    data = read_yaml(file) if file else {}
-    file_recipe = data.get("recipe")
-    if recipe and file_recipe and recipe != file_recipe:
-        raise ConfigError(f"config file {file} is for recipe {file_recipe!r}, not {recipe!r}")
-    name = recipe or file_recipe
+def load_config(recipe: str | None, file: str | Path | Sequence[str | Path] | None = None,
+                overrides: list[str] | None = None, presets: Sequence[str] = ()) -> RecipeConfig:
+    """Load a recipe config: defaults <- ``presets`` <- YAML files in order <- key=value overrides.
+
+    ``file`` is one config file or several (``-c a.yaml -c b.yaml``: later files win, key by
+    key); a name that is not a file is a preset shipped with coevolve (``-c rzero``, the same as
+    ``--preset rzero``; ``coevolve.config.presets``). The recipe name comes from the argument or
+    the files' ``recipe`` key; they must agree."""
+    names = [] if file is None else [file] if isinstance(file, (str, Path)) else list(file)
+    overrides = list(overrides or [])
+    files = {str(n): read_yaml(n) for n in names if not is_preset_name(n)}
+    real = real_model_given(list(files.values()), overrides)
+    layers: list[Layer] = []
+    for name in [*presets, *names]:
+        if str(name) in files:
+            layers.append((f"config file {name}", files[str(name)]))
+        else:
+            path = find_preset(str(name), real)
+            layers.append((f"preset {preset_label(path)}", read_yaml(path)))
+    name = recipe
+    for where, data in layers:
+        file_recipe = data.get("recipe")
+        if file_recipe and name and file_recipe != name:
+            raise ConfigError(f"{where} is for recipe {file_recipe!r}, not {name!r}")
+        name = name or file_recipe
     if not name:
-        raise ConfigError(f"config file {file} has no 'recipe' key and no recipe was given")
-    data["recipe"] = name
-    origin = str(file) if file else "defaults"
-    return build_config(config_class(name), data, list(overrides or []), origin)
+        what = ", ".join(where for where, _ in layers) or "no config file"
+        raise ConfigError(f"{what}: no 'recipe' key and no recipe was given")
+    layers.insert(0, (DEFAULTS, {"recipe": name}))
+    return build_config(config_class(name), layers, overrides)
 
 
 def load_saved_config(recipe: str, file: Path, overrides: list[str], force: bool = False) -> tuple[RecipeConfig, list[str]]:
@@ -69,8 +89,8 @@ def load_saved_config(recipe: str, file: Path, overrides: list[str], force: bool
     data = read_yaml(file)
     data["recipe"] = recipe
     dropped: list[str] = []
-    return build_config(config_class(recipe), data, list(overrides), str(file), dropped=dropped), dropped
+    return build_config(config_class(recipe), [(f"config file {file}", data)], list(overrides), dropped=dropped), dropped
 
 
 __all__ = ["RECIPES", "RecipeConfig", "config_class", "recipe_of", "load_config", "load_saved_config",
-           "dump_yaml"]
+           "dump_yaml", "find_preset"]

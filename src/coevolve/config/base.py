@@ -8,11 +8,12 @@ that names the field instead of crashing an hour into a run.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from coevolve.errors import ConfigError
 from coevolve.prompts.spec import PromptsConfig
@@ -20,21 +21,35 @@ from coevolve.rl.learner import LearnerConfig
 from coevolve.schema import ModelPath, Strict
 
 
+DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+"""The ``model.device`` values torch and the engines understand (whether the device exists here is
+the preflight's question)."""
+
+
 class ModelConfig(Strict):
     path: ModelPath = Field(
         None,
-        description="Local Hugging Face causal-LM folder, or a built-in name ('smollm2': SmolLM2-135M-Instruct, built "
-        "offline into the cache). None = the built-in toy base model (built once and cached; see toy_steps/toy_seed).",
+        description="Hugging Face causal-LM folder, a built-in name ('smollm2': SmolLM2-135M-Instruct, built offline "
+        "into the cache), or a Hub id (Qwen/Qwen3-4B-Base) read offline from the local Hugging Face cache (it stands "
+        "for its snapshot folder there). None = the built-in toy base model (built once and cached; see "
+        "toy_steps/toy_seed).",
     )
     toy_steps: int = Field(600, ge=1, description="Pretraining steps of the toy base model (600: partial competence).")
     toy_seed: int = Field(0, description="Seed of the toy base model's pretraining.")
     toy_cache: str | None = Field(None, description="Cache folder for the toy base (default $COEVOLVE_CACHE or ~/.cache/coevolve).")
-    device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N'.")
+    device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N', 'mps'.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="'auto' = bf16 on GPU, fp32 on CPU.")
     chat_template: bool = Field(False, description="Wrap prompts with the tokenizer's chat template (instruct / chat "
                                 "models); false = plain text prompts (base models).")
     enable_thinking: bool | None = Field(None, description="Passed to chat templates that take it (Qwen3); None = the "
                                          "template's default.")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not DEVICE_RE.fullmatch(v):
+            raise ValueError(f"unknown device {v!r}: use auto, cpu, cuda, cuda:N (a GPU index) or mps")
+        return v
 
 
 class DataConfig(Strict):
@@ -43,9 +58,20 @@ class DataConfig(Strict):
     source: str = Field(
         "toy", description="Where labelled questions come from: 'toy' (the built-in arithmetic world of the toy model), "
         "'arith' (arithmetic in natural language for real models: seeded, with an oracle and a held-out benchmark "
-        "'arith'), or a JSONL / JSONL.gz file of labelled questions.")
-    question_key: str = Field("question", description="Field holding the question text in JSONL rows.")
-    answer_key: str = Field("answer", description="Field holding the reference answer in JSONL rows.")
+        "'arith'), or labelled questions: a JSONL / JSONL.gz, JSON, CSV or Parquet file, a `datasets` folder "
+        "(save_to_disk), or a Hub dataset id (openai/gsm8k) read from the local Hugging Face cache first "
+        "(coevolve.data.sources). `coevolve data SOURCE` shows what a run reads.")
+    question_key: str = Field("question", description="Field holding the question (dotted for a nested field); a field "
+                              "of chat messages gives its last user turn.")
+    answer_key: str = Field("answer", description="Field holding the reference answer (dotted for a nested field, e.g. "
+                            "reward_model.ground_truth); a field of chat messages gives its last assistant turn.")
+    answer_format: Literal["auto", "raw", "gsm8k", "boxed"] = Field(
+        "auto", description="How the final answer is read from the answer field: 'gsm8k' after '####', 'boxed' the "
+        "last \\boxed{}, 'raw' as written, 'auto' the first of these the text has. JSONL files of the project's own "
+        "format hold final answers, which 'auto' keeps as they are.")
+    split: str = Field("train", description="Split of a dataset folder or Hub dataset (ignored for single files).")
+    subset: str | None = Field(None, description="Configuration (subset) name of a Hub dataset or dataset folder, "
+                               "e.g. 'main' for openai/gsm8k; None = its only or default one.")
     on_error: Literal["raise", "skip"] = Field(
         "raise", description="Broken dataset rows: 'raise' stops with file:line, 'skip' reports them and continues."
     )
@@ -224,6 +250,18 @@ class EvalConfig(Strict):
     data_dir: str | None = Field(None, description="Folder with the large benchmark files (default $COEVOLVE_DATA).")
     every_round: bool = Field(True, description="Evaluate at the end of every round (not only base and final).")
 
+    @field_validator("benches")
+    @classmethod
+    def _known(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            from coevolve.eval.benchmarks import resolve_benches
+
+            try:
+                resolve_benches(v)
+            except ConfigError as e:
+                raise ValueError(str(e)) from None
+        return v
+
 
 class RunSection(Strict):
     seed: int = Field(0, description="Master seed; every phase derives its own seed from it, so resume is exact.")
@@ -291,27 +329,69 @@ class RecipeConfig(Strict):
                              "(e.g. model.path=smollm2); the toy model has its own world (data.source=toy)")
         return self
 
+    @model_validator(mode="after")
+    def _combinations(self) -> "RecipeConfig":
+        """Settings that are each valid but not together, refused when the config is read."""
+        if self.backend.kind == "verl" and self.learner.lora:
+            raise ValueError("backend=verl with learner.lora=true: verl's trainer does not get coevolve's LoRA settings "
+                             "yet; use backend=local, or set verl's actor_rollout_ref.model.lora_rank in "
+                             "backend.verl.extra_overrides with learner.lora=false")
+        return self
+
 
 # ---------------------------------------------------------------------------------------------
 # Loading, overrides, errors
+
+
+Layer = tuple[str, dict[str, Any]]
+"""Config values and where they came from, as the user would name it ("config file a.yaml",
+"command line (solver.steps=abc)"): an error names the layer that set the field."""
+
+DEFAULTS = "defaults"
 
 
 def _fmt_loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
 
-def validation_message(err: ValidationError, origin: str) -> str:
-    lines = [f"invalid config ({origin}):"]
+def _touches(layer: dict[str, Any], loc: tuple[Any, ...]) -> bool:
+    """Does ``layer`` set the field at ``loc``, a field under it, or a scalar above it?"""
+    node: Any = layer
+    for part in loc:
+        if not isinstance(part, str):  # a list index: the layer set the list
+            return True
+        if not isinstance(node, dict):
+            return True
+        if part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def origins(loc: tuple[Any, ...], layers: list[Layer]) -> list[str]:
+    """Where the value at ``loc`` came from: every layer that sets it, the one that wins first;
+    ``["defaults"]`` when none does."""
+    hits = [where for where, layer in reversed(layers) if _touches(layer, loc)]
+    return hits or [DEFAULTS]
+
+
+def validation_message(err: ValidationError, layers: list[Layer]) -> str:
+    """One line per failing field: the field, what is wrong, the value, and where it came from."""
+    lines = []
     for e in err.errors():
         loc = _fmt_loc(e["loc"])
+        where = " [from " + ", over ".join(origins(tuple(e["loc"]), layers)) + "]" if e["loc"] else ""
         if e["type"] == "extra_forbidden":
-            lines.append(f"  {loc}: unknown key")
-        else:
-            got = e.get("input")
-            got_s = "" if isinstance(got, dict) else f" (got {got!r})"
-            msg = e["msg"].removeprefix("Value error, ")
-            lines.append(f"  {loc}: {msg}{got_s}" if loc else f"  {msg}")
-    return "\n".join(lines)
+            lines.append(f"{loc}: unknown key{where}")
+            continue
+        got = e.get("input")
+        msg = e["msg"].removeprefix("Value error, ")
+        shown = "got " in msg or (isinstance(got, str) and got in msg)  # the message already quotes the value
+        got_s = "" if isinstance(got, dict) or not e["loc"] or shown else f" (got {got!r})"
+        lines.append(f"{loc}: {msg}{got_s}{where}" if loc else f"{msg}")
+    if len(lines) == 1:
+        return f"invalid config: {lines[0]}"
+    return "invalid config:\n  " + "\n  ".join(lines)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -344,7 +424,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type[BaseMo
                 known = ", ".join(sorted(fields)) if fields else "(not a section)"
                 raise ConfigError(f"override {ov!r}: unknown key {where!r} (known here: {known})")
             if i == len(path) - 1:
-                node[part] = value
+                node[part] = as_typed(fields[part].annotation, ov, value)
             else:
                 ann = fields[part].annotation
                 model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
@@ -369,6 +449,18 @@ def rename_fields(cls: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
             value = rename_fields(ann, value)
         out[key] = value
     return out
+
+
+def as_typed(annotation: Any, text: str, value: Any) -> Any:
+    """An override's value for a text-only field is the text as typed (``run.name=007`` is
+    "007", not the number 7 that YAML reads); any other field gets the YAML value."""
+    from coevolve.schema import scalar_kinds
+
+    kinds = scalar_kinds(annotation)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and str in kinds \
+            and not kinds & {int, float, bool, Literal}:
+        return text.split("=", 1)[1].strip()
+    return value
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -485,34 +577,48 @@ def real_preset(recipe: str) -> dict[str, Any]:
     return yaml.safe_load(res.read_text(encoding="utf-8")) or {}
 
 
-def build_config(cls: type[RecipeConfig], data: dict[str, Any], overrides: list[str], origin: str,
+def build_config(cls: type[RecipeConfig], files: list[Layer], overrides: list[str],
                  dropped: list[str] | None = None) -> RecipeConfig:
-    """Defaults <- real-model preset <- ``data`` <- ``overrides``, validated.
+    """Defaults <- real-model preset <- each file of ``files`` in order <- ``overrides``, validated.
 
-    The recipe's own defaults (e.g. a questioner phase of 5 steps) are merged under the file, so a
-    YAML section that sets one key keeps the recipe's values for the others. When ``model.path``
+    The recipe's own defaults (e.g. a questioner phase of 5 steps) are merged under the files, so
+    a YAML section that sets one key keeps the recipe's values for the others. When ``model.path``
     is a real model (not a toy one), the recipe's real-model preset (papers' values for a 4B base
-    model) goes under the file too: a real run gets real answer budgets, learning rate and eval
-    protocol without restating them, and the toy defaults never reach it.
+    model) goes under the files too: a real run gets real answer budgets, learning rate and eval
+    protocol without restating them, and the toy defaults never reach it. A field that fails
+    validation is reported with the layer that set it (``validation_message``).
 
     With a ``dropped`` list, fields that fail validation are removed (so they take the defaults)
     and their dotted names appended to it, instead of raising (``coevolve resume --force``)."""
-    data, overrides = resolve_aliases(cls, data, overrides)
-    data, overrides = move_fields(cls, data, overrides)
-    data = apply_overrides(rename_fields(cls, data), overrides, cls)
+    layers: list[Layer] = []
+    data: dict[str, Any] = {}
+    for where, raw in files:
+        raw, _ = resolve_aliases(cls, raw, [])
+        raw, _ = move_fields(cls, raw, [])
+        raw = rename_fields(cls, raw)
+        layers.append((where, raw))
+        data = deep_merge(data, raw)
+    typed = list(overrides)
+    _, overrides = resolve_aliases(cls, {}, overrides)
+    _, overrides = move_fields(cls, {}, overrides)
+    for text, ov in zip(typed, overrides):  # one layer per override: an error names the one that set it
+        layers.append((f"command line ({text})", apply_overrides({}, [ov], cls)))
+    data = apply_overrides(data, overrides, cls)
     path = (data.get("model") or {}).get("path") if isinstance(data.get("model"), dict) else None
     if path and not is_toy_model(path):
-        preset = rename_fields(cls, real_preset(str(data.get("recipe", ""))))
+        recipe = str(data.get("recipe", ""))
+        preset = rename_fields(cls, real_preset(recipe))
         source = (data.get("data") or {}).get("source") if isinstance(data.get("data"), dict) else None
         if source == "arith" and isinstance(preset.get("eval"), dict):  # the preset's benchmarks are a math run's:
             preset["eval"] = {k: v for k, v in preset["eval"].items() if k != "benches"}  # arith evaluates arith
+        layers.insert(0, (f"preset real/{recipe} (under every real model)", preset))
         data = deep_merge(preset, data)
     while True:
         try:
             return cls.model_validate(deep_merge(cls(recipe=data.get("recipe", "")).model_dump(), data))
         except ValidationError as e:
             if dropped is None or not _drop_invalid(data, e, dropped):
-                raise ConfigError(validation_message(e, origin)) from None
+                raise ConfigError(validation_message(e, layers)) from None
 
 
 def _drop_invalid(data: dict[str, Any], err: ValidationError, dropped: list[str]) -> bool:

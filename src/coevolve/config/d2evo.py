@@ -79,8 +79,8 @@ class BufferSection(Strict):
     verifier: Literal["none", "oracle", "judge"] = Field(
         "none", description="Second check of pseudo-labels (paper: optional, off). 'oracle' only measures (toy world); "
         "'judge' asks a model yes/no and drops rejected labels.")
-    judge_model_path: ModelPath = Field(None, description="verifier=judge: HF folder (or built-in name) of the judge "
-                                        "(None = the solver).")
+    judge_model_path: ModelPath = Field(None, description="verifier=judge: HF folder, built-in name (smollm2) or cached "
+                                        "Hub id of the judge (None = the solver).")
     judge_max_new_tokens: int = Field(8, ge=1, description="Reply length of the judge (yes/no).")
 
 

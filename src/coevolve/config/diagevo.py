@@ -12,7 +12,7 @@ by a flat alias:
 | no filter (69.4) / absolute only (70.9)| ``pool.voting.filter=none|absolute``   | ``filter`` |
 | random pairing (-1.0 vs same node)    | ``memory.stitching=random_pair`` (``off``: none) | ``stitching`` |
 | diagnosis model                       | ``diagnoser.kind=llm|trace``, ``diagnoser.model_path`` | ``diagnoser`` |
-| R-Zero-style baseline (no memory)     | ``configs/rzero.yaml`` (``memory.enabled=false``, rzero reward, absolute filter) | |
+| R-Zero-style baseline (no memory)     | ``--preset rzero`` (``memory.enabled=false``, rzero reward, absolute filter; ``real/rzero`` on a real model) | |
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ class DiagnoserSection(Strict):
     kind: Literal["auto", "trace", "llm"] = Field(
         "auto", description="'trace' (toy rule-based trace diagnosis), 'llm' (prompted model), 'auto' = the world's "
         "default (trace in the toy world, llm otherwise).")
-    model_path: ModelPath = Field(None, description="HF folder (or built-in name) of a separate, frozen diagnosis model "
-                                  "(llm); None = the current solver.")
+    model_path: ModelPath = Field(None, description="HF folder, built-in name (smollm2) or cached Hub id of a "
+                                  "separate, frozen diagnosis model (llm); None = the current solver.")
     max_new_tokens: int = Field(256, ge=1, description="Diagnosis completion cap (toy model: 64 is plenty).")
     temperature: float = Field(0.0, ge=0, description="Diagnosis sampling temperature (0 = greedy).")
     max_field_chars: int = Field(

@@ -12,12 +12,14 @@ import gzip
 import io
 import json
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Iterator, Literal
 
 from coevolve.errors import DataError
 from coevolve.types import Task
+
+if TYPE_CHECKING:
+    from coevolve.data.sources import LoadReport
 
 OnError = Literal["raise", "skip"]
 
@@ -87,56 +89,27 @@ def read_jsonl(path: str | Path, on_error: OnError = "raise", problems: list[str
     return [obj for _, obj in iter_jsonl(path, on_error=on_error, problems=problems)]
 
 
-@dataclass
-class LoadReport:
-    path: str
-    rows: int = 0
-    loaded: int = 0
-    problems: list[str] = field(default_factory=list)
-
-
 def load_tasks(
     path: str | Path,
     *,
     question_key: str = "question",
     answer_key: str = "answer",
-    id_key: str = "id",
     on_error: OnError = "raise",
     limit: int | None = None,
     require_answer: bool = True,
-) -> tuple[list[Task], LoadReport]:
-    """Read labelled tasks. Extra fields of each row go into ``Task.features``."""
+) -> tuple[list[Task], "LoadReport"]:
+    """Labelled tasks of a JSONL / JSONL.gz file, answers as written (``coevolve.data.sources``
+    reads every other form; both go through its ``load_labelled_tasks``). Extra fields of each
+    row go into ``Task.features``."""
+    from types import SimpleNamespace
+
+    from coevolve.data.sources import load_labelled_tasks
+
     p = Path(path)
     if p.is_dir():
         raise DataError(f"dataset file {p} is a folder, not a JSONL file")
     if not p.is_file():
         raise DataError(f"dataset file {p} does not exist")
-    report = LoadReport(path=str(p))
-    tasks: list[Task] = []
-    hint = " (set data.on_error=skip to skip broken rows)"
-    seen = 0  # problems already checked against on_error
-
-    def check() -> None:
-        nonlocal seen
-        if on_error == "raise" and len(report.problems) > seen:
-            raise DataError(report.problems[seen] + hint)
-        seen = len(report.problems)
-
-    for lineno, row in iter_jsonl(p, on_error="skip", problems=report.problems):
-        check()
-        if limit is not None and len(tasks) >= limit:
-            break
-        report.rows += 1
-        q, a = row.get(question_key), row.get(answer_key)
-        if not isinstance(q, str) or not q.strip():
-            report.problems.append(f"{p}:{lineno}: field {question_key!r} is missing or empty")
-        elif require_answer and (a is None or (isinstance(a, str) and not a.strip())):
-            report.problems.append(f"{p}:{lineno}: field {answer_key!r} is missing or empty")
-        else:
-            extra = {k: v for k, v in row.items() if k not in (question_key, answer_key, id_key)}
-            tasks.append(Task(id=str(row.get(id_key, f"{p.name}:{lineno}")), question=q,
-                              answer=None if a is None else str(a), source=str(p), features=extra))
-        check()
-    check()
-    report.loaded = len(tasks)
-    return tasks, report
+    data = SimpleNamespace(source=str(p), question_key=question_key, answer_key=answer_key, on_error=on_error,
+                           limit=limit, answer_format="raw")
+    return load_labelled_tasks(data, require_answer=require_answer)

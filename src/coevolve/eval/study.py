@@ -1,5 +1,5 @@
 """Multi-seed study: the variant grid (methods × paper ablations), its statistics and the verdicts
-on the papers' claims. ``scripts/study.py`` runs the grid and writes the markdown; the ablation
+on the papers' claims. ``coevolve study`` (``coevolve.eval.study_cli``) runs the grid and writes the markdown; the ablation
 scripts (``scripts/d2evo_ablations.py``, ``scripts/diagevo_ablations.py``) take their variant
 lists from ``VARIANTS`` here, so each ablation is defined once.
 
@@ -542,7 +542,7 @@ def render_markdown(stats: Sequence[VariantStats], verdicts: Sequence[ClaimResul
     the figure, the claims table, every run, and every cell not run."""
     pct = int(CONFIDENCE * 100)
     L = ["# Multi-seed study: methods, paper ablations and the papers' claims", "",
-         "Written by `scripts/study.py` from the run folders (every figure also in `study.json`).", "",
+         "Written by `coevolve study` from the run folders (every figure also in `study.json`).", "",
          "## Setting", "", *setting, "",
          f"Intervals are {pct} % t-intervals over seeds; `Δ vs` is the paired difference to the named variant on "
          "the same seeds and held-out set. `sd` is the seed-to-seed standard deviation of greedy accuracy, "

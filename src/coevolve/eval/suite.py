@@ -256,51 +256,96 @@ def compare(dirs: list[Path]) -> str:
     return "\n".join(out) + "\n"
 
 
-def answer_budget(world: str) -> int:
-    """The evaluation answer budget of a run in ``world``, stated once: the config's
-    ``eval.max_new_tokens`` default in the toy world, the real-model preset's otherwise (the
-    papers' 4096), so ``coevolve eval`` measures a model as its runs do."""
+def run_eval(world: str) -> Any:
+    """The evaluation section (``EvalConfig``) a run in ``world`` has unless told otherwise: the
+    config's defaults in the toy world, the SmolLM2 arith presets' in the arith world (greedy, 48
+    tokens), the real-model preset's otherwise (the papers' protocol: greedy, mean@32 on AIME /
+    AMC, 4096 tokens), so ``coevolve eval`` measures a model as its runs do."""
     from coevolve.config.base import EvalConfig, real_preset
 
     if world == "toy":
-        return EvalConfig().max_new_tokens
-    return int(real_preset("grpo")["eval"]["max_new_tokens"])
+        return EvalConfig()
+    if world == "arith":
+        return EvalConfig(samples=0, max_new_tokens=ARITH_ANSWER_TOKENS)
+    return EvalConfig.model_validate(real_preset("grpo").get("eval", {}))
+
+
+ARITH_ANSWER_TOKENS = 48
+"""Answer budget of an arith evaluation: the answers of configs/smollm2/ run ~25 tokens."""
 
 
 def evaluate_model(
-    model: str | Path,
+    model: str | Path | None,
     benches: Sequence[str] | None,
     *,
     out_dir: Path,
     limit: int | None = None,
-    samples: int = 0,
+    samples: int | None = None,
     max_new_tokens: int | None = None,
     data_dir: Path | None = None,
     chat_template: bool | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     batch_size: int = 256,
     samples_by_bench: dict[str, int] | None = None,
     progress: bool = True,
+    engine: str = "hf",
+    endpoint: str | None = None,
+    served_model: str | None = None,
+    concurrency: int = 16,
 ) -> dict[str, Any]:
-    """What ``coevolve eval`` runs: load a saved model (a base model, a checkpoint, an exported
-    folder), prompt it as its world does (``world_of_model``), evaluate, write ``out_dir``.
-    ``max_new_tokens`` None = the answer budget a run of the model's world evaluates with
-    (``answer_budget``)."""
+    """What ``coevolve eval`` runs: a saved model (a base model, a checkpoint, an exported folder)
+    loaded with ``engine`` (hf or vllm), or a model served at ``endpoint`` (OpenAI-compatible, its
+    name ``served_model``), prompted as its world does (``world_of_model``: a served model's folder
+    ``model`` gives its prompt form and tokenizer; without it the prompts are plain text), graded
+    by the run's grader; ``out_dir`` gets the results. ``samples``, ``max_new_tokens`` and ``seed``
+    None = what a run of the model's world evaluates with (``run_eval``; the seed of a run with
+    run.seed=0)."""
     from coevolve.answers import Grader
-    from coevolve.config.base import EngineConfig
-    from coevolve.engine import load_sampler
-    from coevolve.world import read_checkpoint_meta, world_of_model
+    from coevolve.run import derive_seed
+    from coevolve.world import read_checkpoint_meta
 
     if benches:
         resolve_benches(benches)  # fail on a typo before spending minutes loading a model
-    read_checkpoint_meta(model)  # likewise a damaged / newer coevolve.json
-    sampler = load_sampler(EngineConfig(max_batch=batch_size), str(model))
-    world = world_of_model(model, sampler.tokenizer, chat_template)
-    if max_new_tokens is None:
-        max_new_tokens = answer_budget(world.name)
+    if model is not None:
+        read_checkpoint_meta(model)  # likewise a damaged / newer coevolve.json
+    sampler, world = _eval_model(model, chat_template, batch_size, engine, endpoint, served_model, concurrency)
+    defaults = run_eval(world.name)
+    samples = defaults.samples if samples is None else samples
+    max_new_tokens = defaults.max_new_tokens if max_new_tokens is None else max_new_tokens
+    seed = derive_seed(0, "eval") if seed is None else seed
+    meta = {"model": None if model is None else str(model), "world": world.name, "chat_template": world.chat_template,
+            "engine": "endpoint" if endpoint else engine, **({"endpoint": endpoint, "served_model": sampler.model}
+                                                           if endpoint else {})}
     with Grader() as grader:
         return evaluate_suite(
             sampler, world.prompter, list(benches or world.default_benches), grader=grader, samples=samples,
             max_new_tokens=max_new_tokens, seed=seed, limit=limit, data_dir=data_dir, bench_tasks=world.bench_tasks,
-            out_dir=out_dir, samples_by_bench=samples_by_bench, progress=progress,
-            meta={"model": str(model), "world": world.name, "chat_template": world.chat_template})
+            out_dir=out_dir, samples_by_bench=samples_by_bench, progress=progress, meta=meta)
+
+
+def _eval_model(model: str | Path | None, chat_template: bool | None, batch_size: int, engine: str,
+                endpoint: str | None, served_model: str | None, concurrency: int) -> tuple[Any, Any]:
+    """(sampler, world) of ``evaluate_model``: a served model, or a folder loaded by ``engine``."""
+    from coevolve.config.base import EngineConfig
+    from coevolve.engine import load_sampler, load_tokenizer
+    from coevolve.world import world_of_model
+
+    if endpoint is None:
+        if model is None:
+            raise DataError("give --model (a model folder) or --endpoint URL (a served model)")
+        sampler = load_sampler(EngineConfig(kind=engine, max_batch=batch_size), str(model))
+        return sampler, world_of_model(model, sampler.tokenizer, chat_template)
+    from coevolve.engine.remote import RemoteSolver, check_served_model
+
+    what, hint = "evaluation server", "--endpoint; is the server running and reachable?"
+    name = check_served_model(endpoint, served_model, what=what, field="--served-model", hint=hint)
+    sampler = RemoteSolver(endpoint, name, workers=concurrency, what=what, hint=hint)
+    if model is not None:
+        return sampler, world_of_model(model, load_tokenizer(model), chat_template)
+    if chat_template:
+        raise DataError("--chat-template with --endpoint needs --model: the served model's folder, whose tokenizer "
+                        "renders the chat prompts as in training")
+    from coevolve.prompts.chat import ChatPrompter
+    from coevolve.world.real import RealWorld
+
+    return sampler, RealWorld(ChatPrompter(None, use_chat_template=False), [], "none", False)

@@ -21,7 +21,7 @@ so copies of a question get the same x as with the local "unique questions"). Wh
 refused under verl (``VerlTrainer``, preflight): its repetition penalty clusters a whole batch,
 which a worker scoring one sample cannot see.
 
-The frozen solver is either a ``vllm serve`` (``backend.verl.solver_url``, ``RemoteSolver``)
+The frozen solver is either a ``vllm serve`` (``backend.verl.solver_url``, ``engine.remote.RemoteSolver``)
 or the folder the phase exported, loaded once per worker process with ``engine.load_sampler``.
 """
 
@@ -29,25 +29,19 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from coevolve.curriculum.proposals import WriterBatch
 from coevolve.curriculum.voting import VoteRecord, label_questions
-from coevolve.errors import CoevolveError
+from coevolve.engine.remote import (  # noqa: F401 - the frozen solver server's client; verl.phase imports it from here
+    RemoteSolver, SolverServerError, check_served_model, served_models)
 from coevolve.errors import ConfigError
 from coevolve.rewards import questioner_rewards
-from coevolve.types import AnswerGrader, Completion, SamplingParams, Stop
+from coevolve.types import AnswerGrader, SamplingParams, Stop
 
 SPEC_FILE = "writer_spec.json"
-
-
-class SolverServerError(CoevolveError):
-    """The frozen solver's server (``backend.verl.solver_url``) failed or serves another model."""
 
 
 @dataclass(frozen=True)
@@ -96,87 +90,6 @@ def sampling_dict(params: SamplingParams) -> dict[str, Any]:
     d.pop("seed", None)
     d["stop"] = {"strings": list(params.stop.strings), "token_ids": list(params.stop.token_ids)}
     return d
-
-
-# --------------------------------------------------------------------------------------------
-# the frozen solver behind an OpenAI-compatible server
-
-
-def _request(url: str, body: dict[str, Any] | None, timeout: float, retries: int) -> dict[str, Any]:
-    """GET (``body`` None) or POST JSON, with ``retries`` retries on connection errors and 5xx."""
-    data = None if body is None else json.dumps(body).encode("utf-8")
-    last = ""
-    for attempt in range(retries + 1):
-        req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
-                                     method="GET" if body is None else "POST")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return json.loads(resp.read().decode("utf-8"))
-        except urllib.error.HTTPError as e:
-            last = f"HTTP {e.code}: {e.read()[:300].decode('utf-8', 'replace')}"
-            if e.code < 500:
-                break
-        except (urllib.error.URLError, TimeoutError, OSError) as e:
-            last = str(getattr(e, "reason", e))
-        except json.JSONDecodeError as e:
-            last = f"not JSON ({e.msg})"
-            break
-        if attempt < retries:
-            time.sleep(min(2.0 ** attempt, 10.0))
-    raise SolverServerError(f"frozen solver server {url}: {last} (backend.verl.solver_url; is `vllm serve` "
-                            "running and reachable from the reward workers?)")
-
-
-def served_models(url: str, timeout: float = 30.0, retries: int = 1) -> list[str]:
-    """The model names ``GET {url}/models`` lists."""
-    got = _request(url.rstrip("/") + "/models", None, timeout, retries)
-    return [str(m.get("id")) for m in got.get("data", []) if isinstance(m, dict)]
-
-
-def check_served_model(url: str, model: str | None, timeout: float = 30.0, retries: int = 1) -> str:
-    """The served model name, checked against ``backend.verl.solver_model`` (the server must be
-    serving the current round's solver: nothing here can tell which weights it holds)."""
-    names = served_models(url, timeout, retries)
-    if not names:
-        raise SolverServerError(f"frozen solver server {url}/models lists no model")
-    if model is None:
-        return names[0]
-    if model not in names:
-        raise SolverServerError(f"frozen solver server {url} serves {names}, not backend.verl.solver_model="
-                                f"{model!r}: serve this round's solver under that name")
-    return model
-
-
-class RemoteSolver:
-    """A ``Sampler`` over ``POST {url}/completions`` (model, prompt, n, temperature, top_p,
-    max_tokens, seed, stop): the answers come back as text only (no token ids)."""
-
-    tokenizer: Any = None
-
-    def __init__(self, url: str, model: str, timeout: float = 300.0, retries: int = 3):
-        self.url, self.model, self.timeout, self.retries = url.rstrip("/"), model, timeout, retries
-
-    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
-        out = []
-        for i, prompt in enumerate(prompts):
-            body: dict[str, Any] = {"model": self.model, "prompt": prompt, "n": n, "temperature": params.temperature,
-                                    "top_p": params.top_p, "max_tokens": params.max_new_tokens,
-                                    "seed": None if params.seed is None else params.seed + i}
-            if params.top_k:
-                body["top_k"] = params.top_k
-            if params.stop.strings:
-                body["stop"] = list(params.stop.strings)
-            got = _request(self.url + "/completions", body, self.timeout, self.retries)
-            choices = sorted(got.get("choices", []), key=lambda c: c.get("index", 0))
-            if len(choices) != n:
-                raise SolverServerError(f"frozen solver server {self.url}/completions returned {len(choices)} "
-                                        f"choices for n={n}")
-            out.append([Completion(str(c.get("text", "")), [], [], finish_reason=c.get("finish_reason") or "stop")
-                        for c in choices])
-        return out
-
-    def sync_weights(self, model: Any) -> None:  # the server's weights are the user's to manage
-        pass
 
 
 # --------------------------------------------------------------------------------------------

@@ -100,18 +100,16 @@ def pool_from(tasks: Sequence[Task], rng: random.Random, size: int | None) -> li
 
 
 def load_labelled(data: Any, say: Callable[[str], None]) -> list[Task]:
-    """The ``data`` section's JSONL rows as tasks; broken rows reported (``on_error=skip``)."""
-    from coevolve.data.jsonl import load_tasks
+    """The ``data`` section's labelled questions as tasks (any form ``coevolve.data.sources``
+    reads); broken rows reported (``on_error=skip``)."""
+    from coevolve.data.sources import check_source, source_label
 
-    tasks, report = load_tasks(data.source, question_key=data.question_key, answer_key=data.answer_key,
-                               on_error=data.on_error, limit=data.limit)
+    tasks, report = check_source(data)
     for p in report.problems[:20]:
         say(f"[data] skipped: {p}")
     if len(report.problems) > 20:
         say(f"[data] ... and {len(report.problems) - 20} more broken rows")
-    say(f"[data] {report.loaded} questions from {data.source} ({len(report.problems)} broken rows skipped)")
-    if not tasks:
-        raise ConfigError(f"data.source {data.source}: no usable rows")
+    say(f"[data] {report.loaded} questions from {source_label(data)} ({len(report.problems)} broken rows skipped)")
     return tasks
 
 

@@ -1,17 +1,19 @@
 """Multi-seed study: run a grid of (variant × seed) one run at a time through the real CLI, then
-write study.json and the markdown report (docs/results/study.md): per variant mean and 95 %
+write study.json and the markdown report (--out-md; docs/results/study.md in this repository): per variant mean and 95 %
 t-interval of held-out greedy / sampled accuracy, paired differences to the full method (or
 full-label grpo), seed sd next to the held-out binomial se, pseudo-label oracle agreement,
 compute at the end of each run, one accuracy-vs-compute figure of the main runs, and the papers'
 claims judged by a stated rule. The variants and the statistics live in coevolve.eval.study.
 
-    PYTHONPATH=src python scripts/study.py --out runs/study run.threads=1
-    PYTHONPATH=src python scripts/study.py --out runs/study --only grpo,d2evo,diagevo,rzero --seeds 0,1,2
-    PYTHONPATH=src python scripts/study.py --out runs/study --methods diagevo --preset DIR
-    PYTHONPATH=src python scripts/study.py --out runs/study --report-only
+    coevolve study --out runs/study run.threads=1
+    coevolve study --out runs/study --only grpo,d2evo,diagevo,rzero --seeds 0,1,2
+    coevolve study --out runs/study --methods diagevo --preset DIR
+    coevolve study --out runs/study --report-only --out-md docs/results/study.md
 
---preset is a folder holding grpo.yaml, d2evo.yaml, diagevo.yaml, rzero.yaml (default: configs/;
---src names the coevolve source tree the runs import when the preset needs another checkout's code);
+--preset is a folder holding grpo.yaml, d2evo.yaml, diagevo.yaml, rzero.yaml (default: the presets
+shipped with coevolve, the repository's configs/; --src names the coevolve source tree the runs
+import when the preset needs another checkout's code); the report goes to --out-md (default
+OUT/study.md);
 key=value overrides apply to every run (the variant's own overrides win). Each run is a fresh
 ``python -m coevolve run`` process in OUT/<variant>/seed<k>; a finished folder is skipped, an
 unfinished one continued with ``coevolve resume``, so the study can be stopped and restarted.
@@ -30,10 +32,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from coevolve.config.presets import preset_roots
+from coevolve.eval import study as st
 
-from coevolve.eval import study as st  # noqa: E402
+SRC = Path(__file__).resolve().parents[2]
+"""The folder that holds the ``coevolve`` package the runs import by default (``src/`` in a checkout)."""
 
 
 def stop_deadline(spec: str | None, now: dt.datetime) -> dt.datetime | None:
@@ -51,7 +54,7 @@ def stop_deadline(spec: str | None, now: dt.datetime) -> dt.datetime | None:
 
 
 def run_grid(cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: dt.datetime | None, log,
-             src: Path = ROOT / "src") -> list[str]:
+             src: Path = SRC) -> list[str]:
     """Advance every cell that is not finished, one process at a time, each importing coevolve from
     ``src``; returns the failures."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
@@ -74,7 +77,7 @@ def run_grid(cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: 
         c.path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.time()
         with open(c.path.parent / f"seed{c.seed}.log", "a", encoding="utf-8") as fh:
-            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
+            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
         log(f"    rc {rc} in {time.time() - t0:.0f} s -> {st.cell_status(c.path)}")
         if st.cell_status(c.path) != "finished":
             failures.append(f"{c.variant.name} seed{c.seed}: exit {rc}, see {c.path.parent / f'seed{c.seed}.log'}")
@@ -104,7 +107,7 @@ def resolved_config(cell: st.Cell, preset: Path, overrides: list[str], env: dict
 
     cmd = st.run_command(st.Cell(cell.variant, cell.seed, Path("/nonexistent")), preset, overrides, sys.executable)
     args = [x for x in cmd[4:] if x not in ("--run-dir", "/nonexistent")]
-    out = subprocess.run([sys.executable, "-m", "coevolve", "config", *args], env=env, cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "coevolve", "config", *args], env=env, capture_output=True,
                          text=True, check=True).stdout
     return yaml.safe_load(out)
 
@@ -178,11 +181,12 @@ def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", type=Path, default=ROOT / "configs",
-                    help="folder with grpo.yaml, d2evo.yaml, diagevo.yaml, rzero.yaml")
+    ap = argparse.ArgumentParser(prog="coevolve study", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", type=Path, default=preset_roots()[-1],
+                    help="folder with grpo.yaml, d2evo.yaml, diagevo.yaml, rzero.yaml (default: coevolve's presets)")
     ap.add_argument("--out", type=Path, required=True, help="study folder: OUT/<variant>/seed<k>, study.json")
-    ap.add_argument("--out-md", type=Path, default=ROOT / "docs" / "results" / "study.md")
+    ap.add_argument("--out-md", type=Path, default=None, help="the markdown report (default OUT/study.md)")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated run.seed values")
     ap.add_argument("--only", default="", help="comma-separated variants (see coevolve.eval.study.VARIANTS)")
     ap.add_argument("--methods", default="", help="comma-separated methods: each with all its ablations")
@@ -190,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stop-at", default=None,
                     help="HH:MM UTC (its next occurrence) or YYYY-MM-DDTHH:MM: launch no run after this time")
     ap.add_argument("--note", action="append", default=[], help="a line for the report's Notes section")
-    ap.add_argument("--src", type=Path, default=ROOT / "src",
+    ap.add_argument("--src", type=Path, default=SRC,
                     help="the coevolve source tree the runs import (default: this checkout's src/), e.g. another "
                          "commit's checkout whose preset needs its config fields")
     ap.add_argument("--adopt", type=Path, action="append", default=[],
@@ -200,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="a dotted config field that may differ for --adopt (said in the report)")
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     a = ap.parse_args(argv)
+    a.out_md = a.out_md or a.out / "study.md"
     try:
         variants = st.select_variants(a.only.split(","), a.methods.split(","))
     except st.StudyError as e:
@@ -213,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spec_path = a.out / "study_spec.json"
     try:
-        preset = str(a.preset.resolve().relative_to(ROOT))
+        preset = str(a.preset.resolve().relative_to(Path.cwd()))
     except ValueError:
         preset = str(a.preset)
     spec = {"preset": preset, "overrides": a.overrides, "src": str(a.src)}
@@ -233,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  log, a.src)
     setting = [f"- preset: `{spec['preset']}` ({', '.join(sorted({c.variant.config for c in cells}))})",
                f"- overrides on every run: `{' '.join(spec['overrides']) or '(none)'}`",
-               *([f"- coevolve source of the runs: `{spec['src']}`"] if spec.get("src") != str(ROOT / "src") else []),
+               *([f"- coevolve source of the runs: `{spec['src']}`"] if spec.get("src") != str(SRC) else []),
                f"- seeds: {' '.join(map(str, a.seeds))}; variants: {', '.join(v.name for v in variants)}"]
     md = write_report(cells, a.out, a.out_md, setting,
                       [*a.note, *spec.get("adopted", []), *(f"- failed: {f}" for f in failures)])

@@ -1,0 +1,195 @@
+"""``coevolve compare RUN...``: one table of finished runs — method, seed, base model, base and
+final score per benchmark, and compute — as markdown (scores in %) and CSV (fractions).
+
+Everything comes from each run folder's ``summary.json`` (evaluations, compute) and
+``config.yaml`` (recipe, seed, model, ablation switches), read as saved: a run made by another
+coevolve version compares as long as those two files are there.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from coevolve.errors import DataError
+
+
+@dataclass
+class RunRow:
+    """One run of the table."""
+
+    run: str
+    method: str
+    seed: int | None
+    model: str
+    settings: str  # ablation switches set away from the recipe's defaults, "alias=value"
+    base: dict[str, float] = field(default_factory=dict)
+    final: dict[str, float] = field(default_factory=dict)
+    compute: dict[str, Any] = field(default_factory=dict)
+    wall_seconds: float | None = None
+    ok: bool = True
+
+
+def _get(cfg: dict[str, Any], dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def method_of(cfg: dict[str, Any]) -> str:
+    """The method a saved config runs: its recipe, or ``rzero`` for the R-Zero-style baseline
+    (the diagevo recipe with R-Zero's challenger reward and no error memory)."""
+    recipe = str(cfg.get("recipe", "?"))
+    if recipe == "diagevo" and _get(cfg, "challenger.reward.kind") == "rzero" and _get(cfg, "memory.enabled") is False:
+        return "rzero"
+    return recipe
+
+
+def settings_of(cfg: dict[str, Any]) -> str:
+    """The paper-ablation switches (the recipe's flat aliases) a saved config sets away from the
+    recipe's defaults, as ``alias=value`` ("" when none, or for a recipe this version lacks)."""
+    from coevolve.config import config_class
+    from coevolve.config.base import all_aliases
+    from coevolve.errors import ConfigError
+
+    try:
+        cls = config_class(str(cfg.get("recipe")))
+    except ConfigError:
+        return ""
+    default = cls(recipe=cfg["recipe"]).model_dump(mode="json")
+    if _get(cfg, "model.path"):  # a real model's defaults are its preset's
+        from coevolve.config.base import deep_merge, real_preset
+
+        default = deep_merge(default, real_preset(str(cfg["recipe"])))
+    out = []
+    for alias, target in all_aliases(cls).items():
+        if alias in ("engine", "backend"):  # where it ran, not what it computed
+            continue
+        have, want = _get(cfg, target), _get(default, target)
+        if have is not None and have != want and not (method_of(cfg) == "rzero" and alias in ("schedule", "stitching",
+                                                                                             "filter")):
+            out.append(f"{alias}={have}")
+    return " ".join(out)
+
+
+def _model_name(cfg: dict[str, Any]) -> str:
+    from coevolve.models import hub_id_of
+
+    path = _get(cfg, "model.path")
+    if not path:
+        return "toy"
+    return hub_id_of(path) or Path(str(path)).name
+
+
+def read_run(run_dir: Path) -> RunRow:
+    """A finished (or at least summarised) run folder as a table row; ``DataError`` naming what
+    is missing otherwise."""
+    run_dir = Path(run_dir)
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+    except FileNotFoundError as e:
+        raise DataError(f"{run_dir}: not a finished run folder (no {Path(e.filename).name}; `coevolve resume "
+                        f"{run_dir}` finishes it)") from None
+    except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:
+        raise DataError(f"{run_dir}: unreadable summary.json / config.yaml ({e})") from None
+    ev = summary.get("eval") or {}
+
+    def scores(block: Any) -> dict[str, float]:
+        return {b: float(r["score"]) for b, r in (block or {}).items() if isinstance(r, dict) and "score" in r}
+
+    return RunRow(run=run_dir.name, method=method_of(cfg), seed=_get(cfg, "run.seed"), model=_model_name(cfg),
+                  settings=settings_of(cfg), base=scores(ev.get("base")), final=scores(ev.get("final")),
+                  compute=summary.get("compute") or {}, wall_seconds=summary.get("wall_seconds"),
+                  ok=bool(summary.get("ok", True)))
+
+
+def benches_of(rows: list[RunRow]) -> list[str]:
+    """Every benchmark any run evaluated, in order of first appearance."""
+    out: list[str] = []
+    for r in rows:
+        out.extend(b for b in [*r.base, *r.final] if b not in out)
+    return out
+
+
+def table(rows: list[RunRow]) -> tuple[list[str], list[list[Any]]]:
+    """(header, rows) of the comparison; scores as fractions, None where a run lacks one."""
+    benches = benches_of(rows)
+    head = ["run", "method", "settings", "seed", "model"]
+    for b in benches:
+        head += [f"{b} base", f"{b} final", f"{b} delta"]
+    head += ["train rollouts", "train generated tokens", "trained tokens", "eval rollouts", "wall seconds", "ok"]
+    body = []
+    for r in rows:
+        line: list[Any] = [r.run, r.method, r.settings, r.seed, r.model]
+        for b in benches:
+            base, final = r.base.get(b), r.final.get(b)
+            line += [base, final, None if base is None or final is None else final - base]
+        train, ev = r.compute.get("train") or {}, r.compute.get("eval") or {}
+        line += [train.get("rollouts"), train.get("generated_tokens"), train.get("trained_tokens"), ev.get("rollouts"),
+                 r.wall_seconds, r.ok]
+        body.append(line)
+    return head, body
+
+
+def to_markdown(head: list[str], body: list[list[Any]]) -> str:
+    """The table in markdown: scores in % (deltas signed), counts with thousands separators."""
+    def cell(h: str, v: Any) -> str:
+        if v is None or v == "":
+            return "–"
+        if h.endswith((" base", " final")):
+            return f"{100.0 * v:.1f}"
+        if h.endswith(" delta"):
+            return f"{100.0 * v:+.1f}"
+        if isinstance(v, bool):
+            return "yes" if v else "**no**"
+        if isinstance(v, int):
+            return f"{v:,}"
+        if isinstance(v, float):
+            return f"{v:,.0f}"
+        return str(v)
+
+    numeric = {i for i, h in enumerate(head) if i >= 5}
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if i in numeric else "---" for i in range(len(head)))
+             + "|"]
+    lines += ["| " + " | ".join(cell(h, v) for h, v in zip(head, row)) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(head: list[str], body: list[list[Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(head)
+    w.writerows([["" if v is None else v for v in row] for row in body])
+    return buf.getvalue()
+
+
+def compare_runs(run_dirs: list[Path], out_dir: Path | None = None) -> tuple[str, list[Path]]:
+    """The markdown table of ``run_dirs`` and, with ``out_dir``, ``compare.md`` and
+    ``compare.csv`` written there (the files returned)."""
+    if not run_dirs:
+        raise DataError("compare: give one or more run folders")
+    head, body = table([read_run(d) for d in run_dirs])
+    md = to_markdown(head, body)
+    files: list[Path] = []
+    if out_dir is not None:
+        from coevolve.run.files import atomic_write_text
+
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in (("compare.md", md), ("compare.csv", to_csv(head, body))):
+            atomic_write_text(out_dir / name, text)
+            files.append(out_dir / name)
+    return md, files
+
+
+__all__ = ["RunRow", "compare_runs", "method_of", "read_run", "settings_of", "table", "to_csv", "to_markdown"]
