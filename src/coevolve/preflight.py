@@ -26,7 +26,7 @@ def preflight(cfg: RecipeConfig) -> None:
             raise ModelLoadError(f"{where}: model path {p} does not exist")
         if not (Path(p) / "config.json").is_file():
             raise ModelLoadError(f"{where}: {p} is not a Hugging Face model folder (no config.json)")
-    if cfg.data.source != "toy" and not Path(cfg.data.source).is_file():
+    if cfg.data.source not in ("toy", "skill") and not Path(cfg.data.source).is_file():
         raise DataError(f"data.source: dataset file {cfg.data.source} does not exist")
     check_engine(cfg.engine)
     problems = budget_problems(cfg) + preflight_problems(cfg)  # preflight_problems: does it fit in memory (coevolve.plan)
@@ -48,7 +48,8 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
 
     out = []
     real = cfg.model.path is not None and not is_toy_model(cfg.model.path)
-    benches = resolve_benches(cfg.eval.benches or (["math7"] if real else ["toy"]))
+    benches = resolve_benches(cfg.eval.benches or (["math7"] if real else ["skill"] if cfg.data.source == "skill"
+                                                   else ["toy"]))
     short = [b for b in benches if cfg.eval.max_new_tokens < b.answer_tokens // 2]
     if short:
         need = max(b.answer_tokens for b in short)

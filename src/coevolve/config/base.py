@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError
 from coevolve.errors import ConfigError
 from coevolve.rl.learner import LearnerConfig
 from coevolve.schema import Strict
+from coevolve.skill.config import SkillWorldConfig
 
 
 class ModelConfig(Strict):
@@ -27,7 +28,8 @@ class ModelConfig(Strict):
     )
     toy_steps: int = Field(600, ge=1, description="Pretraining steps of the toy base model (600: partial competence).")
     toy_seed: int = Field(0, description="Seed of the toy base model's pretraining.")
-    toy_cache: str | None = Field(None, description="Cache folder for the toy base (default $COEVOLVE_CACHE or ~/.cache/coevolve).")
+    toy_cache: str | None = Field(None, description="Cache folder for the built-in bases, toy and skill (default "
+                                  "$COEVOLVE_CACHE or ~/.cache/coevolve, the skill base under skill/).")
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N'.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="'auto' = bf16 on GPU, fp32 on CPU.")
     chat_template: bool = Field(False, description="Wrap prompts with the tokenizer's chat template (instruct / chat "
@@ -37,7 +39,8 @@ class ModelConfig(Strict):
 
 
 class DataConfig(Strict):
-    source: str = Field("toy", description="'toy' (the built-in arithmetic world) or a JSONL / JSONL.gz file of labelled questions.")
+    source: str = Field("toy", description="'toy' (the built-in arithmetic world), 'skill' (the built-in skill world "
+                        "with injected deficits: data.skill) or a JSONL / JSONL.gz file of labelled questions.")
     question_key: str = Field("question", description="Field holding the question text in JSONL rows.")
     answer_key: str = Field("answer", description="Field holding the reference answer in JSONL rows.")
     on_error: Literal["raise", "skip"] = Field(
@@ -50,6 +53,7 @@ class DataConfig(Strict):
     toy_seed: int = Field(0, description="Seed of the toy world's fixed labelled set (data.limit); not run.seed, so "
                           "runs of different recipes and seeds are paired on the same labels.")
     toy_levels: list[int] = Field(default_factory=lambda: [1, 2, 3, 4], description="Toy levels to draw problems from.")
+    skill: SkillWorldConfig = Field(default_factory=SkillWorldConfig, description="The skill world (data.source=skill).")
     exclude_heldout: bool = Field(
         True, description="Drop generated questions that are evaluation items (the toy held-out set), so no "
         "training question is a test question.")
@@ -365,13 +369,14 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_toy_model(path: str | Path) -> bool:
-    """A toy base model folder (``toy_build.json``) or a checkpoint of a toy-world run."""
+    """A toy or skill base model folder (``toy_build.json`` / ``skill_build.json``) or a checkpoint of a
+    run in one of those worlds (not a real model: no real-model preset, no real budgets)."""
     p = Path(path)
-    if (p / "toy_build.json").is_file():
+    if (p / "toy_build.json").is_file() or (p / "skill_build.json").is_file():
         return True
     meta = p / "coevolve.json"
     try:
-        return meta.is_file() and yaml.safe_load(meta.read_text(encoding="utf-8")).get("world") == "toy"
+        return meta.is_file() and yaml.safe_load(meta.read_text(encoding="utf-8")).get("world") in ("toy", "skill")
     except (yaml.YAMLError, AttributeError, OSError):
         return False
 

@@ -263,6 +263,8 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("bbeh_mini", "bbeh", "general", folder="bbeh",
                   files=("mini.jsonl", "mini.jsonl.gz"), group_key="task", answer_tokens=1000),
         Benchmark("toy", "toy", "toy", group_key="level", answer_tokens=40),
+        Benchmark("skill", "toy", "toy", group_key="focus", answer_tokens=60,
+                  note="the skill world's held-out strata (data.source=skill)"),
     )
 }
 
@@ -274,6 +276,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh",
     ),
     "toy": ("toy",),
+    "skill": ("skill",),
 }
 
 
@@ -331,6 +334,11 @@ def load_tasks(bench: Benchmark | str, data_dir: Path | None = None,
     b = BENCHMARKS[bench] if isinstance(bench, str) else bench
     if limit is not None and limit < 0:
         raise ConfigError(f"limit must be >= 0, got {limit}")
+    if b.name == "skill":  # the skill world's held-out strata (the world sizes them: data.skill.heldout_per_stratum)
+        from coevolve.skill.world import heldout_tasks as skill_heldout
+
+        tasks = skill_heldout()
+        return tasks if limit is None else tasks[:limit]
     if b.kind == "toy":  # the toy world's held-out set (the toy world itself sizes it: eval.heldout_size)
         from coevolve.toy import heldout_tasks
 

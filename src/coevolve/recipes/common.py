@@ -141,7 +141,7 @@ def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader) -> Setup:
     run.metrics.attach(make_trackers(cfg.run.trackers, run.path, run.metrics.count(), run_id=run_tracker_id(run),
                                      name=run.path.name, project=cfg.run.wandb_project, mode=cfg.run.wandb_mode,
                                      config=cfg.model_dump(mode="json")))
-    base = base_model_path(cfg.model, run.say)
+    base = base_model_path(cfg.model, run.say, cfg.data)
     return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base)
 
 
@@ -158,7 +158,8 @@ def phase_eval(s: Setup, solver: Role, phase: Phase) -> PhaseRecord:
             samples=e.samples, max_new_tokens=e.max_new_tokens, seed=derive_seed(s.cfg.run.seed, "eval"),
             limit=e.limit, data_dir=Path(e.data_dir) if e.data_dir else None, bench_tasks=s.world.bench_tasks,
             out_dir=ctx.dir / "eval", progress=s.cfg.run.progress)
-        scores = {b: {k: r[k] for k in ("greedy", "sampled", "n", "score", "metric")} for b, r in res["benchmarks"].items()}
+        scores = {b: {k: r[k] for k in ("greedy", "sampled", "n", "score", "metric", "by_group")}
+                  for b, r in res["benchmarks"].items()}
         ctx.log({f"eval/{b}/{k}": v for b, r in scores.items() for k, v in r.items()
                  if k in ("greedy", "sampled") and v is not None})
         ctx.say(f"[eval] {ctx.phase.key}: " + "; ".join(
@@ -225,7 +226,7 @@ def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Summary and the run report (``report/``: plots and report.md), the last step of a recipe."""
     from coevolve.eval.report import write_report
 
-    summary = write_summary(s.run, extra)
+    summary = write_summary(s.run, {**(extra or {}), **s.world.run_summary(s.run.path)})
     s.run.metrics.close()
     s.run.say(f"[report] {write_report(s.run.path)}")
     return summary
