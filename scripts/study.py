@@ -177,12 +177,28 @@ def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[st
     return out_md
 
 
+DEFAULT_MD = ROOT / "docs" / "results" / "study.md"
+
+
+def write_skill_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[str], notes: list[str]) -> Path:
+    """skill_study.json in ``out`` and the skill study's markdown at ``out_md``."""
+    from coevolve.eval import skill_study
+
+    results, missing = st.read_results(cells)
+    md, data = skill_study.render(results, missing, setting, notes)
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    out_md.write_text(md, encoding="utf-8")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "skill_study.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return out_md
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", type=Path, default=ROOT / "configs",
                     help="folder with grpo.yaml, d2evo.yaml, diagevo.yaml, rzero.yaml")
     ap.add_argument("--out", type=Path, required=True, help="study folder: OUT/<variant>/seed<k>, study.json")
-    ap.add_argument("--out-md", type=Path, default=ROOT / "docs" / "results" / "study.md")
+    ap.add_argument("--out-md", type=Path, default=DEFAULT_MD)
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated run.seed values")
     ap.add_argument("--only", default="", help="comma-separated variants (see coevolve.eval.study.VARIANTS)")
     ap.add_argument("--methods", default="", help="comma-separated methods: each with all its ablations")
@@ -198,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                          "whose resolved config it equals (checked with `coevolve config`)")
     ap.add_argument("--adopt-ignore", action="append", default=[],
                     help="a dotted config field that may differ for --adopt (said in the report)")
+    ap.add_argument("--declaration", choices=("toy_scarce", "skill"), default="toy_scarce",
+                    help="which claims the report judges: the toy_scarce study's (study.md) or the skill world's "
+                         "declared claims per stratum (coevolve.eval.skill_study; --out-md defaults to skill_study.md)")
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     a = ap.parse_args(argv)
     try:
@@ -235,8 +254,12 @@ def main(argv: list[str] | None = None) -> int:
                f"- overrides on every run: `{' '.join(spec['overrides']) or '(none)'}`",
                *([f"- coevolve source of the runs: `{spec['src']}`"] if spec.get("src") != str(ROOT / "src") else []),
                f"- seeds: {' '.join(map(str, a.seeds))}; variants: {', '.join(v.name for v in variants)}"]
-    md = write_report(cells, a.out, a.out_md, setting,
-                      [*a.note, *spec.get("adopted", []), *(f"- failed: {f}" for f in failures)])
+    notes = [*a.note, *spec.get("adopted", []), *(f"- failed: {f}" for f in failures)]
+    if a.declaration == "skill":
+        md = write_skill_report(cells, a.out, a.out_md if a.out_md != DEFAULT_MD else a.out_md.with_name("skill_study.md"),
+                                setting, notes)
+    else:
+        md = write_report(cells, a.out, a.out_md, setting, notes)
     log(f"wrote {md} and {a.out / 'study.json'}")
     return 1 if failures else 0
 

@@ -89,6 +89,16 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in [
          "ours: no error memory (free exploration, no diagnosis)"),
     _abl("diagevo", "llm_diagnoser", ["diagnoser.kind=llm"], "+1 math from 4B to 235B diagnoser"),
     _abl("diagevo", "rzero_reward", ["challenger.reward.kind=rzero"], "ours: R-Zero's challenger reward"),
+    # the skill world's positive controls and label-budget axis (coevolve.eval.skill_study; preset configs/skill,
+    # whose labelled set is L = 256: data.limit overrides give grpo 4L and 16L)
+    Variant("control.uniform", "grpo", "grpo.yaml", ("data.limit=null",), None,
+            "ours: fresh gold draws, every skill (positive control)"),
+    Variant("control.targeted", "grpo", "grpo.yaml", ("data.limit=null", "data.skill.focus=[sub,mul,div]"), None,
+            "ours: fresh gold draws of the deficient skills only (positive control)"),
+    Variant("control.random_anchors", "d2evo", "d2evo.yaml", ("questioner=false", "anchor_selection=random"), None,
+            "ours: gold anchors drawn at random, no questioner (positive control; its pair is d2evo.no_questioner)"),
+    Variant("grpo.4L", "grpo", "grpo.yaml", ("data.limit=1024",), None, "ours: GRPO with 4L labels"),
+    Variant("grpo.16L", "grpo", "grpo.yaml", ("data.limit=4096",), None, "ours: GRPO with 16L labels"),
 ]}
 """Every variant the study knows, main methods first; ablations are named ``method.short``."""
 
@@ -490,9 +500,11 @@ class CellResult:
     wall_seconds: float | None
     oracle_agreement: dict[str, float] = field(default_factory=dict)
     curriculum: dict[str, float] = field(default_factory=dict)
+    path: Path | None = field(default=None, compare=False)
+    world: dict[str, Any] = field(default_factory=dict, compare=False)  # summary.json's world section (skill world)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "compute": self.compute.to_dict()}
+        return {**asdict(self), "compute": self.compute.to_dict(), "path": None if self.path is None else str(self.path)}
 
 
 ORACLE_FILTERS = ("none", "absolute", "dual", "kept")
@@ -529,7 +541,7 @@ def read_cell(variant: str, seed: int, path: Path) -> CellResult:
     curriculum = {k: v for k in CURRICULUM_KEYS if (v := _round_mean(rounds, (k,))) is not None}
     return CellResult(variant, seed, bench, int(f.get("n") or 0), float(f["greedy"]), f.get("sampled"),
                       base.get("greedy"), _compute_at_final_eval(Path(path), s), s.get("wall_seconds"), oracle,
-                      curriculum)
+                      curriculum, Path(path), s.get("skill_world") or {})
 
 
 def _compute_at_final_eval(path: Path, summary: dict[str, Any]) -> Compute:

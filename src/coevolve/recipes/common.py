@@ -153,11 +153,18 @@ def phase_eval(s: Setup, solver: Role, phase: Phase) -> PhaseRecord:
     e = s.cfg.eval
 
     def fn(ctx: PhaseContext) -> PhaseResult:
-        res = evaluate_suite(
-            solver.sampler, s.world.prompter, e.benches or list(s.world.default_benches), grader=s.grader,
-            samples=e.samples, max_new_tokens=e.max_new_tokens, seed=derive_seed(s.cfg.run.seed, "eval"),
-            limit=e.limit, data_dir=Path(e.data_dir) if e.data_dir else None, bench_tasks=s.world.bench_tasks,
-            out_dir=ctx.dir / "eval", progress=s.cfg.run.progress)
+        cache = base_eval_cache(s, phase)
+        res = load_cached_eval(cache, ctx.dir / "eval") if cache is not None else None
+        if res is not None:
+            ctx.say(f"[eval] {ctx.phase.key}: the built-in base's evaluation with these settings, from {cache}")
+        else:
+            res = evaluate_suite(
+                solver.sampler, s.world.prompter, e.benches or list(s.world.default_benches), grader=s.grader,
+                samples=e.samples, max_new_tokens=e.max_new_tokens, seed=derive_seed(s.cfg.run.seed, "eval"),
+                limit=e.limit, data_dir=Path(e.data_dir) if e.data_dir else None, bench_tasks=s.world.bench_tasks,
+                out_dir=ctx.dir / "eval", progress=s.cfg.run.progress)
+            if cache is not None:
+                save_cached_eval(ctx.dir / "eval", cache)
         scores = {b: {k: r[k] for k in ("greedy", "sampled", "n", "score", "metric", "by_group")}
                   for b, r in res["benchmarks"].items()}
         ctx.log({f"eval/{b}/{k}": v for b, r in scores.items() for k, v in r.items()
@@ -168,6 +175,54 @@ def phase_eval(s: Setup, solver: Role, phase: Phase) -> PhaseRecord:
         return PhaseResult({"eval": scores}, rollouts=res["rollouts"])
 
     return s.run.phase(phase, fn)
+
+
+def base_eval_cache(s: Setup, phase: Phase) -> Path | None:
+    """Where the base evaluation of a built-in base (toy or skill, ``model.path`` unset) is kept
+    for every run that evaluates it identically: same base folder, world, eval settings, eval seed,
+    engine and threads. Why: every run of a study starts from the same cached base, and its base
+    evaluation (thousands of held-out items, greedy and sampled) would be recomputed bit for bit
+    by each of them. None for a real model and for every later evaluation."""
+    if phase.stage != "base" or s.cfg.model.path is not None:
+        return None
+    import hashlib
+    import json
+
+    cfg = s.cfg
+    key = {"world": s.world.name, "eval": cfg.eval.model_dump(mode="json", exclude={"every_round"}),
+           "seed": derive_seed(cfg.run.seed, "eval"), "engine": cfg.engine.kind, "dtype": cfg.model.dtype,
+           "device": cfg.model.device, "threads": cfg.run.threads,
+           "data": cfg.data.skill.model_dump(mode="json") if s.world.name == "skill" else cfg.data.exclude_heldout}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return s.base / "eval_cache" / digest
+
+
+def load_cached_eval(cache: Path, out_dir: Path) -> dict[str, Any] | None:
+    """The cached ``results.json`` (its files copied into ``out_dir``), None on a miss."""
+    import json
+
+    if not (cache / "results.json").is_file():
+        return None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for f in cache.iterdir():
+        shutil.copyfile(f, out_dir / f.name)
+    return json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
+
+
+def save_cached_eval(src: Path, cache: Path) -> None:
+    """Copy an evaluation folder into the cache, whole or not at all (staging folder + rename; a
+    concurrent writer of the same entry wrote the same files)."""
+    staging = cache.with_name(f".{cache.name}{TMP_SUFFIX}-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, staging)
+        if not cache.exists():
+            os.replace(staging, cache)
+    except OSError:
+        pass  # a read-only cache folder: the run is unaffected, the next one evaluates again
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def eval_due(cfg: RecipeConfig, t: int, rounds: int) -> bool:
