@@ -17,7 +17,7 @@ Statistics (pure functions, tested against slow references in ``tests/test_study
 
 Why seeds and not the held-out set's binomial error as the yardstick: two runs on the same
 held-out set share its sampling error, and the seed-to-seed spread (init of sampling, order of
-batches) is what separates two methods' runs (issue 15: sd ≈ 0.006 against a binomial se of
+batches) is what separates two methods' runs (toy_scarce: sd ≈ 0.006 against a binomial se of
 ≈ 0.021 for N = 500).
 """
 
@@ -627,7 +627,7 @@ class Separation:
     """The best and the worst main method by mean accuracy on ``metric``, their paired difference on
     the common seeds, ``ratio`` = mean paired difference / its standard error, and
     ``ratio_unpaired`` = (mean_best - mean_worst) / sqrt(se_best² + se_worst²) with each method's own
-    seed standard error (issue 15's acceptance: the setting separates methods when > 3)."""
+    seed standard error (the quotable one: seeds pair nothing between recipes)."""
 
     best: str
     worst: str
@@ -669,18 +669,18 @@ def claims() -> list[Claim]:
     """The directions METHODS.md claims, each as a paired comparison."""
     out = [
         Claim("D²Evo beats the R-Zero-style baseline", "d2evo", "rzero", "51.35 vs 46.91 (4B math)"),
-        Claim("D²Evo beats full-label GRPO with a fraction of the labels", "d2evo", "grpo",
-              "51.35 (0.1K labels) vs 49.28 (19K)"),
+        Claim("D²Evo beats GRPO on the same labelled set (the preset's labels: a fraction only where grpo gets more)",
+              "d2evo", "grpo", "51.35 (0.1K labels) vs 49.28 (19K)"),
         Claim("DiagEvo beats the R-Zero-style baseline", "diagevo", "rzero", "72.3 vs 67.8 (8B math)"),
     ]
     for v in VARIANTS.values():
         if v.reference and not v.paper.startswith(("ours", "-", "+")):
             out.append(Claim(f"ablation {v.name} lowers accuracy", v.reference, v.name, f"{v.paper}"))
     out += [
-        Claim("the dual filter raises pseudo-label accuracy over no filter", "dual", "none",
-              "no filter 69.4 vs 72.3; oracle agreement 65% -> 75%", "oracle"),
-        Claim("the dual filter raises pseudo-label accuracy over the absolute filter alone", "dual", "absolute",
-              "absolute only 70.9 vs 72.3", "oracle"),
+        Claim("the dual filter raises pseudo-label accuracy over no filter (label precision)", "dual", "none",
+              "no filter 69.4 vs 72.3", "oracle"),
+        Claim("the dual filter raises pseudo-label accuracy over the absolute filter alone (label precision)", "dual",
+              "absolute", "absolute only 70.9 vs 72.3; oracle agreement 72% -> 75%", "oracle"),
         Claim("memory-guided targeting beats free exploration", "diagevo", "diagevo.explore_only", "72.3 vs 69.5"),
         Claim("memory-guided targeting beats no memory at all", "diagevo", "diagevo.no_memory", "(R-Zero has none)"),
         Claim("same-node stitching beats random pairs", "diagevo", "diagevo.random_pair", "+1.0"),
@@ -784,7 +784,7 @@ def render_markdown(stats: Sequence[VariantStats], verdicts: Sequence[ClaimResul
         L += [f"Separation of the main methods on {sp.metric} accuracy: best {sp.best} - worst {sp.worst} = "
               f"{_ci(sp.diff, signed=True)} over {sp.diff.n} paired seeds, paired se {_f(sp.diff.se, 4)}: "
               f"{_f(sp.ratio, 1)} standard errors; unpaired (each method's own seed se): "
-              f"{_f(sp.ratio_unpaired, 1)} (issue 15 asks for > 3).", ""]
+              f"{_f(sp.ratio_unpaired, 1)} (quote the unpaired figure: seeds pair nothing between recipes).", ""]
     if abl:
         L += ["## Ablations (Δ vs the full method: negative = the ablation lowers accuracy)", "", *rows(abl), ""]
     orc = [s for s in stats if s.oracle_agreement]

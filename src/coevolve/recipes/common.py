@@ -192,7 +192,9 @@ def base_eval_cache(s: Setup, phase: Phase) -> Path | None:
     key = {"world": s.world.name, "eval": cfg.eval.model_dump(mode="json", exclude={"every_round"}),
            "seed": derive_seed(cfg.run.seed, "eval"), "engine": cfg.engine.kind, "dtype": cfg.model.dtype,
            "device": cfg.model.device, "threads": cfg.run.threads,
-           "data": cfg.data.skill.model_dump(mode="json") if s.world.name == "skill" else cfg.data.exclude_heldout}
+           "data": (cfg.data.skill.model_dump(mode="json", include={"deficits", "base_steps", "base_seed",
+                                                                     "heldout_per_stratum"})
+                    if s.world.name == "skill" else cfg.data.exclude_heldout)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return s.base / "eval_cache" / digest
 
