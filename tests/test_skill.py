@@ -109,6 +109,8 @@ def test_heldout_strata_are_balanced_distinct_and_focal():
             assert p.features["deficits"] == [] and p.features["focus"] in p.features["exercised"]
     assert counts == {(s, d): (25 if d == 1 else 100) for s in sw.SKILLS for d in sw.DEPTHS}
     assert sw.heldout_problems() is hs  # memoised: one object per (size, seed, profile)
+    small = sw.heldout_problems(40)  # a smaller eval set is part of the default one (outside pretraining)
+    assert len(small) == 1190 and {p.question for p in small} <= {p.question for p in hs}
 
 
 def test_labelled_sets_are_nested_outside_the_heldout_set_and_u_shaped():
@@ -152,7 +154,7 @@ def test_explain_divergence_names_the_bug_the_slip_and_the_working_causes():
     good = _completion(q)
     assert sc.explain_divergence(q, good, good) is None
     d = sc.explain_divergence(q, _completion(q, [True, False, False]), good)
-    assert (d.step, d.cause_id, d.skill, d.bad_step) == (0, "sub_bug", "sub", "93-27=76")
+    assert (d.step, d.cause_id, d.skill, d.bad_step) == (0, "sub_bug", "column subtraction with borrowing", "93-27=76")
     slip = "<think>93-27=65 ~65=56 56*3=168</think>\\boxed{168}"
     assert sc.explain_divergence(q, slip, good).cause_id == "sub_slip"
     assert sc.explain_divergence(q, "<think>93-72=21 ~21=12 12*3=36</think>\\boxed{36}", good).cause_id == "misread"

@@ -440,3 +440,74 @@ def test_seeds_for_power_is_the_first_seed_count_that_reaches_the_target():
     n = st.seeds_for_power(0.02, 0.012)
     assert n is not None and st.power(0.02, 0.012, n) >= 0.8 > st.power(0.02, 0.012, n - 1)
     assert st.seeds_for_power(0.01, 0.01, item_var=4e-5) is None  # the item term alone hides it
+
+
+# ----------------------------------------------------------------------------------------------
+# the skill-world study: judged from fixture run folders with per-item records
+
+
+def _skill_run(path: Path, rng, p_item, seed: int, memory=None) -> Path:
+    """A finished skill-world run folder: state.json with base and final eval phases, summary.json,
+    and the final evaluation's per-item records (item j correct with probability p_item(item))."""
+    from coevolve.run.state import STATE_FORMAT
+    from coevolve.skill.world import heldout_tasks
+
+    items = []
+    for t in heldout_tasks(4):  # 4 per stratum: 119 items
+        p = p_item(t)
+        s = [rng.random() < p for _ in range(4)]
+        items.append({"id": t.id, "question": t.question, "gold": t.answer, "group": t.features["focus"],
+                      "correct": rng.random() < p, "sampled_correct": s, "sampled_acc": sum(s) / 4})
+    path.mkdir(parents=True)
+    phases = [{"key": "base/eval", "name": "eval", "round": None, "stage": "base"},
+              {"key": "01/eval", "name": "eval", "round": 1, "stage": ""}]
+    (path / "state.json").write_text(json.dumps({"format": STATE_FORMAT, "status": "finished", "phases": phases}))
+    (path / "round_01" / "eval").mkdir(parents=True)
+    (path / "round_01" / "eval" / "items_skill.jsonl").write_text("\n".join(json.dumps(r) for r in items))
+    g = sum(r["correct"] for r in items) / len(items)
+    sm = sum(r["sampled_acc"] for r in items) / len(items)
+    (path / "summary.json").write_text(json.dumps({
+        "eval": {"base": {"skill": {"greedy": 0.3, "n": len(items)}},
+                 "final": {"skill": {"greedy": g, "sampled": sm, "n": len(items)}}},
+        "rounds": [], "compute": {"train": {"rollouts": 100, "labels": 5}}, "wall_seconds": 60.0,
+        "skill_world": {"memory": memory} if memory else {}}))
+    return path
+
+
+def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
+    import random
+
+    from coevolve.eval import skill_study as ss
+    from coevolve.skill.world import DEFICITS
+
+    rng = random.Random(0)
+    deficient = set(DEFICITS.deficient)
+    # targeted practice lifts the deficient skills a lot, uniform a little; clean skills equal
+    arms = {"control.targeted": 0.35, "control.uniform": 0.0}
+    cells = []
+    for seed in range(3):
+        for v, lift in arms.items():
+            def p(t, lift=lift, seed=seed):
+                return min(1.0, 0.4 + lift + 0.01 * seed) if t.features["focus"] in deficient else 0.8
+            cell_path = _skill_run(tmp_path / v / f"seed{seed}", rng, p, seed)
+            cells.append(st.read_cell(v, seed, cell_path))
+    mem = {"causes": 3, "precision": 0.5, "precision_failures": 0.7, "recall_soft": 1.0, "recall": 0.67,
+           "found": {"sub_bug": "active"}, "top": [["sub_bug", 9]]}
+    cells.append(st.read_cell("diagevo", 0, _skill_run(tmp_path / "diagevo" / "seed0", rng, lambda t: 0.5, 0, mem)))
+    verdicts = {v.claim.key: v for v in ss.judge(cells)}
+    c1 = verdicts["C1"]
+    assert c1.diff.kind == "welch" and c1.n_items == 4 * 3 * 4 + 3  # the deficient strata: 3 skills x (1 + 4 x 4)
+    assert c1.diff.mean == pytest.approx(c1.mean_better - c1.mean_worse) and c1.diff.mean > 0.25
+    assert c1.diff.se_item > 0 and c1.verdict == "reproduced" and c1.p_holm is not None
+    assert verdicts["C2"].verdict == "not run" and verdicts["M1"].verdict == "not run"
+    # the item term: the same runs judged on every item have the clean items too (a smaller mean lift)
+    d_all, *_ = ss.compare(cells, "control.targeted", "control.uniform", "all", "sampled", "welch")
+    assert 0 < d_all.mean < c1.diff.mean
+    plan = {r.claim: r for r in ss.power_plan(cells)}
+    assert plan["B2"].control == "C1" and plan["B2"].effect == pytest.approx(c1.diff.mean / 2)
+    assert plan["B2"].seeds is not None and plan["B2"].alpha == pytest.approx(0.05 / 14)
+    assert plan["A4"].seeds is None  # its control (C2) did not run
+    md, data = ss.render(cells, ["x seed1: not run"], ["- preset: test"])
+    assert "## Declared claims" in md and "| C1 |" in md and "**reproduced**" in md
+    assert "## The error memory against the injected deficits" in md and "sub_bug: active" in md
+    assert data["verdicts"][0]["claim"]["key"] == "C1" and json.dumps(data)

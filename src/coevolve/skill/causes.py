@@ -42,13 +42,18 @@ from coevolve.toy.causes import Divergence
 
 @dataclass(frozen=True)
 class SkillCause:
-    """A transferable cause (no numbers of any question in its text) and the skill node it files
-    under (the primitive's name, or ``working``)."""
+    """A transferable cause (no numbers of any question in its text), the primitive it belongs to
+    (``skill``: a key of ``PRIMITIVES``, or ``working``) and the skill-node name the diagnosis
+    files it under (``node``: words, so the memory's embedder tells the nodes apart)."""
 
     id: str
     text: str
     skill: str
     kind: str  # "bug" | "slip" | "working"
+
+    @property
+    def node(self) -> str:
+        return NODE_NAMES[self.skill]
 
 
 _BUG_TEXT = {
@@ -69,6 +74,10 @@ _SLIP_TEXT = {
     "max": "picked the wrong number as the larger",
     "dsum": "wrong digit sum",
 }
+NODE_NAMES = {"add": "column addition", "sub": "column subtraction with borrowing",
+              "mul": "multiplying with carries", "div": "long division with remainders",
+              "rev": "reversing the digits of a number", "max": "comparing two numbers",
+              "dsum": "summing the digits of a number", "working": "following the working step by step"}
 _WORKING = {
     "misread": "used a wrong number from the question",
     "wrong_input": "started a step from a wrong intermediate result",
@@ -213,7 +222,7 @@ def explain_divergence(question: str, bad: str, good: str) -> Divergence | None:
 
     def div(i: int, cid: str) -> Divergence:
         cause = CAUSES[cid]
-        return Divergence(step=i, cause_id=cid, cause=cause.text, skill=cause.skill,
+        return Divergence(step=i, cause_id=cid, cause=cause.text, skill=cause.node,
                           bad_step=bsteps[i] if i < len(bsteps) else "",
                           good_step=gsteps[i] if i < len(gsteps) else (correct[i] if i < len(correct) else ""))
 

@@ -514,16 +514,21 @@ def stratum_size(per_stratum: int, depth: int) -> int:
     return max(1, per_stratum // 4) if depth == 1 else per_stratum
 
 
+HELDOUT_DEFAULT = 100
+"""``per_stratum`` of the held-out set kept out of the base's pretraining (2,975 questions)."""
+
+
 @functools.lru_cache(maxsize=4)
-def _heldout(per_stratum: int, seed: int, profile: DeficitProfile) -> tuple[SkillProblem, ...]:
-    # memo of a pure function of its arguments (not shared mutable state)
+def _heldout(per_stratum: int, seed: int, profile: DeficitProfile) -> tuple[tuple[SkillProblem, ...], ...]:
+    # memo of a pure function of its arguments (not shared mutable state); one tuple per stratum
     rng = random.Random(seed)
-    out: list[SkillProblem] = []
+    out: list[tuple[SkillProblem, ...]] = []
     seen: set[str] = set()
     for s in strata(profile):
         for d in DEPTHS:
-            k, misses = 0, 0
-            while k < stratum_size(per_stratum, d):
+            got: list[SkillProblem] = []
+            misses = 0
+            while len(got) < stratum_size(per_stratum, d):
                 p = draw_focal(rng, s, d, profile)
                 if p.question in seen:
                     misses += 1
@@ -532,29 +537,36 @@ def _heldout(per_stratum: int, seed: int, profile: DeficitProfile) -> tuple[Skil
                                         f"{stratum_size(per_stratum, d)} distinct questions; lower per_stratum")
                     continue
                 seen.add(p.question)
-                out.append(p)
-                k += 1
+                got.append(p)
+            out.append(tuple(got))
     return tuple(out)
 
 
 HELDOUT_SEED = 4321
 
 
-def heldout_problems(per_stratum: int = 100, seed: int = HELDOUT_SEED, profile: DeficitProfile = DEFICITS
+@functools.lru_cache(maxsize=8)
+def heldout_problems(per_stratum: int = HELDOUT_DEFAULT, seed: int = HELDOUT_SEED, profile: DeficitProfile = DEFICITS
                      ) -> tuple[SkillProblem, ...]:
     """The held-out set: ``stratum_size`` distinct questions for every (focal skill, depth), i.e.
-    7 × (4 + 1/4) × ``per_stratum`` (2,975 by default), fixed by ``seed``; never trained on."""
+    7 × (4 + 1/4) × ``per_stratum`` (2,975 by default), fixed by ``seed``; never trained on.
+
+    A smaller set is the first questions of each stratum of the default one, so it stays outside
+    the base's pretraining (a larger one holds the default set and more, which the base may have
+    seen: only the default set is excluded)."""
     if not 1 <= per_stratum <= 1000:
         raise DataError(f"held-out per_stratum={per_stratum} must be in [1, 1000]")
-    return _heldout(per_stratum, seed, profile)
+    full = _heldout(max(per_stratum, HELDOUT_DEFAULT), seed, profile)
+    return tuple(p for group in full for p in group[: stratum_size(per_stratum, group[0].depth)])
 
 
-def heldout_tasks(per_stratum: int = 100, seed: int = HELDOUT_SEED, profile: DeficitProfile = DEFICITS) -> list[Task]:
+def heldout_tasks(per_stratum: int = HELDOUT_DEFAULT, seed: int = HELDOUT_SEED, profile: DeficitProfile = DEFICITS
+                  ) -> list[Task]:
     return [p.to_task("skill-heldout") for p in heldout_problems(per_stratum, seed, profile)]
 
 
 @functools.lru_cache(maxsize=4)
-def heldout_questions(per_stratum: int = 100, seed: int = HELDOUT_SEED, profile: DeficitProfile = DEFICITS
+def heldout_questions(per_stratum: int = HELDOUT_DEFAULT, seed: int = HELDOUT_SEED, profile: DeficitProfile = DEFICITS
                       ) -> frozenset[str]:
     return frozenset(p.question for p in heldout_problems(per_stratum, seed, profile))
 

@@ -16,6 +16,7 @@ from coevolve.skill.causes import CAUSES, cause_by_text, explain_divergence, inj
 from coevolve.skill.prompts import SkillPrompter
 from coevolve.skill.world import (
     DEFICITS,
+    HELDOUT_DEFAULT,
     SKILLS,
     DeficitProfile,
     draw_strata,
@@ -96,7 +97,9 @@ class SkillWorld:
     def excluded(self) -> frozenset[str]:
         if not self.exclude_heldout:
             return frozenset()
-        return frozenset(normalize_question(q) for q in heldout_questions(self.per_stratum, profile=self.profile))
+        # the default set (the base never saw it) and, for a larger eval set, the rest of it too
+        return frozenset(normalize_question(q) for q in heldout_questions(max(self.per_stratum, HELDOUT_DEFAULT),
+                                                                          profile=self.profile))
 
     def oracle(self, question: str) -> str | None:
         return oracle(question)
