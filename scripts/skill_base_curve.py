@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "src"))
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from coevolve.skill.pretrain import build_skill_base, measure
+    from coevolve.skill.pretrain import BUILD_FILE, build_skill_base, measure
     from coevolve.skill.world import DEFICITS
     from coevolve.toy.tokenizer import build_tokenizer
 
@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
             d = a.out / f"ckpt-{done:05d}"
             model.save_pretrained(d)
             tok.save_pretrained(d)
+            # the marker of a skill base (a run can use the checkpoint as model.path with data.source=skill)
+            (d / BUILD_FILE).write_text(json.dumps({"world": "skill", "steps": done, "seed": a.seed,
+                                                    "profile": DEFICITS.to_dict(), "checkpoint_of": str(a.out)}))
             print(f"saved {d}", flush=True)
 
     if not a.measure_only:

@@ -18,7 +18,7 @@ class SkillWorldConfig(Strict):
         description="Injected bug rate per skill in the base's pretraining traces (skills not named are clean): the "
         "ground truth runs are scored against. Default: two soft deficits (sub, mul at 0.35: the majority stays "
         "right) and one hard one (div at 0.7: the majority is wrong). A new profile builds a new base.")
-    base_steps: int = Field(1500, ge=1, description="Pretraining steps of the skill base (one schedule for every length, "
+    base_steps: int = Field(1800, ge=1, description="Pretraining steps of the skill base (one schedule for every length, "
                             "coevolve.skill.pretrain.lr_factor; the step count is chosen in docs/results/skill_world.md).")
     base_seed: int = Field(0, description="Seed of the skill base's pretraining.")
     heldout_per_stratum: int = Field(

@@ -274,7 +274,7 @@ def measure(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, profile: Defi
 # build + cache
 
 
-def build_skill_base(out_dir: Path, steps: int = 1500, seed: int = 0, profile: DeficitProfile = DEFICITS,
+def build_skill_base(out_dir: Path, steps: int = 1800, seed: int = 0, profile: DeficitProfile = DEFICITS,
                      batch_size: int = 128, lr: float = 2e-3, mix: SkillMix = SkillMix(), progress: bool = True,
                      *, measure_per_stratum: int = 20, measure_samples: int = 8,
                      on_step: Callable[[int, Qwen3ForCausalLM], None] | None = None) -> Path:
@@ -321,7 +321,7 @@ def skill_base_dir(cache_dir: Path | None, steps: int, seed: int, profile: Defic
     return root / f"base-w{WORLD_VERSION}-{profile.key()}-steps{steps}-seed{seed}"
 
 
-def ensure_skill_base(cache_dir: Path | None = None, steps: int = 1500, seed: int = 0,
+def ensure_skill_base(cache_dir: Path | None = None, steps: int = 1800, seed: int = 0,
                       profile: DeficitProfile = DEFICITS) -> Path:
     """Path of the cached skill base for (world version, profile, steps, seed); built once when
     missing (atomic, locked: ``coevolve.toy.pretrain.build_cached``)."""
