@@ -52,10 +52,11 @@ the soft deficits are bug *rates* below one half, which greedy decoding hides by
 (the base's greedy answer follows the majority procedure); docs/results/skill_world.md measures
 both. Greedy is reported beside every verdict."""
 
-FRONTIER: tuple[str, ...] = ()
-"""The ``skill@depth`` strata just below D²Evo's band at the base (sampled accuracy 0.15-0.4 in
-the base profile of docs/results/skill_world.md): where a difficulty-aware curriculum should move
-the frontier. Set from that measurement before the study's runs."""
+FRONTIER: tuple[str, ...] = ("sub@5", "mul@1", "mul@3", "mul@4", "div@2")
+"""The ``skill@depth`` strata just below D²Evo's band at the base: sampled accuracy in [0.15, 0.45)
+in the base's evaluation on the preset's 1,190 held-out items (seed 0's eval draw; 170 items),
+where a difficulty-aware curriculum should move the frontier. Fixed from that measurement before
+any run of the anchors control or of a method (docs/results/skill_world.md)."""
 
 ALPHA = 0.05
 
