@@ -227,7 +227,6 @@ def judge(results: Sequence[CellResult], claims: Sequence[DeclaredClaim] = CLAIM
         d, ma, mb, n = compare(results, c.better, c.worse, c.stratum, c.metric, c.comparison, frontier)
         d2, _, _, _ = compare(results, c.better, c.worse, c.stratum, other, c.comparison, frontier)
         rows.append(Verdict(c, d, d2, ma, mb, n_items=n))
-    out = []
     for fam in dict.fromkeys(c.family for c in claims):
         idx = [i for i, r in enumerate(rows) if r.claim.family == fam]
         adj = holm([rows[i].diff.p for i in idx])
