@@ -266,3 +266,247 @@ def test_adopt_copies_a_matching_finished_run_and_refuses_others(tmp_path):
     lines = mod.adopt_runs(cells, [wrong], ROOT / "configs", [], ROOT / "src", ["data.limit"],
                            lambda m: None, resolve=lambda c, *a: resolved[c.seed])
     assert "apart from data.limit" in lines[0] and st.cell_status(cells[0].path) == "finished"
+
+
+# ----------------------------------------------------------------------------------------------
+# Welch / paired differences with the item term, Holm, power: each against a slow reference
+
+
+def _slow_t_cdf(t: float, df: int) -> float:
+    """P(T <= t) from the Simpson integral of the density (the references above)."""
+    h = _slow_cdf_abs(abs(t), df) / 2 if t else 0.0
+    return 0.5 + h if t >= 0 else 0.5 - h
+
+
+def _slow_welch(a, b, item_var=0.0, n_items=0):
+    """Welch's interval written out term by term, the t quantile found by scanning the slow cdf."""
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+    terms = [(va, len(a) - 1), (vb, len(b) - 1)] + ([(item_var, n_items - 1)] if item_var else [])
+    var = sum(v for v, _ in terms)
+    df = var ** 2 / sum(v * v / d for v, d in terms)
+    k = int(math.floor(df + 1e-9))
+    lo, hi = 0.0, 50.0
+    while hi - lo > 1e-9:  # bisection on the integrated density
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _slow_cdf_abs(mid, k, 4000) < 0.95 else (lo, mid)
+    se = math.sqrt(var)
+    t = (ma - mb) / se
+    return ma - mb, se, df, (ma - mb - lo * se, ma - mb + lo * se), 2 * (1 - _slow_t_cdf(abs(t), k))
+
+
+@pytest.mark.parametrize("item_var,n_items", [(0.0, 0), (4e-5, 3000)])
+def test_welch_difference_against_a_term_by_term_reference(item_var, n_items):
+    a, b = [0.612, 0.598, 0.631, 0.605], [0.571, 0.590, 0.566]
+    d = st.welch_difference(a, b, item_var, n_items)
+    mean, se, df, (lo, hi), p = _slow_welch(a, b, item_var, n_items)
+    assert (d.kind, d.n, d.n_items) == ("welch", 3, n_items)
+    assert d.mean == pytest.approx(mean) and d.se == pytest.approx(se) and d.df == pytest.approx(df)
+    assert (d.low, d.high) == (pytest.approx(lo, abs=2e-6), pytest.approx(hi, abs=2e-6))
+    assert d.p == pytest.approx(p, abs=1e-6)
+    assert d.se_item == pytest.approx(math.sqrt(item_var)) and d.se_seed ** 2 + d.se_item ** 2 == pytest.approx(se ** 2)
+    if item_var:  # a larger se, but a well-estimated term also raises df (the t quantile falls)
+        plain = st.welch_difference(a, b)
+        assert d.se > plain.se and d.df > plain.df
+
+
+def test_welch_against_scipy_when_df_is_an_integer():
+    from scipy import stats
+
+    a, b = [0.61, 0.59, 0.64], [0.55, 0.57, 0.50]  # different sds: df is not an integer in general
+    d = st.welch_difference(a, b)
+    ref = stats.ttest_ind(a, b, equal_var=False)
+    assert d.mean / d.se == pytest.approx(ref.statistic)
+    # ours floors the df (conservative): the p-value is at least scipy's non-integer-df one
+    assert d.p >= ref.pvalue - 1e-12
+    assert d.p == pytest.approx(2 * stats.t.sf(abs(ref.statistic), math.floor(d.df)), abs=1e-9)
+
+
+def test_paired_items_difference_is_the_t_interval_of_the_pairs_plus_the_item_term():
+    a, b = {0: 0.61, 1: 0.58, 2: 0.60, 9: 0.1}, {0: 0.59, 1: 0.57, 2: 0.575}
+    d = st.paired_items_difference(a, b)
+    ref = st.t_interval([0.61 - 0.59, 0.58 - 0.57, 0.60 - 0.575])
+    assert (d.kind, d.n, d.se_item) == ("paired", 3, 0.0)
+    assert (d.mean, d.low, d.high) == (pytest.approx(ref.mean), pytest.approx(ref.low), pytest.approx(ref.high))
+    wide = st.paired_items_difference(a, b, item_var=1e-4, n_items=500)
+    assert wide.se == pytest.approx(math.sqrt(ref.se ** 2 + 1e-4)) and wide.low < d.low
+    assert st.paired_items_difference({0: 0.5}, {0: 0.4}).low is None  # one pair: no interval
+    assert st.welch_difference([0.5], [0.4, 0.41]).low is None
+
+
+def _slow_item_variance(a, b, paired):
+    n_items = len(a[0])
+    deltas, noise = [], []
+    for j in range(n_items):
+        if paired:
+            ds = [ra[j] - rb[j] for ra, rb in zip(a, b)]
+            deltas.append(statistics.fmean(ds))
+            noise.append(statistics.variance(ds) / len(ds))
+        else:
+            xa, xb = [r[j] for r in a], [r[j] for r in b]
+            deltas.append(statistics.fmean(xa) - statistics.fmean(xb))
+            noise.append(statistics.variance(xa) / len(xa) + statistics.variance(xb) / len(xb))
+    return max(0.0, statistics.variance(deltas) - statistics.fmean(noise)) / n_items
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_item_variance_against_loops(paired):
+    import random
+
+    rng = random.Random(3)
+    a = [[float(rng.random() < 0.6 + 0.3 * (j % 3 == 0)) for j in range(40)] for _ in range(3)]
+    b = [[float(rng.random() < 0.5) for j in range(40)] for _ in range(3)]
+    assert st.item_variance(a, b, paired) == pytest.approx(_slow_item_variance(a, b, paired))
+    with pytest.raises(st.StudyError):
+        st.item_variance(a, [r[:10] for r in b])
+
+
+def test_item_variance_recovers_a_known_item_spread():
+    """Simulated runs: item j's true difference δ_j ~ N(0.05, 0.1²), plus per-run noise sd 0.3 on
+    every item; the estimator's mean over replications is 0.1²/N (the noise removed), the raw
+    variance of the observed differences would be several times larger."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n_items, seeds, est = 400, 3, []
+    for _ in range(60):
+        delta = rng.normal(0.05, 0.1, n_items)
+        base = rng.normal(0.5, 0.2, n_items)
+        a = (base + delta + rng.normal(0, 0.3, (seeds, n_items))).tolist()
+        b = (base + rng.normal(0, 0.3, (seeds, n_items))).tolist()
+        est.append(st.item_variance(a, b) * n_items)
+    assert float(np.mean(est)) == pytest.approx(0.01, rel=0.15)
+
+
+def _holm_rejects(ps, alpha):
+    """The definition: order the p-values; reject H_(1..k) for the largest k with p_(i) <= α/(m-i+1) for every i <= k."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    m, out = len(ps), set()
+    for rank, i in enumerate(order):
+        if ps[i] <= alpha / (m - rank):
+            out.add(i)
+        else:
+            break
+    return out
+
+
+def test_holm_adjusted_p_values_reject_what_the_step_down_definition_rejects():
+    import random
+
+    rng = random.Random(5)
+    for _ in range(200):
+        ps = [rng.random() ** 3 for _ in range(rng.randint(1, 9))]
+        adj = st.holm(ps)
+        assert all(x >= p for x, p in zip(adj, ps)) and all(x <= 1 for x in adj)
+        for alpha in (0.01, 0.05, 0.1):
+            assert {i for i, x in enumerate(adj) if x <= alpha} == _holm_rejects(ps, alpha)
+    assert st.holm([0.01, None, 0.04]) == [pytest.approx(0.02), None, pytest.approx(0.04)]
+
+
+@pytest.mark.parametrize("effect,sd,n,item_var,paired", [(0.02, 0.012, 3, 0.0, False), (0.02, 0.012, 5, 2e-5, False),
+                                                          (0.015, 0.01, 4, 1e-5, True)])
+def test_power_against_simulated_tests(effect, sd, n, item_var, paired):
+    """The analytic power against the rejection rate of the same level-0.05 test on simulated
+    runs (normal seed noise, a normal item shift shared by the arms' comparison)."""
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    sims, rejected = 4000, 0
+    for _ in range(sims):
+        shift = rng.normal(0, math.sqrt(item_var)) if item_var else 0.0
+        if paired:
+            d = effect + shift + rng.normal(0, sd, n)
+            res = st.paired_items_difference(dict(enumerate(d)), dict.fromkeys(range(n), 0.0), item_var, 10**6)
+        else:
+            a, b = effect + shift + rng.normal(0, sd, n), rng.normal(0, sd, n)
+            res = st.welch_difference(list(a), list(b), item_var, 10**6)
+        rejected += res.p < 0.05
+    assert st.power(effect, sd, n, item_var, paired=paired) == pytest.approx(rejected / sims, abs=0.025)
+
+
+def test_power_tends_to_the_normal_approximation_with_many_seeds():
+    from statistics import NormalDist
+
+    z = NormalDist()
+    effect, sd, n, item_var = 0.01, 0.02, 40, 1e-5
+    se = math.sqrt(2 * sd * sd / n + item_var)
+    approx = z.cdf(effect / se - z.inv_cdf(0.975))
+    assert st.power(effect, sd, n, item_var) == pytest.approx(approx, abs=0.02)
+
+
+def test_seeds_for_power_is_the_first_seed_count_that_reaches_the_target():
+    n = st.seeds_for_power(0.02, 0.012)
+    assert n is not None and st.power(0.02, 0.012, n) >= 0.8 > st.power(0.02, 0.012, n - 1)
+    assert st.seeds_for_power(0.01, 0.01, item_var=4e-5) is None  # the item term alone hides it
+
+
+# ----------------------------------------------------------------------------------------------
+# the skill-world study: judged from fixture run folders with per-item records
+
+
+def _skill_run(path: Path, rng, p_item, seed: int, memory=None) -> Path:
+    """A finished skill-world run folder: state.json with base and final eval phases, summary.json,
+    and the final evaluation's per-item records (item j correct with probability p_item(item))."""
+    from coevolve.run.state import STATE_FORMAT
+    from coevolve.skill.world import heldout_tasks
+
+    items = []
+    for t in heldout_tasks(4):  # 4 per stratum: 119 items
+        p = p_item(t)
+        s = [rng.random() < p for _ in range(4)]
+        items.append({"id": t.id, "question": t.question, "gold": t.answer, "group": t.features["focus"],
+                      "correct": rng.random() < p, "sampled_correct": s, "sampled_acc": sum(s) / 4})
+    path.mkdir(parents=True)
+    phases = [{"key": "base/eval", "name": "eval", "round": None, "stage": "base"},
+              {"key": "01/eval", "name": "eval", "round": 1, "stage": ""}]
+    (path / "state.json").write_text(json.dumps({"format": STATE_FORMAT, "status": "finished", "phases": phases}))
+    (path / "round_01" / "eval").mkdir(parents=True)
+    (path / "round_01" / "eval" / "items_skill.jsonl").write_text("\n".join(json.dumps(r) for r in items))
+    g = sum(r["correct"] for r in items) / len(items)
+    sm = sum(r["sampled_acc"] for r in items) / len(items)
+    (path / "summary.json").write_text(json.dumps({
+        "eval": {"base": {"skill": {"greedy": 0.3, "n": len(items)}},
+                 "final": {"skill": {"greedy": g, "sampled": sm, "n": len(items)}}},
+        "rounds": [], "compute": {"train": {"rollouts": 100, "labels": 5}}, "wall_seconds": 60.0,
+        "skill_world": {"memory": memory} if memory else {}}))
+    return path
+
+
+def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
+    import random
+
+    from coevolve.eval import skill_study as ss
+    from coevolve.skill.world import DEFICITS
+
+    rng = random.Random(0)
+    deficient = set(DEFICITS.deficient)
+    # targeted practice lifts the deficient skills a lot, uniform a little; clean skills equal
+    arms = {"control.targeted": 0.35, "control.uniform": 0.0}
+    cells = []
+    for seed in range(3):
+        for v, lift in arms.items():
+            def p(t, lift=lift, seed=seed):
+                return min(1.0, 0.4 + lift + 0.01 * seed) if t.features["focus"] in deficient else 0.8
+            cell_path = _skill_run(tmp_path / v / f"seed{seed}", rng, p, seed)
+            cells.append(st.read_cell(v, seed, cell_path))
+    mem = {"causes": 3, "precision": 0.5, "precision_failures": 0.7, "recall_soft": 1.0, "recall": 0.67,
+           "found": {"sub_bug": "active"}, "top": [["sub_bug", 9]]}
+    cells.append(st.read_cell("diagevo", 0, _skill_run(tmp_path / "diagevo" / "seed0", rng, lambda t: 0.5, 0, mem)))
+    verdicts = {v.claim.key: v for v in ss.judge(cells)}
+    c1 = verdicts["C1"]
+    assert c1.diff.kind == "welch" and c1.n_items == 4 * 3 * 4 + 3  # the deficient strata: 3 skills x (1 + 4 x 4)
+    assert c1.diff.mean == pytest.approx(c1.mean_better - c1.mean_worse) and c1.diff.mean > 0.25
+    assert c1.diff.se_item > 0 and c1.verdict == "reproduced" and c1.p_holm is not None
+    assert verdicts["C2"].verdict == "not run" and verdicts["M1"].verdict == "not run"
+    # the item term: the same runs judged on every item have the clean items too (a smaller mean lift)
+    d_all, *_ = ss.compare(cells, "control.targeted", "control.uniform", "all", "sampled", "welch")
+    assert 0 < d_all.mean < c1.diff.mean
+    plan = {r.claim: r for r in ss.power_plan(cells)}
+    assert plan["B2"].control == "C1" and plan["B2"].effect == pytest.approx(c1.diff.mean / 2)
+    assert plan["B2"].seeds is not None and plan["B2"].alpha == pytest.approx(0.05 / 14)
+    assert plan["A4"].seeds is None  # its control (C2) did not run
+    md, data = ss.render(cells, ["x seed1: not run"], ["- preset: test"])
+    assert "## Declared claims" in md and "| C1 |" in md and "**reproduced**" in md
+    assert "## The error memory against the injected deficits" in md and "sub_bug: active" in md
+    assert data["verdicts"][0]["claim"]["key"] == "C1" and json.dumps(data)

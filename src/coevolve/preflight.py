@@ -112,11 +112,11 @@ MIN_REAL_QUESTION_TOKENS = 64
 
 def evaluated_benches(cfg: RecipeConfig) -> list[Any]:
     """The benchmarks the run will evaluate: ``eval.benches``, or the world's default (toy for the
-    toy model, arith for ``data.source=arith``, math7 for another real model)."""
+    toy model, arith / skill for those worlds, math7 for another real model)."""
     from coevolve.eval.benchmarks import resolve_benches
 
     real = cfg.model.path is not None and not is_toy_model(cfg.model.path)
-    default = ["arith"] if cfg.data.source == "arith" else ["math7"] if real else ["toy"]
+    default = ([cfg.data.source] if cfg.data.source in ("arith", "skill") else ["math7"] if real else ["toy"])
     return resolve_benches(cfg.eval.benches or default)
 
 

@@ -19,6 +19,7 @@ from coevolve.errors import ConfigError
 from coevolve.prompts.spec import PromptsConfig
 from coevolve.rl.learner import LearnerConfig
 from coevolve.schema import ModelPath, Strict
+from coevolve.skill.config import SkillWorldConfig
 
 
 DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
@@ -36,7 +37,8 @@ class ModelConfig(Strict):
     )
     toy_steps: int = Field(600, ge=1, description="Pretraining steps of the toy base model (600: partial competence).")
     toy_seed: int = Field(0, description="Seed of the toy base model's pretraining.")
-    toy_cache: str | None = Field(None, description="Cache folder for the toy base (default $COEVOLVE_CACHE or ~/.cache/coevolve).")
+    toy_cache: str | None = Field(None, description="Cache folder for the built-in bases, toy and skill (default "
+                                  "$COEVOLVE_CACHE or ~/.cache/coevolve, the skill base under skill/).")
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N', 'mps'.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="'auto' = bf16 on GPU, fp32 on CPU.")
     chat_template: bool = Field(False, description="Wrap prompts with the tokenizer's chat template (instruct / chat "
@@ -58,7 +60,7 @@ class DataConfig(Strict):
     source: str = Field(
         "toy", description="Where labelled questions come from: 'toy' (the built-in arithmetic world of the toy model), "
         "'arith' (arithmetic in natural language for real models: seeded, with an oracle and a held-out benchmark "
-        "'arith'), or labelled questions: a JSONL / JSONL.gz, JSON, CSV or Parquet file, a `datasets` folder "
+        "'arith'), 'skill' (the built-in skill world with injected deficits: data.skill), or labelled questions: a JSONL / JSONL.gz, JSON, CSV or Parquet file, a `datasets` folder "
         "(save_to_disk), or a Hub dataset id (openai/gsm8k) read from the local Hugging Face cache first "
         "(coevolve.data.sources). `coevolve data SOURCE` shows what a run reads.")
     question_key: str = Field("question", description="Field holding the question (dotted for a nested field); a field "
@@ -85,6 +87,7 @@ class DataConfig(Strict):
     levels: list[int] | None = Field(
         None, description="Difficulty levels a generated world draws problems from (toy: 1-4; arith: 1-4, see "
         "coevolve.world.arith; formerly data.toy_levels). None = all of the world's levels.")
+    skill: SkillWorldConfig = Field(default_factory=SkillWorldConfig, description="The skill world (data.source=skill).")
     exclude_heldout: bool = Field(
         True, description="Drop generated questions that are evaluation items (the held-out set), so no "
         "training question is a test question.")
@@ -556,13 +559,14 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_toy_model(path: str | Path) -> bool:
-    """A toy base model folder (``toy_build.json``) or a checkpoint of a toy-world run."""
+    """A toy or skill base model folder (``toy_build.json`` / ``skill_build.json``) or a checkpoint of a
+    run in one of those worlds (not a real model: no real-model preset, no real budgets)."""
     p = Path(path)
-    if (p / "toy_build.json").is_file():
+    if (p / "toy_build.json").is_file() or (p / "skill_build.json").is_file():
         return True
     meta = p / "coevolve.json"
     try:
-        return meta.is_file() and yaml.safe_load(meta.read_text(encoding="utf-8")).get("world") == "toy"
+        return meta.is_file() and yaml.safe_load(meta.read_text(encoding="utf-8")).get("world") in ("toy", "skill")
     except (yaml.YAMLError, AttributeError, OSError):
         return False
 

@@ -49,7 +49,7 @@ ANSWER_NAMES = ("answer", "solution", "ground_truth", "reward_model.ground_truth
                 "expected_answer", "label")
 """Field names other datasets use, offered in the message when the configured key is missing."""
 
-GENERATED = ("toy", "arith")
+GENERATED = ("toy", "arith", "skill")
 """``data.source`` values that name a generated world, not a file."""
 
 

@@ -271,6 +271,8 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("toy", "toy", "toy", group_key="level", answer_tokens=40, generator="coevolve.toy:heldout_tasks"),
         Benchmark("arith", "math", "arith", group_key="level", answer_tokens=40,
                   generator="coevolve.world.arith:heldout_tasks"),
+        Benchmark("skill", "toy", "toy", group_key="focus", answer_tokens=60, generator="coevolve.skill.world:heldout_tasks",
+                  note="the skill world's held-out strata (data.source=skill)"),
     )
 }
 
@@ -283,6 +285,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "toy": ("toy",),
     "arith": ("arith",),
+    "skill": ("skill",),
 }
 
 

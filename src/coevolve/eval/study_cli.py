@@ -180,6 +180,19 @@ def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[st
     return out_md
 
 
+def write_skill_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[str], notes: list[str]) -> Path:
+    """skill_study.json in ``out`` and the skill study's markdown at ``out_md``."""
+    from coevolve.eval import skill_study
+
+    results, missing = st.read_results(cells)
+    md, data = skill_study.render(results, missing, setting, notes)
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    out_md.write_text(md, encoding="utf-8")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "skill_study.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return out_md
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="coevolve study", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -202,9 +215,12 @@ def main(argv: list[str] | None = None) -> int:
                          "whose resolved config it equals (checked with `coevolve config`)")
     ap.add_argument("--adopt-ignore", action="append", default=[],
                     help="a dotted config field that may differ for --adopt (said in the report)")
+    ap.add_argument("--declaration", choices=("toy_scarce", "skill"), default="toy_scarce",
+                    help="which claims the report judges: the toy_scarce study's (study.md) or the skill world's "
+                         "declared claims per stratum (coevolve.eval.skill_study; --out-md defaults to OUT/skill_study.md)")
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     a = ap.parse_args(argv)
-    a.out_md = a.out_md or a.out / "study.md"
+    a.out_md = a.out_md or a.out / ("skill_study.md" if a.declaration == "skill" else "study.md")
     try:
         variants = st.select_variants(a.only.split(","), a.methods.split(","))
     except st.StudyError as e:
@@ -240,8 +256,11 @@ def main(argv: list[str] | None = None) -> int:
                f"- overrides on every run: `{' '.join(spec['overrides']) or '(none)'}`",
                *([f"- coevolve source of the runs: `{spec['src']}`"] if spec.get("src") != str(SRC) else []),
                f"- seeds: {' '.join(map(str, a.seeds))}; variants: {', '.join(v.name for v in variants)}"]
-    md = write_report(cells, a.out, a.out_md, setting,
-                      [*a.note, *spec.get("adopted", []), *(f"- failed: {f}" for f in failures)])
+    notes = [*a.note, *spec.get("adopted", []), *(f"- failed: {f}" for f in failures)]
+    if a.declaration == "skill":
+        md = write_skill_report(cells, a.out, a.out_md, setting, notes)
+    else:
+        md = write_report(cells, a.out, a.out_md, setting, notes)
     log(f"wrote {md} and {a.out / 'study.json'}")
     return 1 if failures else 0
 

@@ -120,7 +120,7 @@ class Setup:
 def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader, engine: Engine) -> Setup:
     """The parts of a run opened and bound by ``recipes.open_run``: the base model folder (the
     toy base built once when the config names none) and the world it implies."""
-    base = base_model_path(cfg.model, run.say)
+    base = base_model_path(cfg.model, run.say, cfg.data)
     return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base, engine,
                  make_trainer(cfg, engine, grader))
 
@@ -133,12 +133,20 @@ def phase_eval(p: Any, phase: Phase) -> PhaseRecord:
     s, solver, e = p.s, p.solver, p.s.cfg.eval
 
     def fn(ctx: PhaseContext) -> PhaseResult:
-        res = evaluate_suite(
-            solver.sampler, s.world.prompter, e.benches or list(s.world.default_benches), grader=s.grader,
-            samples=e.samples, max_new_tokens=e.max_new_tokens, seed=derive_seed(s.cfg.run.seed, "eval"),
-            limit=e.limit, data_dir=Path(e.data_dir) if e.data_dir else None, bench_tasks=s.world.bench_tasks,
-            out_dir=ctx.dir / "eval", progress=s.cfg.run.progress)
-        scores = {b: {k: r[k] for k in ("greedy", "sampled", "n", "score", "metric")} for b, r in res["benchmarks"].items()}
+        cache = base_eval_cache(s, phase)
+        res = load_cached_eval(cache, ctx.dir / "eval") if cache is not None else None
+        if res is not None:
+            ctx.say(f"[eval] {ctx.phase.key}: the built-in base's evaluation with these settings, from {cache}")
+        else:
+            res = evaluate_suite(
+                solver.sampler, s.world.prompter, e.benches or list(s.world.default_benches), grader=s.grader,
+                samples=e.samples, max_new_tokens=e.max_new_tokens, seed=derive_seed(s.cfg.run.seed, "eval"),
+                limit=e.limit, data_dir=Path(e.data_dir) if e.data_dir else None, bench_tasks=s.world.bench_tasks,
+                out_dir=ctx.dir / "eval", progress=s.cfg.run.progress)
+            if cache is not None:
+                save_cached_eval(ctx.dir / "eval", cache)
+        scores = {b: {k: r[k] for k in ("greedy", "sampled", "n", "score", "metric", "by_group")}
+                  for b, r in res["benchmarks"].items()}
         ctx.log({f"eval/{b}/{k}": v for b, r in scores.items() for k, v in r.items()
                  if k in ("greedy", "sampled") and v is not None})
         ctx.say(f"[eval] {ctx.phase.key}: " + "; ".join(
@@ -209,6 +217,56 @@ def place_roles(roles: dict[str, Role], uses: tuple[str, ...]) -> None:
             role.offload(weights=True)
 
 
+def base_eval_cache(s: Setup, phase: Phase) -> Path | None:
+    """Where the base evaluation of a built-in base (toy or skill, ``model.path`` unset) is kept
+    for every run that evaluates it identically: same base folder, world, eval settings, eval seed,
+    engine and threads. Why: every run of a study starts from the same cached base, and its base
+    evaluation (thousands of held-out items, greedy and sampled) would be recomputed bit for bit
+    by each of them. None for a real model and for every later evaluation."""
+    if phase.stage != "base" or s.cfg.model.path is not None:
+        return None
+    import hashlib
+    import json
+
+    cfg = s.cfg
+    key = {"world": s.world.name, "eval": cfg.eval.model_dump(mode="json", exclude={"every_round"}),
+           "seed": derive_seed(cfg.run.seed, "eval"), "engine": cfg.engine.kind, "dtype": cfg.model.dtype,
+           "device": cfg.model.device, "threads": cfg.run.threads,
+           "data": (cfg.data.skill.model_dump(mode="json", include={"deficits", "base_steps", "base_seed",
+                                                                     "heldout_per_stratum"})
+                    if s.world.name == "skill" else cfg.data.exclude_heldout)}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return s.base / "eval_cache" / digest
+
+
+def load_cached_eval(cache: Path, out_dir: Path) -> dict[str, Any] | None:
+    """The cached ``results.json`` (its files copied into ``out_dir``), None on a miss."""
+    import json
+
+    if not (cache / "results.json").is_file():
+        return None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for f in cache.iterdir():
+        shutil.copyfile(f, out_dir / f.name)
+    return json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
+
+
+def save_cached_eval(src: Path, cache: Path) -> None:
+    """Copy an evaluation folder into the cache, whole or not at all (staging folder + rename; a
+    concurrent writer of the same entry wrote the same files)."""
+    staging = cache.with_name(f".{cache.name}{TMP_SUFFIX}-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, staging)
+        if not cache.exists():
+            os.replace(staging, cache)
+    except OSError:
+        pass  # a read-only cache folder: the run is unaffected, the next one evaluates again
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """``summary.json`` from the phase records: ``ok`` / ``problems`` (phases that should have
     trained and did not), evaluations (base, per round, final), one row of scalar figures per
@@ -260,7 +318,7 @@ def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Summary and the run report (``report/``: plots and report.md), the last step of a recipe."""
     from coevolve.eval.report import write_report
 
-    summary = write_summary(s.run, extra)
+    summary = write_summary(s.run, {**(extra or {}), **s.world.run_summary(s.run.path)})
     s.run.metrics.close()
     s.run.say(f"[report] {write_report(s.run.path)}")
     return summary

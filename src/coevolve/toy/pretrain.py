@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
@@ -164,26 +164,35 @@ def pretrain(
     progress: bool = True,
     betas: tuple[float, float] = (0.9, 0.95),
     weight_decay: float = 0.0,
+    example: Callable[[random.Random], tuple[str, str, str]] | None = None,
+    desc: str = "toy pretrain",
+    lr_factor: Callable[[int], float] | None = None,
+    on_step: Callable[[int, Qwen3ForCausalLM], None] | None = None,
 ) -> list[float]:
     """Supervised completion-only pretraining; AdamW, linear warm-up then linear decay to 0.
     Budgeted in steps (not seconds) so the result does not depend on machine load.
-    Returns the per-step loss."""
+    ``example(rng) -> (kind, prompt, completion)`` draws one example (default: the toy world's
+    mix, ``sample_example``; the skill world passes its own). ``lr_factor(step)`` multiplies ``lr``
+    (default: warm-up then linear decay to 0 at ``steps``); ``on_step(done, model)`` is called
+    after every step (checkpoints of a long run). Returns the per-step loss."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    banned = heldout_questions()
+    if example is None:
+        banned = heldout_questions()
+        example = lambda r: sample_example(r, mix, banned)  # noqa: E731
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup)))
-    )
+    if lr_factor is None:
+        lr_factor = lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup)))  # noqa: E731
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     model.train()
     losses: list[float] = []
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=steps, desc="toy pretrain", unit="step")
-    for _ in range(steps):
-        batch = [_encode(tok, *sample_example(rng, mix, banned)[1:]) for _ in range(batch_size)]
+        bar = tqdm(total=steps, desc=desc, unit="step")
+    for done in range(1, steps + 1):
+        batch = [_encode(tok, *example(rng)[1:]) for _ in range(batch_size)]
         n_tok = sum(len(ids) - n_p for ids, n_p in batch)
         opt.zero_grad(set_to_none=True)
         total = 0.0
@@ -202,6 +211,8 @@ def pretrain(
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{total:.3f}")
+        if on_step is not None:
+            on_step(done, model)
     if bar is not None:
         bar.close()
     model.eval()
@@ -417,29 +428,42 @@ def _is_built(d: Path) -> bool:
 
 
 def ensure_base(cache_dir: Path | None = None, steps: int = 600, seed: int = 0) -> Path:
-    """Path of the cached base for (steps, seed, world version); builds it once when missing.
+    """Path of the cached base for (steps, seed, world version); builds it once when missing
+    (``build_cached``)."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return build_cached(root / f"base-w{WORLD_VERSION}-steps{steps}-seed{seed}",
+                        lambda tmp: build_base(tmp, steps=steps, seed=seed, progress=True))
+
+
+def build_cached(target: Path, build: Callable[[Path], Any], built_marker: str = "toy_build.json") -> Path:
+    """``target`` once it holds a built model (``built_marker``, config and tokenizer); else
+    ``build(tmp)`` writes one into a temporary sibling folder that is renamed into place.
 
     Atomic and safe when several processes ask at once: an exclusive file lock serialises the
     builders, the model is built in a temporary folder and renamed into place, so a reader never
     sees a half-written model.
     """
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = root / f"base-w{WORLD_VERSION}-steps{steps}-seed{seed}"
-    if _is_built(target):
+    target = Path(target)
+    root = target.parent
+
+    def built(d: Path) -> bool:
+        return (d / built_marker).is_file() and (d / "config.json").is_file() and (d / "tokenizer.json").is_file()
+
+    if built(target):
         return target
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ModelLoadError(f"cannot create toy cache folder {root}: {e}") from e
+        raise ModelLoadError(f"cannot create model cache folder {root}: {e}") from e
     with open(root / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if _is_built(target):
+            if built(target):
                 return target
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=root))
             try:
-                build_base(tmp, steps=steps, seed=seed, progress=True)
-                if target.exists():  # a broken leftover (no toy_build.json): replace it
+                build(tmp)
+                if target.exists():  # a broken leftover (no marker): replace it
                     shutil.rmtree(target)
                 os.rename(tmp, target)
             finally:
@@ -453,6 +477,7 @@ def ensure_base(cache_dir: Path | None = None, steps: int = 600, seed: int = 0) 
 __all__ = [
     "MixConfig",
     "build_base",
+    "build_cached",
     "build_model",
     "default_cache_dir",
     "ensure_base",

@@ -1,10 +1,13 @@
 """A ``World``: where a run's questions, prompts and ground truth come from.
 
-The recipes never ask "is this the toy world?": they ask the world. Two worlds exist:
+The recipes never ask "is this the toy world?": they ask the world. Three worlds exist:
 
 * ``ToyWorld`` — the built-in arithmetic world: fresh labelled problems on every draw, a fixed
   held-out set, an exact oracle for any question (so pseudo-label accuracy and target hits are
   measured, not estimated), rule-based diagnosis from step traces, char-level prompts;
+* ``SkillWorld`` — the built-in skill world (``data.source=skill``): chains of seven primitive
+  procedures, a base model with known, injected deficits, per-skill held-out strata, and the
+  run scored against that ground truth (``run_summary``);
 * ``RealWorld`` — a real model and a JSONL of labelled questions: no oracle, the benchmark
   registry for evaluation, the configured prompts, an LLM diagnoser;
 * ``ArithWorld`` — a real model on natural-language arithmetic (``data.source=arith``): fresh
@@ -25,7 +28,7 @@ from coevolve.types import Task
 
 
 class World(Protocol):
-    name: Literal["toy", "real", "arith"]
+    name: Literal["toy", "skill", "real", "arith"]
     prompter: Prompter
     default_benches: tuple[str, ...]
     default_diagnoser: Literal["trace", "llm"]
@@ -69,14 +72,29 @@ class World(Protocol):
         """The cause a perfect diagnoser would name for this (r-, r+) pair (toy world only)."""
         ...
 
+    def run_summary(self, run_dir: Path) -> dict[str, Any]:
+        """What the world can say about a finished run beyond accuracy ({} when nothing): the skill
+        world scores it against its injected deficits. Merged into summary.json."""
+        ...
 
-def base_model_path(model_cfg: Any, say: Callable[[str], None]) -> Path:
-    """The configured HF folder, or the toy base model (built once and cached)."""
+
+def base_model_path(model_cfg: Any, say: Callable[[str], None], data_cfg: Any = None) -> Path:
+    """The configured HF folder, or the built-in base of the world (``data.source``: the skill base
+    for ``skill``, else the toy base), built once and cached."""
     if model_cfg.path:
         return Path(model_cfg.path)
+    cache = Path(model_cfg.toy_cache) if model_cfg.toy_cache else None
+    if data_cfg is not None and data_cfg.source == "skill":
+        from coevolve.skill.pretrain import ensure_skill_base
+        from coevolve.skill.world import DeficitProfile
+
+        sk = data_cfg.skill
+        say(f"skill base model (deficits {sk.deficits}, steps={sk.base_steps}, seed={sk.base_seed}): building or "
+            "reusing the cache")
+        return ensure_skill_base(cache / "skill" if cache else None, steps=sk.base_steps, seed=sk.base_seed,
+                                 profile=DeficitProfile.of(sk.deficits))
     from coevolve.toy import ensure_base
 
-    cache = Path(model_cfg.toy_cache) if model_cfg.toy_cache else None
     say(f"toy base model (steps={model_cfg.toy_steps}, seed={model_cfg.toy_seed}): building or reusing the cache")
     return ensure_base(cache, steps=model_cfg.toy_steps, seed=model_cfg.toy_seed)
 
@@ -85,7 +103,12 @@ def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
     """The world a recipe config describes: the toy world when ``model.path`` is unset (fresh
     problems, a fixed set of ``data.limit`` of them, or a JSONL of toy problems as
     ``data.source``); for a real model the arith world (``data.source=arith``) or ``data.source``
-    as a JSONL file (or no labelled data for label-free recipes)."""
+    as a JSONL file (or no labelled data for label-free recipes). ``data.source=skill``
+    is the skill world whatever the model (its base, or a checkpoint of a skill run)."""
+    if cfg.data.source == "skill":
+        from coevolve.world.skill import SkillWorld
+
+        return SkillWorld.from_config(cfg, say)
     if cfg.model.path is None:
         from coevolve.world.real import load_labelled
         from coevolve.world.toy import ToyWorld
@@ -152,8 +175,8 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     if fmt > CHECKPOINT_META_FORMAT:
         raise ModelLoadError(f"{f}: format {fmt} was written by a newer coevolve (this one reads format "
                              f"{CHECKPOINT_META_FORMAT}); evaluate it with that version")
-    if "world" in meta and meta["world"] not in ("toy", "real", "arith"):
-        raise ModelLoadError(f"{f}: field 'world' must be 'toy', 'real' or 'arith', got {meta['world']!r}")
+    if "world" in meta and meta["world"] not in ("toy", "skill", "real", "arith"):
+        raise ModelLoadError(f"{f}: field 'world' must be 'toy', 'skill', 'real' or 'arith', got {meta['world']!r}")
     if "prompts" in meta:
         from pydantic import ValidationError
 
@@ -176,6 +199,10 @@ def world_of_model(path: str | Path, tokenizer: Any, chat_template: bool | None 
     default prompts (chat template off unless asked: base models continue plain text)."""
     p = Path(path)
     meta = read_checkpoint_meta(p)
+    if meta.get("world") == "skill" or (not meta and (p / "skill_build.json").is_file()):
+        from coevolve.world.skill import SkillWorld
+
+        return SkillWorld()
     if meta.get("world") == "toy" or (not meta and (p / "toy_build.json").is_file()):
         from coevolve.world.toy import ToyWorld
 

@@ -76,6 +76,9 @@ class RealWorld:
     def true_cause(self, question: str, bad: str, good: str) -> str | None:
         return None
 
+    def run_summary(self, run_dir: Path) -> dict[str, Any]:
+        return {}
+
 
 def labelled(tasks: list[Task]) -> list[Task]:
     if not tasks:

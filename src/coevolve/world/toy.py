@@ -104,3 +104,6 @@ class ToyWorld:
     def true_cause(self, question: str, bad: str, good: str) -> str | None:
         d = explain_divergence(question, bad, good)
         return None if d is None else d.cause
+
+    def run_summary(self, run_dir: Path) -> dict[str, Any]:
+        return {}
