@@ -88,8 +88,9 @@ def test_world_from_config(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("over,message", [
-    (["data.levels=[0]"], "data.levels must be a non-empty list"),
-    (["data.levels=[]"], "data.levels must be a non-empty list"),
+    (["data.levels=[0]"], "data.levels: must be a non-empty list"),
+    (["data.levels=[]"], "data.levels: must be a non-empty list"),
+    (["data.source=skill", "data.levels=[1]"], "data.levels: levels apply to the generated worlds toy and arith"),
 ])
 def test_bad_levels(over: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from coevolve.errors import ConfigError
 from coevolve.prompts.spec import PromptsConfig
@@ -92,17 +92,17 @@ class DataConfig(Strict):
         True, description="Drop generated questions that are evaluation items (the held-out set), so no "
         "training question is a test question.")
 
-    @model_validator(mode="after")
-    def _levels(self) -> "DataConfig":
-        if self.levels is not None:
-            known = {"toy": (1, 2, 3, 4), "arith": (1, 2, 3, 4)}.get(self.source)
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, levels: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        source = info.data.get("source", "toy")
+        if levels is not None:
+            known = {"toy": (1, 2, 3, 4), "arith": (1, 2, 3, 4)}.get(source)
             if known is None:
-                raise ValueError(f"data.levels applies to the generated worlds (toy, arith), not to data.source={self.source!r}")
-            bad = [x for x in self.levels if x not in known]
-            if not self.levels or bad:
-                raise ValueError(f"data.levels must be a non-empty list of {list(known)} for data.source={self.source}, "
-                                 f"got {self.levels}")
-        return self
+                raise ValueError(f"levels apply to the generated worlds toy and arith, not to data.source={source!r}")
+            if not levels or any(x not in known for x in levels):
+                raise ValueError(f"must be a non-empty list of {list(known)} for data.source={source}, got {levels}")
+        return levels
 
 
 class SamplingConfig(Strict):
