@@ -151,15 +151,17 @@ def test_diagevo_round_on_a_real_model(smollm2: Path, tmp_path: Path) -> None:
 
 def test_smollm2_learns_arith_with_grpo(smollm2: Path, tmp_path: Path) -> None:
     """A real LLM improves through coevolve: the shipped CPU preset (SmolLM2-135M-Instruct, the
-    arith world, two example turns in the solver prompt), shortened, with a higher learning rate.
-    The solver's mean reward over its last steps must exceed its first steps' (a reward that does
-    not move means the real-model path cannot learn: no boxed answers, no group variance, or an
-    update that does not reach the sampler)."""
+    arith world, two example turns in the solver prompt), shortened to 12 steps on a fixed set of
+    8 questions (``data.limit=8``: every step answers the same ones, so the reward measures what
+    the updates taught, not which questions were drawn), with a higher learning rate. The mean
+    reward over the last steps must exceed the first steps' (a reward that does not move means the
+    real-model path cannot learn: no boxed answers, no group variance, or an update that does not
+    reach the sampler)."""
     from coevolve.recipes import execute
 
     cfg = load_config("grpo", ROOT / "configs" / "smollm2" / "grpo.yaml", [
-        f"model.path={smollm2}", "solver.steps=12", "learner.lr=2e-5", "eval.limit=8", "eval.samples=0",
-        "run.progress=false", "run.threads=1"])
+        f"model.path={smollm2}", "data.limit=8", "solver.steps=12", "solver.prompts_per_step=8", "learner.lr=5e-5",
+        "eval.limit=8", "eval.samples=0", "run.progress=false", "run.threads=1"])
     execute(cfg, tmp_path / "run")
     steps = [r for r in Run.open(tmp_path / "run").read_jsonl("metrics.jsonl") if "solver/reward_mean" in r]
     rewards = [r["solver/reward_mean"] for r in steps]
