@@ -202,7 +202,7 @@ def test_report_only_renders_from_fixture_folders(tmp_path):
     text = md.read_text()
     d = st.t_interval([0.670 - 0.688, 0.660 - 0.678, 0.654 - 0.684])
     assert d.high < 0
-    row = next(line for line in text.splitlines() if "D²Evo beats full-label GRPO" in line)
+    row = next(line for line in text.splitlines() if "D²Evo beats GRPO on the same labelled set" in line)
     assert f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]" in row and "**not reproduced**" in row
     row = next(line for line in text.splitlines() if line.startswith("| D²Evo beats the R-Zero"))
     assert "**reproduced**" in row
@@ -506,6 +506,11 @@ def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     assert plan["B2"].control == "C1" and plan["B2"].effect == pytest.approx(c1.diff.mean / 2)
     assert plan["B2"].seeds is not None and plan["B2"].alpha == pytest.approx(0.05 / 14)
     assert plan["A4"].seeds is None  # its control (C2) did not run
+    rows = {line.split(" | ")[0].strip("| "): line for line in ss.power_table(list(plan.values()))}
+    assert rows["A4"].endswith("| - (control: < 2 seeds per arm) |")  # nothing to size from: not "unreachable"
+    assert rows["B2"].endswith(f"| {plan['B2'].seeds} |")
+    unreachable = ss.PowerRow("B2", "C1", 0.001, 0.05, 0.0, 0.0036, None)
+    assert ss.power_table([unreachable])[-1].endswith("| unreachable (> 50) |")
     md, data = ss.render(cells, ["x seed1: not run"], ["- preset: test"])
     assert "## Declared claims" in md and "| C1 |" in md and "**reproduced**" in md
     assert "## The error memory against the injected deficits" in md and "sub_bug: active" in md

@@ -77,10 +77,10 @@ class DeclaredClaim:
 
 CLAIMS: tuple[DeclaredClaim, ...] = (
     DeclaredClaim("C1", "targeted gold practice beats uniform gold practice on the deficient skills",
-                  "control.targeted", "control.uniform", "positive control (review §4.3 item 8)", "deficient",
+                  "control.targeted", "control.uniform", "positive control (ours)", "deficient",
                   "welch", "control"),
     DeclaredClaim("C2", "in-band gold anchors beat random gold anchors at the frontier",
-                  "d2evo.no_questioner", "control.random_anchors", "positive control (review §4.3 item 8)",
+                  "d2evo.no_questioner", "control.random_anchors", "positive control (ours)",
                   "frontier", "welch", "control"),
     DeclaredClaim("M1", "D²Evo beats GRPO on the same L labels", "d2evo", "grpo", "51.35 vs 49.28 (4B math)", "all",
                   "welch", "paper", control="C1"),
@@ -330,12 +330,20 @@ def verdict_table(verdicts: Sequence[Verdict]) -> list[str]:
     return L
 
 
+def _seeds_cell(r: PowerRow) -> str:
+    """A power row's seed count; without an effect or a seed sd (its control has fewer than two seeds
+    per arm) there is nothing to size from, which is not the same as an unreachable effect."""
+    if r.effect is None or r.sd is None:
+        return "- (control: < 2 seeds per arm)"
+    return str(r.seeds) if r.seeds is not None else "unreachable (> 50)"
+
+
 def power_table(rows: Sequence[PowerRow]) -> list[str]:
     L = ["| claim | control | effect of interest | seed sd | item se | level | seeds per arm (80 % power) |",
          "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         L.append(f"| {r.claim} | {r.control} | {_pm(r.effect, 4, False)} | {_pm(r.sd, 4, False)} | "
-                 f"{r.item_var ** 0.5:.4f} | {r.alpha:.4f} | {r.seeds if r.seeds is not None else 'unreachable (> 50)'} |")
+                 f"{r.item_var ** 0.5:.4f} | {r.alpha:.4f} | {_seeds_cell(r)} |")
     return L
 
 

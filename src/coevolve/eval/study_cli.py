@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         md = write_skill_report(cells, a.out, a.out_md, setting, notes)
     else:
         md = write_report(cells, a.out, a.out_md, setting, notes)
-    log(f"wrote {md} and {a.out / 'study.json'}")
+    log(f"wrote {md} and {a.out / ('skill_study.json' if a.declaration == 'skill' else 'study.json')}")
     return 1 if failures else 0
 
 
