@@ -94,6 +94,42 @@ def test_every_shipped_config_loads():
             assert all(isinstance(v, (list, dict)) for v in data.values()), f
 
 
+
+def _former_names(data: dict, cls: type, where: str = "") -> list[str]:
+    """The keys of ``data`` that are a field's former name (``RENAMED``) in section ``cls``."""
+    from pydantic import BaseModel
+
+    out = []
+    for key, value in data.items():
+        if key in getattr(cls, "RENAMED", {}):
+            out.append(f"{where}{key} (now {cls.RENAMED[key]})")
+        field = getattr(cls, "model_fields", {}).get(key)
+        ann = getattr(field, "annotation", None)
+        if isinstance(value, dict) and isinstance(ann, type) and issubclass(ann, BaseModel):
+            out += _former_names(value, ann, f"{where}{key}.")
+    return out
+
+
+def test_shipped_configs_name_every_field_as_it_is_named_now():
+    """A user reading a shipped preset meets each setting under its one name: former names
+    (``RENAMED``) and former places (``MOVED``) load for old files only."""
+    import yaml
+
+    def dotted(d: dict, where: str = "") -> list[str]:
+        return [k for key, v in d.items() for k in ([f"{where}{key}"] + (dotted(v, f"{where}{key}.") if isinstance(v, dict) else []))]
+
+    files = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs").glob("*/*.yaml"))
+    assert any(f.parent.name == "skill" for f in files)
+    classes = {r: type(load_config(r)) for r in RECIPES}
+    for f in files:
+        data = yaml.safe_load(f.read_text())
+        if not set(data) <= set(RecipeConfig.model_fields) | {"recipe"} | {k for c in classes.values() for k in c.model_fields}:
+            continue  # ablation grids: lists of overrides
+        for cls in ([classes[data["recipe"]]] if "recipe" in data else classes.values()):
+            assert _former_names(data, cls) == [], f
+        moved = [k for k in dotted(data) if k in RecipeConfig.MOVED]
+        assert moved == [], f
+
 def test_real_model_gets_the_real_preset_and_toy_does_not():
     real = load_config("d2evo", None, ["model.path=/models/Qwen3-4B-Base", "learner.lr=2e-6"])
     assert (real.sampling.max_new_tokens, real.eval.max_new_tokens, real.eval.samples) == (4096, 4096, -1)

@@ -281,7 +281,7 @@ def test_score_writer_batch_uses_the_configured_band_and_decay() -> None:
     script = {"x25": [box("1")] + [box(str(i)) for i in range(2, 5)], "x50": [box("1")] * 2 + [box("2"), box("3")],
               "x75": [box("1")] * 3 + [box("2")]}
     comps = [[Completion(f"<question>{q}</question>", [], []) for q in ("x25", "x50", "x75")]]
-    reward = WriterReward(solver_samples=4, band=Band(low=0.3, high=0.7), a=3.0)
+    reward = WriterReward(samples=4, band=Band(low=0.3, high=0.7), a=3.0)
     wb = C.score_writer_batch(comps, parse=FakePrompter().parse_question, scorer=FakeSampler(script),
                               prompter=FakePrompter(), reward=reward, grader=G, params=SamplingParams(seed=0),
                               batch_prompts=64, rep_tokenizer="char")

@@ -77,6 +77,18 @@ def test_second_writer_is_refused_and_a_killed_holder_is_taken_over(tmp_path):
         assert info["pid"] == os.getpid()
 
 
+
+def test_the_lock_is_not_re_entrant(tmp_path):
+    """A run is opened once (``recipes.open_run``): a second lock of the same folder, even by the
+    process that holds it, is refused, and the folder is free again once the first block ends."""
+    run = tmp_path / "run"
+    with run_lock(run, create=True):
+        with pytest.raises(RunLockedError, match=f"pid {os.getpid()} "):
+            with run_lock(run):
+                pass
+    with run_lock(run):
+        pass
+
 def test_two_takers_of_a_stale_lock_one_wins(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

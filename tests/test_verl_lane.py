@@ -2,7 +2,7 @@
 
 Skipped without verl; run in verl's environment (docs/verl.md, "Testing")::
 
-    /work/venv-verl/bin/python -m pytest -m verl tests/test_verl_lane.py
+    PYTHONPATH=src /opt/venv-verl/bin/python -m pytest -m verl tests/test_verl_lane.py
 
 What runs here: the generated overrides through verl's own Hydra composition and
 ``validate_config`` (and its actor / rollout dataclasses); ``coevolve.verl.reward`` called by
