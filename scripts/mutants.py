@@ -54,7 +54,7 @@ RUN = ("tests/test_run.py", "tests/test_run_files.py")
 SEEDS = ("tests/test_run.py", "tests/test_engine.py", "tests/test_curriculum.py", "tests/test_sequential.py")
 REWARD_WIRING = ("tests/test_rewards.py", "tests/test_config.py",
                  "tests/test_d2evo.py::test_config_defaults_are_the_papers",
-                 "tests/test_verl_backend.py::test_reward_module_equals_coevolve_rewards", "tests/test_loop.py")
+                 "tests/test_verl_backend.py::test_reward_module_equals_coevolve_rewards")
 
 
 @dataclass(frozen=True)
@@ -210,8 +210,8 @@ MUTANTS: list[Mutant] = [
       "seed = derive_seed(self.seed, phase.key)", "seed = derive_seed(self.seed, phase.name)", RUN),
     # ---- wiring outside the five packages, from the same review ---------------------------------
     M("W1", "answers", "grader says 'equal' for everything", "answers/grader.py",
-      "        return self._decide(gold, pred, timeout, both_directions, extra_pairs, a, b)[0]",
-      "        return True", ("tests/test_answers.py::test_cheap_path_needs_no_worker",
+      "        verdict = self._cheap(a, b)\n        if verdict is not None:",
+      "        verdict = True\n        if verdict is not None:", ("tests/test_answers.py::test_cheap_path_needs_no_worker",
                           "tests/test_answers.py::test_property_no_false_equal_on_random_pairs",
                           "tests/test_answers.py::test_regression_set_agreement")),
     M("W2", "engine", "per-prompt seeds include the occurrence", "engine/base.py",
@@ -224,8 +224,9 @@ MUTANTS: list[Mutant] = [
       "alpha: float = Field(0.9, ge=0, le=1,", "alpha: float = Field(0.8, ge=0, le=1,", REWARD_WIRING),
     M("W6", "schema", "the one band test: inclusive, with the float tolerance", "schema.py",
       "return low - BAND_TOLERANCE <= x <= high + BAND_TOLERANCE", "return low < x < high", (*REWARDS, *CURRICULUM)),
-    M("W5", "loop", "configured α reaches the recipe's solver reward", "loop.py",
-      "flat, bd = solver_rewards(texts, correct, alpha)", "flat, bd = solver_rewards(texts, correct)", REWARD_WIRING),
+    M("W5", "training", "configured α reaches the recipe's solver reward", "training.py",
+      "r, bd = solver_rewards(list(texts), correct, alpha)", "r, bd = solver_rewards(list(texts), correct)",
+      REWARD_WIRING),
 ]
 
 

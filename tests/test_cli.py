@@ -12,7 +12,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "coevolve", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    return subprocess.run([sys.executable, "-m", "coevolve", *args], capture_output=True, text=True, env=env, cwd=cwd)
 
 
 def test_malformed_config_is_clear(tmp_path):

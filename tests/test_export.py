@@ -127,5 +127,5 @@ def test_push_to_hub_offline_is_refused_before_exporting(tmp_path: Path, smollm2
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": SRC}
     r = subprocess.run([sys.executable, "-m", "coevolve", "export", str(run), "--out", str(tmp_path / "x"),
-                        "--push-to-hub", "me/m"], capture_output=True, text=True, env=env, timeout=120)
+                        "--push-to-hub", "me/m"], capture_output=True, text=True, env=env)
     assert r.returncode == 2 and "HF_HUB_OFFLINE" in r.stderr and not (tmp_path / "x").exists()

@@ -51,7 +51,7 @@ def test_a_writer_killed_before_the_rename_leaves_a_temp_file_that_run_open_remo
     atomic_write_jsonl(target, [{"old": True}])
     code = "import sys; from coevolve.run.files import atomic_write_text as w; w(sys.argv[1], 'new content')"
     env = {**os.environ, "PYTHONPATH": SRC, faults.ENV: "write:1:kill"}
-    p = subprocess.run([sys.executable, "-c", code, str(target)], env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-c", code, str(target)], env=env, capture_output=True, text=True)
     assert p.returncode == -signal.SIGKILL, p.stderr
     orphans = [f for f in target.parent.iterdir() if f.name != "pool.jsonl"]
     assert len(orphans) == 1 and orphans[0].name.startswith(".pool.jsonl.") and orphans[0].name.endswith(TMP_SUFFIX)

@@ -25,7 +25,7 @@ from test_cli import SRC, cli
 
 def cli_env(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     full = {**os.environ, **env, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "coevolve", *args], capture_output=True, text=True, env=full, timeout=300)
+    return subprocess.run([sys.executable, "-m", "coevolve", *args], capture_output=True, text=True, env=full)
 
 
 def data(source: Path | str, **kw) -> DataConfig:

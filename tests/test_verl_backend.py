@@ -225,6 +225,9 @@ def test_reward_module_equals_coevolve_rewards():
             tasks_k = tasks if kind == "solver" else [Task(t.id, t.question, t.answer, features={"targets": []})
                                                       for t in tasks]
             want, _ = fn(0, tasks_k, comps)
+        # pinned, not only equal on both sides: a correct answer without the think format earns
+        # the configured α (a dropped α would give both sides the same default)
+        assert want[0][:3] == ([1.0, alpha, 0.0] if kind == "solver" else [1.0, 1.0, -1.0]), (kind, alpha)
         spec = RewardSpec(kind, alpha).to_dict()
         got = [[compute_score("coevolve/solver", x, t.answer or "", {"reward": spec, "index": i})["score"] for x in g]
                for i, (t, g) in enumerate(zip(tasks, texts))]
