@@ -55,8 +55,8 @@ def test_errors_name_where_the_value_came_from(tmp_path: Path) -> None:
 @pytest.mark.parametrize("override, needle", [
     ("solver.steps=true", "solver.steps: a number is needed here, got the boolean True"),
     ("learner.lr=false", "learner.lr: a number is needed here"),
-    ("data.toy_levels=[5]", "data.toy_levels: toy levels must be a non-empty list of [1, 2, 3, 4]"),
-    ("data.toy_levels=[]", "data.toy_levels"),
+    ("data.levels=[5]", "data.levels must be a non-empty list of [1, 2, 3, 4] for data.source=toy, got [5]"),
+    ("data.levels=[]", "data.levels must be a non-empty list"),
     ("model.device=banana", "model.device: unknown device 'banana'"),
     ("eval.benches=[math8]", "eval.benches: unknown benchmark 'math8'"),
 ])

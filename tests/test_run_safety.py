@@ -145,13 +145,14 @@ def test_resume_refuses_a_changed_config_or_phase_list_unless_forced(tmp_path, r
     assert r.returncode == 2 and "removed: 01/warmup" in r.stderr, r.stderr
 
 
-D2EVO_TINY = ["-c", str(ROOT / "configs" / "d2evo_smoke.yaml"), "difficulty.measure_final=true", "run.progress=false",
-              "run.threads=1"]
+D2EVO_TINY = ["-c", str(ROOT / "configs" / "d2evo_smoke.yaml"), "difficulty.measure_final=true", "difficulty.pool_size=12",
+              "buffer.generate=8", "questioner.steps=1", "solver.steps=1", "eval.heldout_size=16", "eval.samples=0",
+              "run.progress=false", "run.threads=1"]
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("toy_base")  # the runs' model, built before any run starts
-def test_resume_extends_a_finished_run_to_more_rounds(tmp_path, reference):
+def test_resume_extends_a_finished_run_to_more_rounds(tmp_path):
     """A finished 1-round D²Evo run resumed with rounds=2 keeps its base evaluation and round 1,
     measures the pool again after round 2 (the final stage's phase and its metrics rows are
     replaced) and ends as the 2-round run made at once: the same files, time fields aside. Other
@@ -164,7 +165,8 @@ def test_resume_extends_a_finished_run_to_more_rounds(tmp_path, reference):
     assert r.returncode == 2 and "error: solver.steps: resume changes only run.* fields" in r.stderr, r.stderr
     r = cli("resume", str(ext), "rounds=0")  # the command line's value is wrong, not the saved config
     assert r.returncode == 2 and "rounds=0" in r.stderr and "no longer validates" not in r.stderr, r.stderr
-    r = cli("resume", str(reference[0]), "rounds=3")
+    Run.create(tmp_path / "grpo", dump_yaml(load_config("grpo", None, [])), "grpo")
+    r = cli("resume", str(tmp_path / "grpo"), "rounds=3")
     assert r.returncode == 2 and "rounds: a grpo run has no rounds to extend" in r.stderr, r.stderr
     assert json.loads((ext / "state.json").read_text()) == one  # nothing refused touched the run
 
