@@ -145,9 +145,8 @@ def test_resume_refuses_a_changed_config_or_phase_list_unless_forced(tmp_path, r
     assert r.returncode == 2 and "removed: 01/warmup" in r.stderr, r.stderr
 
 
-D2EVO_TINY = ["-c", str(ROOT / "configs" / "d2evo_smoke.yaml"), "difficulty.measure_final=true", "difficulty.pool_size=12",
-              "buffer.generate=8", "questioner.steps=1", "solver.steps=1", "eval.heldout_size=16", "eval.samples=0",
-              "run.progress=false", "run.threads=1"]
+D2EVO_TINY = ["-c", str(ROOT / "configs" / "d2evo_smoke.yaml"), "difficulty.measure_final=true", "eval.heldout_size=16",
+              "eval.samples=0", "run.progress=false", "run.threads=1"]
 
 
 @pytest.mark.slow
