@@ -157,6 +157,41 @@ def test_resume_refuses_a_changed_config_or_phase_list_unless_forced(tmp_path, r
     assert r.returncode == 2 and "removed: 01/warmup" in r.stderr, r.stderr
 
 
+D2EVO_TINY = ["-c", str(ROOT / "configs" / "d2evo_smoke.yaml"), "difficulty.measure_final=true", "eval.heldout_size=16",
+              "eval.samples=0", "run.progress=false", "run.threads=1"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("toy_base")  # the runs' model, built before any run starts
+def test_resume_extends_a_finished_run_to_more_rounds(tmp_path):
+    """A finished 1-round D²Evo run resumed with rounds=2 keeps its base evaluation and round 1,
+    measures the pool again after round 2 (the final stage's phase and its metrics rows are
+    replaced) and ends as the 2-round run made at once: the same files, time fields aside. Other
+    fields, fewer rounds and a recipe without rounds are refused, naming the field."""
+    ext, fresh = tmp_path / "extended", tmp_path / "fresh"
+    assert cli("run", "d2evo", *D2EVO_TINY, "rounds=1", "--run-dir", str(ext)).returncode == 0
+    one = json.loads((ext / "state.json").read_text())
+    assert one["status"] == "finished" and one["phase_list"][-1] == "final/difficulty"
+    r = cli("resume", str(ext), "solver.steps=3")
+    assert r.returncode == 2 and "error: solver.steps: resume changes only run.* fields" in r.stderr, r.stderr
+    r = cli("resume", str(ext), "rounds=0")  # the command line's value is wrong, not the saved config
+    assert r.returncode == 2 and "rounds=0" in r.stderr and "no longer validates" not in r.stderr, r.stderr
+    Run.create(tmp_path / "grpo", dump_yaml(load_config("grpo", None, [])), "grpo")
+    r = cli("resume", str(tmp_path / "grpo"), "rounds=3")
+    assert r.returncode == 2 and "rounds: a grpo run has no rounds to extend" in r.stderr, r.stderr
+    assert json.loads((ext / "state.json").read_text()) == one  # nothing refused touched the run
+
+    r = cli("resume", str(ext), "rounds=2")
+    assert r.returncode == 0, r.stderr
+    assert "extended to 2 rounds: final/difficulty run again after the last round" in r.stderr
+    kept = [p["finished"] for p in json.loads((ext / "state.json").read_text())["phases"]][: len(one["phases"]) - 1]
+    assert kept == [p["finished"] for p in one["phases"][:-1]]  # base/eval and round 1: kept, not run again
+    assert cli("run", "d2evo", *D2EVO_TINY, "rounds=2", "--run-dir", str(fresh)).returncode == 0
+    assert kill_fuzz.compare(fresh, ext) == []
+    r = cli("resume", str(ext), "rounds=1")
+    assert r.returncode == 2 and "this run has 2 rounds" in r.stderr and "cannot shorten" in r.stderr, r.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("toy_base")  # the runs' model, built before any run starts
 @pytest.mark.parametrize("site", ["write", "state", "metrics", "checkpoint", "rollouts"])

@@ -95,6 +95,9 @@ def test_chat_message_rows_and_verl_rows(tmp_path: Path) -> None:
     trl = write_jsonl(tmp_path / "trl.jsonl", [{"messages": [
         {"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 5*5?"},
         {"role": "assistant", "content": "5*5 = 25, so \\boxed{25}"}]}])
+    for keys in ({}, {"question_key": "messages"}):  # both keys are named, whichever is missing
+        with pytest.raises(DataError, match="chat rows: set data.question_key=messages data.answer_key=messages"):
+            check_source(data(trl, **keys))
     (task,), _ = check_source(data(trl, question_key="messages", answer_key="messages"))
     assert (task.question, task.answer) == ("What is 5*5?", "25")
     verl = tmp_path / "train.parquet"

@@ -33,14 +33,14 @@ def _err(msg: str) -> None:
     typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
 
 
-def _execute(cfg, run_dir: Path, resumed: bool, force: bool = False) -> None:
+def _execute(cfg, run_dir: Path, resumed: bool, force: bool = False, extend: str | None = None) -> None:
     from coevolve.recipes import execute
     from coevolve.run import say
 
     say(f"{'resuming' if resumed else 'running'} {cfg.recipe} in {run_dir}")
     t0 = time.time()
     try:
-        summary = execute(cfg, run_dir, new=not resumed, force=force)
+        summary = execute(cfg, run_dir, new=not resumed, force=force, extend=extend)
     except KeyboardInterrupt:
         _err(f"interrupted; the run folder is resumable: coevolve resume {run_dir}")
         raise typer.Exit(130)
@@ -83,25 +83,30 @@ def run(
 @app.command()
 def resume(
     run_dir: Path = typer.Argument(..., help="A run folder made by `coevolve run`"),
-    overrides: Optional[list[str]] = typer.Argument(None, help="Overrides of run.* fields only (e.g. run.progress=false)"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Overrides of run.* fields (e.g. run.progress=false), "
+                                                    "and rounds=N to extend a run (finished or not) to N rounds"),
     force: bool = typer.Option(False, "--force", help="Resume even though the saved config no longer validates (its "
                                "invalid fields take this version's defaults) or the recipe's phase list changed"),
 ) -> None:
-    """Continue a run from its last completed phase (exactly as if never interrupted)."""
+    """Continue a run from its last completed phase (exactly as if never interrupted), or extend
+    it to more rounds (rounds=N: every round done is kept)."""
     from coevolve.config import load_saved_config
-    from coevolve.errors import ConfigError
+    from coevolve.recipes import extension_config
     from coevolve.run import CONFIG_FILE, read_recipe, say
     from coevolve.run.lock import check_run_dir
 
     check_run_dir(run_dir)
     recipe = read_recipe(run_dir)  # read only: the folder is opened (locked, reopened) once, by execute
-    bad = [o for o in (overrides or []) if not o.startswith("run.")]
-    if bad:
-        raise ConfigError(f"resume accepts only run.* overrides (the recipe must not change): {bad}")
+    more = [o for o in (overrides or []) if not o.startswith("run.")]
+    saved = None
+    if more:  # checked before the saved config is read with them: a refused field is named as such
+        saved, _ = load_saved_config(recipe, run_dir / CONFIG_FILE, [], force)
+        extension_config(saved, more, saved)
     cfg, dropped = load_saved_config(recipe, run_dir / CONFIG_FILE, overrides or [], force)
     if dropped:
         say(f"--force: dropped from the saved config (now this version's defaults): {', '.join(dropped)}")
-    _execute(cfg, run_dir, resumed=True, force=force)
+    extend = extension_config(saved, more, cfg) if saved is not None else None
+    _execute(cfg, run_dir, resumed=True, force=force, extend=extend)
 
 
 @app.command("eval")

@@ -73,6 +73,14 @@ def load_config(recipe: str | None, file: str | Path | Sequence[str | Path] | No
     return build_config(config_class(name), layers, overrides)
 
 
+def _validates(recipe: str, file: Path) -> bool:
+    try:
+        load_config(recipe, file, [])
+    except ConfigError:
+        return False
+    return True
+
+
 def load_saved_config(recipe: str, file: Path, overrides: list[str], force: bool = False) -> tuple[RecipeConfig, list[str]]:
     """A run folder's saved config for ``coevolve resume``, and the fields dropped to load it.
 
@@ -82,6 +90,8 @@ def load_saved_config(recipe: str, file: Path, overrides: list[str], force: bool
     try:
         return load_config(recipe, file, overrides), []
     except ConfigError as e:
+        if overrides and _validates(recipe, file):
+            raise  # the saved config is sound: the command line's value is what is wrong (the error names it)
         if not force:
             raise ConfigError(f"the run's saved config no longer validates with this coevolve: {e}\n"
                               "resume with --force to drop these fields (they take this version's defaults), "

@@ -304,7 +304,12 @@ def _json_safe(value: Any) -> bool:
 def _suggest(row: dict[str, Any], key: str, names: tuple[str, ...], field: str) -> str:
     have = ", ".join(sorted(map(str, row))) or "none"
     hits = [n for n in names if n != key and field_value(row, n) is not None]
-    hint = f"; set data.{field}={hits[0]}" if hits else f"; set data.{field} to the field that holds it"
+    hits += [str(n) for n, v in row.items() if n != key and is_messages(v)]  # chat rows: both turns in one field
+    if hits and is_messages(row.get(hits[0])):
+        hint = (f"; chat rows: set data.question_key={hits[0]} data.answer_key={hits[0]} (last user turn, last "
+                "assistant turn)")
+    else:
+        hint = f"; set data.{field}={hits[0]}" if hits else f"; set data.{field} to the field that holds it"
     return f" (this row's fields: {have}{hint})"
 
 
