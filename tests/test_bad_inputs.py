@@ -61,7 +61,7 @@ def test_model_folder_with_broken_config_json(tmp_path: Path, content: str | byt
         ('{"format": 7, "world": "toy"}', "format 7 was written by a newer coevolve"),
         ('{"world": "toy", ', "coevolve.json:1: not valid JSON"),
         ('["toy"]', "expected a JSON object, got list"),
-        ('{"world": "math"}', "field 'world' must be 'toy', 'real' or 'arith'"),
+        ('{"world": "math"}', "field 'world' must be 'toy', 'skill', 'real' or 'arith'"),
         ('{"format": "one"}', "field 'format' must be a positive integer"),
         ('{"chat_template": "yes"}', "field 'chat_template' must be true, false or null"),
     ],
