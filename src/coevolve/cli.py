@@ -109,6 +109,24 @@ def resume(
     _execute(cfg, run_dir, resumed=True, force=force, extend=extend)
 
 
+def _compare_results(folders: list[Path], out: Optional[Path]) -> None:
+    """``coevolve eval --compare``: print the result or run folders side by side; run folders
+    also get accuracy against compute, plotted into ``out`` (default a fresh folder under
+    eval_results/). Kept apart from ``eval_cmd`` because it evaluates nothing."""
+    from coevolve.eval import suite
+
+    typer.echo(suite.compare(folders))
+    runs = [d for d in folders if suite.is_run_folder(d)]
+    if runs:  # run folders also get accuracy against compute, one line per run
+        from coevolve.eval.report import compare_compute
+
+        files, notes = compare_compute(runs, out or Path("eval_results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
+        for n in notes:
+            typer.echo(n)
+        for f in files:
+            typer.echo(f"written: {f}")
+
+
 @app.command("eval")
 def eval_cmd(
     model: Optional[str] = typer.Option(None, "--model", help="Model folder, checkpoint or cached Hub id ('toy' = the "
@@ -142,16 +160,7 @@ def eval_cmd(
     from coevolve.eval import suite
 
     if compare:
-        typer.echo(suite.compare(list(compare)))
-        runs = [d for d in compare if suite.is_run_folder(d)]
-        if runs:  # run folders also get accuracy against compute, one line per run
-            from coevolve.eval.report import compare_compute
-
-            files, notes = compare_compute(runs, out or Path("eval_results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
-            for n in notes:
-                typer.echo(n)
-            for f in files:
-                typer.echo(f"written: {f}")
+        _compare_results(list(compare), out)
         return
     if engine not in ("hf", "vllm"):
         raise CoevolveError(f"--engine must be hf or vllm, got {engine!r} (a served model: --endpoint URL)")

@@ -193,7 +193,9 @@ def write_skill_report(cells: list[st.Cell], out: Path, out_md: Path, setting: l
     return out_md
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arg_parser() -> argparse.ArgumentParser:
+    """The ``coevolve study`` command line (the module docstring is its help text), kept apart
+    from ``main`` so that the options read as one list and ``main`` as the study's steps."""
     ap = argparse.ArgumentParser(prog="coevolve study", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", type=Path, default=preset_roots()[-1],
@@ -219,7 +221,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="which claims the report judges: the toy_scarce study's (study.md) or the skill world's "
                          "declared claims per stratum (coevolve.eval.skill_study; --out-md defaults to OUT/skill_study.md)")
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _arg_parser().parse_args(argv)
     a.out_md = a.out_md or a.out / ("skill_study.md" if a.declaration == "skill" else "study.md")
     try:
         variants = st.select_variants(a.only.split(","), a.methods.split(","))

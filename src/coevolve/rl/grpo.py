@@ -288,6 +288,26 @@ def chunked_token_logprobs(head: Any, h_KH: Tensor, targets_K: Tensor, chunk_tok
     return torch.cat(lps), torch.cat(ents).detach()
 
 
+def _scattered_token_logprobs(
+    head: Any, h_NTH: Tensor, targets_NT: Tensor, active_NT: Tensor, chunk_tokens: int, return_entropy: bool,
+    head_grad_sink: Callable[[Tensor], None] | None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """(N, T) log-probs (and, with ``return_entropy``, detached entropies) of ``targets_NT``
+    from the hidden states ``h_NTH`` that predict them: only the K ``active_NT`` positions go
+    through ``chunked_token_logprobs``, and the results are scattered back to (N, T) with zeros
+    elsewhere. The chunked paths of ``sequence_logprobs`` and ``shared_prompt_logprobs`` both
+    end here, so they lay out their outputs the same way."""
+    N, T = active_NT.shape
+    logp_K, ent_K = chunked_token_logprobs(head, h_NTH[active_NT], targets_NT[active_NT], chunk_tokens,
+                                           head_grad_sink)
+    logp_NT = torch.zeros((N, T), dtype=torch.float32, device=targets_NT.device)
+    logp_NT = logp_NT.masked_scatter(active_NT, logp_K)  # (N, T), differentiable w.r.t. logp_K
+    if return_entropy:
+        ent_NT = torch.zeros((N, T), dtype=torch.float32, device=targets_NT.device).masked_scatter(active_NT, ent_K)
+        return logp_NT, ent_NT
+    return logp_NT
+
+
 def _chunked_sequence_logprobs(
     decoder: Any, head: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
     completion_mask: Tensor, chunk_tokens: int, return_entropy: bool,
@@ -295,21 +315,36 @@ def _chunked_sequence_logprobs(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """``sequence_logprobs`` without full logits: the decoder's hidden states at the K active
     completion positions go through ``chunked_token_logprobs`` and are scattered back to (N, T)."""
-    N, L = input_ids.shape
+    L = input_ids.shape[1]
     T = completion_mask.shape[1]
     hidden_NLH = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          use_cache=False).last_hidden_state  # (N, L, H)
     h_NTH = hidden_NLH[:, L - T - 1 : L - 1, :]  # (N, T, H): the state at j predicts token j+1
     active_NT = completion_mask > 0  # (N, T)
     targets_NT = input_ids[:, L - T :]  # (N, T)
-    logp_K, ent_K = chunked_token_logprobs(head, h_NTH[active_NT], targets_NT[active_NT], chunk_tokens,
-                                           head_grad_sink)
-    logp_NT = torch.zeros((N, T), dtype=torch.float32, device=input_ids.device)
-    logp_NT = logp_NT.masked_scatter(active_NT, logp_K)  # (N, T), differentiable w.r.t. logp_K
-    if return_entropy:
-        ent_NT = torch.zeros((N, T), dtype=torch.float32, device=input_ids.device).masked_scatter(active_NT, ent_K)
-        return logp_NT, ent_NT
-    return logp_NT
+    return _scattered_token_logprobs(head, h_NTH, targets_NT, active_NT, chunk_tokens, return_entropy, head_grad_sink)
+
+
+def _shared_prompt_pass(
+    decoder: Any, prompt_ids: Tensor, prompt_mask: Tensor, G: int,
+) -> tuple[Tensor, dict[str, Any]]:
+    """The prompt half of ``shared_prompt_logprobs``: runs the B prompts through ``decoder``
+    once with a fresh KV cache, repeats that cache G times along the batch so each group's
+    completions can run on top of it, and returns ``(h_last_BH, cache_kw)``: the prompts' last
+    hidden states (B, H) and the keyword argument that hands the repeated cache to the next
+    decoder call (its name depends on the transformers version)."""
+    from transformers import DynamicCache
+
+    import inspect
+
+    # transformers renamed ``past_key_values`` to ``cache`` (5.x deprecates the old name)
+    kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+    pos_BP = (prompt_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (B, P)
+    cache = DynamicCache()
+    out = decoder(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos_BP, use_cache=True, **{kw: cache})
+    h_last_BH = out.last_hidden_state[:, -1, :]  # (B, H): predicts each group's first completion token
+    cache.batch_repeat_interleave(G)
+    return h_last_BH, {kw: cache}
 
 
 def shared_prompt_logprobs(
@@ -349,33 +384,18 @@ def shared_prompt_logprobs(
     if parts is None:
         raise RLInputError("shared_prompt_logprobs: the model's logits are not a plain LM head over a decoder")
     decoder, head = parts
-    from transformers import DynamicCache
-
-    import inspect
-
-    # transformers renamed ``past_key_values`` to ``cache`` (5.x deprecates the old name)
-    kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
-    pos_BP = (prompt_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (B, P)
-    cache = DynamicCache()
-    out = decoder(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos_BP, use_cache=True, **{kw: cache})
-    h_last_BH = out.last_hidden_state[:, -1, :]  # (B, H): predicts each group's first completion token
-    cache.batch_repeat_interleave(G)
+    h_last_BH, cache_kw = _shared_prompt_pass(decoder, prompt_ids, prompt_mask, G)
     plen_N = prompt_mask.long().sum(dim=1).repeat_interleave(G)  # (N,)
     pos_NT = plen_N[:, None] + torch.arange(T, device=prompt_ids.device)[None, :]  # (N, T)
     c_attn_NT = (completion_mask > 0).to(prompt_mask.dtype)  # (N, T)
     attn = torch.cat([prompt_mask.repeat_interleave(G, dim=0), c_attn_NT], dim=1)  # (N, P + T)
     h_comp_NTH = decoder(input_ids=completion_ids, attention_mask=attn, position_ids=pos_NT, use_cache=True,
-                         **{kw: cache}).last_hidden_state  # (N, T, H)
+                         **cache_kw).last_hidden_state  # (N, T, H)
     h_NTH = torch.cat([h_last_BH.repeat_interleave(G, dim=0)[:, None, :], h_comp_NTH[:, :-1, :]], dim=1)  # (N, T, H)
     active_NT = completion_mask > 0  # (N, T)
     if chunk_tokens:
-        logp_K, ent_K = chunked_token_logprobs(head, h_NTH[active_NT], completion_ids[active_NT], int(chunk_tokens),
-                                               head_grad_sink)
-        logp_NT = torch.zeros((N, T), dtype=torch.float32, device=prompt_ids.device).masked_scatter(active_NT, logp_K)
-        if return_entropy:
-            ent_NT = torch.zeros((N, T), dtype=torch.float32, device=prompt_ids.device).masked_scatter(active_NT, ent_K)
-            return logp_NT, ent_NT
-        return logp_NT
+        return _scattered_token_logprobs(head, h_NTH, completion_ids, active_NT, int(chunk_tokens), return_entropy,
+                                         head_grad_sink)
     logits_NTV = head(h_NTH)  # (N, T, V)
     m_NT = completion_mask.to(torch.float32)
     logp_NT = selective_log_softmax(logits_NTV, completion_ids).float() * m_NT

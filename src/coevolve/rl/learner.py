@@ -448,21 +448,7 @@ class Learner:
         self._head_sink: Any = None
         self.closed = False
         if any(p.dtype != torch.float32 for p in self.params):
-            self._claim()
-            self.master = [p.detach().to(self.state_device, torch.float32, copy=True).requires_grad_(True)
-                           for p in self.params]
-            self._sums = [_Fp32GradSum() for _ in self.params]
-            me = weakref.ref(self)
-            for p, acc in zip(self.params, self._sums):
-                h = p.register_post_accumulate_grad_hook(_fp32_accumulator(acc))
-                self._hooks.append(h)
-                setattr(p, _OWNER, (me, h))
-            # the chunked head's fp32 weight gradient goes straight into its sum (no bf16 rounding)
-            parts = _decoder_and_head(model) if self.logprob_chunk else None
-            head_w = getattr(parts[1], "weight", None) if parts is not None else None
-            for p, acc in zip(self.params, self._sums):
-                if p is head_w:
-                    self._head_sink = acc.add
+            self._hook_fp32_masters(model)
         # a learner dropped without close() must not leave hooks that take the model's gradients
         self._finalizer = weakref.finalize(self, _remove_hooks, self._hooks)
         opt_params = self.master if self.master is not None else self.params
@@ -476,6 +462,28 @@ class Learner:
             opt_params, lr=self.cfg.lr, betas=self.cfg.betas, weight_decay=self.cfg.weight_decay, **extra
         )
         self.step_count = 0
+
+    def _hook_fp32_masters(self, model: Any) -> None:
+        """Set up fp32 training of half-precision weights (called once, from ``__init__``):
+        claim the parameters (``_claim``), make their fp32 master copies in ``state_device``, and
+        hook every parameter so that its gradients are summed in fp32 and its half gradient is
+        freed at once (``_fp32_accumulator``). With the chunked log-prob path the LM head's fp32
+        weight gradient is handed straight to its sum (``_head_sink``), skipping bf16 rounding."""
+        self._claim()
+        self.master = [p.detach().to(self.state_device, torch.float32, copy=True).requires_grad_(True)
+                       for p in self.params]
+        self._sums = [_Fp32GradSum() for _ in self.params]
+        me = weakref.ref(self)
+        for p, acc in zip(self.params, self._sums):
+            h = p.register_post_accumulate_grad_hook(_fp32_accumulator(acc))
+            self._hooks.append(h)
+            setattr(p, _OWNER, (me, h))
+        # the chunked head's fp32 weight gradient goes straight into its sum (no bf16 rounding)
+        parts = _decoder_and_head(model) if self.logprob_chunk else None
+        head_w = getattr(parts[1], "weight", None) if parts is not None else None
+        for p, acc in zip(self.params, self._sums):
+            if p is head_w:
+                self._head_sink = acc.add
 
     def _claim(self) -> None:
         """Refuse parameters another open learner hooks; clear hooks a dropped learner left."""

@@ -244,7 +244,17 @@ def measure(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, profile: Defi
         res["sampled"] = sum(_correct(c, p.answer) for cs, p in zip(sampled, flat) for c in cs) / (len(flat) * samples)
         res["bug_rate"] = {s: (round(b / n, 4) if n else None) for s, (b, n) in bug_counts.items()}
         res["bug_steps"] = {s: n for s, (b, n) in bug_counts.items()}
-    # writers
+    res.update(_writer_figures(model, tok, profile, flat, n_writer))
+    return res
+
+
+def _writer_figures(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, profile: DeficitProfile,
+                    flat: list[SkillProblem], n_writer: int) -> dict[str, Any]:
+    """The writer half of ``measure``: the challenger's free prior (valid share, share of
+    deficient steps, depths), its focus following per cause, and the questioner's validity,
+    same-stratum and copy rates on ``n_writer`` anchors spread over ``flat``. Drawn after the
+    solver's samples, from the same seeded torch generator, so the figures match a single pass."""
+    res: dict[str, Any] = {}
     free = [parse_question_block(o) for o in generate_texts(model, tok, [challenger_prompt([])], n_writer,
                                                             max_new_tokens=32)[0]]
     ok = [make_problem(q, profile) for q in free if q is not None]

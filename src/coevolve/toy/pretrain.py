@@ -152,6 +152,24 @@ def _collate(batch: list[tuple[list[int], int]]) -> tuple[torch.Tensor, torch.Te
     return ids_t, mask, labels
 
 
+def _backward_batch(model: Qwen3ForCausalLM, batch: list[tuple[list[int], int]]) -> float:
+    """Backpropagate one pretraining batch's completion-only cross-entropy, summed over tokens
+    and divided by the batch's completion tokens, micro-batch by micro-batch (``_microbatches``)
+    so that the gradients add up to those of the whole batch's token mean; returns that mean.
+    Only the forward and backward passes: the caller zeroes, clips and steps."""
+    n_tok = sum(len(ids) - n_p for ids, n_p in batch)
+    total = 0.0
+    for mb in _microbatches(batch):
+        ids, mask, labels = _collate(mb)
+        logits = model(input_ids=ids, attention_mask=mask).logits  # (b, T, V)
+        loss = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), reduction="sum"
+        ) / n_tok
+        loss.backward()
+        total += loss.item()
+    return total
+
+
 def pretrain(
     model: Qwen3ForCausalLM,
     tok: PreTrainedTokenizerBase,
@@ -193,17 +211,8 @@ def pretrain(
         bar = tqdm(total=steps, desc=desc, unit="step")
     for done in range(1, steps + 1):
         batch = [_encode(tok, *example(rng)[1:]) for _ in range(batch_size)]
-        n_tok = sum(len(ids) - n_p for ids, n_p in batch)
         opt.zero_grad(set_to_none=True)
-        total = 0.0
-        for mb in _microbatches(batch):
-            ids, mask, labels = _collate(mb)
-            logits = model(input_ids=ids, attention_mask=mask).logits  # (b, T, V)
-            loss = torch.nn.functional.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), reduction="sum"
-            ) / n_tok
-            loss.backward()
-            total += loss.item()
+        total = _backward_batch(model, batch)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
