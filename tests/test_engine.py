@@ -325,10 +325,10 @@ def test_seed_scope_config_and_errors(model, tok, monkeypatch):
     assert make_sampler(EngineConfig(seed_scope="prompt"), model, tok).seed_scope == "prompt"
     with pytest.raises(ConfigError, match="seed_scope=call"):
         check_engine(EngineConfig(kind="ray", seed_scope="call"))
-    cfg = build_config(RecipeConfig, {"recipe": "x"}, ["engine=ray", "engine.ray.num_actors=3"], "test")
+    cfg = build_config(RecipeConfig, [("test", {"recipe": "x"})], ["engine=ray", "engine.ray.num_actors=3"])
     assert cfg.engine.kind == "ray" and cfg.engine.ray.num_actors == 3
     with pytest.raises(ConfigError, match="engine.ray.nope"):
-        build_config(RecipeConfig, {"recipe": "x"}, ["engine.ray.nope=1"], "test")
+        build_config(RecipeConfig, [("test", {"recipe": "x"})], ["engine.ray.nope=1"])
     import importlib.util
 
     real = importlib.util.find_spec

@@ -63,7 +63,7 @@ def test_load_labelled_reports_broken_rows(tmp_path: Path) -> None:
         load_labelled(_data(p), said.append)
     empty = tmp_path / "e.jsonl"
     empty.write_text("{broken\n")
-    with pytest.raises(ConfigError, match="no usable rows"):
+    with pytest.raises(DataError, match="no usable rows"):
         load_labelled(_data(empty, on_error="skip"), said.append)
 
 
