@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from coevolve.data.sources import field_value
 from coevolve.errors import CoevolveError, RunStateError
 from coevolve.rl.learner import OPTIM_FILE, STATE_JSON
 from coevolve.run import STATE_FILE
@@ -147,15 +148,6 @@ def write_chat_template(folder: Path, enable_thinking: bool | None = None) -> st
     return prompter.solver("{question}")
 
 
-def _get(cfg: dict[str, Any], dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 CARD_SETTINGS = (
     "rounds", "solver.steps", "solver.prompts_per_step", "solver.group_size", "questioner.steps",
     "challenger.steps", "difficulty.samples", "buffer.generate", "pool.size", "learner.lr", "learner.lora",
@@ -171,7 +163,7 @@ def model_card(folder: Path, cfg: dict[str, Any], summary: dict[str, Any], role:
     from coevolve.eval.compare import method_of
     from coevolve.models import hub_id_of
 
-    path = _get(cfg, "model.path")
+    path = field_value(cfg, "model.path")
     base = "the built-in toy base model" if not path else hub_id_of(path) or Path(str(path)).name
     method = method_of(cfg)
     header = ["---", "library_name: transformers", "pipeline_tag: text-generation"]
@@ -184,7 +176,7 @@ def model_card(folder: Path, cfg: dict[str, Any], summary: dict[str, Any], role:
              + f"trained from **{base}** with GRPO. Exported by `coevolve export` (no optimiser state; LoRA merged).",
              "", "## Training", "", "| setting | value |", "|---|---|"]
     for key in CARD_SETTINGS:
-        value = _get(cfg, key)
+        value = field_value(cfg, key)
         if value is not None:
             lines.append(f"| `{key}` | `{value}` |")
     lines += ["", "## Prompt", "",
@@ -228,7 +220,7 @@ def finish_export(out: Path, run_dir: Path, checkpoint: Path, role: str) -> None
     except (OSError, json.JSONDecodeError):
         summary = {}
     m = re.search(rf"{re.escape(role)}_r(\d+)", Path(checkpoint).name)
-    prompt = write_chat_template(out, _get(cfg, "model.enable_thinking"))
+    prompt = write_chat_template(out, field_value(cfg, "model.enable_thinking"))
     card = model_card(out, cfg, summary, role, int(m.group(1)) if m else None, prompt, Path(out).name)
     (out / CARD_FILE).write_text(card, encoding="utf-8")
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from coevolve.data.sources import field_value
 from coevolve.errors import DataError
 
 
@@ -36,20 +37,11 @@ class RunRow:
     ok: bool = True
 
 
-def _get(cfg: dict[str, Any], dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 def method_of(cfg: dict[str, Any]) -> str:
     """The method a saved config runs: its recipe, or ``rzero`` for the R-Zero-style baseline
     (the diagevo recipe with R-Zero's challenger reward and no error memory)."""
     recipe = str(cfg.get("recipe", "?"))
-    if recipe == "diagevo" and _get(cfg, "challenger.reward.kind") == "rzero" and _get(cfg, "memory.enabled") is False:
+    if recipe == "diagevo" and field_value(cfg, "challenger.reward.kind") == "rzero" and field_value(cfg, "memory.enabled") is False:
         return "rzero"
     return recipe
 
@@ -66,7 +58,7 @@ def settings_of(cfg: dict[str, Any]) -> str:
     except ConfigError:
         return ""
     default = cls(recipe=cfg["recipe"]).model_dump(mode="json")
-    if _get(cfg, "model.path"):  # a real model's defaults are its preset's
+    if field_value(cfg, "model.path"):  # a real model's defaults are its preset's
         from coevolve.config.base import deep_merge, real_preset
 
         default = deep_merge(default, real_preset(str(cfg["recipe"])))
@@ -74,7 +66,7 @@ def settings_of(cfg: dict[str, Any]) -> str:
     for alias, target in all_aliases(cls).items():
         if alias in ("engine", "backend"):  # where it ran, not what it computed
             continue
-        have, want = _get(cfg, target), _get(default, target)
+        have, want = field_value(cfg, target), field_value(default, target)
         if have is not None and have != want and not (method_of(cfg) == "rzero" and alias in ("schedule", "stitching",
                                                                                              "filter")):
             out.append(f"{alias}={have}")
@@ -84,7 +76,7 @@ def settings_of(cfg: dict[str, Any]) -> str:
 def _model_name(cfg: dict[str, Any]) -> str:
     from coevolve.models import hub_id_of
 
-    path = _get(cfg, "model.path")
+    path = field_value(cfg, "model.path")
     if not path:
         return "toy"
     return hub_id_of(path) or Path(str(path)).name
@@ -107,7 +99,7 @@ def read_run(run_dir: Path) -> RunRow:
     def scores(block: Any) -> dict[str, float]:
         return {b: float(r["score"]) for b, r in (block or {}).items() if isinstance(r, dict) and "score" in r}
 
-    return RunRow(run=run_dir.name, method=method_of(cfg), seed=_get(cfg, "run.seed"), model=_model_name(cfg),
+    return RunRow(run=run_dir.name, method=method_of(cfg), seed=field_value(cfg, "run.seed"), model=_model_name(cfg),
                   settings=settings_of(cfg), base=scores(ev.get("base")), final=scores(ev.get("final")),
                   compute=summary.get("compute") or {}, wall_seconds=summary.get("wall_seconds"),
                   ok=bool(summary.get("ok", True)))
