@@ -20,7 +20,7 @@ from coevolve.prompts import StopKind
 from coevolve.recipes.declare import Recipe, Rollouts, Step, Work
 from coevolve.rl.learner import Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed, seed_everything
-from coevolve.run.compute import MeteredSampler, cumulative, unmetered
+from coevolve.run.compute import Compute, ComputeMeter, MeteredSampler, cumulative, unmetered
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json
 from coevolve.schema import GRPOPhase, WriterReward
 from coevolve.training import AuditFn, TrainRequest, TrainResult, Trainer, WriterRule, WriterScoring, make_trainer
@@ -134,7 +134,7 @@ def phase_eval(p: Any, phase: Phase) -> PhaseRecord:
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         cache = base_eval_cache(s, phase)
-        res = load_cached_eval(cache, ctx.dir / "eval") if cache is not None else None
+        res = load_cached_eval(cache, ctx.dir / "eval", ctx.compute) if cache is not None else None
         if res is not None:
             ctx.say(f"[eval] {ctx.phase.key}: the built-in base's evaluation with these settings, from {cache}")
         else:
@@ -144,7 +144,7 @@ def phase_eval(p: Any, phase: Phase) -> PhaseRecord:
                 limit=e.limit, data_dir=Path(e.data_dir) if e.data_dir else None, bench_tasks=s.world.bench_tasks,
                 out_dir=ctx.dir / "eval", progress=s.cfg.run.progress)
             if cache is not None:
-                save_cached_eval(ctx.dir / "eval", cache)
+                save_cached_eval(ctx.dir / "eval", cache, ctx.compute.total)
         scores = {b: {k: r[k] for k in ("greedy", "sampled", "n", "score", "metric", "by_group")}
                   for b, r in res["benchmarks"].items()}
         ctx.log({f"eval/{b}/{k}": v for b, r in scores.items() for k, v in r.items()
@@ -239,25 +239,30 @@ def base_eval_cache(s: Setup, phase: Phase) -> Path | None:
     return s.base / "eval_cache" / digest
 
 
-def load_cached_eval(cache: Path, out_dir: Path) -> dict[str, Any] | None:
-    """The cached ``results.json`` (its files copied into ``out_dir``), None on a miss."""
+def load_cached_eval(cache: Path, out_dir: Path, meter: ComputeMeter) -> dict[str, Any] | None:
+    """The cached ``results.json`` (its files copied into ``out_dir``), None on a miss. The
+    evaluation's compute, saved with it, is counted again, so a run's compute does not depend
+    on whether another run filled the cache first."""
     import json
 
-    if not (cache / "results.json").is_file():
+    spent = _cache_compute(cache)
+    if not (cache / "results.json").is_file() or not spent.is_file():
         return None
     out_dir.mkdir(parents=True, exist_ok=True)
     for f in cache.iterdir():
         shutil.copyfile(f, out_dir / f.name)
+    meter.total += Compute.from_dict(json.loads(spent.read_text(encoding="utf-8")))
     return json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
 
 
-def save_cached_eval(src: Path, cache: Path) -> None:
+def save_cached_eval(src: Path, cache: Path, spent: Compute) -> None:
     """Copy an evaluation folder into the cache, whole or not at all (staging folder + rename; a
-    concurrent writer of the same entry wrote the same files)."""
+    concurrent writer of the same entry wrote the same files), and beside it the compute it took."""
     staging = cache.with_name(f".{cache.name}{TMP_SUFFIX}-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(_cache_compute(cache), spent.to_dict())
         shutil.copytree(src, staging)
         if not cache.exists():
             os.replace(staging, cache)
@@ -265,6 +270,12 @@ def save_cached_eval(src: Path, cache: Path) -> None:
         pass  # a read-only cache folder: the run is unaffected, the next one evaluates again
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _cache_compute(cache: Path) -> Path:
+    """Where a cached evaluation's compute is kept: beside its folder, not in it (the folder's
+    files are copied into the run's evaluation folder as they are)."""
+    return cache.with_name(f"{cache.name}.compute.json")
 
 
 def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, Any]:
