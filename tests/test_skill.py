@@ -329,3 +329,5 @@ def test_a_tiny_skill_run_reports_strata_and_reuses_the_base_evaluation(tiny_ski
     b = [json.loads(line) for line in (tmp_path / "b" / "base" / "eval" / "items_skill.jsonl").open()]
     assert list(a) == b
     assert list((tiny_skill_cache / "skill").glob("*/eval_cache/*/results.json"))
+    # the cached evaluation still counts as the evaluation it stands for: the same compute either way
+    assert summaries[0]["compute"]["eval"]["rollouts"] > 0 and summaries[0]["compute"] == summaries[1]["compute"]
