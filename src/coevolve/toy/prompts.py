@@ -14,7 +14,7 @@ Formats (BOS is added by the tokenizer, EOS ends every completion):
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Callable, Sequence
 
 from coevolve.errors import DataError
 from coevolve.prompts import StopKind, fill_template
@@ -65,25 +65,30 @@ def question_completion(question: str) -> str:
     return f"{QUESTION_OPEN}{_bare(question)}{QUESTION_CLOSE}"
 
 
-def parse_question_block(completion: str) -> str | None:
+def parse_question_block(completion: str, parse: Callable[[str], str | None] | None = None) -> str | None:
     """The canonical question when ``completion`` has exactly one ``<question>..</question>``
-    block holding a valid toy problem (no other tags around it), else None."""
+    block holding a valid problem (no other tags around it), else None. ``parse`` reads the
+    block's text: the toy world's parser unless a world with the same formats gives its own."""
     if completion.count(QUESTION_OPEN) != 1 or completion.count(QUESTION_CLOSE) != 1:
         return None
     m = _QBLOCK_RE.search(completion)
     if m is None:
         return None
-    return parse_toy_question(m.group(1))
+    return (parse or parse_toy_question)(m.group(1))
 
 
-class ToyPrompter:
-    """:class:`coevolve.prompts.Prompter` for the toy world (the formats above)."""
+class CharPrompter:
+    """:class:`coevolve.prompts.Prompter` of the worlds with the toy formats above (the toy world,
+    the skill world): the same prompts, each world's own question parser (``parse``)."""
+
+    world = "toy"
+    parse: Callable[[str], str | None] = staticmethod(parse_toy_question)
 
     def solver(self, question: str) -> str:
         return solver_prompt(question)
 
     def choice(self, question: str, choices: Sequence[str]) -> str:
-        raise DataError("the toy world has no multiple-choice items")
+        raise DataError(f"the {self.world} world has no multiple-choice items")
 
     def judge(self, question: str, answer: str) -> str:
         return fill_template(JUDGE_TEMPLATE, question=question, answer=answer)
@@ -95,7 +100,7 @@ class ToyPrompter:
         return fill_template(CONFIRM_TEMPLATE, a=a, b=b)
 
     def stop(self, kind: StopKind) -> Stop:
-        """Nothing but EOS: the toy base was pretrained to end every completion with it."""
+        """Nothing but EOS: the toy and skill bases were pretrained to end every completion with it."""
         return Stop()
 
     def questioner(self, question: str, answer: str, difficulty: float) -> str:
@@ -105,4 +110,8 @@ class ToyPrompter:
         return challenger_prompt(causes)
 
     def parse_question(self, completion: str) -> str | None:
-        return parse_question_block(completion)
+        return parse_question_block(completion, type(self).parse)
+
+
+class ToyPrompter(CharPrompter):
+    """:class:`coevolve.prompts.Prompter` for the toy world (the formats above)."""
