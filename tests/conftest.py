@@ -16,6 +16,10 @@ and whichever subset of the suite is selected:
 Lanes: ``slow`` marks recipe runs, kill/resume tests and real-model runs; ``pytest -m "not slow"``
 is the fast lane. ``gpu`` tests are skipped (with the reason) exactly when no CUDA device is
 visible, so wherever CUDA is present the main lane runs them.
+
+Order: ``--random-order-seed N`` runs the collected tests in a shuffled order drawn from N (printed
+in the header), to check that no test depends on what ran before it; the same N gives the same
+order.
 """
 
 from __future__ import annotations
@@ -25,7 +29,30 @@ from pathlib import Path
 import pytest
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--random-order-seed",
+        type=int,
+        default=None,
+        help="run the tests in a random order drawn from this seed (same seed, same order)",
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    seed = config.getoption("--random-order-seed")
+    return None if seed is None else f"random order: --random-order-seed {seed}"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    seed = config.getoption("--random-order-seed")
+    if seed is not None:
+        import random
+
+        random.Random(seed).shuffle(items)
+    _skip_gpu_without_cuda(items)
+
+
+def _skip_gpu_without_cuda(items: list[pytest.Item]) -> None:
     if not any(item.get_closest_marker("gpu") for item in items):
         return
     import torch
