@@ -15,7 +15,7 @@ from coevolve.plan.memory import SAFETY_MARGIN, RoleMemory, _engine, _kv_rows, d
 from coevolve.plan.shapes import ModelShape, load_model_shape
 from coevolve.plan.timing import COMPLETION_FILL, gen_seconds, train_seconds
 from coevolve.plan.work import Gen, PhaseWork, phases, trainable_roles
-from coevolve.recipes.declare import FROZEN_SOLVER
+from coevolve.recipes.declare import FROZEN_DIAGNOSER, FROZEN_SOLVER
 from coevolve.rl.learner import LearnerConfig
 
 if TYPE_CHECKING:
@@ -186,6 +186,8 @@ def _sampling_transient(g: Gen, z: _Sizing) -> tuple[float, tuple[float, str, Ge
     label = f"{g.role} sampling ({kvr} rows x {g.prompt}+{g.max_new} tokens)"
     if z.engine == "vllm" and z.gpu:  # (a frozen copy is a pinned host snapshot served by the role's engine)
         return 0.0, (0.0 if not z.sleep else z.vllm_engine, f"{g.role} vLLM engine (gpu_memory_utilization={z.util})", g)
+    if g.role == FROZEN_DIAGNOSER:  # loaded once for the run, like a judge: its weights stay with it
+        return z.shape.n_params * z.b, (call, label, g)
     if g.role == FROZEN_SOLVER:
         if z.idle_offload:  # ParkedSampler: the copy is on the GPU only while it samples
             return 0.0, (z.shape.n_params * z.b + call, label, g)
