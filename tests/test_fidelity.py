@@ -50,9 +50,10 @@ def test_preflight_refuses_a_real_diagevo_run_without_a_diagnoser(real_model):
     self_diag = load_config("diagevo", None, [f"model.path={real_model}", "diagnoser.self_diagnosis=true"])
     check_diagnoser(self_diag)  # the named deviation is accepted, and then the solver diagnoses
     assert self_diag.diagnosis_model_path() is None
-    # the R-Zero-style baseline has no memory and so no diagnoser to name
+    # the R-Zero-style baseline has no memory and so no diagnoser to name or to find
     check_diagnoser(load_config("diagevo", None, [f"model.path={real_model}", "diagnoser.model_path=null",
                                                   "memory.enabled=false"]))
+    assert load_config("diagevo", None, [f"model.path={real_model}"], presets=["rzero"]).diagnosis_model_path() is None
 
 
 def test_toy_and_arith_worlds_keep_their_diagnosers(real_model):
@@ -205,3 +206,29 @@ def test_no_text_credits_r_zero_values_to_the_papers(rel):
                   "paper / R-Zero", "paper: optional, off", "The paper's default", "diagnoser size matters little",
                   "D²Evo = R-Zero"):
         assert wrong not in text, (rel, wrong)
+
+
+def test_fidelity_table_counts_match_its_rows():
+    import re
+
+    text = (ROOT / "docs" / "fidelity.md").read_text(encoding="utf-8")
+    verdicts = [row.rstrip().rstrip("|").split("|")[-1].strip() for row in text.splitlines()
+                if re.match(r"\| [DGB]\d+ ", row)]
+    kinds = ["deviation" if v.startswith("**deviation") else "faithful" if v.startswith("faithful")
+             else "ours" if v.startswith("ours") else v for v in verdicts]
+    assert set(kinds) == {"faithful", "ours", "deviation"}, set(kinds)
+    stated = re.search(r"\*\*Counts\*\* \((\d+) rows\): faithful (\d+), ours \(paper silent\) (\d+), deviation (\d+)", text)
+    assert stated is not None
+    assert [int(x) for x in stated.groups()] == [len(kinds), kinds.count("faithful"), kinds.count("ours"),
+                                                  kinds.count("deviation")]
+
+
+def test_preflight_names_the_general_benchmarks_without_data(real_model, tmp_path, monkeypatch):
+    from coevolve.preflight import absent_general_benches
+
+    monkeypatch.delenv("COEVOLVE_DATA", raising=False)
+    cfg = load_config("diagevo", None, [f"model.path={real_model}", f"eval.data_dir={tmp_path}"])
+    assert absent_general_benches(cfg) == ["mmlu_pro", "gpqa_diamond", "bbeh", "supergpqa"]
+    (tmp_path / "bbeh").mkdir()
+    (tmp_path / "bbeh" / "test.jsonl").write_text('{"id": "a", "question": "q", "answer": "a"}\n')
+    assert absent_general_benches(cfg) == ["mmlu_pro", "gpqa_diamond", "supergpqa"]

@@ -247,7 +247,8 @@ def test_cli_plan_toy_on_this_machine():
 def test_run_refuses_what_cannot_fit_here(tmp_path):
     from coevolve.preflight import preflight
 
-    cfg = load_config("diagevo", None, [f"model.path={model_dir(tmp_path, QWEN3_8B)}", "model.device=cpu"])
+    cfg = load_config("diagevo", None, [f"model.path={model_dir(tmp_path, QWEN3_8B)}", "model.device=cpu",
+                                           "diagnoser.self_diagnosis=true"])  # no diagnoser model here
     with pytest.raises(ConfigError, match=r"learner\.|engine\."):
         preflight(cfg)
 

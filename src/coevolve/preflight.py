@@ -49,7 +49,19 @@ def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str
                           + "\n(to run it anyway: coevolve run --force, or run.preflight=warn)")
     for p in problems:
         say(f"warning (run.preflight=warn): {p}")
+    absent = absent_general_benches(cfg)
+    if absent:
+        say(f"note: no data file for {', '.join(absent)} (eval.data_dir or $COEVOLVE_DATA): the evaluation will skip "
+            "them, saying so, unless the Hugging Face hub is reachable; their group averages then cover the rest")
     return problems
+
+
+def absent_general_benches(cfg: RecipeConfig) -> list[str]:
+    """The general benchmarks the run evaluates whose data is not here (they are not shipped)."""
+    from coevolve.eval.benchmarks import find_data_file
+
+    data_dir = Path(cfg.eval.data_dir) if cfg.eval.data_dir else None
+    return [b.name for b in evaluated_benches(cfg) if b.category == "general" and find_data_file(b, data_dir) is None]
 
 
 def real_world(cfg: RecipeConfig) -> bool:

@@ -105,7 +105,9 @@ class DiagEvoConfig(RecipeConfig):
     diagnoser: DiagnoserSection = Field(default_factory=DiagnoserSection)
 
     def diagnosis_model_path(self) -> str | None:
-        """The frozen diagnosis model's folder, or None when the solver diagnoses (self-diagnosis,
-        or no model named): the one reading of ``diagnoser`` for the recipe, preflight and the plan."""
+        """The frozen diagnosis model's folder, or None when no model is loaded for diagnosis: the
+        solver diagnoses (self-diagnosis, or no model named), the trace diagnoser does, or there is
+        no memory (the R-Zero-style baseline). The one reading of ``diagnoser`` for the recipe,
+        preflight and the plan."""
         d = self.diagnoser
-        return None if d.self_diagnosis else d.model_path
+        return None if d.self_diagnosis or d.kind == "trace" or not self.memory.enabled else d.model_path

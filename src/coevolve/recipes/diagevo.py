@@ -112,8 +112,12 @@ class Diagnosis:
         if not self.s.cfg.memory.confirm_duplicates or self.kind != "llm":
             return None
         sampler, prompter = self.sampler_prompter
-        params = SamplingParams(temperature=0.0, max_new_tokens=8, seed=seed, stop=prompter.stop("answer"))
+        params = SamplingParams(temperature=0.0, max_new_tokens=CONFIRM_TOKENS, seed=seed, stop=prompter.stop("answer"))
         return lambda a, b: parse_yes_no(sampler.sample([prompter.confirm(a, b)], 1, params)[0][0].text) is True
+
+
+CONFIRM_TOKENS = 8
+"""Reply cap of a duplicate confirmation (yes / no)."""
 
 
 def _epsilon(cfg: DiagEvoConfig, mem: ErrorMemory) -> float:
@@ -385,6 +389,9 @@ def memory_work(cfg: DiagEvoConfig, toy: bool) -> Work:
     who = "solver" if cfg.diagnosis_model_path() is None else FROZEN_DIAGNOSER
     gens = [Rollouts(who, "diagnoses (one per failed response)", calls, s.batch_prompts, 1, "diagnosis",
                      dg.max_new_tokens)] if llm else []
+    if llm and mem.confirm_duplicates:  # yes/no calls one at a time while causes are filed; at most retrieve_k each
+        gens.append(Rollouts(who, f"duplicate confirmations (<= {mem.retrieve_k} per diagnosis)",
+                             calls * mem.retrieve_k, 1, 1, "diagnosis", CONFIRM_TOKENS))
     if mem.promotion_p1 == "updated":
         gens.append(Rollouts("solver", "promotion re-measure", kept * pc.voting.samples, s.batch_prompts,
                              pc.voting.samples, "answer", s.max_new_tokens))
