@@ -11,7 +11,7 @@ by a flat alias:
 | pure targeted (70.1)                  | ``memory.schedule=targeted_only``       | ``schedule`` |
 | no filter (69.4) / absolute only (70.9)| ``pool.voting.filter=none|absolute``   | ``filter`` |
 | random pairing (-1.0 vs same node)    | ``memory.stitching=random_pair`` (``off``: none) | ``stitching`` |
-| diagnosis model                       | ``diagnoser.kind=llm|trace``, ``diagnoser.model_path`` | ``diagnoser`` |
+| diagnosis model (paper: frozen Qwen3-4B-Instruct-2507) | ``diagnoser.model_path``; ``diagnoser.self_diagnosis=true`` (deviation); ``diagnoser.kind=llm|trace`` | ``diagnoser`` |
 | R-Zero-style baseline (no memory)     | ``--preset rzero`` (``memory.enabled=false``, rzero reward, absolute filter; ``real/rzero`` on a real model) | |
 """
 

@@ -163,9 +163,12 @@ def _estimate(w: PhaseWork, roles: dict[str, RoleMemory], z: _Sizing) -> PhaseEs
         step = role_memory(trainer, z.shape, z.lcfg, z.device, z.b, w.train, None)
         transients.append((step.learner_transient, f"{trainer} learner step ({step.micro_batch_rows} rows / "
                                                     f"{step.micro_batch_tokens} tokens per micro-batch)", None))
+    resident_roles: set[str] = set()
     for g in w.gens:
         extra, part = _sampling_transient(g, z)
-        resident += extra
+        if g.role not in resident_roles:  # a frozen copy's weights count once however many calls it serves
+            resident += extra
+            resident_roles.add(g.role)
         transients.append(part)
     if z.engine == "vllm" and z.gpu and not z.sleep:
         resident += z.vllm_engine * len(roles)  # awake engines keep their share through learner steps
