@@ -105,8 +105,6 @@ class _Engine:
 
 
 def _d2evo(tmp_path: Path, shared: bool) -> SimpleNamespace:
-    from coevolve.run import Run  # noqa: F401  (the run folder layout the checkpoints follow)
-
     run = SimpleNamespace(checkpoint_dir=lambda role, tag: tmp_path / "checkpoints" / f"{role}_{tag}")
     s = SimpleNamespace(base=tmp_path / "base", run=run, engine=_Engine(), metered=lambda x: x,
                         cfg=SimpleNamespace(model=SimpleNamespace(device="cpu", dtype="auto")))
