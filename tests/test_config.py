@@ -134,7 +134,7 @@ def test_real_model_gets_the_real_preset_and_toy_does_not():
     real = load_config("d2evo", None, ["model.path=/models/Qwen3-4B-Base", "learner.lr=2e-6"])
     assert (real.sampling.max_new_tokens, real.eval.max_new_tokens, real.eval.samples) == (4096, 4096, -1)
     assert real.learner.lr == 2e-6 and real.learner.weight_decay == 0.01  # what the user sets wins
-    assert real.eval.benches == ["math7"] and real.questioner.max_new_tokens == 1024
+    assert real.eval.benches == ["d2evo_math7", "d2evo_general3"] and real.questioner.max_new_tokens == 1024
     toy = load_config("d2evo")
     assert toy.sampling.max_new_tokens == 64 and toy.learner.lr == 3e-5
 

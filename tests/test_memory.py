@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from coevolve.errors import DataError
+from coevolve.memory.maintain import select_pairs
 from coevolve.memory import (
     Diagnosis,
     DiagnoserStats,
@@ -235,16 +236,19 @@ def test_maintenance_end_to_end():
     cfg = MemoryConfig(match_threshold=0.8, dup_threshold=0.9, node_threshold=0.5, merge_threshold=0.95, min_targeted=1)
     res = maintain_memory(m, kept, diag, emb, 2, cfg, {carry.id: [0.3, 0.4]}, np.random.default_rng(0))
     s = res.stats
-    assert s["diagnoses_attempted"] == 5 and s["diagnoses_ok"] == 4 and s["diagnoses_garbage"] == 1
+    # every failed response is diagnosed (q1 has two): 6 calls, not one per question
+    assert s["failed_responses"] == 6 and s["failed_without_success"] == 0
+    assert s["diagnoses_attempted"] == 6 and s["diagnoses_ok"] == 5 and s["diagnoses_garbage"] == 1
     assert all(b == "bad" and g == "good" for _, _, b, g in diag.seen)
-    assert s["matched_known"] == 2 and s["reactivations"] == 1
+    assert sorted(r["question_id"] for r in res.records).count("x1") == 2
+    assert s["matched_known"] == 3 and s["reactivations"] == 1
     assert s["new_causes"] == 1 and s["new_nodes"] == 1 and s["duplicates"] == 1
     assert s["causes"] == 3 and s["nodes"] == 2 and s["active"] == 3 and s["mastered"] == 0
-    assert m.causes[carry.id].freq == 1 and m.causes[lead.id].freq == 1
+    assert m.causes[carry.id].freq == 2 and m.causes[lead.id].freq == 1
     new = [c for c in m.causes.values() if c.id not in (carry.id, lead.id)][0]
     assert new.freq == 2 and m.nodes[new.skill_id].name == "operator precedence"
-    assert s["F_t"] == 4 and m.F1 == 4 and s["next_epsilon"] == pytest.approx(0.5)
-    assert len(res.records) == 5 and sum(r["diagnosis"] is None for r in res.records) == 1
+    assert s["F_t"] == 5 and m.F1 == 5 and s["next_epsilon"] == pytest.approx(0.5)
+    assert len(res.records) == 6 and sum(r["diagnosis"] is None for r in res.records) == 1
     # next round: carry's targeted questions are now consistent -> promoted, freq reset
     res2 = maintain_memory(m, [], diag, emb, 3, cfg, {carry.id: [0.85, 0.9]}, np.random.default_rng(0))
     assert res2.stats["promotions"] == 1 and m.causes[carry.id].state == "mastered"
@@ -312,6 +316,36 @@ def test_reactivation_is_counted_and_not_undone_in_the_same_round():
     res3 = maintain_memory(m, [], diag, emb, 3, MemoryConfig(theta_up=0.8, min_targeted=1),
                            {borrow.id: [0.9]}, np.random.default_rng(0))
     assert res3.promoted == [borrow.id] and m.causes[borrow.id].freq == 0
+
+
+def select_pairs_reference(kept, max_pairs_per_question=None, max_total=None):
+    """Slow reference of ``select_pairs`` up to the random choices: per question with both kinds,
+    the failed indices it may diagnose and the successful indices any r+ must come from."""
+    out = {}
+    for qi, q in enumerate(kept):
+        bad = [i for i, m in enumerate(q.matches) if not m]
+        good = [i for i, m in enumerate(q.matches) if m]
+        if bad and good:
+            out[qi] = (bad, good)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_select_pairs_diagnoses_every_failure_against_a_success_of_its_question(seed):
+    rng = np.random.default_rng(seed)
+    kept = [KeptQuestion(f"q{i}", "1", [], ["r"] * 6, [bool(x) for x in rng.integers(0, 2, 6)]) for i in range(20)]
+    ref = select_pairs_reference(kept)
+    pairs = select_pairs(kept, np.random.default_rng(seed))
+    assert len(pairs) == sum(len(bad) for bad, _ in ref.values())  # every failure of a contrastable question
+    assert sorted((q, b) for q, b, _ in pairs) == sorted((q, b) for q, (bad, _) in ref.items() for b in bad)
+    assert all(g in ref[q][1] for q, _, g in pairs)  # r+ succeeded on the same question
+    capped = select_pairs(kept, np.random.default_rng(seed), max_pairs_per_question=1, max_total=7)
+    assert len(capped) == min(7, len(ref)) and len({q for q, _, _ in capped}) == len(capped)
+
+
+def test_memory_defaults_are_the_papers_no_cap():
+    cfg = MemoryConfig()
+    assert cfg.max_pairs_per_question is None and cfg.max_diagnoses_per_round is None
 
 
 def test_maintenance_caps_and_confirm():

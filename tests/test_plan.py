@@ -37,7 +37,7 @@ QWEN3_8B = {**QWEN3, "hidden_size": 4096, "num_hidden_layers": 36, "num_attentio
 QWEN3_06B = {**QWEN3, "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16, "intermediate_size": 3072,
              "tie_word_embeddings": True}
 
-# the papers' 4B settings (answer budget 4096, lr 1e-6, solver 8 x 128, writers 4 x 64 with 1024 tokens)
+# R-Zero's 4B settings, as the real presets (answer budget 4096, lr 1e-6, solver 8 x 128, writers 4 x 64 with 1024 tokens)
 REAL_4B = ["learner.lr=1e-6", "sampling.max_new_tokens=4096", "solver.group_size=8", "solver.prompts_per_step=128",
            "engine.max_batch=96", "learner.micro_batch_size=64", "learner.max_tokens_per_micro_batch=16384"]
 D2EVO_4B = REAL_4B + ["questioner.group_size=4", "questioner.prompts_per_step=64", "questioner.max_new_tokens=1024",
@@ -247,7 +247,8 @@ def test_cli_plan_toy_on_this_machine():
 def test_run_refuses_what_cannot_fit_here(tmp_path):
     from coevolve.preflight import preflight
 
-    cfg = load_config("diagevo", None, [f"model.path={model_dir(tmp_path, QWEN3_8B)}", "model.device=cpu"])
+    cfg = load_config("diagevo", None, [f"model.path={model_dir(tmp_path, QWEN3_8B)}", "model.device=cpu",
+                                           "diagnoser.self_diagnosis=true"])  # no diagnoser model here
     with pytest.raises(ConfigError, match=r"learner\.|engine\."):
         preflight(cfg)
 

@@ -132,7 +132,7 @@ def test_grpo_config_is_the_full_data_baseline() -> None:
 
     cfg = GRPOConfig()
     assert cfg.recipe == "grpo" and (cfg.solver.steps, cfg.solver.prompts_per_step, cfg.solver.group_size) == (80, 16, 8)
-    assert cfg.solver.alpha == 0.9  # D²Evo / R-Zero's labelled reward
+    assert cfg.solver.alpha == 0.9  # R-Zero's α, our default for D²Evo's labelled reward
     assert load_config("grpo", ROOT / "configs" / "grpo.yaml").solver == cfg.solver
     assert load_config("grpo", None, ["solver.steps=3"]).solver.group_size == 8  # a partial override keeps the rest
     with pytest.raises(ValidationError, match="recipe"):

@@ -130,6 +130,48 @@ def test_policy_loss_matches_reference(seed, beta):
     assert st["clip_frac"].item() == pytest.approx((st["clip_frac_low"] + st["clip_frac_high"]).item())
 
 
+def ref_seq_mean_loss(logp, old, adv, mask, eps_low, eps_high, ref=None, beta=0.0):
+    """Textbook GRPO (DeepSeekMath): each answer's mean over its own tokens, then the mean over
+    answers (an empty answer contributes 0 and still counts)."""
+    per_seq = [ref_loss([logp[i]], [old[i]], [adv[i]], [mask[i]], eps_low, eps_high,
+                        None if ref is None else [ref[i]], beta, T=max(1.0, sum(mask[i])))
+               for i in range(len(logp))]
+    return sum(per_seq) / len(per_seq)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_seq_mean_policy_loss_matches_textbook_reference(seed, beta):
+    logp, old, adv, mask, ref = random_batch(seed)
+    loss, _ = policy_loss(logp, old, adv, mask, 0.2, 0.2, ref_logp_NT=ref if beta else None, beta=beta,
+                          agg="seq-mean")
+    expected = ref_seq_mean_loss(logp.tolist(), old.tolist(), adv.tolist(), mask.tolist(), 0.2, 0.2, ref.tolist(), beta)
+    assert loss.item() == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    token_mean, _ = policy_loss(logp, old, adv, mask, 0.2, 0.2, ref_logp_NT=ref if beta else None, beta=beta)
+    assert abs(token_mean.item() - loss.item()) > 1e-6  # unequal lengths: the two forms differ (the test can fail)
+    # micro-batches with the global answer count add up to the full batch
+    parts = sum(policy_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2], 0.2, 0.2,
+                            ref_logp_NT=ref[i : i + 2] if beta else None, beta=beta, agg="seq-mean", num_seqs=6)[0]
+                for i in range(0, 6, 2))
+    assert parts.item() == pytest.approx(loss.item(), rel=1e-12)
+    with pytest.raises(RLInputError, match="agg"):
+        policy_loss(logp, old, adv, mask, agg="sum")
+
+
+def test_textbook_grpo_preset_is_the_textbook_form():
+    from pathlib import Path
+
+    import yaml
+
+    cfg = yaml.safe_load((Path(__file__).parents[1] / "configs" / "textbook_grpo.yaml").read_text())["learner"]
+    lc = LearnerConfig(**cfg)
+    assert lc.loss_agg == "seq-mean" and lc.eps_low == lc.eps_high == 0.2 and lc.beta_kl > 0
+    assert not lc.drop_zero_std
+    default = LearnerConfig()  # our departure: token-mean, clip-higher, no KL, zero-variance groups dropped
+    assert default.loss_agg == "token-mean" and default.eps_high == 0.28 and default.beta_kl == 0
+    assert default.drop_zero_std
+
+
 def test_policy_loss_global_normaliser_makes_microbatches_additive():
     logp, old, adv, mask, _ = random_batch(3)
     full, _ = policy_loss(logp, old, adv, mask)
@@ -272,11 +314,12 @@ def test_all_zero_std_skips_without_touching_weights():
         assert torch.equal(p, before[n])
 
 
-def test_micro_batching_does_not_change_the_update():
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean"])
+def test_micro_batching_does_not_change_the_update(agg):
     groups = make_groups(seed=5, n_groups=4, zero_groups=0)
     a, b = make_model(), make_model()
-    Learner(a, LearnerConfig(lr=1e-3, micro_batch_size=64)).step(groups)
-    Learner(b, LearnerConfig(lr=1e-3, micro_batch_size=3)).step(groups)
+    Learner(a, LearnerConfig(lr=1e-3, micro_batch_size=64, loss_agg=agg)).step(groups)
+    Learner(b, LearnerConfig(lr=1e-3, micro_batch_size=3, loss_agg=agg)).step(groups)
     for (n, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
         assert torch.allclose(pa, pb, atol=1e-6), n
 

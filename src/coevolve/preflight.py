@@ -28,12 +28,17 @@ def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str
         (f"{name}.{field}", getattr(getattr(cfg, name), field, None))
         for name in type(cfg).model_fields for field in ("model_path", "judge_model_path")
         if isinstance(getattr(getattr(cfg, name), field, None), str)]
+    check_diagnoser(cfg)
     for where, p in paths:
-        if p is None:
+        if p is None or (where == "diagnoser.model_path" and cfg.diagnosis_model_path() is None):  # type: ignore[attr-defined]
             continue
         ensure_model(p, say)  # a built-in model name (model.path=smollm2) is built offline, once
         if not Path(p).exists():
-            raise ModelLoadError(f"{where}: model path {p} does not exist")
+            hint = ("; download it where the Hub is reachable (`hf download " + p + "` fills the local Hugging Face "
+                    "cache) or give its folder, or set diagnoser.self_diagnosis=true to let the solver diagnose its "
+                    "own failures (a deviation from the paper)") if where == "diagnoser.model_path" else ""
+            raise ModelLoadError(f"{where}: model path {p} does not exist" + (" here nor in the local Hugging Face "
+                                 "cache" + hint if hint else ""))
         if not (Path(p) / "config.json").is_file():
             raise ModelLoadError(f"{where}: {p} is not a Hugging Face model folder (no config.json)")
     check_inputs(cfg)
@@ -44,7 +49,40 @@ def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str
                           + "\n(to run it anyway: coevolve run --force, or run.preflight=warn)")
     for p in problems:
         say(f"warning (run.preflight=warn): {p}")
+    absent = absent_general_benches(cfg)
+    if absent:
+        say(f"note: no data file for {', '.join(absent)} (eval.data_dir or $COEVOLVE_DATA): the evaluation will skip "
+            "them, saying so, unless the Hugging Face hub is reachable; their group averages then cover the rest")
     return problems
+
+
+def absent_general_benches(cfg: RecipeConfig) -> list[str]:
+    """The general benchmarks the run evaluates whose data is not here (they are not shipped)."""
+    from coevolve.eval.benchmarks import find_data_file
+
+    data_dir = Path(cfg.eval.data_dir) if cfg.eval.data_dir else None
+    return [b.name for b in evaluated_benches(cfg) if b.category == "general" and find_data_file(b, data_dir) is None]
+
+
+def real_world(cfg: RecipeConfig) -> bool:
+    """A real model on real (or no) data: neither the toy model nor the arith / skill worlds."""
+    return (cfg.model.path is not None and not is_toy_model(cfg.model.path)
+            and cfg.data.source not in ("arith", "skill"))
+
+
+def check_diagnoser(cfg: RecipeConfig) -> None:
+    """DiagEvo on a real model diagnoses with a frozen instruct model (the paper: Qwen3-4B-Instruct-
+    2507), not the policy under training: refuse a run that names none unless self-diagnosis is
+    chosen explicitly. The toy, arith and skill worlds keep their own diagnosers."""
+    if cfg.recipe != "diagevo" or not real_world(cfg) or not cfg.memory.enabled:  # type: ignore[attr-defined]
+        return
+    d = cfg.diagnoser  # type: ignore[attr-defined]
+    if d.kind != "trace" and d.model_path is None and not d.self_diagnosis:
+        raise ConfigError(
+            "diagnoser.model_path: a real-model DiagEvo run diagnoses its failures with a frozen instruct model "
+            "(the paper: Qwen3-4B-Instruct-2507) and none is set; set diagnoser.model_path=<model folder or cached Hub "
+            "id> (e.g. Qwen/Qwen3-4B-Instruct-2507), or diagnoser.self_diagnosis=true to let the solver under "
+            "training diagnose its own failures (a deviation from the paper)")
 
 
 def check_inputs(cfg: RecipeConfig) -> None:

@@ -11,7 +11,7 @@ or to a batch scalar (``"mean"``). The recipes log the breakdown under their met
 
 Why these shapes (D²Evo, arXiv 2605.17037; DiagEvo; R-Zero, Chengsong-Huang/R-Zero @ 5699329):
 
-* solver: ``R = α·acc + (1-α)·fmt`` (D²Evo = R-Zero ``math.py``, α = 0.9);
+* solver: ``R = α·acc + (1-α)·fmt`` (D²Evo's form; α = 0.9 is our default, R-Zero ``math.py``'s — D²Evo gives none);
 * D²Evo questioner: format gate × plateau ``r_diff(x)`` — flat 1 inside the band
   [τ_l, τ_u] and a polynomial decay of order ``a`` outside it;
 * R-Zero challenger: ``min(p̂, 1-p̂) − |C_k|/B`` with BLEU-distance clustering;

@@ -167,7 +167,7 @@ class GRPOPhase(Strict):
 class SolverPhase(GRPOPhase):
     """Solver GRPO with the labelled reward ``R = α·acc + (1-α)·fmt``."""
 
-    alpha: float = Field(0.9, ge=0, le=1, description="R = α·acc + (1-α)·format (D²Evo / R-Zero: α = 0.9).")
+    alpha: float = Field(0.9, ge=0, le=1, description="R = α·acc + (1-α)·format (paper); α = 0.9 is our default, as R-Zero (the paper gives no α).")
 
 
 class WriterReward(Strict):

@@ -240,7 +240,7 @@ class EvalConfig(Strict):
     benches: list[str] | None = Field(
         None,
         description="Benchmarks or groups (toy, math7, general, all, or names). None = the world's default: "
-        "'toy' in the toy world, 'math7' (the papers' seven math sets) for a real model.path.",
+        "'toy' in the toy world, 'math7' (D²Evo's seven math sets) for a real model.path.",
     )
     heldout_size: int = Field(
         500, ge=4, le=1020, description="Size of the toy held-out set (fixed, seeded, balanced over levels). At most "
@@ -587,8 +587,8 @@ def build_config(cls: type[RecipeConfig], files: list[Layer], overrides: list[st
 
     The recipe's own defaults (e.g. a questioner phase of 5 steps) are merged under the files, so
     a YAML section that sets one key keeps the recipe's values for the others. When ``model.path``
-    is a real model (not a toy one), the recipe's real-model preset (papers' values for a 4B base
-    model) goes under the files too: a real run gets real answer budgets, learning rate and eval
+    is a real model (not a toy one), the recipe's real-model preset (R-Zero's sizes for a 4B base
+    model, each paper's evaluation) goes under the files too: a real run gets real answer budgets, learning rate and eval
     protocol without restating them, and the toy defaults never reach it. A field that fails
     validation is reported with the layer that set it (``validation_message``).
 

@@ -75,12 +75,15 @@ class BufferSection(Strict):
     generate: int = Field(512, ge=0, description="Questions the updated questioner writes per round (our default: 512).")
     voting: Voting = Field(
         default_factory=lambda: Voting(samples=8, filter="absolute", band=Band(low=0.4, high=0.8)),
-        description="Pseudo-labels (N = 8, our default) and the keep band [τ_l, τ_u] (paper: the anchor band).")
+        description="Pseudo-labels by the previous-round solver π_S^{t-1} (paper), N = 8 votes (our default), and the "
+        "keep band [τ_l, τ_u] (paper; equal to the anchor band by our default).")
     verifier: Literal["none", "oracle", "judge"] = Field(
-        "none", description="Second check of pseudo-labels (paper: optional, off). 'oracle' only measures (toy world); "
-        "'judge' asks a model yes/no and drops rejected labels.")
+        "none", description="Second check of pseudo-labels. The paper checks every label with a strong external LLM "
+        "(GPT-5.2) as part of its pipeline; offline that is not possible, so 'none' (default) is a deviation forced by "
+        "the setting. Stand-ins: 'judge' asks a model (judge_model_path) yes/no and drops rejected labels; 'oracle' "
+        "only measures label accuracy (toy world).")
     judge_model_path: ModelPath = Field(None, description="verifier=judge: HF folder, built-in name (smollm2) or cached "
-                                        "Hub id of the judge (None = the solver).")
+                                        "Hub id of the judge, the stand-in for the paper's GPT-5.2 (None = the solver).")
     judge_max_new_tokens: int = Field(8, ge=1, description="Reply length of the judge (yes/no).")
 
 
@@ -104,3 +107,14 @@ class D2EvoConfig(RecipeConfig):
     solver: SolverPhase = Field(
         default_factory=lambda: SolverPhase(steps=40, prompts_per_step=16, group_size=8),
         description="Step 4: solver GRPO on the hybrid buffer, α·acc + (1-α)·format.")
+
+    @model_validator(mode="after")
+    def _previous_solver_kept(self) -> "D2EvoConfig":
+        """With shared weights the buffer is labelled by π_S^{t-1} read back from the solver's
+        checkpoint of round t-1, which must survive the questioner's checkpoint of round t."""
+        q = self.questioner
+        if q.enabled and q.share_weights and self.buffer.synthesis and self.run.keep_checkpoints < 2:
+            raise ValueError("run.keep_checkpoints must be >= 2 with questioner.share_weights=true: the previous "
+                             "round's solver (π_S^{t-1}), which labels the generated questions, is read from its "
+                             "checkpoint after the questioner's update")
+        return self

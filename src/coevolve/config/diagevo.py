@@ -11,7 +11,7 @@ by a flat alias:
 | pure targeted (70.1)                  | ``memory.schedule=targeted_only``       | ``schedule`` |
 | no filter (69.4) / absolute only (70.9)| ``pool.voting.filter=none|absolute``   | ``filter`` |
 | random pairing (-1.0 vs same node)    | ``memory.stitching=random_pair`` (``off``: none) | ``stitching`` |
-| diagnosis model                       | ``diagnoser.kind=llm|trace``, ``diagnoser.model_path`` | ``diagnoser`` |
+| diagnosis model (paper: frozen Qwen3-4B-Instruct-2507) | ``diagnoser.model_path``; ``diagnoser.self_diagnosis=true`` (deviation); ``diagnoser.kind=llm|trace`` | ``diagnoser`` |
 | R-Zero-style baseline (no memory)     | ``--preset rzero`` (``memory.enabled=false``, rzero reward, absolute filter; ``real/rzero`` on a real model) | |
 """
 
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from coevolve.config.base import RecipeConfig
 from coevolve.memory.maintain import MemoryConfig
-from coevolve.schema import Band, GRPOPhase, ModelPath, Strict, Voting, WriterReward
+from coevolve.schema import Band, GRPOPhase, Strict, Voting, WriterReward
 
 
 class ChallengerSection(GRPOPhase):
@@ -45,11 +45,35 @@ class PoolSection(Strict):
 
 
 class DiagnoserSection(Strict):
+    """Stage 4's diagnosis model. The paper's is a frozen instruct model (Qwen3-Instruct-2507, 4B by
+    default; 4B to 235B compared, with little difference between those instruct diagnosers), not
+    the policy under training: a real-model run names it (``model_path``), or chooses
+    ``self_diagnosis=true`` as a stated deviation (preflight refuses neither set)."""
+
     kind: Literal["auto", "trace", "llm"] = Field(
         "auto", description="'trace' (toy rule-based trace diagnosis), 'llm' (prompted model), 'auto' = the world's "
         "default (trace in the toy world, llm otherwise).")
-    model_path: ModelPath = Field(None, description="HF folder, built-in name (smollm2) or cached Hub id of a "
-                                  "separate, frozen diagnosis model (llm); None = the current solver.")
+    model_path: str | None = Field(None, description="HF folder, built-in name (smollm2) or cached Hub id of the "
+                                  "separate, frozen diagnosis model (llm; paper: Qwen3-4B-Instruct-2507), served by the "
+                                  "run's engine like every frozen model. None = the current solver (self-diagnosis).")
+    self_diagnosis: bool = Field(
+        False, description="Deviation (ours): the solver under training diagnoses its own failures instead of a frozen "
+        "instruct model; diagnoser.model_path is then not used. A real-model run needs model_path or this set true.")
+
+    @field_validator("model_path", mode="after")
+    @classmethod
+    def _resolve(cls, v: str | None) -> str | None:
+        """A folder, built-in name or cached Hub id resolves now (as ``ModelPath``); a Hub id not in
+        the local cache stays as written, so the real preset's named diagnoser does not stop
+        ``coevolve config`` / ``plan`` on a machine without it: preflight refuses the run instead,
+        saying how to get it or what to set."""
+        from coevolve.errors import CoevolveError
+        from coevolve.models import resolve_model_path
+
+        try:
+            return resolve_model_path(v)
+        except CoevolveError:
+            return v
     max_new_tokens: int = Field(256, ge=1, description="Diagnosis completion cap (toy model: 64 is plenty).")
     temperature: float = Field(0.0, ge=0, description="Diagnosis sampling temperature (0 = greedy).")
     max_field_chars: int = Field(
@@ -79,3 +103,11 @@ class DiagEvoConfig(RecipeConfig):
         description="Stage 3: solver GRPO on the kept questions, G fresh responses, reward +1 / -1 for matching ŷ.")
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     diagnoser: DiagnoserSection = Field(default_factory=DiagnoserSection)
+
+    def diagnosis_model_path(self) -> str | None:
+        """The frozen diagnosis model's folder, or None when no model is loaded for diagnosis: the
+        solver diagnoses (self-diagnosis, or no model named), the trace diagnoser does, or there is
+        no memory (the R-Zero-style baseline). The one reading of ``diagnoser`` for the recipe,
+        preflight and the plan."""
+        d = self.diagnoser
+        return None if d.self_diagnosis or d.kind == "trace" or not self.memory.enabled else d.model_path

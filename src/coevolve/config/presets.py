@@ -10,7 +10,7 @@ Two folders of the installed package hold them:
   smoke configs, ``toy_scarce/*``) and every preset added there later.
 
 A name resolves by the model it will run on: with a real ``model.path`` the ``real/`` version of
-a preset comes first (``-c rzero`` is then ``real/rzero``: R-Zero at the papers' scale), with the
+a preset comes first (``-c rzero`` is then ``real/rzero``: R-Zero at its own scale), with the
 toy model the toy one (``rzero``: R-Zero at toy scale). ``real/NAME`` or ``toy_scarce/NAME`` names
 one version explicitly.
 """

@@ -1,4 +1,7 @@
-"""A second, independent check of pseudo-labels (D²Evo step 3: optional, off by default).
+"""A second, independent check of pseudo-labels (D²Evo step 3). The paper checks every buffer
+label with a strong external LLM (GPT-5.2) as part of its pipeline; offline no such model can be
+called, so the default is no check (``NoVerifier``), a deviation forced by the setting. A judge
+model (``JudgeVerifier``) or a symbolic checker (the toy world's oracle) stands in for it.
 
 Verifiers return per record True (confirmed), False (rejected) or None (unknown); ``enforce``
 says whether the recipe drops rejected records (False = measure only).
@@ -25,7 +28,8 @@ class LabelVerifier(Protocol):
 
 
 class NoVerifier:
-    """The paper's default: every label is 'unknown' and nothing is dropped."""
+    """No check (the offline default, a deviation: the paper's GPT-5.2 check cannot be called):
+    every label is 'unknown' and nothing is dropped."""
 
     enforce = False
     rollouts = 0

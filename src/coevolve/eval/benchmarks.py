@@ -211,7 +211,7 @@ class Benchmark:
     dir; ``shipped`` names a file in ``coevolve/bench_data``; ``hub`` is the Hugging Face
     dataset used when neither exists (optional, needs ``datasets`` and network).
     ``default_samples`` is k for mean@k when the caller asks for the benchmark default
-    (papers: mean@32 on AIME/AMC). ``group_key`` is the feature used for the breakdown.
+    (R-Zero: mean@32 on AIME/AMC; DiagEvo: on AMC). ``group_key`` is the feature used for the breakdown.
     ``answer_tokens`` is the typical length of a reasoning model's solution (a 4B base model
     reasoning step by step; toy: its short traces): a budget far below it cuts answers before
     their ``\\boxed{}``, and the run's preflight refuses that. ``items`` is the size of the public
@@ -279,6 +279,13 @@ BENCHMARKS: dict[str, Benchmark] = {
 GROUPS: dict[str, tuple[str, ...]] = {
     "math7": ("amc23", "minerva", "math500", "gsm8k", "olympiadbench", "aime24", "aime25"),
     "general": ("mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh"),
+    # each paper's protocol as a named group; results.json reports each requested group's average
+    "d2evo_math7": ("amc23", "minerva", "math500", "gsm8k", "olympiadbench", "aime24", "aime25"),  # D²Evo's 7
+    "d2evo_general3": ("supergpqa", "mmlu_pro", "bbeh"),  # D²Evo's "General Avg" over 3
+    # DiagEvo averages 5 math and 4 general benchmarks; its summary names AMC, GSM8K, MATH-500,
+    # OlympiadBench, MMLU-Pro, GPQA-Diamond and BBEH "etc.": Minerva and SuperGPQA are our inference
+    "diagevo_math5": ("amc23", "gsm8k", "math500", "olympiadbench", "minerva"),
+    "diagevo_general4": ("mmlu_pro", "gpqa_diamond", "bbeh", "supergpqa"),
     "all": (
         "amc23", "minerva", "math500", "gsm8k", "olympiadbench", "aime24", "aime25",
         "mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh",

@@ -1,8 +1,9 @@
 """One round of DiagEvo memory maintenance (stage 4) as a single function.
 
 For every kept question x (pseudo-label ŷ, the causes it was targeted at E_known(x), and its G
-optimisation responses with their agree-with-ŷ flags), pair a failed response r⁻ with a
-successful r⁺, diagnose ``e_new = D_ext(x, ŷ, r⁻, r⁺)`` and file it:
+optimisation responses with their agree-with-ŷ flags), pair **every** failed response r⁻ with a
+successful r⁺ of the same question (DiagEvo: one diagnosis call per failed trajectory), diagnose
+``e_new = D_ext(x, ŷ, r⁻, r⁺)`` in batched calls and file it:
 
 1. match e_new against E_known(x) (cosine >= ``match_threshold``): a hit counts a failure on that
    cause (re-activating it when it was Mastered);
@@ -83,8 +84,13 @@ class MemoryConfig(Strict):
     node_threshold: float = Field(0.7, ge=-1, le=1, description="Cosine (skill name vs node name) to file a new cause under "
                                   "an existing node.")
     merge_threshold: float = Field(0.85, ge=-1, le=1, description="Round-end merge of skill nodes whose centroids reach this cosine.")
-    max_pairs_per_question: int = Field(1, ge=1, description="(r-, r+) pairs diagnosed per kept question (paper: one).")
-    max_diagnoses_per_round: int = Field(64, ge=1, description="Diagnosis budget per round (cost grows linearly with calls).")
+    max_pairs_per_question: int | None = Field(
+        None, ge=1, description="Cost control (ours): at most this many failed responses r- of a kept question are "
+        "diagnosed, each paired with a successful r+ of the same question. None = every failed response (paper: one "
+        "diagnosis call per failed trajectory).")
+    max_diagnoses_per_round: int | None = Field(
+        None, ge=1, description="Cost control (ours): at most this many diagnosis calls per round (cost grows linearly "
+        "with the failures). None = no cap (paper). A cap samples the failures that drive f_t(e), F_t, ε and p(e).")
 
     @field_validator("stitching", mode="before")
     @classmethod
@@ -105,11 +111,20 @@ class MaintenanceResult:
 
 
 def select_pairs(
-    kept: Sequence[KeptQuestion], rng: np.random.Generator, max_pairs_per_question: int, max_total: int
+    kept: Sequence[KeptQuestion], rng: np.random.Generator, max_pairs_per_question: int | None = None,
+    max_total: int | None = None,
 ) -> list[tuple[int, int, int]]:
-    """``(question index, failed response index, successful response index)`` triples: up to
-    ``max_pairs_per_question`` random (r⁻, r⁺) pairs per question with both kinds, questions in
-    random order, at most ``max_total`` overall (the per-round diagnosis budget)."""
+    """``(question index, failed response index, successful response index)`` triples: every
+    failed response r⁻ of a question that has a successful one, each paired with a random r⁺ of
+    the same question (DiagEvo: one diagnosis per failed trajectory; a question whose G responses
+    all fail has no r⁺ to contrast and is skipped). Questions in random order; the optional cost
+    controls keep at most ``max_pairs_per_question`` random failures of a question and at most
+    ``max_total`` pairs overall (None: no cap, the paper's behaviour).
+
+    >>> q = KeptQuestion("2+2", "4", [], ["5", "4", "3"], [False, True, False])
+    >>> sorted(select_pairs([q], np.random.default_rng(0)))
+    [(0, 0, 1), (0, 2, 1)]
+    """
     out: list[tuple[int, int, int]] = []
     for qi in rng.permutation(len(kept)).tolist():
         q = kept[qi]
@@ -117,12 +132,12 @@ def select_pairs(
         good = [i for i, m in enumerate(q.matches) if m]
         if not bad or not good:
             continue
-        for _ in range(min(max_pairs_per_question, len(bad), len(good))):
-            if len(out) >= max_total:
+        if max_pairs_per_question is not None and len(bad) > max_pairs_per_question:
+            bad = sorted(rng.choice(bad, size=max_pairs_per_question, replace=False).tolist())
+        for b in bad:
+            if max_total is not None and len(out) >= max_total:
                 return out
-            b = bad.pop(int(rng.integers(len(bad))))
-            g = good.pop(int(rng.integers(len(good))))
-            out.append((qi, b, g))
+            out.append((qi, b, good[int(rng.integers(len(good)))]))
     return out
 
 
@@ -258,7 +273,11 @@ def maintain_memory(
     merged = memory.merge_redundant_nodes(embedder, cfg.merge_threshold, round_)
     memory.fix_reference(round_)
     s = memory.stats(cfg.k)
+    contrastable = [q for q in kept if any(q.matches) and not all(q.matches)]
     stats: dict[str, float] = {
+        # every failure of a question with a success is diagnosed unless a cost cap is set
+        "failed_responses": sum(m is False for q in contrastable for m in q.matches),
+        "failed_without_success": sum(len(q.matches) for q in kept if q.matches and not any(q.matches)),
         "diagnoses_attempted": len(pairs), "diagnoses_ok": len(valid),
         "diagnoses_garbage": len(pairs) - len(valid),
         "diagnoser_success_rate": len(valid) / len(pairs) if pairs else 0.0,

@@ -128,10 +128,11 @@ def plan_problems(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, max_ba
     if plan.device.kind == "cuda" and plan.host_bytes > 0.9 * host_cap:
         problems.append(f"host memory: offloaded state and parked weights need {gib(plan.host_bytes)} > 90% of "
                         f"{plan.device.host_memory_gib.value:g} GiB; change learner.lora=true or learner.offload_when_idle=false")
-    extra = [f for f in ("diagnoser.model_path", "buffer.judge_model_path")
-             if getattr(getattr(cfg, f.split(".")[0], None), f.split(".")[1], None)]
-    if extra:
-        notes.append(f"{', '.join(extra)}: that model's weights and KV cache are not counted")
+    if getattr(cfg, "recipe", None) == "diagevo" and cfg.diagnosis_model_path() is not None:
+        notes.append("diagnoser.model_path: the frozen diagnoser is counted at the solver's shape in the memory "
+                     "phase (its weights stay loaded for the rest of the run)")
+    if getattr(getattr(cfg, "buffer", None), "judge_model_path", None):
+        notes.append("buffer.judge_model_path: that model's weights and KV cache are not counted")
     if plan.shape.model_type not in ("llama", "qwen2", "qwen3", "mistral", "smollm3", "?"):
         notes.append(f"model_type {plan.shape.model_type!r}: estimated as a dense Llama-style decoder")
     for name, rm in plan.roles.items():

@@ -15,7 +15,7 @@ from coevolve.plan.memory import SAFETY_MARGIN, RoleMemory, _engine, _kv_rows, d
 from coevolve.plan.shapes import ModelShape, load_model_shape
 from coevolve.plan.timing import COMPLETION_FILL, gen_seconds, train_seconds
 from coevolve.plan.work import Gen, PhaseWork, phases, trainable_roles
-from coevolve.recipes.declare import FROZEN_SOLVER
+from coevolve.recipes.declare import FROZEN_DIAGNOSER, FROZEN_SOLVER
 from coevolve.rl.learner import LearnerConfig
 
 if TYPE_CHECKING:
@@ -163,9 +163,12 @@ def _estimate(w: PhaseWork, roles: dict[str, RoleMemory], z: _Sizing) -> PhaseEs
         step = role_memory(trainer, z.shape, z.lcfg, z.device, z.b, w.train, None)
         transients.append((step.learner_transient, f"{trainer} learner step ({step.micro_batch_rows} rows / "
                                                     f"{step.micro_batch_tokens} tokens per micro-batch)", None))
+    resident_roles: set[str] = set()
     for g in w.gens:
         extra, part = _sampling_transient(g, z)
-        resident += extra
+        if g.role not in resident_roles:  # a frozen copy's weights count once however many calls it serves
+            resident += extra
+            resident_roles.add(g.role)
         transients.append(part)
     if z.engine == "vllm" and z.gpu and not z.sleep:
         resident += z.vllm_engine * len(roles)  # awake engines keep their share through learner steps
@@ -186,6 +189,8 @@ def _sampling_transient(g: Gen, z: _Sizing) -> tuple[float, tuple[float, str, Ge
     label = f"{g.role} sampling ({kvr} rows x {g.prompt}+{g.max_new} tokens)"
     if z.engine == "vllm" and z.gpu:  # (a frozen copy is a pinned host snapshot served by the role's engine)
         return 0.0, (0.0 if not z.sleep else z.vllm_engine, f"{g.role} vLLM engine (gpu_memory_utilization={z.util})", g)
+    if g.role == FROZEN_DIAGNOSER:  # loaded once for the run, like a judge: its weights stay with it
+        return z.shape.n_params * z.b, (call, label, g)
     if g.role == FROZEN_SOLVER:
         if z.idle_offload:  # ParkedSampler: the copy is on the GPU only while it samples
             return 0.0, (z.shape.n_params * z.b + call, label, g)

@@ -142,7 +142,7 @@ def phase_eval(p: Any, phase: Phase) -> PhaseRecord:
                 solver.sampler, s.world.prompter, e.benches or list(s.world.default_benches), grader=s.grader,
                 samples=e.samples, max_new_tokens=e.max_new_tokens, seed=derive_seed(s.cfg.run.seed, "eval"),
                 limit=e.limit, data_dir=Path(e.data_dir) if e.data_dir else None, bench_tasks=s.world.bench_tasks,
-                out_dir=ctx.dir / "eval", progress=s.cfg.run.progress)
+                out_dir=ctx.dir / "eval", progress=s.cfg.run.progress, say=ctx.say)
             if cache is not None:
                 save_cached_eval(ctx.dir / "eval", cache, ctx.compute.total)
         scores = {b: {k: r[k] for k in ("greedy", "sampled", "n", "score", "metric", "by_group")}

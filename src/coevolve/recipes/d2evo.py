@@ -12,8 +12,9 @@ artefacts in ``round_NN/``, declared once in ``RECIPE`` (end of file):
 2. ``questioner`` — GRPO of the questioner on anchor prompts, reward format gate × plateau
    r_diff(x) (or R-Zero's), x = agreement of N_v frozen-solver answers
    (``questioner_generated.jsonl``: every generated question with its x and reward);
-3. ``buffer`` — the updated questioner writes candidate questions; majority-vote pseudo-labels;
-   keep x in the band; optional label verifier; union with the anchors (``candidates.jsonl``,
+3. ``buffer`` — the updated questioner writes candidate questions; majority-vote pseudo-labels
+   by the previous-round solver π_S^{t-1} (the model that measured the anchors: one difficulty
+   scale); keep x in the band; optional label verifier; union with the anchors (``candidates.jsonl``,
    ``pool.jsonl``, ``buffer.jsonl``);
 4. ``solver`` — GRPO on the buffer with α·acc + (1-α)·format;
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from coevolve.config.d2evo import D2EvoConfig
@@ -48,6 +50,7 @@ from coevolve.curriculum.proposals import WriterBatch
 from coevolve.loop import Role
 from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
 from coevolve.recipes.declare import FROZEN_SOLVER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
+from coevolve.errors import RunStateError
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, derive_seed
 from coevolve.training import Observed, RewardSpec, TrainRequest
 from coevolve.types import Completion, Task
@@ -227,6 +230,24 @@ def phase_questioner(p: D2Evo, phase: Phase) -> PhaseRecord:
     return s.run.phase(phase, fn)
 
 
+def previous_solver(p: D2Evo, t: int) -> Any:
+    """π_S^{t-1}, the frozen solver that measured round ``t``'s anchors and scored its questioner:
+    the model that labels and filters the generated questions, so real and generated questions
+    share one difficulty scale (D²Evo step 3). With a separate questioner (or none) the solver's
+    weights have not moved since the difficulty phase; with shared weights the questioner's GRPO
+    moved them, so π_S^{t-1} is read back from its folder by the engine (as a judge is): the base
+    model in round 1, else the solver's checkpoint of round t-1 (``run.keep_checkpoints >= 2``
+    keeps it beside the questioner's)."""
+    s = p.s
+    if p.questioner is not p.solver:
+        return p.solver.sampler
+    path = s.base if t == 1 else s.run.checkpoint_dir(p.solver.name, f"r{t - 1:02d}")
+    if not Path(path).is_dir():
+        raise RunStateError(f"{path}: the solver of round {t - 1} (π_S^(t-1)), which labels round {t}'s generated "
+                            "questions, is missing; run.keep_checkpoints must be >= 2")
+    return s.metered(s.engine.load(str(path), s.cfg.model.device, s.cfg.model.dtype))
+
+
 def _verifier(p: D2Evo) -> LabelVerifier:
     s, b = p.s, p.s.cfg.buffer
     judge, prompter = p.judge()
@@ -249,9 +270,10 @@ def phase_buffer(p: D2Evo, phase: Phase) -> PhaseRecord:
         if questioner is not None and b.synthesis and b.generate > 0 and anchors:
             chosen = rng.choices(anchors, k=b.generate)
             verifier = _verifier(p)
+            labeller = previous_solver(p, t)
             pool = propose_questions(
                 questioner.sampler, [prompter.questioner(a.question, a.answer or "", a.features["difficulty"]) for a in chosen],
-                [{"anchor_id": a.id, "anchor": a.question} for a in chosen], prompter=prompter, solver=solver.sampler,
+                [{"anchor_id": a.id, "anchor": a.question} for a in chosen], prompter=prompter, solver=labeller,
                 voting=b.voting, grader=s.grader, write_params=s.params(derive_seed(ctx.seed, "generate"), cfg.questioner, "question"),
                 vote_params=s.params(derive_seed(ctx.seed, "label")),
                 batch_prompts=cfg.sampling.batch_prompts, id_prefix=f"gen-r{t:02d}-",
@@ -323,8 +345,9 @@ def buffer_work(cfg: D2EvoConfig, toy: bool) -> Work:
     q, b, s = cfg.questioner, cfg.buffer, cfg.sampling
     if not (q.enabled and b.synthesis and b.generate > 0):
         return Work()
+    labeller = FROZEN_SOLVER if q.share_weights else "solver"  # π_S^{t-1} (previous_solver)
     return Work((Rollouts(_writer_role(cfg), "questions", b.generate, s.batch_prompts, 1, "question", phase_cap(q, s)),
-                 Rollouts("solver", f"{b.voting.samples} votes per question", b.generate * b.voting.samples,
+                 Rollouts(labeller, f"{b.voting.samples} votes per question by π_S^(t-1)", b.generate * b.voting.samples,
                           s.batch_prompts, b.voting.samples, "answer", s.max_new_tokens)))
 
 

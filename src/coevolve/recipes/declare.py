@@ -41,6 +41,14 @@ FROZEN_SOLVER = "frozen solver copy"
 """The role name of rollouts drawn from a frozen copy of the solver (D²Evo's scorer with shared
 weights): a second copy of the weights, not a role with a learner."""
 
+FROZEN_DIAGNOSER = "frozen diagnoser"
+"""The role name of rollouts drawn from DiagEvo's frozen diagnosis model (``diagnoser.model_path``,
+loaded by the engine like a judge): weights of their own, no learner. The cost model assumes the
+solver's shape (the paper pairs a 4B diagnoser with 4B and 8B solvers)."""
+
+FROZEN_ROLES = (FROZEN_SOLVER, FROZEN_DIAGNOSER)
+"""Rollout roles served by frozen weights beside the trained roles (one more copy on the device)."""
+
 Stage = Literal["base", "round", "final"]
 
 
@@ -194,5 +202,5 @@ def scored_by(role: str, phase: Any, sampling: Any, samples: int) -> Rollouts:
                     sampling.max_new_tokens)
 
 
-__all__ = ["FROZEN_SOLVER", "PromptKind", "Recipe", "Rollouts", "Stage", "Step", "Training", "Work", "WorkFn", "always", "train_work",
+__all__ = ["FROZEN_DIAGNOSER", "FROZEN_ROLES", "FROZEN_SOLVER", "PromptKind", "Recipe", "Rollouts", "Stage", "Step", "Training", "Work", "WorkFn", "always", "train_work",
            "phase_cap", "scored_by"]

@@ -13,8 +13,9 @@ resumable phases (``coevolve.run``), declared once in ``RECIPE`` (end of file):
    question give ŷ (majority), p1, p2; dual-confidence filter. Oracle agreement of the labels is
    measured on the same pool under all three filters (none / absolute / dual).
 3. ``TT/solver`` — GRPO on the kept questions, G fresh responses, reward +1 / -1 for matching ŷ.
-4. ``TT/memory`` — diagnose one (r⁻, r⁺) pair per kept question, file the causes, promote,
-   merge nodes; the memory is saved to ``round_TT/memory.json`` (the input of round t+1).
+4. ``TT/memory`` — diagnose every failed optimisation response r⁻ of a kept question, paired
+   with a successful r⁺ of the same question (batched calls to the frozen diagnosis model),
+   file the causes, promote, merge nodes; the memory is saved to ``round_TT/memory.json`` (the input of round t+1).
 5. ``TT/eval`` — held-out accuracy of the solver.
 
 Every phase reads its inputs from the run folder (previous artefacts + latest checkpoints) and
@@ -25,6 +26,7 @@ reproduces an uninterrupted run exactly and the memory is never half-updated.
 from __future__ import annotations
 
 import functools
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -39,7 +41,7 @@ from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, cl
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
 from coevolve.memory.store import MEMORY_FILE, ErrorMemory
 from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
-from coevolve.recipes.declare import Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
+from coevolve.recipes.declare import FROZEN_DIAGNOSER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.errors import RunStateError
 from coevolve.training import Observed, RewardSpec, TrainRequest
@@ -84,10 +86,11 @@ class Diagnosis:
 
     @functools.cached_property
     def sampler_prompter(self) -> tuple[Any, Any]:
-        d, s = self.s.cfg.diagnoser, self.s
-        if d.model_path is None:
+        s = self.s
+        path = s.cfg.diagnosis_model_path()
+        if path is None:  # self-diagnosis (a stated deviation on real models; the toy worlds' llm option)
             return self.solver.sampler, s.world.prompter
-        sampler = s.metered(s.engine.load(d.model_path, s.cfg.model.device, s.cfg.model.dtype))
+        sampler = s.metered(s.engine.load(path, s.cfg.model.device, s.cfg.model.dtype))
         return sampler, s.world.prompter_for(sampler.tokenizer)
 
     @functools.cached_property
@@ -109,8 +112,12 @@ class Diagnosis:
         if not self.s.cfg.memory.confirm_duplicates or self.kind != "llm":
             return None
         sampler, prompter = self.sampler_prompter
-        params = SamplingParams(temperature=0.0, max_new_tokens=8, seed=seed, stop=prompter.stop("answer"))
+        params = SamplingParams(temperature=0.0, max_new_tokens=CONFIRM_TOKENS, seed=seed, stop=prompter.stop("answer"))
         return lambda a, b: parse_yes_no(sampler.sample([prompter.confirm(a, b)], 1, params)[0][0].text) is True
+
+
+CONFIRM_TOKENS = 8
+"""Reply cap of a duplicate confirmation (yes / no)."""
 
 
 def _epsilon(cfg: DiagEvoConfig, mem: ErrorMemory) -> float:
@@ -339,6 +346,16 @@ KEPT_FRACTION = 0.3
 the diagnoses)."""
 
 
+def failed_per_question(cfg: DiagEvoConfig) -> float:
+    """The cost model's assumed failed optimisation responses per kept question (each one a
+    diagnosis): G x (1 - the middle of the pool's p1 band), a kept question's responses agreeing
+    with ŷ about as often as its construction votes did; at most ``memory.max_pairs_per_question``."""
+    band = cfg.pool.voting.band
+    fails = cfg.solver.group_size * (1.0 - (band.low + band.high) / 2)
+    cap = cfg.memory.max_pairs_per_question
+    return fails if cap is None else min(float(cap), fails)
+
+
 def challenger_work(cfg: DiagEvoConfig, toy: bool) -> Work:
     ch = cfg.challenger
     if ch.frozen:
@@ -364,12 +381,22 @@ def memory_work(cfg: DiagEvoConfig, toy: bool) -> Work:
     if not mem.enabled:
         return Work()
     kept = max(1, int(pc.size * KEPT_FRACTION))
+    fails = failed_per_question(cfg)
+    calls = max(1, math.ceil(kept * fails))
+    if mem.max_diagnoses_per_round is not None:
+        calls = min(calls, mem.max_diagnoses_per_round)
     llm = dg.kind == "llm" or (dg.kind == "auto" and not toy)
-    gens = [Rollouts("solver", "diagnoses", kept, s.batch_prompts, 1, "diagnosis", dg.max_new_tokens)] if llm else []
+    who = "solver" if cfg.diagnosis_model_path() is None else FROZEN_DIAGNOSER
+    gens = [Rollouts(who, "diagnoses (one per failed response)", calls, s.batch_prompts, 1, "diagnosis",
+                     dg.max_new_tokens)] if llm else []
+    if llm and mem.confirm_duplicates:  # yes/no calls one at a time while causes are filed; at most retrieve_k each
+        gens.append(Rollouts(who, f"duplicate confirmations (<= {mem.retrieve_k} per diagnosis)",
+                             calls * mem.retrieve_k, 1, 1, "diagnosis", CONFIRM_TOKENS))
     if mem.promotion_p1 == "updated":
         gens.append(Rollouts("solver", "promotion re-measure", kept * pc.voting.samples, s.batch_prompts,
                              pc.voting.samples, "answer", s.max_new_tokens))
-    return Work(tuple(gens), note=f"~{kept} kept questions assumed ({KEPT_FRACTION:.0%} of the pool)")
+    return Work(tuple(gens), note=f"~{kept} kept questions assumed ({KEPT_FRACTION:.0%} of the pool), "
+                f"~{fails:.2g} failed responses each" + (f", {calls} diagnoses" if llm else ""))
 
 
 RECIPE = Recipe(

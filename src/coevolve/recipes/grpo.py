@@ -1,8 +1,8 @@
 """Recipe ``grpo``: the papers' "Full Data" baseline.
 
 Train the solver with GRPO on labelled data (the toy world by default: fresh problems every
-step; or any JSONL of question/answer rows) with reward ``α·acc + (1-α)·format`` (α = 0.9, as
-R-Zero / D²Evo), then evaluate base and final solver.
+step; or any JSONL of question/answer rows) with reward ``α·acc + (1-α)·format`` (α = 0.9, R-Zero's;
+the papers give no α), then evaluate base and final solver.
 
 Phases (``RECIPE``): ``base/eval`` -> ``01/solver`` -> ``01/eval``; each is resumable (see
 ``coevolve.run``).

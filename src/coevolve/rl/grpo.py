@@ -1,15 +1,23 @@
 """GRPO core as pure tensor functions (the project's own formulation).
 
-Equal to TRL ``GRPOTrainer(loss_type="dapo")`` and verl ``loss_agg_mode="token-mean"``:
+Default (``agg="token-mean"``), equal to TRL ``GRPOTrainer(loss_type="dapo")`` and verl
+``loss_agg_mode="token-mean"``:
 
     A_i   = (r_i - mean_g) / (std_g + eps)            (std with Bessel's correction; or r_i - mean_g)
     rho   = exp(logp - old_logp)
-    L     = -(1/T) sum_i sum_t m_it * min(rho A_i, clip(rho, 1 - eps_low, 1 + eps_high) A_i)
-            + beta (1/T) sum m_it * (exp(ref - logp) - (ref - logp) - 1)
+    l_it  = -min(rho A_i, clip(rho, 1 - eps_low, 1 + eps_high) A_i) + beta (exp(ref - logp) - (ref - logp) - 1)
+    L     = (1/T) sum_i sum_t m_it l_it
 
 with T the number of active completion tokens of the *whole* update batch (all micro-batches),
-so that micro-batching changes nothing but memory. Kept free of model/optimizer state so the
-maths can be unit-tested against a naive loop implementation.
+so that micro-batching changes nothing but memory. The textbook GRPO of DeepSeekMath (Eq. 3 there,
+which both papers cite as "GRPO (Eq. 2)") averages each sequence over its own tokens first
+(``agg="seq-mean"``, verl ``seq-mean-token-mean``), with a symmetric clip and a KL coefficient:
+
+    L     = (1/S) sum_i (1/|o_i|) sum_t m_it l_it         (S sequences in the whole update batch)
+
+The default (token-mean, clip-higher 0.28, no KL, zero-variance groups dropped) is our choice,
+not the papers'; ``configs/textbook_grpo.yaml`` selects the textbook form. Kept free of
+model/optimizer state so the maths can be unit-tested against a naive loop implementation.
 
 Chunked log-probs (``sequence_logprobs(..., chunk_tokens=C)``): the decoder's last hidden states
 of the K active completion tokens are projected by the LM head C tokens at a time,
@@ -414,12 +422,16 @@ def policy_loss(
     ref_logp_NT: Tensor | None = None,
     beta: float = 0.0,
     num_tokens: float | Tensor | None = None,
+    agg: str = "token-mean",
+    num_seqs: float | Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped GRPO surrogate with token-mean aggregation (+ optional k3 KL).
+    """Clipped GRPO surrogate (+ optional k3 KL), aggregated by ``agg`` (module docstring).
 
-    ``num_tokens`` is the global normaliser T (active completion tokens of the whole update
-    batch); it defaults to ``mask_NT.sum()``. Passing the global T to every micro-batch makes
-    the summed micro-batch losses equal the full-batch loss exactly.
+    ``agg="token-mean"``: ``num_tokens`` is the global normaliser T (active completion tokens of
+    the whole update batch); it defaults to ``mask_NT.sum()``. ``agg="seq-mean"``: each row's
+    mean over its own active tokens, summed and divided by ``num_seqs`` (the whole update
+    batch's rows; default N). Passing the global T (or S) to every micro-batch makes the summed
+    micro-batch losses equal the full-batch loss exactly.
 
     Returns ``(loss, stats)``; stats are detached means over this call's active tokens:
     ``clip_frac_low`` (ratio < 1-eps_low with A < 0: the clip is active on the low side),
@@ -437,6 +449,8 @@ def policy_loss(
         raise RLInputError(f"policy_loss: ref_logp shape {tuple(ref_logp_NT.shape)} != {tuple(logp_NT.shape)}")
     if beta > 0 and ref_logp_NT is None:
         raise RLInputError("policy_loss: beta > 0 needs ref_logp_NT")
+    if agg not in ("token-mean", "seq-mean"):
+        raise RLInputError(f"policy_loss: agg must be 'token-mean' or 'seq-mean', got {agg!r}")
     m_NT = mask_NT.to(logp_NT.dtype)  # (N, T)
     local_tokens = m_NT.sum()
     denom = local_tokens if num_tokens is None else torch.as_tensor(num_tokens, dtype=logp_NT.dtype)
@@ -455,7 +469,12 @@ def policy_loss(
         if beta > 0:
             per_tok_NT = per_tok_NT + beta * kl_NT
 
-    loss = (per_tok_NT * m_NT).sum() / denom
+    if agg == "token-mean":
+        loss = (per_tok_NT * m_NT).sum() / denom
+    else:
+        per_seq_N = (per_tok_NT * m_NT).sum(dim=1) / m_NT.sum(dim=1).clamp(min=1.0)  # (N,)
+        n_seq = torch.as_tensor(logp_NT.shape[0] if num_seqs is None else num_seqs, dtype=logp_NT.dtype)
+        loss = per_seq_N.sum() / n_seq.clamp(min=1.0)
 
     with torch.no_grad():
         n_loc = local_tokens.clamp(min=1.0)

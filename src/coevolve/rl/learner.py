@@ -33,7 +33,7 @@ import math
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -141,8 +141,14 @@ class LearnerConfig(Strict):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     grad_clip: float = Field(1.0, ge=0, description="Global gradient-norm clip (0 = no clipping).")
     eps_low: float = Field(0.2, ge=0, lt=1, description="Lower PPO clip (1 - eps_low).")
-    eps_high: float = Field(0.28, ge=0, description="Upper PPO clip (1 + eps_high), DAPO clip-higher.")
-    beta_kl: float = Field(0.0, ge=0, description="k3 KL coefficient to the reference model (0 = no reference).")
+    eps_high: float = Field(0.28, ge=0, description="Upper PPO clip (1 + eps_high), DAPO clip-higher (our default; "
+                            "textbook GRPO: 0.2, symmetric).")
+    beta_kl: float = Field(0.0, ge=0, description="k3 KL coefficient to the reference model (0 = no reference; our "
+                           "default. Textbook GRPO keeps a KL term, e.g. DeepSeekMath 0.04, R-Zero 0.01).")
+    loss_agg: Literal["token-mean", "seq-mean"] = Field(
+        "token-mean", description="GRPO loss aggregation: 'token-mean' over every token of the update batch (DAPO; our "
+        "default) or 'seq-mean', each answer's token mean averaged over answers (textbook GRPO, which the papers cite; "
+        "configs/textbook_grpo.yaml).")
     scale_std: bool = Field(True, description="Divide advantages by the group std (False = Dr. GRPO).")
     adv_eps: float = Field(1e-4, gt=0, description="Added to the group std (TRL: 1e-4; verl: 1e-6).")
     drop_zero_std: bool = Field(True, description="Drop zero-variance groups before the update (their tokens never "
@@ -709,6 +715,7 @@ class Learner:
 
     def _one_update(self, mbs: list[_Batch], n_tokens: int) -> dict[str, float]:
         cfg = self.cfg
+        n_seqs = sum(int(b.adv.shape[0]) for b in mbs)  # every answer of the update batch (seq-mean's S)
         self._zero_grads()
         total_loss = 0.0
         acc = {"clip_frac": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "ratio_mean": 0.0, "kl": 0.0}
@@ -721,6 +728,7 @@ class Learner:
             loss, st = policy_loss(
                 logp, old, b.adv, b.completion_mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
                 ref_logp_NT=b.ref_logp, beta=cfg.beta_kl, num_tokens=float(n_tokens),
+                agg=cfg.loss_agg, num_seqs=float(n_seqs),
             )
             if not torch.isfinite(loss):
                 self._zero_grads()

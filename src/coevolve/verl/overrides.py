@@ -109,8 +109,9 @@ def _data(phase: Any, paths: PhasePaths, max_prompt_tokens: int, max_new_tokens:
 
 
 def _actor(phase: Any, learner: Any, paths: PhasePaths, micro: int) -> list[tuple[str, Any]]:
-    """The local learner's optimiser and loss, as verl's actor: token-mean, asymmetric clip, no
-    dual clip, KL as a loss term only when ``learner.beta_kl > 0``."""
+    """The local learner's optimiser and loss, as verl's actor: its aggregation (token-mean, or
+    textbook GRPO's seq-mean-token-mean), its clip, no dual clip, KL as a loss term only when
+    ``learner.beta_kl > 0``."""
     return [
         ("actor_rollout_ref.model.path", str(paths.model)),
         ("actor_rollout_ref.actor.optim.lr", learner.lr),
@@ -120,7 +121,8 @@ def _actor(phase: Any, learner: Any, paths: PhasePaths, micro: int) -> list[tupl
         ("actor_rollout_ref.actor.clip_ratio_low", learner.eps_low),
         ("actor_rollout_ref.actor.clip_ratio_high", learner.eps_high),
         ("actor_rollout_ref.actor.clip_ratio_c", DUAL_CLIP_OFF),
-        ("actor_rollout_ref.actor.loss_agg_mode", "token-mean"),
+        ("actor_rollout_ref.actor.loss_agg_mode", {"token-mean": "token-mean", "seq-mean": "seq-mean-token-mean"}[
+            learner.loss_agg]),
         ("actor_rollout_ref.actor.entropy_coeff", 0.0),
         ("actor_rollout_ref.actor.use_kl_loss", learner.beta_kl > 0),
         ("actor_rollout_ref.actor.kl_loss_coef", learner.beta_kl),
