@@ -123,7 +123,9 @@ class Run:
 
     def __init__(self, path: Path, state: PhaseState, *, seed: int = 0, keep_checkpoints: int = 2,
                  say: Say = say) -> None:
-        self.path = Path(path)
+        # absolute: artefact paths are built both from the folder (``ctx.dir``) and relative to it
+        # (``write_jsonl(rel)``), and a relative folder (``runs/...``) would be joined twice
+        self.path = Path(path).absolute()
         self.state = state
         self.metrics = MetricsLog(self.path / METRICS_FILE)
         self.seed = seed
