@@ -255,7 +255,7 @@ def test_more_solver_steps_continue_only_a_phase_nothing_trained_on(tmp_path):
     book, and when its checkpoint has no optimiser state; otherwise the phase is marked to
     continue (its record and book kept in state.json) and the measuring phases after it leave,
     with their metrics rows."""
-    from coevolve.errors import RunStateError
+    from coevolve.errors import ConfigError, RunStateError
     from coevolve.recipes import extend_run, extension_config
 
     order = [p.key for p in __import__("coevolve.config", fromlist=["recipe_of"]).recipe_of("d2evo").phase_list(
@@ -288,8 +288,14 @@ def test_more_solver_steps_continue_only_a_phase_nothing_trained_on(tmp_path):
     rows = run.metrics.rows()
     assert rows[-1]["phase"] == "solver" and rows[-1]["step"] == 39  # its steps' rows stay, its end and later go
     assert load_config("d2evo", run.path / "config.yaml", []).solver.steps == 60
-    with pytest.raises(Exception, match=r"solver.steps=30 \(command line\): this run's solver phases have 40 steps"):
+    with pytest.raises(ConfigError, match=r"solver.steps=30 \(command line\): this run's solver phases have 40 steps"):
         extension_config(saved, ["solver.steps=30"], load_config("d2evo", None, ["rounds=2", "solver.steps=30"]))
+
+    both = load_config("d2evo", None, ["rounds=3", "solver.steps=60"])  # more rounds and more steps at once
+    said = extend_run(both, _fake_d2evo_run(tmp_path / "both", upto_eval),
+                      extension_config(saved, ["rounds=3", "solver.steps=60"], both))
+    assert said == ["solver.steps=60: 01/solver continues at step 40 from its checkpoint and optimiser state; 01/eval "
+                    "run again after it", "extended to 3 rounds"]
 
 
 @pytest.mark.slow

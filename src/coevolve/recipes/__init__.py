@@ -126,6 +126,7 @@ def extend_run(cfg: RecipeConfig, run: Any, config_yaml: str, force: bool = Fals
         raise RunStateError(f"{run.path}: the phases done are not the start of the extended run's phases ({len(kept)} "
                             "kept, then a change); resume with --force to run the new list anyway, or start a new run")
     cont = continuing(cfg, run)
+    more_rounds = getattr(cfg, "rounds", None) != run_config_value(run, "rounds")
     again = [r.key for r in records[records.index(cont):]] if cont is not None else []
     final = [r.key for r in records if r.stage == "final" and r.key not in again]
     data = copy.deepcopy(run.state.data)
@@ -150,8 +151,9 @@ def extend_run(cfg: RecipeConfig, run: Any, config_yaml: str, force: bool = Fals
         said.append(f"solver.steps={cfg.solver.steps}: {cont.key} continues at step {book_steps(run, cont)} from its "  # type: ignore[attr-defined]
                     "checkpoint and optimiser state" + (f"; {', '.join(again[1:])} run again after it" if again[1:]
                                                         else ""))
-    if final:
-        said.append(f"extended to {getattr(cfg, 'rounds')} rounds: {', '.join(final)} run again after the last round")
+    if final or more_rounds:
+        said.append(f"extended to {getattr(cfg, 'rounds')} rounds" + (f": {', '.join(final)} run again after the last "
+                                                                       "round" if final else ""))
     return said
 
 
