@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +41,22 @@ def test_stages_outside_rounds(tmp_path):
     rec = run.phase(Phase.base("eval"), lambda ctx: PhaseResult({"dir": ctx.dir.name}))
     assert rec.key == "base/eval" and rec.values == {"dir": "base"} and rec.round is None and rec.stage == "base"
     assert run.phase(Phase.final("difficulty"), lambda ctx: PhaseResult({"dir": ctx.dir.name})).values == {"dir": "final"}
+
+
+def test_a_relative_run_folder_puts_each_artefact_where_it_is_read(tmp_path, monkeypatch):
+    """``--run-dir runs/x`` (and the default ``runs/<recipe>-<time>``): a phase writes through its
+    folder (``ctx.dir / name``) and a later phase reads relative to the run (``round_01/name``);
+    both are the same file, not ``runs/x/runs/x/round_01/name``."""
+    monkeypatch.chdir(tmp_path)
+    run = Run.create(Path("runs") / "x", "recipe: grpo\n", "grpo")
+
+    def fn(ctx):
+        run.write_jsonl(ctx.dir / "rows.jsonl", [{"a": 1}])
+        return PhaseResult()
+
+    run.phase(Phase("anchors", 1), fn)
+    assert run.read_jsonl("round_01/rows.jsonl") == [{"a": 1}]
+    assert (tmp_path / "runs" / "x" / "round_01" / "rows.jsonl").is_file() and not (tmp_path / "runs" / "x" / "runs").exists()
 
 
 def test_interrupted_phase_metrics_are_cut_on_resume(tmp_path):

@@ -172,8 +172,8 @@ def test_resume_extends_a_finished_run_to_more_rounds(tmp_path):
     assert cli("run", "d2evo", *D2EVO_TINY, "rounds=1", "--run-dir", str(ext)).returncode == 0
     one = json.loads((ext / "state.json").read_text())
     assert one["status"] == "finished" and one["phase_list"][-1] == "final/difficulty"
-    r = cli("resume", str(ext), "solver.steps=3")
-    assert r.returncode == 2 and "error: solver.steps: resume changes only run.* fields" in r.stderr, r.stderr
+    r = cli("resume", str(ext), "learner.lr=1e-5")
+    assert r.returncode == 2 and "error: learner.lr: resume changes only run.* fields" in r.stderr, r.stderr
     r = cli("resume", str(ext), "rounds=0")  # the command line's value is wrong, not the saved config
     assert r.returncode == 2 and "rounds=0" in r.stderr and "no longer validates" not in r.stderr, r.stderr
     Run.create(tmp_path / "grpo", dump_yaml(load_config("grpo", None, [])), "grpo")
@@ -190,6 +190,112 @@ def test_resume_extends_a_finished_run_to_more_rounds(tmp_path):
     assert kill_fuzz.compare(fresh, ext) == []
     r = cli("resume", str(ext), "rounds=1")
     assert r.returncode == 2 and "this run has 2 rounds" in r.stderr and "cannot shorten" in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("toy_base")  # the runs' model, built before any run starts
+def test_resume_gives_the_solver_phase_more_steps(tmp_path, reference):
+    """A finished 1-step grpo run resumed with solver.steps=2 continues 01/solver at step 1 from
+    its checkpoint (weights, optimiser state, step count) and its book, runs 01/eval again and
+    ends as the 2-step run made at once (``reference``): the same files, time fields aside, also
+    when the continuation is killed inside its checkpoint write and resumed. Fewer steps are
+    refused."""
+    run = tmp_path / "run"
+    assert cli("run", "grpo", *TINY, "solver.steps=1", "--run-dir", str(run)).returncode == 0
+    one = json.loads((run / "state.json").read_text())
+    r = cli("resume", str(run), "solver.steps=0")
+    assert r.returncode == 2 and "solver.steps=0 (command line)" in r.stderr and "cannot shorten" in r.stderr, r.stderr
+    assert json.loads((run / "state.json").read_text()) == one
+
+    log = tmp_path / "log"
+    rc = kill_fuzz._cli(["resume", str(run), "solver.steps=2", *TINY[-2:]], log, "checkpoint:1:killgroup").wait()
+    assert rc == -signal.SIGKILL, log.read_text()
+    assert "solver.steps=2: 01/solver continues at step 1 from its checkpoint and optimiser state; 01/eval run again " \
+        "after it" in " ".join(log.read_text().split())
+    state = json.loads((run / "state.json").read_text())
+    assert [p["key"] for p in state["phases"]] == ["base/eval"] and state["continued"]["01/solver"]["book"]["steps"] == 1
+    r = cli("resume", str(run))  # killed inside the continuation: it starts again from step 1
+    assert r.returncode == 0 and "[solver] continued at step 1 of 2" in r.stderr, r.stderr
+    assert kill_fuzz.compare(reference[0], run) == []
+    assert "continued" not in json.loads((run / "state.json").read_text())
+
+
+def _fake_d2evo_run(path: Path, done: list[str], optimiser: bool = True, book: bool = True) -> Run:
+    """A 2-round D²Evo run folder whose phases ``done`` are marked finished (nothing trained):
+    a solver phase leaves a book of 40 steps, a metrics row per step and a checkpoint."""
+    from coevolve.run.state import PhaseRecord
+    from coevolve.training import book_file
+
+    run = Run.create(path, dump_yaml(load_config("d2evo", None, ["rounds=2"])), "d2evo")
+    for key in done:
+        part, name = key.split("/")
+        rnd = None if part in ("base", "final") else int(part)
+        folder = run.path / (f"round_{rnd:02d}" if rnd else part)
+        folder.mkdir(parents=True, exist_ok=True)
+        ckpts = {}
+        if name == "solver":
+            for step in range(40):
+                run.metrics.log({"solver/loss": 0.0}, round=rnd, phase=name, step=step)
+            ck = run.checkpoint_dir("solver", f"r{rnd:02d}")
+            ck.mkdir(parents=True)
+            if optimiser:
+                (ck / "learner_optim.pt").write_bytes(b"")
+            ckpts = {"solver": str(ck.relative_to(run.path))}
+            if book:
+                book_file(folder, name).write_text(json.dumps({"steps": 40, "seen": [0.5], "records": [], "rollouts": 1,
+                                                               "reward_rollouts": 0, "updates": 40, "compute": {}}))
+        run.metrics.log({f"phase/{name}/seconds": 1.0}, round=rnd, phase=name)
+        run.state.finish(PhaseRecord(key, name, rnd, "" if rnd else part), ckpts, 2, run.metrics.size())
+    return run
+
+
+def test_more_solver_steps_continue_only_a_phase_nothing_trained_on(tmp_path):
+    """``coevolve resume RUN solver.steps=N`` on a D²Evo run: refused, naming the phases, when a
+    later phase already trained on the solver phase it would continue, when that phase left no
+    book, and when its checkpoint has no optimiser state; otherwise the phase is marked to
+    continue (its record and book kept in state.json) and the measuring phases after it leave,
+    with their metrics rows."""
+    from coevolve.errors import ConfigError, RunStateError
+    from coevolve.recipes import extend_run, extension_config
+
+    order = [p.key for p in __import__("coevolve.config", fromlist=["recipe_of"]).recipe_of("d2evo").phase_list(
+        load_config("d2evo", None, ["rounds=2"]))]
+    saved = load_config("d2evo", None, ["rounds=2"])
+    wanted = load_config("d2evo", None, ["rounds=2", "solver.steps=60"])
+    text = extension_config(saved, ["solver.steps=60"], wanted)
+
+    run = _fake_d2evo_run(tmp_path / "used", order[: order.index("02/questioner") + 1])
+    before = json.loads((run.path / "state.json").read_text())
+    with pytest.raises(RunStateError, match=r"solver.steps=60: 01/solver is done and later phases trained on its "
+                                            r"result \(02/questioner\); a run made at once with 60 steps would differ"):
+        extend_run(wanted, run, text)
+    assert json.loads((run.path / "state.json").read_text()) == before  # nothing refused touched the run
+
+    upto_eval = order[: order.index("01/eval") + 1]
+    with pytest.raises(RunStateError, match=r"01/solver left no record of its steps \(solver_book.json"):
+        extend_run(wanted, _fake_d2evo_run(tmp_path / "nobook", upto_eval, book=False), text)
+    with pytest.raises(RunStateError, match=r"checkpoint .*solver_r01 has no optimiser state \(learner_optim.pt\)"):
+        extend_run(wanted, _fake_d2evo_run(tmp_path / "noopt", upto_eval, optimiser=False), text)
+
+    run = _fake_d2evo_run(tmp_path / "ok", order[: order.index("02/difficulty") + 1])
+    said = extend_run(wanted, run, text)
+    assert said == ["solver.steps=60: 01/solver continues at step 40 from its checkpoint and optimiser state; "
+                    "01/eval, 02/difficulty run again after it"]
+    state = json.loads((run.path / "state.json").read_text())
+    assert [p["key"] for p in state["phases"]] == order[: order.index("01/solver")]
+    assert state["continued"]["01/solver"]["book"]["steps"] == 40
+    assert state["continued"]["01/solver"]["record"]["key"] == "01/solver"
+    rows = run.metrics.rows()
+    assert rows[-1]["phase"] == "solver" and rows[-1]["step"] == 39  # its steps' rows stay, its end and later go
+    assert load_config("d2evo", run.path / "config.yaml", []).solver.steps == 60
+    with pytest.raises(ConfigError, match=r"solver.steps=30 \(command line\): this run's solver phases have 40 steps"):
+        extension_config(saved, ["solver.steps=30"], load_config("d2evo", None, ["rounds=2", "solver.steps=30"]))
+
+    both = load_config("d2evo", None, ["rounds=3", "solver.steps=60"])  # more rounds and more steps at once
+    said = extend_run(both, _fake_d2evo_run(tmp_path / "both", upto_eval),
+                      extension_config(saved, ["rounds=3", "solver.steps=60"], both))
+    assert said == ["solver.steps=60: 01/solver continues at step 40 from its checkpoint and optimiser state; 01/eval "
+                    "run again after it", "extended to 3 rounds"]
 
 
 @pytest.mark.slow

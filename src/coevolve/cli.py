@@ -84,12 +84,14 @@ def run(
 def resume(
     run_dir: Path = typer.Argument(..., help="A run folder made by `coevolve run`"),
     overrides: Optional[list[str]] = typer.Argument(None, help="Overrides of run.* fields (e.g. run.progress=false), "
-                                                    "and rounds=N to extend a run (finished or not) to N rounds"),
+                                                    "rounds=N to extend a run (finished or not) to N rounds, "
+                                                    "solver.steps=N to continue its last solver phase to N steps"),
     force: bool = typer.Option(False, "--force", help="Resume even though the saved config no longer validates (its "
                                "invalid fields take this version's defaults) or the recipe's phase list changed"),
 ) -> None:
     """Continue a run from its last completed phase (exactly as if never interrupted), or extend
-    it to more rounds (rounds=N: every round done is kept)."""
+    it: to more rounds (rounds=N: every round done is kept) or more solver steps (solver.steps=N:
+    its last solver phase continues from its checkpoint and optimiser state)."""
     from coevolve.config import load_saved_config
     from coevolve.recipes import extension_config
     from coevolve.run import CONFIG_FILE, read_recipe, say

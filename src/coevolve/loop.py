@@ -26,6 +26,7 @@ from coevolve.training import (  # Observed, TrainResult, labelled_reward: also 
     StepBook,
     TrainRequest,
     TrainResult,
+    book_file,
     labelled_reward,
     local_reward,
 )
@@ -145,12 +146,30 @@ def grpo_train(
 ) -> TrainResult:
     """``phase.steps`` GRPO updates of ``role``; step s samples with seed ``derive_seed(ctx.seed,
     "rollout", s)``. Every step is booked by ``StepBook`` (rollouts file, metrics under ``ns/``,
-    trained tokens in ``ctx.compute``)."""
+    trained tokens in ``ctx.compute``); the book is saved at the end (``training.book_file``).
+
+    A continued phase (``ctx.prior``: ``coevolve resume RUN solver.steps=N``) starts from its
+    book at step k = the steps it had: the role was loaded from the phase's checkpoint
+    (weights, optimiser state, step count), the batches of steps 0..k-1 are drawn again and
+    dropped (a recipe's draws are sequential), and step k on is what a run of N steps made at
+    once does (the learning rate is constant: nothing depends on the number of steps)."""
     from tqdm import tqdm
 
+    from coevolve.run.compute import Compute
+    from coevolve.run.files import atomic_write_json
+
+    before = ctx.compute.total
+    prior = ctx.prior
+    if prior is not None:
+        ctx.compute.total += Compute.from_dict(prior["compute"])
+        ctx.say(f"[{ns}] continued at step {prior['steps']} of {phase.steps}")
+    start = 0 if prior is None else int(prior["steps"])
     try:
-        with StepBook(ctx, ns, rollouts_file, role.learner.cfg.epochs_per_batch) as book:
-            for step in tqdm(range(phase.steps), desc=ns, disable=not progress, leave=False, dynamic_ncols=True):
+        with StepBook(ctx, ns, rollouts_file, role.learner.cfg.epochs_per_batch, prior) as book:
+            for step in range(start):
+                batches(step)  # the draws of the steps already done, so step ``start`` draws as at once
+            for step in tqdm(range(start, phase.steps), desc=ns, disable=not progress, leave=False,
+                             dynamic_ncols=True):
                 t0 = time.perf_counter()
                 tasks = batches(step)
                 prompts = [prompt(t) for t in tasks]
@@ -167,6 +186,8 @@ def grpo_train(
                           {"gen_seconds": round(t_gen, 4), "learn_seconds": round(t_learn, 4)})
     finally:
         role.offload()  # its masters and optimizer state leave the GPU until its next update
+    spent = {k: v - before.to_dict()[k] for k, v in ctx.compute.total.to_dict().items()}
+    atomic_write_json(book_file(ctx.dir, ns), book.state(phase.steps, spent))
     return book.result(phase.steps)
 
 

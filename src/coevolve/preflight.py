@@ -103,6 +103,42 @@ def check_inputs(cfg: RecipeConfig) -> None:
     check_device(cfg.model.device)
     if cfg.backend.kind == "verl":
         check_verl(cfg.backend.verl)
+    if cfg.learner.resume_from_checkpoint:
+        check_resume_checkpoint(cfg)
+
+
+def check_resume_checkpoint(cfg: RecipeConfig) -> None:
+    """``learner.resume_from_checkpoint`` names a coevolve checkpoint this run's solver can start
+    from: weights, optimiser state and step present, trained in this run's world, with the same
+    ``learner.lora`` (the trainable parameters themselves are compared when it is loaded)."""
+    import json
+
+    from coevolve.rl.learner import OPTIM_FILE, STATE_JSON
+    from coevolve.world import read_checkpoint_meta
+
+    field = f"learner.resume_from_checkpoint={cfg.learner.resume_from_checkpoint}"
+    d = Path(cfg.learner.resume_from_checkpoint).expanduser()
+    if not d.is_dir():
+        raise ConfigError(f"{field}: no such folder (a run's checkpoint: RUN/checkpoints/solver_rNN)")
+    if cfg.backend.kind != "local":
+        raise ConfigError(f"{field}: backend={cfg.backend.kind} trains with its own optimiser; starting from a "
+                          "checkpoint's optimiser state needs backend=local (for the weights alone: model.path)")
+    missing = [f for f in (OPTIM_FILE, STATE_JSON) if not (d / f).is_file()]
+    if missing:
+        raise ConfigError(f"{field}: the folder has no {' or '.join(missing)}, so no optimiser state to start from (an "
+                          "older checkpoint of the run keeps only its weights: use the newest, or model.path for the "
+                          "weights alone)")
+    world = "skill" if cfg.data.source == "skill" else "toy" if cfg.model.path is None else \
+        "arith" if cfg.data.source == "arith" else "real"
+    trained_in = read_checkpoint_meta(d).get("world")
+    if trained_in is not None and trained_in != world:
+        raise ConfigError(f"{field}: the checkpoint was trained in the {trained_in} world, this run is in the {world} "
+                          "world (model.path and data.source decide it)")
+    saved_lora = bool(json.loads((d / STATE_JSON).read_text(encoding="utf-8")).get("config", {}).get("lora", False))
+    if saved_lora != cfg.learner.lora:
+        raise ConfigError(f"{field}: the checkpoint was trained with learner.lora={str(saved_lora).lower()}, this run "
+                          f"has learner.lora={str(cfg.learner.lora).lower()}: its optimiser state is for other "
+                          "parameters")
 
 
 def check_device(device: str) -> None:

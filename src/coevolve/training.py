@@ -20,6 +20,7 @@ ctx) -> TrainResult`` and does not know which backend trains.
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Protocol, Sequence
@@ -265,12 +266,27 @@ class StepBook:
     figures, then the reward's, under ``ns/``) and its lines in the rollouts file (rewritten from
     scratch when the phase restarts). Use as a context manager (the file is closed on exit)."""
 
-    def __init__(self, ctx: PhaseContext, ns: str, rollouts_file: Path | None, epochs_per_batch: int) -> None:
+    def __init__(self, ctx: PhaseContext, ns: str, rollouts_file: Path | None, epochs_per_batch: int,
+                 prior: dict[str, Any] | None = None) -> None:
         self.ctx, self.ns, self.epochs = ctx, ns, epochs_per_batch
+        # a continued phase (``prior``: its ``state()`` when it ended) keeps its first steps' lines
+        kept = [] if prior is None or rollouts_file is None or not rollouts_file.is_file() else [
+            line for line in rollouts_file.read_text(encoding="utf-8").splitlines(keepends=True)
+            if line.strip() and json.loads(line)["step"] < prior["steps"]]
         self.fh = open(rollouts_file, "w", encoding="utf-8") if rollouts_file is not None else None  # noqa: SIM115
-        self.seen: list[float] = []
-        self.records: list[dict[str, Any]] = []
-        self.rollouts = self.reward_rollouts = self.updates = 0
+        if self.fh is not None:
+            self.fh.writelines(kept)
+        p = prior or {}
+        self.seen: list[float] = list(p.get("seen", []))
+        self.records: list[dict[str, Any]] = list(p.get("records", []))
+        self.rollouts, self.reward_rollouts, self.updates = (int(p.get(k, 0)) for k in ("rollouts", "reward_rollouts",
+                                                                                         "updates"))
+
+    def state(self, steps: int, compute: dict[str, int]) -> dict[str, Any]:
+        """What the phase booked in its first ``steps`` steps (and the ``compute`` they took): a
+        continued phase (``coevolve resume RUN solver.steps=N``) starts its book from it."""
+        return {"steps": steps, "seen": self.seen, "records": self.records, "rollouts": self.rollouts,
+                "reward_rollouts": self.reward_rollouts, "updates": self.updates, "compute": compute}
 
     def __enter__(self) -> "StepBook":
         return self
@@ -305,6 +321,11 @@ class StepBook:
                            self.records, self.updates)
 
 
+def book_file(phase_dir: Path, ns: str) -> Path:
+    """Where a GRPO phase of the local backend leaves its book (``StepBook.state``) when it ends."""
+    return Path(phase_dir) / f"{ns}_book.json"
+
+
 class Trainer(Protocol):
     """A training backend: ``train(role, request, ctx)`` runs one GRPO phase of ``role`` and
     leaves the role's weights (and its sampler) updated."""
@@ -327,5 +348,5 @@ def make_trainer(cfg: Any, engine: Any, grader: AnswerGrader) -> Trainer:
 
 
 __all__ = ["AuditFn", "BACKENDS", "Observed", "RewardFn", "RewardKind", "RewardSpec", "StepBook", "TrainRequest",
-           "TrainResult", "Trainer", "WriterRule", "WriterScoring", "audit_step", "labelled_reward",
+           "TrainResult", "Trainer", "WriterRule", "WriterScoring", "audit_step", "book_file", "labelled_reward",
            "local_reward", "make_trainer", "match_reward", "match_scores", "score_sample", "solver_scores"]

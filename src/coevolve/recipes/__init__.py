@@ -59,64 +59,167 @@ def check_phase_list(cfg: RecipeConfig, run: Any, force: bool = False) -> None:
         run.state.save({**data, PHASE_LIST_KEY: planned})
 
 
-EXTENDABLE = ("rounds",)
+EXTENDABLE = ("rounds", "solver.steps")
 """The fields ``coevolve resume`` may change besides ``run.*``: more rounds continue a run (every
-finished round is kept); any other field would change phases already done."""
+finished round is kept); more solver steps continue its last solver phase (``extend_run``); any
+other field would change phases already done."""
 
 
 def extension_config(saved: RecipeConfig, overrides: list[str], wanted: RecipeConfig) -> str:
     """The config text a run extended to ``wanted`` keeps (its saved config with ``wanted``'s
-    rounds), after checking the extension: only ``EXTENDABLE`` fields among ``overrides`` (the
-    non-``run.*`` ones), on a recipe that has rounds, and no fewer rounds than the run has."""
+    rounds and solver steps), after checking the extension: only ``EXTENDABLE`` fields among
+    ``overrides`` (the non-``run.*`` ones), on a recipe that has rounds for ``rounds``, and no
+    fewer rounds or steps than the run has."""
     from coevolve.config import dump_yaml
     from coevolve.errors import ConfigError
 
     keys = [o.split("=", 1)[0] for o in overrides]
     if bad := [k for k in keys if k not in EXTENDABLE]:
         raise ConfigError(f"{', '.join(bad)}: resume changes only run.* fields and extends a run by its rounds "
-                          "(rounds=N); another setting would change phases already done: start a new run for it")
-    if "rounds" not in type(saved).model_fields:
-        raise ConfigError(f"rounds: a {saved.recipe} run has no rounds to extend; start a new run (e.g. with more "
-                          "solver.steps)")
-    old, rounds = int(getattr(saved, "rounds")), int(getattr(wanted, "rounds"))
-    if rounds < old:
-        raise ConfigError(f"rounds={rounds} (command line): this run has {old} rounds; resume continues a run and "
-                          "cannot shorten it (export an earlier round's checkpoint instead)")
-    return dump_yaml(saved.model_copy(update={"rounds": rounds}))
+                          "(rounds=N) or its solver steps (solver.steps=N); another setting would change phases "
+                          "already done: start a new run for it")
+    update: dict[str, Any] = {}
+    if "rounds" in keys:
+        if "rounds" not in type(saved).model_fields:
+            raise ConfigError(f"rounds: a {saved.recipe} run has no rounds to extend; start a new run, or give its "
+                              "solver more steps (solver.steps=N)")
+        old, rounds = int(getattr(saved, "rounds")), int(getattr(wanted, "rounds"))
+        if rounds < old:
+            raise ConfigError(f"rounds={rounds} (command line): this run has {old} rounds; resume continues a run "
+                              "and cannot shorten it (export an earlier round's checkpoint instead)")
+        update["rounds"] = rounds
+    if "solver.steps" in keys:
+        old, steps = saved.solver.steps, wanted.solver.steps  # type: ignore[attr-defined]
+        if steps < old:
+            raise ConfigError(f"solver.steps={steps} (command line): this run's solver phases have {old} steps; resume "
+                              "continues a run and cannot shorten it")
+        update["solver"] = saved.solver.model_copy(update={"steps": steps})  # type: ignore[attr-defined]
+    return dump_yaml(saved.model_copy(update=update))
 
 
 def extend_run(cfg: RecipeConfig, run: Any, config_yaml: str, force: bool = False) -> list[str]:
-    """Make ``run`` (finished or not) the start of a run of ``cfg.rounds`` rounds: every phase done
-    is kept; the final stage's phases (they measure the last round) are dropped, with their rows
-    at the end of metrics.jsonl, to run again after the new last round; the run's config and phase
+    """Make ``run`` (finished or not) the start of the run ``cfg`` describes (more rounds, more
+    solver steps): every phase done is kept, except
+
+    - the solver phase done with fewer steps than ``cfg.solver.steps`` (``continuing``): it is
+      continued from its checkpoint (weights, optimiser state) and its saved book at the step it
+      reached, and the phases done after it (they only measured its result) run again; refused
+      when a later phase trained on it (a run made at once would differ from there on), when it
+      saved no book (``backend=verl``) or its checkpoint has no optimiser state;
+    - the final stage's phases (they measure the last round): they run again at the end.
+
+    Dropped phases leave with their rows at the end of metrics.jsonl; the run's config and phase
     list become the extended run's. Refused, like a changed recipe (``check_phase_list``), unless
-    the phases kept come first in the new list in the same order. Returns the dropped phases."""
+    the phases kept come first in the new list in the same order. Returns what it says."""
     from coevolve.config import recipe_of
-    from coevolve.run import CONFIG_FILE
+    from coevolve.run import CONFIG_FILE, CONTINUED_KEY
     from coevolve.run.files import atomic_write_text
 
     planned = [p.key for p in recipe_of(cfg.recipe).phase_list(cfg)]
-    done = {r.key for r in run.state.records()}
-    saved = run.state.data.get(PHASE_LIST_KEY, run.state.data.get("plan")) or [r.key for r in run.state.records()]
+    records = run.state.records()
+    done = {r.key for r in records}
+    saved = run.state.data.get(PHASE_LIST_KEY, run.state.data.get("plan")) or [r.key for r in records]
     # a round evaluation done as the old last round stays although the new schedule skips it
     kept = [k for k in saved if not k.startswith("final/") and (k in planned or k not in done)]
     kept = [k for k in kept if k in planned]
     if planned[: len(kept)] != kept and not force:
         raise RunStateError(f"{run.path}: the phases done are not the start of the extended run's phases ({len(kept)} "
                             "kept, then a change); resume with --force to run the new list anyway, or start a new run")
-    final = [r.key for r in run.state.records() if r.stage == "final"]
+    cont = continuing(cfg, run)
+    more_rounds = getattr(cfg, "rounds", None) != run_config_value(run, "rounds")
+    again = [r.key for r in records[records.index(cont):]] if cont is not None else []
+    final = [r.key for r in records if r.stage == "final" and r.key not in again]
     data = copy.deepcopy(run.state.data)
-    if final:
+    if again or final:
         lines = run.metrics.path.read_text(encoding="utf-8").splitlines(keepends=True) if run.metrics.path.exists() else []
-        # the final stage runs after every round: its rows are those after the last row of a round
-        last = max((i for i, line in enumerate(lines) if line.strip() and json.loads(line).get("round") is not None),
-                   default=len(lines) - 1)
+        rows = [json.loads(line) if line.strip() else {} for line in lines]
+        if cont is not None:  # the continued phase keeps its steps' rows; its end and what followed go
+            last = max(i for i, r in enumerate(rows) if r.get("round") == cont.round and r.get("phase") == cont.name
+                       and r.get("step") is not None)
+        else:  # the final stage runs after every round: its rows are those after the last row of a round
+            last = max((i for i, r in enumerate(rows) if r.get("round") is not None), default=len(lines) - 1)
         atomic_write_text(run.metrics.path, "".join(lines[: last + 1]))
         data["metrics_bytes"] = run.metrics.size()
-        data["phases"] = [p for p in data["phases"] if p["key"] not in final]
+        data["phases"] = [p for p in data["phases"] if p["key"] not in again + final]
+    if cont is not None:
+        data[CONTINUED_KEY] = {cont.key: {"record": next(p for p in run.state.data["phases"] if p["key"] == cont.key),
+                                          "book": read_book(run, cont)}}
     atomic_write_text(run.path / CONFIG_FILE, config_yaml)
     run.state.save({**{k: v for k, v in data.items() if k != "plan"}, PHASE_LIST_KEY: planned})
-    return final
+    said = []
+    if cont is not None:
+        said.append(f"solver.steps={cfg.solver.steps}: {cont.key} continues at step {book_steps(run, cont)} from its "  # type: ignore[attr-defined]
+                    "checkpoint and optimiser state" + (f"; {', '.join(again[1:])} run again after it" if again[1:]
+                                                        else ""))
+    if final or more_rounds:
+        said.append(f"extended to {getattr(cfg, 'rounds')} rounds" + (f": {', '.join(final)} run again after the last "
+                                                                       "round" if final else ""))
+    return said
+
+
+def read_book(run: Any, rec: Any) -> dict[str, Any] | None:
+    """The book a finished GRPO phase saved (``training.book_file``; its name is the phase's),
+    None when it saved none."""
+    from coevolve.run import Phase
+    from coevolve.training import book_file
+
+    f = book_file(run.path / Phase(rec.name, rec.round, rec.stage).folder, rec.name)
+    return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else None
+
+
+def book_steps(run: Any, rec: Any) -> int | None:
+    """The steps a finished GRPO phase took (None when it saved no book)."""
+    book = read_book(run, rec)
+    return None if book is None else int(book["steps"])
+
+
+def run_config_value(run: Any, *keys: str) -> Any:
+    """A field of the config the run folder holds now (before an extension rewrites it)."""
+    from coevolve.config.base import read_yaml
+    from coevolve.run import CONFIG_FILE
+
+    value: Any = read_yaml(run.path / CONFIG_FILE)
+    for k in keys:
+        value = value.get(k) if isinstance(value, dict) else None
+    return value
+
+
+def continuing(cfg: RecipeConfig, run: Any) -> Any:
+    """The record of the solver phase of ``run`` that ``cfg.solver.steps`` continues (done with
+    fewer steps), or None; ``RunStateError`` naming the phase when it cannot be continued into
+    what a run made at once would hold: a later phase trained on it, it saved no book (another
+    backend, an older coevolve), or its role's newest checkpoint lacks the optimiser state."""
+    from coevolve.config import recipe_of
+    from coevolve.rl.learner import OPTIM_FILE
+
+    toy = cfg.model.path is None
+    trains = {ph.key: step.work(cfg, toy).train for ph, step in recipe_of(cfg.recipe).schedule(cfg)
+              if step.work is not None}
+    records = run.state.records()
+    steps = cfg.solver.steps  # type: ignore[attr-defined]
+    if steps == run_config_value(run, "solver", "steps"):
+        return None
+    grow = [r for r in records if (t := trains.get(r.key)) is not None and t.section == "solver"
+            and (book_steps(run, r) or 0) < steps]
+    if not grow:
+        return None
+    cont = grow[0]
+    later = [r.key for r in records[records.index(cont) + 1:] if trains.get(r.key) is not None]
+    if later:
+        raise RunStateError(f"solver.steps={steps}: {cont.key} is done and later phases trained on its result "
+                            f"({', '.join(later)}); a run made at once with {steps} steps would differ from "
+                            f"{cont.key} on: start a new run with solver.steps={steps}")
+    n = book_steps(run, cont)
+    if n is None:
+        raise RunStateError(f"solver.steps={steps}: {cont.key} left no record of its steps ({cont.name}_book.json: "
+                            "trained by backend=verl or by an older coevolve), so it cannot be continued: start a new "
+                            f"run with solver.steps={steps}")
+    role = trains[cont.key].role
+    ckpt = run.checkpoint(role)
+    if ckpt is None or not (ckpt / OPTIM_FILE).is_file():
+        raise RunStateError(f"solver.steps={steps}: {cont.key} cannot be continued: the {role}'s checkpoint "
+                            f"{ckpt} has no optimiser state ({OPTIM_FILE}); start a new run with solver.steps={steps}")
+    return cont
 
 
 @contextlib.contextmanager
@@ -141,8 +244,8 @@ def open_run(cfg: RecipeConfig, path: Path, *, new: bool = False, force: bool = 
         else:
             run = Run.create(path, dump_yaml(cfg), cfg.recipe)
         if extend is not None:
-            if dropped := extend_run(cfg, run, extend, force):
-                say(f"extended to {getattr(cfg, 'rounds')} rounds: {', '.join(dropped)} run again after the last round")
+            for line in extend_run(cfg, run, extend, force):
+                say(line)
         check_phase_list(cfg, run, force)
         r = cfg.run
         run.bind(seed=r.seed, keep_checkpoints=r.keep_checkpoints, say=say, resume_only=(OPTIM_FILE,))

@@ -43,7 +43,8 @@ class Setup:
     trainer: Trainer
 
     def role(self, name: str) -> Role:
-        """Load a trainable role from the base model; resume from its latest checkpoint."""
+        """Load a trainable role from the base model; resume from its latest checkpoint (the
+        solver of a new run: from ``learner.resume_from_checkpoint`` when set)."""
         cfg = self.cfg
         model, tok = load_model(str(self.base), device=cfg.model.device, dtype=cfg.model.dtype)
         ref = None
@@ -52,6 +53,8 @@ class Setup:
             ref.eval()
         learner = Learner(model, cfg.learner, ref_model=ref, tokenizer=tok)
         ckpt = self.run.checkpoint(name)
+        if ckpt is None and name == "solver" and cfg.learner.resume_from_checkpoint:
+            ckpt = Path(cfg.learner.resume_from_checkpoint).expanduser()
         if ckpt is not None:
             learner.load(ckpt)
         role = Role(name, learner.model, tok, self.metered(self.engine.sampler(learner.model, tok)), learner)
@@ -223,8 +226,8 @@ def base_eval_cache(s: Setup, phase: Phase) -> Path | None:
     engine and threads. Why: every run of a study starts from the same cached base, and its base
     evaluation (thousands of held-out items, greedy and sampled) would be recomputed bit for bit
     by each of them. None for a real model and for every later evaluation."""
-    if phase.stage != "base" or s.cfg.model.path is not None:
-        return None
+    if phase.stage != "base" or s.cfg.model.path is not None or s.cfg.learner.resume_from_checkpoint:
+        return None  # (a solver started from a checkpoint is not the built-in base)
     import hashlib
     import json
 

@@ -188,6 +188,13 @@ class LearnerConfig(Strict):
         "values within float rounding. Worth it when prompts are long next to answers (few-shot prompts: ~3x less "
         "compute for ~120-token prompts and ~30-token answers). Needs gradient_checkpointing off (the cache) and a "
         "plain decoder + LM head. false = every row [prompt | completion] on its own (the reference).")
+    resume_from_checkpoint: str | None = Field(
+        None, description="A checkpoint folder of a coevolve run (RUN/checkpoints/solver_rNN: weights, "
+        "learner_optim.pt, learner_state.json) the solver of a new run starts from, with its AdamW state, fp32 "
+        "masters and step count (TRL's resume_from_checkpoint; verl's resume_from_path). This section's settings "
+        "(lr, betas, weight decay) apply from the first step. Checked before the run folder exists: the files, the "
+        "checkpoint's world and learner.lora; a model whose trainable parameters differ is refused when loaded. "
+        "The base evaluation then measures the checkpoint. Other roles start from model.path. backend=local only.")
     offload_when_idle: bool = Field(
         True, description="When a role's GRPO phase ends, move its fp32 masters and optimizer state to CPU "
         "memory (they come back at its next update), and let recipes park idle roles' weights there, so a "
@@ -804,6 +811,11 @@ class Learner:
                 f"learner checkpoint {d}: trainable parameters differ from this model "
                 f"({len(blob['param_names'])} saved vs {len(self.param_names)} here)"
             )
+        for i, (name, param) in enumerate(zip(self.param_names, self._opt_params())):
+            saved = blob["optimizer"]["state"].get(i, {}).get("exp_avg")
+            if saved is not None and tuple(saved.shape) != tuple(param.shape):
+                raise RunStateError(f"learner checkpoint {d}: its optimiser state is for another model ({name}: "
+                                    f"{tuple(saved.shape)} saved vs {tuple(param.shape)} here)")
         self._load_weights(d)
         if blob["master"] is not None:
             if self.master is None:
@@ -813,6 +825,8 @@ class Learner:
                     m.copy_(saved.to(m.device))
                     p.copy_(m)
         self.optimizer.load_state_dict(blob["optimizer"])
+        for group in self.optimizer.param_groups:  # load_state_dict brings the saved ones: this config's apply
+            group.update(lr=self.cfg.lr, betas=self.cfg.betas, weight_decay=self.cfg.weight_decay)
         self.step_count = int(state["step"])
 
     def load_weights(self, in_dir: str | Path) -> None:

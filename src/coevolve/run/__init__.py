@@ -28,13 +28,12 @@ from coevolve.run.compute import Compute, ComputeMeter, cumulative
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from coevolve.run.lock import check_run_dir
 from coevolve.run.metrics import MetricsLog
-from coevolve.run.state import PhaseRecord, PhaseState
+from coevolve.run.state import CONTINUED_KEY, PhaseRecord, PhaseState
 
 STATE_FILE = "state.json"
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
 SUMMARY_FILE = "summary.json"
-
 Say = Callable[[str], None]
 
 
@@ -102,7 +101,9 @@ class PhaseResult:
 @dataclass
 class PhaseContext:
     """Handed to a phase function: its seed, its artefact folder, its metrics logger and the
-    meter of its compute (``coevolve.run.compute``)."""
+    meter of its compute (``coevolve.run.compute``). ``prior``: the book of the steps the phase
+    already took when it is continued with more (``coevolve resume RUN solver.steps=N``:
+    ``recipes.extend_run``; ``training.StepBook.state``), else None."""
 
     phase: Phase
     seed: int
@@ -110,6 +111,7 @@ class PhaseContext:
     metrics: MetricsLog
     say: Say
     compute: ComputeMeter = field(default_factory=ComputeMeter)
+    prior: dict[str, Any] | None = None
 
     def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
         """One metrics line tagged with this phase's round and name (and ``step``)."""
@@ -121,7 +123,9 @@ class Run:
 
     def __init__(self, path: Path, state: PhaseState, *, seed: int = 0, keep_checkpoints: int = 2,
                  say: Say = say) -> None:
-        self.path = Path(path)
+        # absolute: artefact paths are built both from the folder (``ctx.dir``) and relative to it
+        # (``write_jsonl(rel)``), and a relative folder (``runs/...``) would be joined twice
+        self.path = Path(path).absolute()
         self.state = state
         self.metrics = MetricsLog(self.path / METRICS_FILE)
         self.seed = seed
@@ -179,13 +183,16 @@ class Run:
             return rec
         seed = derive_seed(self.seed, phase.key)
         seed_everything(seed)
-        self.say(f"[phase] {phase.key}")
+        # a phase continued with more steps: its record and book as it had finished with fewer
+        prior = self.state.data.get(CONTINUED_KEY, {}).get(phase.key)
+        self.say(f"[phase] {phase.key}" + (" (continued)" if prior else ""))
         self.meter.reset()
-        ctx = PhaseContext(phase, seed, self.path / phase.folder, self.metrics, self.say, self.meter)
+        ctx = PhaseContext(phase, seed, self.path / phase.folder, self.metrics, self.say, self.meter,
+                           prior=prior["book"] if prior else None)
         ctx.dir.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         res = fn(ctx)
-        seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0 + (prior["record"]["seconds"] if prior else 0.0)
         rec = PhaseRecord(phase.key, phase.name, phase.round, phase.stage, res.values, res.rollouts, seconds, time.time(),
                           res.problem, self.meter.total.to_dict())
         ctx.log({f"phase/{phase.name}/seconds": round(seconds, 3), f"phase/{phase.name}/rollouts": res.rollouts,
@@ -248,5 +255,5 @@ def default_run_path(root: str | Path, recipe: str, name: str | None) -> Path:
     return Path(root) / (name or f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-__all__ = ["CONFIG_FILE", "Compute", "ComputeMeter", "METRICS_FILE", "STATE_FILE", "SUMMARY_FILE", "Phase", "PhaseContext", "PhaseRecord",
+__all__ = ["CONFIG_FILE", "CONTINUED_KEY", "Compute", "ComputeMeter", "METRICS_FILE", "STATE_FILE", "SUMMARY_FILE", "Phase", "PhaseContext", "PhaseRecord",
            "PhaseResult", "PhaseState", "Run", "default_run_path", "derive_seed", "read_recipe", "say", "seed_everything"]

@@ -19,6 +19,10 @@ from coevolve.run.faults import fault_point
 from coevolve.run.files import atomic_write_json
 
 STATE_FORMAT = 2
+CONTINUED_KEY = "continued"
+"""state.json's phases to be continued with more steps: phase key -> its ``record`` and its
+``book`` (``training.StepBook.state``) as it finished with fewer; kept here, not read from the
+phase folder, so a continuation killed at any moment starts again from the same point."""
 
 
 @dataclass
@@ -88,6 +92,10 @@ class PhaseState:
         return checkpoint folders (relative) that fell out of the last ``keep`` per role."""
         data = copy.deepcopy(self.data)
         data["phases"].append(asdict(rec))
+        if rec.key in data.get(CONTINUED_KEY, {}):  # a phase continued with more steps is done again
+            del data[CONTINUED_KEY][rec.key]
+            if not data[CONTINUED_KEY]:
+                del data[CONTINUED_KEY]
         data["metrics_bytes"] = metrics_bytes
         stale = []
         for role, rel in checkpoints.items():
