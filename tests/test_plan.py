@@ -400,3 +400,44 @@ def test_cli_plan_layout(tmp_path):
     assert "(model)" in r.output and "(assumed)" in r.output
     bad = CliRunner().invoke(app, ["plan", "grpo", f"model.path={d}", "--device", "h200", "--gpus", "0"])
     assert bad.exit_code != 0 and isinstance(bad.exception, ConfigError) and "--gpus" in str(bad.exception)
+
+
+def test_verl_layouts_that_do_not_divide_are_refused_by_plan_and_preflight_alike(tmp_path):
+    """640 solver and 256 questioner rollouts per step (the 4B d2evo preset) do not divide over 7
+    GPUs: `coevolve plan` (any device, with or without --gpus) and the run's preflight give the
+    same problems, each naming the fields and the nearest values that divide; 8 GPUs divide."""
+    from coevolve.plan.layouts import verl_batch_problems
+    from coevolve.plan.work import phases as work_of
+
+    d = model_dir(tmp_path, QWEN3_4B)
+    seven = load_config("d2evo", None, [f"model.path={d}", f"data.source={DATA}", "backend=verl",
+                                        "backend.verl.n_gpus_per_node=7"])
+    expected = verl_batch_problems(seven, work_of(seven, False))
+    assert [p.split(":")[0] for p in expected] == ["phase questioner", "phase solver"]
+    solver = expected[1]
+    assert "solver.prompts_per_step x solver.group_size = 128 x 5 = 640" in solver
+    # nearest GPU counts that divide 640 (8 above, 5 below), nearest prompts that make 7 divide 5 x prompts
+    assert "backend.verl.n_gpus_per_node=8 or backend.verl.n_gpus_per_node=5" in solver
+    assert "solver.prompts_per_step=126 or solver.prompts_per_step=133" in solver
+    assert all(640 % g == 0 for g in (8, 5)) and all(5 * q % 7 == 0 for q in (126, 133))
+    for device, gpus in (("h200", None), ("h200", 8), ("cpu", None)):
+        plan = make_plan(seven, device_for(device), gpus=gpus)
+        assert not plan.fits and plan.problems[:2] == expected, (device, plan.problems)
+    cpu_cfg = seven.model_copy(update={"model": seven.model.model_copy(update={"device": "cpu"})})
+    assert [p.split(" (see")[0] for p in preflight_problems(cpu_cfg)][:2] == expected
+    eight = load_config("d2evo", None, [f"model.path={d}", f"data.source={DATA}", "backend=verl",
+                                        "backend.verl.n_gpus_per_node=8"])
+    assert verl_batch_problems(eight, work_of(eight, False)) == []
+    assert make_plan(eight, device_for("h200"), gpus=8).fits
+
+
+def test_verl_micro_batch_divides_each_gpus_share():
+    from coevolve.schema import verl_micro_batch
+
+    # 640 rollouts over 8 GPUs: 80 each; at most learner.micro_batch_size=64 per micro-batch -> 40 (80 % 64 != 0)
+    assert verl_micro_batch(640, 8, 64) == 40 and verl_micro_batch(256, 8, 64) == 32
+    assert verl_micro_batch(640, 7, 64) is None and verl_micro_batch(4, 8, 64) is None
+    for rows, world, cap in ((640, 16, 64), (96, 8, 5), (7 * 13, 7, 4)):
+        m = verl_micro_batch(rows, world, cap)
+        assert m is not None and m <= cap and (rows // world) % m == 0
+        assert all((rows // world) % k for k in range(m + 1, min(cap, rows // world) + 1))  # the largest that divides

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from coevolve.errors import ConfigError
 from coevolve.plan.advice import combined_fix, plan_problems
 from coevolve.plan.devices import GiB, Device
-from coevolve.plan.layouts import layout_plan, make_layout
+from coevolve.plan.layouts import layout_plan, make_layout, verl_batch_problems
 from coevolve.plan.memory import SAFETY_MARGIN, RoleMemory, _engine, _kv_rows, dtype_bytes, role_memory, sampler_call_bytes
 from coevolve.plan.shapes import ModelShape, load_model_shape
 from coevolve.plan.timing import COMPLETION_FILL, gen_seconds, train_seconds
@@ -121,11 +121,14 @@ def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_l
                 _host_bytes(roles, works, z))
     plan.problems, plan.notes = plan_problems(plan, cfg, z.lcfg, engine, max_batch_tokens)
     verl = getattr(getattr(cfg, "backend", None), "kind", "local") == "verl"
+    batches = verl_batch_problems(cfg, works)  # on any device: the same refusal as the run's preflight
     if z.gpu and (gpus is not None or nodes is not None or engine == "ray" or verl):
         plan.layout = layout_plan(plan, cfg, make_layout(cfg, gpus, nodes), works)
         # with verl the optimizer state lives in verl's job, not in this process's host memory
-        plan.problems = plan.layout.problems + [p for p in plan.problems if p.startswith("host memory") and not verl]
+        plan.problems = batches + plan.layout.problems + [p for p in plan.problems
+                                                          if p.startswith("host memory") and not verl]
         return plan
+    plan.problems = batches + plan.problems
     if plan.problems and suggest:
         _suggest(plan, cfg, device, shape, model_label, toy)
     return plan

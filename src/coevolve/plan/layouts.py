@@ -17,7 +17,7 @@ from coevolve.plan.timing import gen_seconds
 from coevolve.plan.work import Gen, PhaseWork, Train
 from coevolve.recipes.declare import FROZEN_SOLVER
 from coevolve.rl.learner import LearnerConfig
-from coevolve.schema import vllm_share
+from coevolve.schema import nearest_dividing, verl_micro_batch, vllm_share
 
 if TYPE_CHECKING:
     from coevolve.plan.estimate import Plan
@@ -133,6 +133,36 @@ def make_layout(cfg: Any, gpus: int | None = None, nodes: int | None = None) -> 
         lay.update(backend="verl", verl_gpus=v.nnodes * v.n_gpus_per_node, verl_tp=tp,
                    verl_util=vllm_share(cfg.engine, "verl"), shared_cluster=shared)
     return Layout(**lay)
+
+
+def verl_batch_problems(cfg: Any, works: list[PhaseWork]) -> list[str]:
+    """``backend=verl``: every GRPO phase's rollouts per step (``prompts_per_step x group_size``)
+    must divide over the job's ``nnodes x n_gpus_per_node`` GPUs (verl splits a step's batch
+    evenly over its data-parallel workers and stops otherwise); each GPU's share is then cut
+    into micro-batches that divide it (``verl_micro_batch``, what ``verl.overrides`` passes).
+    One check for ``coevolve plan`` and the run's preflight (``make_plan``), each problem naming
+    the fields and the nearest values that divide."""
+    bk = getattr(cfg, "backend", None)
+    if bk is None or bk.kind != "verl":
+        return []
+    v = bk.verl
+    world = v.nnodes * v.n_gpus_per_node
+    out = []
+    for w in works:
+        t = w.train
+        if t is None or verl_micro_batch(t.rows_per_step, world, cfg.learner.micro_batch_size) is not None:
+            continue
+        sec = getattr(cfg, t.section)
+        n, p = sec.group_size, sec.prompts_per_step
+        gpus = nearest_dividing(v.n_gpus_per_node, lambda g: t.rows_per_step % (v.nnodes * g) == 0,
+                                max(2 * v.n_gpus_per_node, 8))
+        prompts = nearest_dividing(p, lambda q: (q * n) % world == 0, 2 * p + world)
+        fix = [f"backend.verl.n_gpus_per_node={g}" for g in gpus] + [f"{t.section}.prompts_per_step={q}" for q in prompts]
+        out.append(f"phase {w.name}: {t.section}.prompts_per_step x {t.section}.group_size = {p} x {n} = "
+                   f"{t.rows_per_step} rollouts per step do not divide over the {world} GPUs of backend.verl.nnodes="
+                   f"{v.nnodes} x backend.verl.n_gpus_per_node={v.n_gpus_per_node} (verl splits each step evenly over "
+                   f"them); nearest that divide: {' or '.join(fix)}")
+    return out
 
 
 def _tp_device(device: Device, tp: int) -> Device:
