@@ -101,3 +101,53 @@ def test_each_rounds_writer_is_scored_by_that_rounds_solver(tmp_path, toy_overri
         assert spec["solver_url"].startswith("http://127.0.0.1:")
     q = {rec.key: rec for rec in run.state.records()}["02/questioner"]
     assert q.values["rollouts_verify"] > 0  # the rewards were asked of the server
+
+
+def test_preflight_refuses_real_writer_phases_without_a_solver_that_follows_the_round(tmp_path):
+    from coevolve.preflight import backend_problems
+
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+
+    def problems(*extra):
+        return backend_problems(load_config("d2evo", None, [f"model.path={d}", "data.source=x.jsonl", "backend=verl",
+                                                            *extra]))
+
+    none = problems()
+    assert len(none) == 1 and "questioner rewards" in none[0] and "backend.verl.serve_solver=true" in none[0]
+    stale = problems("backend.verl.solver_url=http://h:8000/v1")  # the preset's 3 rounds
+    assert len(stale) == 1 and "rounds=3" in stale[0] and "round 1's solver" in stale[0]
+    assert problems("backend.verl.solver_url=http://h:8000/v1", "rounds=1") == []
+    assert problems("backend.verl.serve_solver=true") == []
+    both = problems("backend.verl.serve_solver=true", "backend.verl.solver_url=http://h:8000/v1")
+    assert len(both) == 1 and "one frozen solver server" in both[0]
+    # a recipe without a writer phase, and the toy model (its workers load the small solver folder), need neither
+    assert backend_problems(load_config("grpo", None, [f"model.path={d}", "data.source=x.jsonl", "backend=verl"])) == []
+    assert backend_problems(load_config("d2evo", None, ["backend=verl"])) == []
+
+
+def test_the_plan_counts_the_solver_server_on_the_writer_phases_gpus(tmp_path):
+    from coevolve.plan import GiB, device_for, make_plan
+
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "vocab_size": 151936, "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 2560,
+        "num_hidden_layers": 36, "num_attention_heads": 32, "intermediate_size": 9728, "tie_word_embeddings": True}))
+    base = [f"model.path={d}", "data.source=x.jsonl", "backend=verl", "backend.verl.n_gpus_per_node=8",
+            "engine.gpu_memory_utilization=0.4"]
+
+    def phase(extra, gpus, name):
+        plan = make_plan(load_config("d2evo", None, base + extra), device_for("h200"), gpus=gpus)
+        return plan, next(p for p in plan.layout.phases if p.name == name)
+
+    _, without = phase([], 8, "questioner")
+    plan, shared = phase(["backend.verl.serve_solver=true"], 8, "questioner")
+    server = 0.4 * 139 * GiB
+    assert shared.gpus["verl GPU"] == without.gpus["verl GPU"] + server  # no GPU outside verl's job: on top of one
+    assert any("backend.verl.serve_solver" in a for a in plan.layout.assumptions)
+    _, own = phase(["backend.verl.serve_solver=true"], 9, "questioner")  # a ninth GPU: the server's own
+    assert own.gpus["solver server GPU"] == server and own.gpus["verl GPU"] == without.gpus["verl GPU"]
+    _, solver = phase(["backend.verl.serve_solver=true"], 8, "solver")
+    assert "solver server GPU" not in solver.gpus  # only writer phases start it

@@ -310,12 +310,36 @@ def layout_plan(plan: "Plan", cfg: Any, lay: Layout, works: list[PhaseWork]) -> 
         out.phases.append(phase)
     out.assumptions = _layout_assumptions(lay)
     writers = [w.name for w in works if on_verl_phase(w) and w.train is not None and w.train.kind == "question"]
-    if writers:
+    if writers and cfg.backend.verl.serve_solver:
+        _count_solver_server(out, cfg, lay, plan.capacity, writers)
+    elif writers:
         out.assumptions.append(f"(not counted) phase {', '.join(writers)}: rewards ask the frozen solver served by "
                                "`vllm serve` (backend.verl.solver_url), its weights and KV cache on a GPU outside this "
                                "layout (docs/scale.md)")
     out.problems = _layout_problems(plan, cfg, cfg.learner, lay, out, works)
     return out
+
+
+def _count_solver_server(out: LayoutPlan, cfg: Any, lay: Layout, capacity: float, writers: list[str]) -> None:
+    """``backend.verl.serve_solver``: the writer phases' solver server (``coevolve.verl.server``)
+    takes ``engine.gpu_memory_utilization`` of a GPU while verl's job runs: a GPU of its own when
+    the layout has one outside verl's job, else on top of a verl GPU (which one is not known: all
+    are charged)."""
+    server = vllm_share(cfg.engine) * capacity
+    own = lay.gpus > lay.verl_gpus
+    for p in out.phases:
+        if p.name not in writers:
+            continue
+        if own:
+            p.gpus["solver server GPU"] = server
+        else:
+            for k in p.gpus:
+                p.gpus[k] += server
+    where = ("a GPU outside verl's job (backend.verl.solver_gpus)" if own else
+             "beside verl's job on one of its GPUs (every verl GPU charged)")
+    out.assumptions.append(f"(model) phase {', '.join(writers)}: the frozen solver server coevolve starts "
+                           f"(backend.verl.serve_solver) takes engine.gpu_memory_utilization={vllm_share(cfg.engine):g} "
+                           f"of {where}")
 
 
 def _verl_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slots: int) -> tuple[LayoutPhase, VerlMemory]:
