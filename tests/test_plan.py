@@ -441,3 +441,41 @@ def test_verl_micro_batch_divides_each_gpus_share():
         m = verl_micro_batch(rows, world, cap)
         assert m is not None and m <= cap and (rows // world) % m == 0
         assert all((rows // world) % k for k in range(m + 1, min(cap, rows // world) + 1))  # the largest that divides
+
+
+@pytest.mark.parametrize("recipe", ["grpo", "d2evo", "diagevo"])
+def test_the_vllm_share_unset_is_the_largest_that_fits(tmp_path, recipe, monkeypatch):
+    """engine=vllm on a GPU with engine.gpu_memory_utilization unset: the plan derives the largest
+    share that fits (0.01 more would not), and a run on that GPU starts its engine with it
+    (with_vllm_share, what `coevolve run` applies after the preflight)."""
+    import coevolve.plan as plan_mod
+
+    d = model_dir(tmp_path, QWEN3_4B)
+    cfg = load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl", "engine=vllm"])
+    plan = make_plan(cfg, device_for("h200"))
+    share = plan.vllm_share
+    assert plan.fits and share is not None and 0.4 < share < 0.6, (share, plan.problems)
+    assert any(f"engine.gpu_memory_utilization unset: {share:g}" in n for n in plan.notes)
+    at = make_plan(load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl", "engine=vllm",
+                                              f"engine.gpu_memory_utilization={share}"]), device_for("h200"))
+    above = make_plan(load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl", "engine=vllm",
+                                                 f"engine.gpu_memory_utilization={share + 0.01:.2f}"]), device_for("h200"))
+    assert at.fits and at.vllm_share is None and not above.fits
+    assert max(e.peak for e in at.phases) == pytest.approx(max(e.peak for e in plan.phases))
+    assert plan_mod.with_vllm_share(cfg) is cfg  # this machine has no GPU: vLLM's own default on CPU
+    monkeypatch.setattr(plan_mod, "local_device", lambda _: device_for("h200"))
+    assert plan_mod.with_vllm_share(cfg).engine.gpu_memory_utilization == share
+    hf = load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl"])
+    assert plan_mod.with_vllm_share(hf) is hf and make_plan(hf, device_for("h200")).vllm_share is None
+
+
+def test_the_one_gpu_hours_preset_fits_and_costs_less_than_the_paper_preset(tmp_path):
+    d = model_dir(tmp_path, QWEN3_4B)
+    hours = make_plan(load_config("d2evo", None, [f"model.path={d}", "data.source=x.jsonl"], ["real/d2evo_hours"]),
+                      device_for("h200"))
+    paper = make_plan(load_config("d2evo", None, [f"model.path={d}", "data.source=x.jsonl", "engine=vllm"]),
+                      device_for("h200"))
+    assert hours.fits, hours.problems
+    total = lambda p: sum(e.gen_seconds + e.train_seconds for e in p.phases)  # noqa: E731
+    assert total(hours) < 0.7 * total(paper)
+    assert next(e for e in hours.phases if e.work.name == "difficulty").work.times == 3  # no final re-measure
