@@ -346,10 +346,11 @@ def test_layout_errors_name_the_field(tmp_path):
         (["engine=ray"], dict(gpus=0), "--gpus"),
         (["engine=ray"], dict(nodes=0), "--nodes"),
         (["engine=ray", "engine.tensor_parallel_size=2"], dict(gpus=8), "engine.ray.actor_engine=vllm"),
-        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.tensor_parallel_size=3"], dict(gpus=8),
-         "engine.tensor_parallel_size=3 does not divide"),
-        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.tensor_parallel_size=2",
-          "engine.ray.num_actors=5"], dict(gpus=8), "engine.ray.num_actors=5"),
+        # vllm actors run vLLM's in-process single-GPU executor: refused as the pool refuses it
+        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.tensor_parallel_size=2"], dict(gpus=8),
+         "engine.tensor_parallel_size=2 with engine.ray.actor_engine=vllm: each actor runs vLLM's in-process"),
+        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.ray.num_actors=9"], dict(gpus=8),
+         "engine.ray.num_actors=9"),
         (["backend=verl", "backend.verl.n_gpus_per_node=8", "engine.tensor_parallel_size=3"], {},
          "engine.tensor_parallel_size=3 "),  # (verl's rollout engines) does not divide backend.verl.n_gpus_per_node
         (["backend=verl", "backend.verl.nnodes=2"], dict(nodes=1), "backend.verl.nnodes=2"),

@@ -172,8 +172,8 @@ class EngineConfig(Strict):
         "0.3, TRL's colocate default) and, with backend=verl, verl's rollout engines (None = 0.6, beside verl's FSDP "
         "actor). Ignored on CPU.")
     tensor_parallel_size: int = Field(
-        1, ge=1, description="GPUs per vLLM engine: each engine=ray actor (one placement-group bundle of this many GPUs; "
-        "vllm actors shard the model over them) and, with backend=verl, each of verl's rollout engines.")
+        1, ge=1, description="GPUs per vLLM engine: with backend=verl, each of verl's rollout engines (they shard the "
+        "model). engine=ray actors run vLLM's in-process single-GPU executor, so more than 1 is refused there.")
     kv_cache_gib: float | None = Field(
         None, gt=0.0, description="vllm: KV-cache size in GiB. None = on CUDA what gpu_memory_utilization leaves after "
         "the weights, on CPU 2 GiB (vLLM's CPU default would claim most of the machine's memory).")

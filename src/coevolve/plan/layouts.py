@@ -107,9 +107,11 @@ def make_layout(cfg: Any, gpus: int | None = None, nodes: int | None = None) -> 
     lay = dict(nodes=n, gpus_per_node=g, engine=engine)
     tp = int(getattr(cfg.engine, "tensor_parallel_size", 1))
     if engine == "ray" and ray is not None:
-        if ray.actor_engine == "hf" and tp > 1:
-            raise ConfigError(f"engine.tensor_parallel_size={tp}: hf actors run on one GPU each; set "
-                              "engine.ray.actor_engine=vllm or engine.tensor_parallel_size=1")
+        from coevolve.engine.ray import tensor_parallel_refusal
+
+        refusal = tensor_parallel_refusal(cfg.engine)  # the pool's own refusal: plan and run agree
+        if refusal:
+            raise ConfigError(refusal)
         if g % tp:
             raise ConfigError(f"engine.tensor_parallel_size={tp} does not divide the {g} GPUs per node (--gpus): "
                               "a tensor-parallel group stays on one node")
