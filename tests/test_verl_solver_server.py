@@ -103,28 +103,36 @@ def test_each_rounds_writer_is_scored_by_that_rounds_solver(tmp_path, toy_overri
     assert q.values["rollouts_verify"] > 0  # the rewards were asked of the server
 
 
-def test_preflight_refuses_real_writer_phases_without_a_solver_that_follows_the_round(tmp_path):
-    from coevolve.preflight import backend_problems
+def test_plan_and_preflight_refuse_real_writer_phases_without_a_solver_that_follows_the_round(tmp_path):
+    from coevolve.plan import device_for, make_plan, preflight_problems
 
     d = tmp_path / "m"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    (d / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "vocab_size": 151936, "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 2560,
+        "num_hidden_layers": 36, "num_attention_heads": 32, "intermediate_size": 9728, "tie_word_embeddings": True}))
 
-    def problems(*extra):
-        return backend_problems(load_config("d2evo", None, [f"model.path={d}", "data.source=x.jsonl", "backend=verl",
-                                                            *extra]))
+    def problems(*extra, recipe="d2evo", device="h200"):
+        cfg = load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl", "backend=verl",
+                                         "backend.verl.n_gpus_per_node=8", "engine.gpu_memory_utilization=0.35", *extra])
+        return [p for p in make_plan(cfg, device_for(device), gpus=8 if device == "h200" else None).problems
+                if "solver" in p]
 
     none = problems()
     assert len(none) == 1 and "questioner rewards" in none[0] and "backend.verl.serve_solver=true" in none[0]
+    assert problems(device="cpu")[:1] == none  # the same refusal on any device (first: before memory)
     stale = problems("backend.verl.solver_url=http://h:8000/v1")  # the preset's 3 rounds
     assert len(stale) == 1 and "rounds=3" in stale[0] and "round 1's solver" in stale[0]
     assert problems("backend.verl.solver_url=http://h:8000/v1", "rounds=1") == []
     assert problems("backend.verl.serve_solver=true") == []
     both = problems("backend.verl.serve_solver=true", "backend.verl.solver_url=http://h:8000/v1")
     assert len(both) == 1 and "one frozen solver server" in both[0]
-    # a recipe without a writer phase, and the toy model (its workers load the small solver folder), need neither
-    assert backend_problems(load_config("grpo", None, [f"model.path={d}", "data.source=x.jsonl", "backend=verl"])) == []
-    assert backend_problems(load_config("d2evo", None, ["backend=verl"])) == []
+    assert problems(recipe="grpo") == []  # no writer phase
+    # the run's preflight is this plan on the run's device
+    cfg = load_config("d2evo", None, [f"model.path={d}", "data.source=x.jsonl", "backend=verl", "model.device=cpu"])
+    assert any("backend.verl.serve_solver=true" in p for p in preflight_problems(cfg))
+    toy = load_config("d2evo", None, ["backend=verl", "model.device=cpu"])  # the toy solver: the workers load it
+    assert not any("serve_solver" in p for p in preflight_problems(toy))
 
 
 def test_the_plan_counts_the_solver_server_on_the_writer_phases_gpus(tmp_path):

@@ -184,35 +184,7 @@ def backend_problems(cfg: RecipeConfig) -> list[str]:
         return []
     out = [f"{f}=rzero with backend=verl: R-Zero's repetition penalty clusters the whole batch and verl's reward "
            "workers score one sample at a time; use backend=local, or reward kind plateau" for f in batch_level_terms(cfg)]
-    return out + solver_server_problems(cfg)
-
-
-def solver_server_problems(cfg: RecipeConfig) -> list[str]:
-    """``backend=verl`` writer phases on a real model: who answers for the frozen solver. verl's
-    reward workers are Ray actors without a GPU (a real solver loaded there would sample on the
-    CPU, or not start), and a server the user started once (``solver_url``) keeps round 1's solver
-    while D²Evo's reward needs each round's (π_S^{t-1}): ``backend.verl.serve_solver=true``."""
-    v = cfg.backend.verl
-    real = cfg.model.path is not None and not is_toy_model(cfg.model.path)
-    writers = [w.train.section for _, _, w in recipe_of(cfg.recipe).work(cfg, toy=not real)
-               if w.train is not None and w.train.prompt == "question"]
-    if not writers:
-        return []
-    if v.serve_solver and v.solver_url:
-        return ["backend.verl.solver_url and backend.verl.serve_solver=true: one frozen solver server; unset "
-                "solver_url to let coevolve serve each round's solver"]
-    if not real or v.serve_solver:
-        return []
-    rounds = int(getattr(cfg, "rounds", 1))
-    if v.solver_url and rounds > 1:
-        return [f"backend.verl.solver_url with rounds={rounds}: the server keeps the solver it was started with, so "
-                f"rounds 2-{rounds} of {', '.join(writers)} would be scored by round 1's solver; set "
-                "backend.verl.serve_solver=true (coevolve serves each round's) and unset solver_url"]
-    if not v.solver_url:
-        return [f"backend=verl with a real model: {', '.join(writers)} rewards need the frozen solver on a GPU and "
-                "verl's reward workers have none; set backend.verl.serve_solver=true (and backend.verl.solver_gpus), "
-                "or backend.verl.solver_url for a one-round run"]
-    return []
+    return out
 
 
 def batch_level_terms(cfg: RecipeConfig) -> list[str]:

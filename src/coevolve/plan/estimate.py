@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from coevolve.errors import ConfigError
 from coevolve.plan.advice import combined_fix, plan_problems
 from coevolve.plan.devices import GiB, Device
-from coevolve.plan.layouts import _vllm_rows, layout_plan, make_layout, verl_batch_problems
+from coevolve.plan.layouts import _vllm_rows, layout_plan, make_layout, solver_server_problems, verl_batch_problems
 from coevolve.plan.memory import SAFETY_MARGIN, RoleMemory, _engine, _kv_rows, dtype_bytes, role_memory, sampler_call_bytes
 from coevolve.plan.shapes import ModelShape, load_model_shape
 from coevolve.plan.timing import COMPLETION_FILL, gen_seconds, train_seconds
@@ -140,7 +140,8 @@ def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_l
         plan.notes.append(f"engine.gpu_memory_utilization unset: {derived:g}, the largest share that fits beside the "
                           "largest resident of a sampling phase (a run on this GPU starts its engine with it)")
     verl = getattr(getattr(cfg, "backend", None), "kind", "local") == "verl"
-    batches = verl_batch_problems(cfg, works)  # on any device: the same refusal as the run's preflight
+    # on any device: what the run's preflight refuses before any work (it runs this plan)
+    batches = verl_batch_problems(cfg, works) + solver_server_problems(cfg, works, toy)
     if z.gpu and (gpus is not None or nodes is not None or engine == "ray" or verl):
         plan.layout = layout_plan(plan, cfg, make_layout(cfg, gpus, nodes), works)
         # with verl the optimizer state lives in verl's job, not in this process's host memory

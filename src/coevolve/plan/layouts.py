@@ -167,6 +167,36 @@ def verl_batch_problems(cfg: Any, works: list[PhaseWork]) -> list[str]:
     return out
 
 
+def solver_server_problems(cfg: Any, works: list[PhaseWork], toy: bool) -> list[str]:
+    """``backend=verl`` writer phases on a real model: who answers for the frozen solver. verl's
+    reward workers are Ray actors without a GPU (a real solver loaded there would sample on the
+    CPU, or not start), and a server the user started once (``solver_url``) keeps round 1's solver
+    while D²Evo's reward needs each round's (π_S^{t-1}): ``backend.verl.serve_solver=true``.
+    Part of the plan's problems, so `coevolve plan` and the run's preflight refuse alike."""
+    bk = getattr(cfg, "backend", None)
+    if bk is None or bk.kind != "verl":
+        return []
+    v = bk.verl
+    writers = [w.train.section for w in works if w.train is not None and w.train.kind == "question"]
+    if not writers:
+        return []
+    if v.serve_solver and v.solver_url:
+        return ["backend.verl.solver_url and backend.verl.serve_solver=true: one frozen solver server; unset "
+                "solver_url to let coevolve serve each round's solver"]
+    if toy or v.serve_solver:
+        return []
+    rounds = int(getattr(cfg, "rounds", 1))
+    if v.solver_url and rounds > 1:
+        return [f"backend.verl.solver_url with rounds={rounds}: the server keeps the solver it was started with, so "
+                f"rounds 2-{rounds} of {', '.join(writers)} would be scored by round 1's solver; set "
+                "backend.verl.serve_solver=true (coevolve serves each round's) and unset solver_url"]
+    if not v.solver_url:
+        return [f"backend=verl with a real model: {', '.join(writers)} rewards need the frozen solver on a GPU and "
+                "verl's reward workers have none; set backend.verl.serve_solver=true (and backend.verl.solver_gpus), "
+                "or backend.verl.solver_url for a one-round run"]
+    return []
+
+
 def _tp_device(device: Device, tp: int) -> Device:
     """``device`` with ``tp`` GPUs' bandwidth and matmul rate (a tensor-parallel engine; assumed linear)."""
     if tp == 1:
