@@ -366,7 +366,8 @@ def test_8b_full_fits_with_verl_on_8_gpus(tmp_path):
     """What one H200 cannot hold (full 8B, test_8b_full_does_not_fit_and_lora_does) fits once
     FSDP shards it over 8 (the writer's solver server outside the layout)."""
     extra = [*DIAGEVO_4B, "backend=verl", "backend.verl.n_gpus_per_node=8", "engine=ray",
-             "engine.ray.actor_engine=vllm", "engine.gpu_memory_utilization=0.45"]
+             "engine.ray.actor_engine=vllm", "engine.gpu_memory_utilization=0.45",
+             "backend.verl.solver_url=http://h:8000/v1", "rounds=1"]  # one round: a user's server is the right solver
     plan = _layout(tmp_path, "diagevo", extra, model=QWEN3_8B)
     assert plan.fits, plan.problems
     assert plan.layout.layout.actors == 8 and plan.layout.verl is not None
@@ -427,7 +428,8 @@ def test_verl_layouts_that_do_not_divide_are_refused_by_plan_and_preflight_alike
     cpu_cfg = seven.model_copy(update={"model": seven.model.model_copy(update={"device": "cpu"})})
     assert [p.split(" (see")[0] for p in preflight_problems(cpu_cfg)][:2] == expected
     eight = load_config("d2evo", None, [f"model.path={d}", f"data.source={DATA}", "backend=verl",
-                                        "backend.verl.n_gpus_per_node=8"])
+                                        "backend.verl.n_gpus_per_node=8", "backend.verl.serve_solver=true",
+                                        "engine.gpu_memory_utilization=0.35"])
     assert verl_batch_problems(eight, work_of(eight, False)) == []
     assert make_plan(eight, device_for("h200"), gpus=8).fits
 
