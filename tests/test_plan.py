@@ -347,10 +347,11 @@ def test_layout_errors_name_the_field(tmp_path):
         (["engine=ray"], dict(gpus=0), "--gpus"),
         (["engine=ray"], dict(nodes=0), "--nodes"),
         (["engine=ray", "engine.tensor_parallel_size=2"], dict(gpus=8), "engine.ray.actor_engine=vllm"),
-        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.tensor_parallel_size=3"], dict(gpus=8),
-         "engine.tensor_parallel_size=3 does not divide"),
-        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.tensor_parallel_size=2",
-          "engine.ray.num_actors=5"], dict(gpus=8), "engine.ray.num_actors=5"),
+        # vllm actors run vLLM's in-process single-GPU executor: refused as the pool refuses it
+        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.tensor_parallel_size=2"], dict(gpus=8),
+         "engine.tensor_parallel_size=2 with engine.ray.actor_engine=vllm: each actor runs vLLM's in-process"),
+        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.ray.num_actors=9"], dict(gpus=8),
+         "engine.ray.num_actors=9"),
         (["backend=verl", "backend.verl.n_gpus_per_node=8", "engine.tensor_parallel_size=3"], {},
          "engine.tensor_parallel_size=3 "),  # (verl's rollout engines) does not divide backend.verl.n_gpus_per_node
         (["backend=verl", "backend.verl.nnodes=2"], dict(nodes=1), "backend.verl.nnodes=2"),
@@ -366,7 +367,8 @@ def test_8b_full_fits_with_verl_on_8_gpus(tmp_path):
     """What one H200 cannot hold (full 8B, test_8b_full_does_not_fit_and_lora_does) fits once
     FSDP shards it over 8 (the writer's solver server outside the layout)."""
     extra = [*DIAGEVO_4B, "backend=verl", "backend.verl.n_gpus_per_node=8", "engine=ray",
-             "engine.ray.actor_engine=vllm", "engine.gpu_memory_utilization=0.45"]
+             "engine.ray.actor_engine=vllm", "engine.gpu_memory_utilization=0.45",
+             "backend.verl.solver_url=http://h:8000/v1", "rounds=1"]  # one round: a user's server is the right solver
     plan = _layout(tmp_path, "diagevo", extra, model=QWEN3_8B)
     assert plan.fits, plan.problems
     assert plan.layout.layout.actors == 8 and plan.layout.verl is not None
@@ -401,3 +403,83 @@ def test_cli_plan_layout(tmp_path):
     assert "(model)" in r.output and "(assumed)" in r.output
     bad = CliRunner().invoke(app, ["plan", "grpo", f"model.path={d}", "--device", "h200", "--gpus", "0"])
     assert bad.exit_code != 0 and isinstance(bad.exception, ConfigError) and "--gpus" in str(bad.exception)
+
+
+def test_verl_layouts_that_do_not_divide_are_refused_by_plan_and_preflight_alike(tmp_path):
+    """640 solver and 256 questioner rollouts per step (the 4B d2evo preset) do not divide over 7
+    GPUs: `coevolve plan` (any device, with or without --gpus) and the run's preflight give the
+    same problems, each naming the fields and the nearest values that divide; 8 GPUs divide."""
+    from coevolve.plan.layouts import verl_batch_problems
+    from coevolve.plan.work import phases as work_of
+
+    d = model_dir(tmp_path, QWEN3_4B)
+    seven = load_config("d2evo", None, [f"model.path={d}", f"data.source={DATA}", "backend=verl",
+                                        "backend.verl.n_gpus_per_node=7"])
+    expected = verl_batch_problems(seven, work_of(seven, False))
+    assert [p.split(":")[0] for p in expected] == ["phase questioner", "phase solver"]
+    solver = expected[1]
+    assert "solver.prompts_per_step x solver.group_size = 128 x 5 = 640" in solver
+    # nearest GPU counts that divide 640 (8 above, 5 below), nearest prompts that make 7 divide 5 x prompts
+    assert "backend.verl.n_gpus_per_node=8 or backend.verl.n_gpus_per_node=5" in solver
+    assert "solver.prompts_per_step=126 or solver.prompts_per_step=133" in solver
+    assert all(640 % g == 0 for g in (8, 5)) and all(5 * q % 7 == 0 for q in (126, 133))
+    for device, gpus in (("h200", None), ("h200", 8), ("cpu", None)):
+        plan = make_plan(seven, device_for(device), gpus=gpus)
+        assert not plan.fits and plan.problems[:2] == expected, (device, plan.problems)
+    cpu_cfg = seven.model_copy(update={"model": seven.model.model_copy(update={"device": "cpu"})})
+    assert [p.split(" (see")[0] for p in preflight_problems(cpu_cfg)][:2] == expected
+    eight = load_config("d2evo", None, [f"model.path={d}", f"data.source={DATA}", "backend=verl",
+                                        "backend.verl.n_gpus_per_node=8", "backend.verl.serve_solver=true",
+                                        "engine.gpu_memory_utilization=0.35"])
+    assert verl_batch_problems(eight, work_of(eight, False)) == []
+    assert make_plan(eight, device_for("h200"), gpus=8).fits
+
+
+def test_verl_micro_batch_divides_each_gpus_share():
+    from coevolve.schema import verl_micro_batch
+
+    # 640 rollouts over 8 GPUs: 80 each; at most learner.micro_batch_size=64 per micro-batch -> 40 (80 % 64 != 0)
+    assert verl_micro_batch(640, 8, 64) == 40 and verl_micro_batch(256, 8, 64) == 32
+    assert verl_micro_batch(640, 7, 64) is None and verl_micro_batch(4, 8, 64) is None
+    for rows, world, cap in ((640, 16, 64), (96, 8, 5), (7 * 13, 7, 4)):
+        m = verl_micro_batch(rows, world, cap)
+        assert m is not None and m <= cap and (rows // world) % m == 0
+        assert all((rows // world) % k for k in range(m + 1, min(cap, rows // world) + 1))  # the largest that divides
+
+
+@pytest.mark.parametrize("recipe", ["grpo", "d2evo", "diagevo"])
+def test_the_vllm_share_unset_is_the_largest_that_fits(tmp_path, recipe, monkeypatch):
+    """engine=vllm on a GPU with engine.gpu_memory_utilization unset: the plan derives the largest
+    share that fits (0.01 more would not), and a run on that GPU starts its engine with it
+    (with_vllm_share, what `coevolve run` applies after the preflight)."""
+    import coevolve.plan as plan_mod
+
+    d = model_dir(tmp_path, QWEN3_4B)
+    cfg = load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl", "engine=vllm"])
+    plan = make_plan(cfg, device_for("h200"))
+    share = plan.vllm_share
+    assert plan.fits and share is not None and 0.4 < share < 0.6, (share, plan.problems)
+    assert any(f"engine.gpu_memory_utilization unset: {share:g}" in n for n in plan.notes)
+    at = make_plan(load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl", "engine=vllm",
+                                              f"engine.gpu_memory_utilization={share}"]), device_for("h200"))
+    above = make_plan(load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl", "engine=vllm",
+                                                 f"engine.gpu_memory_utilization={share + 0.01:.2f}"]), device_for("h200"))
+    assert at.fits and at.vllm_share is None and not above.fits
+    assert max(e.peak for e in at.phases) == pytest.approx(max(e.peak for e in plan.phases))
+    assert plan_mod.with_vllm_share(cfg) is cfg  # this machine has no GPU: vLLM's own default on CPU
+    monkeypatch.setattr(plan_mod, "local_device", lambda _: device_for("h200"))
+    assert plan_mod.with_vllm_share(cfg).engine.gpu_memory_utilization == share
+    hf = load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl"])
+    assert plan_mod.with_vllm_share(hf) is hf and make_plan(hf, device_for("h200")).vllm_share is None
+
+
+def test_the_one_gpu_hours_preset_fits_and_costs_less_than_the_paper_preset(tmp_path):
+    d = model_dir(tmp_path, QWEN3_4B)
+    hours = make_plan(load_config("d2evo", None, [f"model.path={d}", "data.source=x.jsonl"], ["real/d2evo_hours"]),
+                      device_for("h200"))
+    paper = make_plan(load_config("d2evo", None, [f"model.path={d}", "data.source=x.jsonl", "engine=vllm"]),
+                      device_for("h200"))
+    assert hours.fits, hours.problems
+    total = lambda p: sum(e.gen_seconds + e.train_seconds for e in p.phases)  # noqa: E731
+    assert total(hours) < 0.7 * total(paper)
+    assert next(e for e in hours.phases if e.work.name == "difficulty").work.times == 3  # no final re-measure

@@ -151,3 +151,19 @@ def test_load_sampler_by_path(run_engine, pool_sampler, model, tok, tmp_path):
     assert isinstance(s, RaySampler)
     assert ids(s.sample(PROMPTS, 2, PARAMS)) == ids(reference(model, tok, n=2))
     s.close()
+
+
+def test_tensor_parallel_vllm_actors_are_refused_before_a_pool_starts():
+    """A TP-k bundle of a vllm actor would hold k GPUs and use one (the actor's in-process vLLM
+    executor drives one GPU): refused by the engine as by `coevolve plan`, before any actor."""
+    from coevolve.config.base import EngineConfig
+    from coevolve.engine import check_engine
+    from coevolve.engine.ray import tensor_parallel_refusal
+    from coevolve.errors import ConfigError
+
+    vllm_tp = EngineConfig(kind="ray", tensor_parallel_size=2, ray={"actor_engine": "vllm"})
+    with pytest.raises(ConfigError, match=r"engine\.tensor_parallel_size=2 with engine\.ray\.actor_engine=vllm"):
+        check_engine(vllm_tp)
+    assert "hf actors run on one GPU" in tensor_parallel_refusal(EngineConfig(kind="ray", tensor_parallel_size=2))
+    assert tensor_parallel_refusal(EngineConfig(kind="ray", ray={"actor_engine": "vllm"})) is None
+    assert tensor_parallel_refusal(EngineConfig(kind="vllm", tensor_parallel_size=2)) is None  # verl's engines shard

@@ -69,6 +69,7 @@ def run(
 ) -> None:
     """Run a recipe (the toy world by default: no model or data needed)."""
     from coevolve.config import load_config
+    from coevolve.plan import with_vllm_share
     from coevolve.preflight import preflight
     from coevolve.run import default_run_path, say
     from coevolve.run.lock import check_run_dir
@@ -77,6 +78,7 @@ def run(
     path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
     check_run_dir(path)
     preflight(cfg, say)  # before the folder exists: a refused run leaves nothing behind
+    cfg = with_vllm_share(cfg)  # engine=vllm on CUDA, share unset: the largest that fits (as `coevolve plan` says)
     _execute(cfg, path, resumed=False)  # opens the folder once: lock, create, bind (recipes.open_run)
 
 

@@ -256,8 +256,9 @@ def backend_problems(cfg: RecipeConfig) -> list[str]:
     with a term over the whole batch (R-Zero's repetition penalty; ``batch_level_terms``)."""
     if cfg.backend.kind != "verl":
         return []
-    return [f"{f}=rzero with backend=verl: R-Zero's repetition penalty clusters the whole batch and verl's reward "
-            "workers score one sample at a time; use backend=local, or reward kind plateau" for f in batch_level_terms(cfg)]
+    out = [f"{f}=rzero with backend=verl: R-Zero's repetition penalty clusters the whole batch and verl's reward "
+           "workers score one sample at a time; use backend=local, or reward kind plateau" for f in batch_level_terms(cfg)]
+    return out
 
 
 def batch_level_terms(cfg: RecipeConfig) -> list[str]:

@@ -40,6 +40,34 @@ def vllm_share(engine: Any, where: str = "coevolve") -> float:
     return float(share) if share is not None else VLLM_SHARE[where]
 
 
+def verl_micro_batch(rows: int, world: int, cap: int) -> int | None:
+    """verl's ``ppo_micro_batch_size_per_gpu`` for a GRPO step of ``rows`` rollouts over ``world``
+    GPUs: the largest divisor of each GPU's share ``rows / world`` that is at most ``cap``
+    (``learner.micro_batch_size``), so verl's check that a GPU's mini-batch splits into whole
+    micro-batches holds; None when ``rows`` does not divide over the GPUs at all.
+
+    >>> verl_micro_batch(640, 8, 64), verl_micro_batch(640, 7, 64), verl_micro_batch(256, 8, 64)
+    (40, None, 32)
+    """
+    if world < 1 or rows % world:
+        return None
+    share = rows // world
+    return max(d for d in range(1, min(cap, share) + 1) if share % d == 0)
+
+
+def nearest_dividing(target: int, ok: Any, limit: int) -> list[int]:
+    """The values closest to ``target`` (one below, one above, within 1..``limit``) for which
+    ``ok(value)`` holds, nearest first: what a refusal offers instead of a value that does not divide.
+
+    >>> nearest_dividing(7, lambda g: 640 % g == 0, 64)
+    [8, 5]
+    """
+    below = next((v for v in range(target - 1, 0, -1) if ok(v)), None)
+    above = next((v for v in range(target + 1, limit + 1) if ok(v)), None)
+    found = [v for v in (below, above) if v is not None]
+    return sorted(found, key=lambda v: (abs(v - target), v))
+
+
 def _model_path(path: str | None) -> str | None:
     from coevolve.errors import CoevolveError
     from coevolve.models import resolve_model_path
@@ -258,5 +286,5 @@ class Voting(Strict):
         return self
 
 
-__all__ = ["BAND_TOLERANCE", "Band", "ModelPath", "VLLM_SHARE", "in_band", "vllm_share", "Estimator", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
+__all__ = ["BAND_TOLERANCE", "Band", "ModelPath", "VLLM_SHARE", "in_band", "nearest_dividing", "verl_micro_batch", "vllm_share", "Estimator", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
            "Voting", "WriterReward"]

@@ -172,8 +172,8 @@ class EngineConfig(Strict):
         "0.3, TRL's colocate default) and, with backend=verl, verl's rollout engines (None = 0.6, beside verl's FSDP "
         "actor). Ignored on CPU.")
     tensor_parallel_size: int = Field(
-        1, ge=1, description="GPUs per vLLM engine: each engine=ray actor (one placement-group bundle of this many GPUs; "
-        "vllm actors shard the model over them) and, with backend=verl, each of verl's rollout engines.")
+        1, ge=1, description="GPUs per vLLM engine: with backend=verl, each of verl's rollout engines (they shard the "
+        "model). engine=ray actors run vLLM's in-process single-GPU executor, so more than 1 is refused there.")
     kv_cache_gib: float | None = Field(
         None, gt=0.0, description="vllm: KV-cache size in GiB. None = on CUDA what gpu_memory_utilization leaves after "
         "the weights, on CPU 2 GiB (vLLM's CPU default would claim most of the machine's memory).")
@@ -216,6 +216,18 @@ class VerlBackendConfig(Strict):
                                    "None = each reward worker loads the solver folder the phase exports (engine section).")
     solver_model: str | None = Field(None, description="Model name the solver_url server must list at /models (the "
                                      "phase fails before training otherwise); None = the first one it lists.")
+    serve_solver: bool = Field(False, description="Writer phases: coevolve starts `vllm serve` of the frozen solver "
+                               "the phase exports (this round's, pi_S^{t-1}) on backend.verl.solver_gpus before verl's "
+                               "job and stops it after; the reward workers ask it. The way for a real model: verl's "
+                               "reward workers have no GPU, and a server started once keeps round 1's solver.")
+    solver_gpus: str | None = Field(None, description="serve_solver: CUDA_VISIBLE_DEVICES of the solver server (a GPU "
+                                    "outside verl's job, e.g. '7' with n_gpus_per_node=7... of 8, or one verl's vLLM "
+                                    "shares at a lower engine.gpu_memory_utilization); None = the run's own.")
+    solver_serve: list[str] | None = Field(None, min_length=1, description="serve_solver: the command that serves a "
+                                           "model folder with vLLM's OpenAI arguments; None = [<python>, -m, "
+                                           "vllm.entrypoints.openai.api_server]. Tests point it at a stand-in.")
+    solver_start_timeout_s: float = Field(900.0, gt=0, description="serve_solver: seconds the server may take to "
+                                          "list the solver at /models (model load, CUDA graphs).")
     keep_workdir: bool = Field(False, description="Keep the phase's verl work folder (parquet, verl checkpoints, "
                                "rollout dumps) after the phase; false = removed once converted.")
     extra_overrides: list[str] = Field(default_factory=list, description="More verl overrides (key=value) passed to "

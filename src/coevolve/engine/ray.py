@@ -69,6 +69,23 @@ def require_ray(field_name: str = "engine.kind") -> None:
         raise ConfigError(f"{field_name}=ray needs the ray package, which is not installed; {INSTALL_HINT}")
 
 
+def tensor_parallel_refusal(engine: Any) -> str | None:
+    """Why ``engine.tensor_parallel_size`` > 1 cannot run in a Ray actor, or None. Each actor's
+    engine is built in the actor's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the
+    ``uni`` executor of ``engine.vllm``), which drives exactly one GPU: a TP-k bundle would hold
+    k GPUs and use one. Refused rather than run at 1/k of the speed the plan would assume."""
+    tp = int(getattr(engine, "tensor_parallel_size", 1))
+    ray = getattr(engine, "ray", None)
+    if getattr(engine, "kind", None) != "ray" or tp <= 1 or ray is None:
+        return None
+    if ray.actor_engine == "hf":
+        return (f"engine.tensor_parallel_size={tp}: hf actors run on one GPU each; set "
+                "engine.ray.actor_engine=vllm or engine.tensor_parallel_size=1")
+    return (f"engine.tensor_parallel_size={tp} with engine.ray.actor_engine=vllm: each actor runs vLLM's in-process "
+            "single-GPU executor and cannot shard a model over its GPUs; set engine.tensor_parallel_size=1 (one "
+            "actor per GPU) or, for a model that needs several GPUs, backend=verl (its rollout engines shard)")
+
+
 # --------------------------------------------------------------------------------------------
 # the actor (runs in a Ray worker process)
 
@@ -413,7 +430,11 @@ class RaySampler:
     # ------------------------------------------------------------------ construction
     @classmethod
     def require(cls, engine: Any) -> None:
-        """Ray must be installed, and seeds must be per prompt (a pool splits every call)."""
+        """Ray must be installed, seeds must be per prompt (a pool splits every call), and a vllm
+        actor runs on one GPU (``tensor_parallel_refusal``)."""
+        refusal = tensor_parallel_refusal(engine)
+        if refusal:
+            raise ConfigError(refusal)
         if resolve_seed_scope(engine) == "call":
             raise ConfigError("engine.seed_scope=call with engine.kind=ray: a pool splits every call over its actors, "
                               "so only per-prompt seeds reproduce; use engine.seed_scope=prompt (the default for ray)")

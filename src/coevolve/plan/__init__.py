@@ -56,9 +56,24 @@ def preflight_problems(cfg: Any) -> list[str]:
 
 
 
+def with_vllm_share(cfg: Any) -> Any:
+    """``cfg`` with ``engine.gpu_memory_utilization`` set to the largest share that fits this
+    GPU (``Plan.vllm_share``) when it is unset and the run's in-process vLLM engine is on CUDA;
+    otherwise ``cfg`` as it is. The run records the value it used in its config.yaml."""
+    if getattr(cfg.engine, "kind", "hf") != "vllm" or cfg.engine.gpu_memory_utilization is not None:
+        return cfg
+    device = local_device(cfg.model.device)
+    if device.kind != "cuda":
+        return cfg
+    share = make_plan(cfg, device, suggest=False).vllm_share
+    if share is None:
+        return cfg
+    return cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"gpu_memory_utilization": share})})
+
+
 __all__ = [
     "COMPLETION_FILL", "DEVICES", "Device", "Gen", "GiB", "Layout", "LayoutPhase", "LayoutPlan", "ModelShape",
     "gen_seconds", "train_seconds", "PROMPT_TOKENS", "PhaseEstimate", "PhaseWork", "Plan", "Rate", "RoleMemory", "SAFETY_MARGIN", "Train", "VerlMemory",
     "device_for", "format_layout", "format_plan", "layout_plan", "load_model_shape", "local_device", "make_layout",
-    "make_plan", "phases", "preflight_problems", "role_memory", "sampler_call_bytes", "trainable_roles", "verl_memory",
+    "make_plan", "phases", "preflight_problems", "with_vllm_share", "role_memory", "sampler_call_bytes", "trainable_roles", "verl_memory",
 ]

@@ -4,13 +4,14 @@ notes (``Plan``, ``make_plan``); a multi-GPU layout is added by ``coevolve.plan.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from coevolve.errors import ConfigError
 from coevolve.plan.advice import combined_fix, plan_problems
 from coevolve.plan.devices import GiB, Device
-from coevolve.plan.layouts import layout_plan, make_layout
+from coevolve.plan.layouts import _vllm_rows, layout_plan, make_layout, solver_server_problems, verl_batch_problems
 from coevolve.plan.memory import SAFETY_MARGIN, RoleMemory, _engine, _kv_rows, dtype_bytes, role_memory, sampler_call_bytes
 from coevolve.plan.shapes import ModelShape, load_model_shape
 from coevolve.plan.timing import COMPLETION_FILL, gen_seconds, train_seconds
@@ -52,6 +53,7 @@ class Plan:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     layout: "LayoutPlan | None" = None  # a multi-GPU layout (``make_plan(..., gpus=, nodes=)``); its problems are the plan's
+    vllm_share: float | None = None  # engine.gpu_memory_utilization derived (unset, engine=vllm on a GPU): the largest that fits
 
     @property
     def capacity(self) -> float:
@@ -96,6 +98,14 @@ class _Sizing:
     def kv_rows(self, g: Gen) -> int:
         return _kv_rows(g.call_rows, g.prompt, g.max_new, self.max_batch_tokens)
 
+    def rows_in_flight(self, g: Gen) -> int:
+        """Sequences decoding at once: a vLLM engine on a GPU holds what its KV cache (its share
+        less the weights) takes at the full context, at most ``engine.max_batch``; hf's call
+        chunks (``kv_rows``) otherwise."""
+        if self.engine == "vllm" and self.gpu and self.util:
+            return min(g.call_rows, _vllm_rows(self.shape, self.b, self.vllm_engine, 1, g.prompt + g.max_new, g.call_rows))
+        return self.kv_rows(g)
+
 
 def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_label: str | None = None,
               toy: bool | None = None, suggest: bool = True, gpus: int | None = None,
@@ -117,18 +127,48 @@ def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_l
     z = _Sizing(shape, device, dtype_bytes(cfg, device), cfg.learner, engine, util, sleep, max_batch_tokens)
     works = phases(cfg, toy)
     roles = _role_memories(cfg, works, z)
-    plan = Plan(cfg.recipe, model_label or "?", shape, device, z.b, roles, [_estimate(w, roles, z) for w in works],
-                _host_bytes(roles, works, z))
+    estimates = [_estimate(w, roles, z) for w in works]
+    derived = None
+    if engine == "vllm" and z.gpu and sleep and getattr(cfg.engine, "gpu_memory_utilization", None) is None:
+        derived = vllm_share_that_fits(estimates, device)
+        z = replace(z, util=derived)
+        estimates = [_estimate(w, roles, z) for w in works]
+    plan = Plan(cfg.recipe, model_label or "?", shape, device, z.b, roles, estimates, _host_bytes(roles, works, z),
+                vllm_share=derived)
     plan.problems, plan.notes = plan_problems(plan, cfg, z.lcfg, engine, max_batch_tokens)
+    if derived is not None:
+        plan.notes.append(f"engine.gpu_memory_utilization unset: {derived:g}, the largest share that fits beside the "
+                          "largest resident of a sampling phase (a run on this GPU starts its engine with it)")
     verl = getattr(getattr(cfg, "backend", None), "kind", "local") == "verl"
+    # on any device: what the run's preflight refuses before any work (it runs this plan)
+    batches = verl_batch_problems(cfg, works) + solver_server_problems(cfg, works, toy)
     if z.gpu and (gpus is not None or nodes is not None or engine == "ray" or verl):
         plan.layout = layout_plan(plan, cfg, make_layout(cfg, gpus, nodes), works)
         # with verl the optimizer state lives in verl's job, not in this process's host memory
-        plan.problems = plan.layout.problems + [p for p in plan.problems if p.startswith("host memory") and not verl]
+        plan.problems = batches + plan.layout.problems + [p for p in plan.problems
+                                                          if p.startswith("host memory") and not verl]
         return plan
+    plan.problems = batches + plan.problems
     if plan.problems and suggest:
         _suggest(plan, cfg, device, shape, model_label, toy)
     return plan
+
+
+VLLM_SHARE_STEP = 0.01
+VLLM_SHARE_RANGE = (0.05, 0.95)
+
+
+def vllm_share_that_fits(estimates: list[PhaseEstimate], device: Device) -> float:
+    """The largest ``engine.gpu_memory_utilization`` with which every phase that samples fits
+    (engine=vllm, sleep mode): the engine wakes beside each phase's resident bytes (weights, the
+    training role's state) and sleeps through learner steps, so its share is what the device's
+    limit (``SAFETY_MARGIN`` kept free) leaves above the largest such resident, rounded down to
+    ``VLLM_SHARE_STEP`` within ``VLLM_SHARE_RANGE``. A larger share is a larger KV cache: more
+    sequences in flight, the same answers."""
+    cap = device.memory_gib.value * GiB
+    resident = max((e.resident for e in estimates if e.work.gens), default=0.0)
+    share = math.floor((cap * (1 - SAFETY_MARGIN) - resident) / cap / VLLM_SHARE_STEP) * VLLM_SHARE_STEP
+    return round(min(VLLM_SHARE_RANGE[1], max(VLLM_SHARE_RANGE[0], share)), 2)
 
 
 def _largest_call(works: list[PhaseWork], role: str, z: _Sizing) -> tuple[int, int, int] | None:
@@ -173,7 +213,7 @@ def _estimate(w: PhaseWork, roles: dict[str, RoleMemory], z: _Sizing) -> PhaseEs
     if z.engine == "vllm" and z.gpu and not z.sleep:
         resident += z.vllm_engine * len(roles)  # awake engines keep their share through learner steps
     transient, what, _ = max(transients, default=(0.0, "-", None), key=lambda x: x[0])
-    gen_s = sum(gen_seconds(g, z.shape, z.device, z.b, z.engine, z.kv_rows(g)) for g in w.gens) * w.times
+    gen_s = sum(gen_seconds(g, z.shape, z.device, z.b, z.engine, z.rows_in_flight(g)) for g in w.gens) * w.times
     train_s = 0.0
     if w.train is not None:
         train_s = train_seconds(w.train, w.times, z.shape, z.lcfg, z.device, roles[w.train.role].checkpointing)

@@ -17,7 +17,7 @@ from coevolve.plan.timing import gen_seconds
 from coevolve.plan.work import Gen, PhaseWork, Train
 from coevolve.recipes.declare import FROZEN_SOLVER
 from coevolve.rl.learner import LearnerConfig
-from coevolve.schema import vllm_share
+from coevolve.schema import nearest_dividing, verl_micro_batch, vllm_share
 
 if TYPE_CHECKING:
     from coevolve.plan.estimate import Plan
@@ -107,9 +107,11 @@ def make_layout(cfg: Any, gpus: int | None = None, nodes: int | None = None) -> 
     lay = dict(nodes=n, gpus_per_node=g, engine=engine)
     tp = int(getattr(cfg.engine, "tensor_parallel_size", 1))
     if engine == "ray" and ray is not None:
-        if ray.actor_engine == "hf" and tp > 1:
-            raise ConfigError(f"engine.tensor_parallel_size={tp}: hf actors run on one GPU each; set "
-                              "engine.ray.actor_engine=vllm or engine.tensor_parallel_size=1")
+        from coevolve.engine.ray import tensor_parallel_refusal
+
+        refusal = tensor_parallel_refusal(cfg.engine)  # the pool's own refusal: plan and run agree
+        if refusal:
+            raise ConfigError(refusal)
         if g % tp:
             raise ConfigError(f"engine.tensor_parallel_size={tp} does not divide the {g} GPUs per node (--gpus): "
                               "a tensor-parallel group stays on one node")
@@ -133,6 +135,66 @@ def make_layout(cfg: Any, gpus: int | None = None, nodes: int | None = None) -> 
         lay.update(backend="verl", verl_gpus=v.nnodes * v.n_gpus_per_node, verl_tp=tp,
                    verl_util=vllm_share(cfg.engine, "verl"), shared_cluster=shared)
     return Layout(**lay)
+
+
+def verl_batch_problems(cfg: Any, works: list[PhaseWork]) -> list[str]:
+    """``backend=verl``: every GRPO phase's rollouts per step (``prompts_per_step x group_size``)
+    must divide over the job's ``nnodes x n_gpus_per_node`` GPUs (verl splits a step's batch
+    evenly over its data-parallel workers and stops otherwise); each GPU's share is then cut
+    into micro-batches that divide it (``verl_micro_batch``, what ``verl.overrides`` passes).
+    One check for ``coevolve plan`` and the run's preflight (``make_plan``), each problem naming
+    the fields and the nearest values that divide."""
+    bk = getattr(cfg, "backend", None)
+    if bk is None or bk.kind != "verl":
+        return []
+    v = bk.verl
+    world = v.nnodes * v.n_gpus_per_node
+    out = []
+    for w in works:
+        t = w.train
+        if t is None or verl_micro_batch(t.rows_per_step, world, cfg.learner.micro_batch_size) is not None:
+            continue
+        sec = getattr(cfg, t.section)
+        n, p = sec.group_size, sec.prompts_per_step
+        gpus = nearest_dividing(v.n_gpus_per_node, lambda g: t.rows_per_step % (v.nnodes * g) == 0,
+                                max(2 * v.n_gpus_per_node, 8))
+        prompts = nearest_dividing(p, lambda q: (q * n) % world == 0, 2 * p + world)
+        fix = [f"backend.verl.n_gpus_per_node={g}" for g in gpus] + [f"{t.section}.prompts_per_step={q}" for q in prompts]
+        out.append(f"phase {w.name}: {t.section}.prompts_per_step x {t.section}.group_size = {p} x {n} = "
+                   f"{t.rows_per_step} rollouts per step do not divide over the {world} GPUs of backend.verl.nnodes="
+                   f"{v.nnodes} x backend.verl.n_gpus_per_node={v.n_gpus_per_node} (verl splits each step evenly over "
+                   f"them); nearest that divide: {' or '.join(fix)}")
+    return out
+
+
+def solver_server_problems(cfg: Any, works: list[PhaseWork], toy: bool) -> list[str]:
+    """``backend=verl`` writer phases on a real model: who answers for the frozen solver. verl's
+    reward workers are Ray actors without a GPU (a real solver loaded there would sample on the
+    CPU, or not start), and a server the user started once (``solver_url``) keeps round 1's solver
+    while D²Evo's reward needs each round's (π_S^{t-1}): ``backend.verl.serve_solver=true``.
+    Part of the plan's problems, so `coevolve plan` and the run's preflight refuse alike."""
+    bk = getattr(cfg, "backend", None)
+    if bk is None or bk.kind != "verl":
+        return []
+    v = bk.verl
+    writers = [w.train.section for w in works if w.train is not None and w.train.kind == "question"]
+    if not writers:
+        return []
+    if v.serve_solver and v.solver_url:
+        return ["backend.verl.solver_url and backend.verl.serve_solver=true: one frozen solver server; unset "
+                "solver_url to let coevolve serve each round's solver"]
+    if toy or v.serve_solver:
+        return []
+    rounds = int(getattr(cfg, "rounds", 1))
+    if v.solver_url and rounds > 1:
+        return [f"backend.verl.solver_url with rounds={rounds}: the server keeps the solver it was started with, so "
+                f"rounds 2-{rounds} of {', '.join(writers)} would be scored by round 1's solver; set "
+                "backend.verl.serve_solver=true (coevolve serves each round's) and unset solver_url"]
+    if not v.solver_url:
+        return [f"backend=verl with a real model: {', '.join(writers)} rewards need the frozen solver on a GPU and "
+                "verl's reward workers have none; set backend.verl.serve_solver=true (and backend.verl.solver_gpus), "
+                "or backend.verl.solver_url for a one-round run"]
+    return []
 
 
 def _tp_device(device: Device, tp: int) -> Device:
@@ -280,12 +342,36 @@ def layout_plan(plan: "Plan", cfg: Any, lay: Layout, works: list[PhaseWork]) -> 
         out.phases.append(phase)
     out.assumptions = _layout_assumptions(lay)
     writers = [w.name for w in works if on_verl_phase(w) and w.train is not None and w.train.kind == "question"]
-    if writers:
+    if writers and cfg.backend.verl.serve_solver:
+        _count_solver_server(out, cfg, lay, plan.capacity, writers)
+    elif writers:
         out.assumptions.append(f"(not counted) phase {', '.join(writers)}: rewards ask the frozen solver served by "
                                "`vllm serve` (backend.verl.solver_url), its weights and KV cache on a GPU outside this "
                                "layout (docs/scale.md)")
     out.problems = _layout_problems(plan, cfg, cfg.learner, lay, out, works)
     return out
+
+
+def _count_solver_server(out: LayoutPlan, cfg: Any, lay: Layout, capacity: float, writers: list[str]) -> None:
+    """``backend.verl.serve_solver``: the writer phases' solver server (``coevolve.verl.server``)
+    takes ``engine.gpu_memory_utilization`` of a GPU while verl's job runs: a GPU of its own when
+    the layout has one outside verl's job, else on top of a verl GPU (which one is not known: all
+    are charged)."""
+    server = vllm_share(cfg.engine) * capacity
+    own = lay.gpus > lay.verl_gpus
+    for p in out.phases:
+        if p.name not in writers:
+            continue
+        if own:
+            p.gpus["solver server GPU"] = server
+        else:
+            for k in p.gpus:
+                p.gpus[k] += server
+    where = ("a GPU outside verl's job (backend.verl.solver_gpus)" if own else
+             "beside verl's job on one of its GPUs (every verl GPU charged)")
+    out.assumptions.append(f"(model) phase {', '.join(writers)}: the frozen solver server coevolve starts "
+                           f"(backend.verl.serve_solver) takes engine.gpu_memory_utilization={vllm_share(cfg.engine):g} "
+                           f"of {where}")
 
 
 def _verl_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slots: int) -> tuple[LayoutPhase, VerlMemory]:

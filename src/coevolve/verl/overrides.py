@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.errors import ConfigError
-from coevolve.schema import vllm_share
+from coevolve.schema import verl_micro_batch, vllm_share
 
 DUAL_CLIP_OFF = 1e9
 """``clip_ratio_c`` that never binds: the local learner has no dual clip (verl's default is 3)."""
@@ -72,10 +72,10 @@ def phase_overrides(*, phase: Any, learner: Any, verl: Any, engine: Any, tempera
         raise ConfigError("backend=verl: learner.lora is not mapped to verl yet (use backend=local, or set verl's "
                           "actor_rollout_ref.model.lora_rank in backend.verl.extra_overrides)")
     world = verl.nnodes * verl.n_gpus_per_node
-    if (phase.prompts_per_step * phase.group_size) % world:
+    micro = verl_micro_batch(phase.prompts_per_step * phase.group_size, world, learner.micro_batch_size)
+    if micro is None:  # the run's preflight refuses this first (coevolve.plan.layouts.verl_batch_problems)
         raise ConfigError(f"backend=verl: prompts_per_step x group_size = {phase.prompts_per_step * phase.group_size} "
                           f"rollouts per step must divide over the {world} GPUs of backend.verl.nnodes x n_gpus_per_node")
-    micro = max(1, min(learner.micro_batch_size, phase.prompts_per_step * phase.group_size // world))
     kv = [("algorithm.adv_estimator", "grpo"), ("algorithm.norm_adv_by_std_in_grpo", learner.scale_std),
           ("algorithm.use_kl_in_reward", False),
           *_data(phase, paths, max_prompt_tokens, max_new_tokens), *_actor(phase, learner, paths, micro),

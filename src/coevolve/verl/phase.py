@@ -18,13 +18,14 @@ is dropped with the work folder): see docs/verl.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import coevolve
 from coevolve.errors import CoevolveError, ConfigError
@@ -36,12 +37,14 @@ from coevolve.types import AnswerGrader
 from coevolve.verl import convert
 from coevolve.verl.overrides import PhasePaths, default_commands, phase_overrides
 from coevolve.verl.parquet import IDENTITY_CHAT_TEMPLATE, phase_rows, write_parquet
+from coevolve.verl.server import SolverServer, free_port, serve_command
 from coevolve.verl.writer import SPEC_FILE, WriterSpec, check_served_model, prompter_spec, sampling_dict, writer_batch
 
 WORK_DIR = "verl_{ns}"
 MAIN_LOG = "verl_{ns}_main.log"
 MERGE_LOG = "verl_{ns}_merge.log"
 METRICS_FILE = "verl_{ns}_metrics.jsonl"
+SERVER_LOG = "verl_{ns}_solver_server.log"
 """Named by the phase's namespace: D²Evo's questioner and solver phases share a round folder."""
 LOG_TAIL_CHARS = 3000
 PROMPT_MARGIN_TOKENS = 8
@@ -129,6 +132,9 @@ class VerlTrainer:
             raise ConfigError(f"{ns}.reward.kind=rzero with backend=verl: R-Zero's repetition penalty clusters the "
                               "whole batch, verl's reward workers score one sample at a time; use backend=local or "
                               f"{ns}.reward.kind=plateau")
+        if req.writer is not None and self.verl.solver_url and self.verl.serve_solver:
+            raise ConfigError("backend.verl.solver_url and backend.verl.serve_solver=true: one frozen solver server; "
+                              "unset solver_url to let coevolve serve each round's solver")
         if req.writer is not None and self.verl.solver_url:  # before any work: a wrong or absent server fails here
             check_served_model(self.verl.solver_url, self.verl.solver_model, WriterSpec.timeout_s, WriterSpec.retries)
         self.release()  # verl's trainer gets the idle rollout engines' GPUs; their next sample call restarts them
@@ -137,26 +143,48 @@ class VerlTrainer:
         work.mkdir(parents=True)
         paths = PhasePaths(model=work / "model", train_file=work / "train.parquet", checkpoints=work / "checkpoints",
                            rollouts=work / "rollouts", reward_module=Path(__file__).with_name("reward.py"))
-        if req.writer is not None:
-            reward = replace(reward, writer=str(self._writer_spec(req.writer, work).write(work / SPEC_FILE)))
-        rows = phase_rows(phase.steps, req.batches, req.prompt, role.name, reward)
-        self._run(role, req, ctx, rows, paths, work)
+        with self._solver_server(req, ctx, work) as served:
+            if req.writer is not None:
+                spec = self._writer_spec(req.writer, work, served)
+                reward = replace(reward, writer=str(spec.write(work / SPEC_FILE)))
+            rows = phase_rows(phase.steps, req.batches, req.prompt, role.name, reward)
+            self._run(role, req, ctx, rows, paths, work)
         result = self._book(role, req, ctx, rows, paths, reward)
         if not self.verl.keep_workdir:
             shutil.rmtree(work, ignore_errors=True)
         role.offload()
         return result
 
-    def _writer_spec(self, w: WriterScoring, work: Path) -> WriterSpec:
+    @contextlib.contextmanager
+    def _solver_server(self, req: TrainRequest, ctx: PhaseContext, work: Path) -> Iterator[tuple[str, str] | None]:
+        """``backend.verl.serve_solver`` and a writer phase: the frozen solver as it is at the start
+        of this phase (this round's π_S^{t-1}), exported and served for the phase only; yields its
+        (URL, served name) (None otherwise: the user's ``solver_url``, or the workers load the
+        exported folder)."""
+        if req.writer is None or not self.verl.serve_solver:
+            yield None
+            return
+        folder = export_solver(req.writer.solver, work / "solver")
+        name = f"solver-{ctx.phase.key}".replace("/", "-")
+        port = free_port()
+        cmd = serve_command(self.verl, self.engine, folder, name, port)
+        log = ctx.dir / SERVER_LOG.format(ns=req.ns)
+        ctx.say(f"[{req.ns}] frozen solver server {name} on port {port} (log {log})")
+        with SolverServer(cmd, port, name, log, self.verl.solver_gpus, self.verl.solver_start_timeout_s) as url:
+            yield url, name
+
+    def _writer_spec(self, w: WriterScoring, work: Path, served: tuple[str, str] | None = None) -> WriterSpec:
         """What the reward workers need to score a writer's sample: the rule, the prompter, and the
-        frozen solver (the server, or its weights at the start of the phase, exported)."""
+        frozen solver (a server: coevolve's for this phase, ``served``, or the user's
+        ``solver_url``; else its weights at the start of the phase, exported)."""
         v, rule = self.verl, w.rule
-        solver_path = "" if v.solver_url else str(export_solver(w.solver, work / "solver"))
+        url, model = served if served is not None else (v.solver_url, v.solver_model)
+        solver_path = "" if url else str(export_solver(w.solver, work / "solver"))
         return WriterSpec(reward=rule.reward.model_dump(mode="json"), seed=rule.seed, ns=rule.ns,
                           params=sampling_dict(rule.params), prompter=prompter_spec(w.prompter),
                           rep_tokenizer=rule.rep_tokenizer, batch_prompts=rule.batch_prompts, solver_path=solver_path,
                           engine=self.engine.model_dump(mode="json"), device=self.device, dtype=self.dtype,
-                          solver_url=v.solver_url, solver_model=v.solver_model)
+                          solver_url=url, solver_model=model)
 
     def _run(self, role: Role, req: TrainRequest, ctx: PhaseContext, rows: list[Any], paths: PhasePaths,
              work: Path) -> None:

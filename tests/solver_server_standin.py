@@ -1,0 +1,76 @@
+"""A stand-in for ``vllm serve`` (the default lane has no vLLM server): ``python
+solver_server_standin.py --model FOLDER --served-model-name NAME --port P ...`` serves
+``GET /v1/models`` (NAME) and ``POST /v1/completions`` (every answer ``\\boxed{3}``) on
+127.0.0.1:P until SIGTERM. ``$STANDIN_SERVED`` names a JSONL file that gets one line per start:
+the name, the folder, and a digest of the folder's weights (which solver the server holds).
+
+``$STANDIN_SERVER_FAIL=1`` exits with status 4 before listening (a server that cannot start).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+def _arg(name: str) -> str:
+    return sys.argv[sys.argv.index(name) + 1]
+
+
+def weights_digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(folder.glob("*.safetensors")):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def main() -> None:
+    folder, name, port = Path(_arg("--model")), _arg("--served-model-name"), int(_arg("--port"))
+    print("standin solver server:", " ".join(sys.argv[1:]), flush=True)
+    if os.environ.get("STANDIN_SERVER_FAIL"):
+        print("cannot start (STANDIN_SERVER_FAIL)", flush=True)
+        sys.exit(4)
+    if os.environ.get("STANDIN_SERVED"):
+        with open(os.environ["STANDIN_SERVED"], "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"name": name, "folder": str(folder), "weights": weights_digest(folder),
+                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):  # quiet
+            pass
+
+        def _send(self, obj, code=200):
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/v1/models":
+                return self._send({"data": [{"id": name}]})
+            self._send({"error": "no"}, 404)
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if body.get("model") != name:
+                return self._send({"error": "unknown model"}, 404)
+            self._send({"choices": [{"index": i, "text": "\\boxed{3}", "finish_reason": "stop"}
+                                    for i in range(body["n"])]})
+
+    srv = ThreadingHTTPServer(("127.0.0.1", port), H)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(0)))
+    try:
+        srv.serve_forever()
+    finally:
+        srv.server_close()
+
+
+if __name__ == "__main__":
+    main()
