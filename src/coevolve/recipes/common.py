@@ -180,7 +180,7 @@ def eval_work(cfg: RecipeConfig, toy: bool) -> Work:
         k = b.default_samples if e.samples == -1 else max(0, e.samples)
         rows += n * (1 + k * e.repeats)
     return Work((Rollouts("solver", "benchmark answers", rows, max(1, rows), 1, "answer", e.max_new_tokens),),
-                note=", ".join(b.name for b in benches))
+                note=", ".join(b.name for b in benches) + (f"; sampled x {e.repeats} evaluation runs" if e.repeats > 1 else ""))
 
 
 BASE_EVAL = Step("eval", phase_eval, stage="base", work=eval_work)
