@@ -322,6 +322,10 @@ def test_suite_results_group_averages_and_files(tmp_path: Path) -> None:
     table = format_table(res)
     assert "| gpqa_diamond | general | 2 | greedy | 50.0 |" in table
     assert "**avg overall**" in table
+    # one evaluation run: no spread fields, results.json as before repeats existed
+    assert "averages_std" not in res and "repeats" not in res["config"]
+    assert not any(k in bm["amc23"] for k in ("score_std", "score_runs", "sampled_runs", "sampled_std"))
+    assert "sampled_acc_runs" not in json.loads((out / "items_amc23.jsonl").read_text().splitlines()[0])
 
     # a second run: everything right on gpqa, compare side by side
     sampler2 = KeywordSampler({**sampler.table, "QG2": "\\boxed{B}"})
@@ -411,3 +415,108 @@ def test_coevolve_eval_budget_is_the_runs_budget():
         assert run_eval("real").max_new_tokens == real_preset(recipe)["eval"]["max_new_tokens"]
     arith = load_config("grpo", Path(__file__).resolve().parents[1] / "configs" / "smollm2" / "grpo.yaml").eval
     assert run_eval("arith").max_new_tokens == arith.max_new_tokens  # the arith presets' budget
+
+
+class SeededSampler(KeywordSampler):
+    """A KeywordSampler whose T=1 answers depend on the sampling seed (one table per seed)."""
+
+    def __init__(self, table: dict[str, str], by_seed: dict[int, dict[str, list[str]]]):
+        super().__init__(table)
+        self.by_seed, self.seeds = by_seed, []
+
+    def sample(self, prompts, n, params):
+        self.seeds.append(params.seed)
+        if params.temperature != 0:
+            self.sampled_table = self.by_seed[params.seed]
+        return super().sample(prompts, n, params)
+
+
+def test_mean_std_against_the_textbook_sample_std() -> None:
+    import statistics
+
+    from coevolve.eval.core import mean_std
+
+    for xs in ([0.1, 0.4, 0.4], [0.375, 0.5, 0.25], [0.9, 0.2], [0.3, 0.3, 0.3, 0.3]):
+        m, s = mean_std(xs)
+        assert m == pytest.approx(statistics.fmean(xs)) and s == pytest.approx(statistics.stdev(xs))
+    assert mean_std([0.7]) == (0.7, None)
+    with pytest.raises(ValueError):
+        mean_std([])
+
+
+def test_repeated_evaluation_reports_mean_and_sample_std(tmp_path: Path) -> None:
+    """Three evaluation runs with derived seeds: AMC's mean@32 per run 0.375, 0.5, 0.25 -> mean
+    0.375, sample std sqrt((0 + 0.125² + 0.125²) / 2) = 0.125; greedy GPQA once (std 0)."""
+    from coevolve.eval.core import repeat_seed
+    from coevolve.eval.suite import group_averages
+    from coevolve.run import derive_seed
+
+    data = tmp_path / "data"
+    _fixture_data(data)
+    seeds = [repeat_seed(1, r) for r in range(3)]
+    assert seeds[0] == 1 and seeds[1:] == [derive_seed(1, "eval_repeat", 1), derive_seed(1, "eval_repeat", 2)]
+    assert len(set(seeds)) == 3
+    runs = {seeds[0]: {"QM1": ["\\boxed{27}"] * 16 + ["x"] * 16, "QM2": ["\\boxed{5}"] * 8 + ["x"] * 24},
+            seeds[1]: {"QM1": ["\\boxed{27}"] * 32, "QM2": ["x"] * 32},
+            seeds[2]: {"QM1": ["\\boxed{27}"] * 8 + ["x"] * 24, "QM2": ["x"] * 24 + ["\\boxed{5}"] * 8}}
+    sampler = SeededSampler({"QG1": "The answer is (A)", "QG2": "hmm", "QM1": "\\boxed{27}", "QM2": "\\boxed{4}"}, runs)
+    out = tmp_path / "three"
+    res = evaluate_suite(sampler, ChatPrompter(), ["gpqa_diamond", "amc23"], grader=BoxedGrader(), samples=-1,
+                         data_dir=data, max_new_tokens=9, seed=1, out_dir=out, repeats=3)
+    # greedy once per benchmark, then amc23's three sampled runs, each with its own seed
+    assert sampler.calls == [(2, 1), (2, 1), (2, 32), (2, 32), (2, 32)]
+    assert sampler.seeds == [1, 1, *seeds]
+    assert res["rollouts"] == 2 + 2 * (1 + 3 * 32)
+    amc, gpqa = res["benchmarks"]["amc23"], res["benchmarks"]["gpqa_diamond"]
+    assert amc["score_runs"] == pytest.approx([0.375, 0.5, 0.25]) and amc["sampled_runs"] == amc["score_runs"]
+    assert amc["score"] == pytest.approx(0.375) and amc["sampled"] == pytest.approx(0.375)
+    assert amc["score_std"] == pytest.approx(0.125) and amc["sampled_std"] == pytest.approx(0.125)
+    assert amc["repeats"] == 3 and amc["greedy"] == 0.5
+    assert amc["sampled_any"] == pytest.approx((1.0 + 0.5 + 1.0) / 3)  # mean of the runs' pass@32
+    assert gpqa["score_runs"] == [0.5, 0.5, 0.5] and gpqa["score_std"] == 0.0 and gpqa["score"] == 0.5
+    # averages: the run-level average first, then its spread over runs
+    assert res["averages"]["overall"] == pytest.approx((0.5 + 0.375) / 2)
+    assert res["averages_std"] == {"math": pytest.approx(0.125), "general": 0.0, "overall": pytest.approx(0.0625)}
+    assert res["config"]["repeats"] == 3
+    # a group over a greedy and a sampled member: runs (0.5+0.2)/2, (0.5+0.3)/2, (0.5+0.4)/2 -> std 0.05
+    g = group_averages(["diagevo_general4"], {"gpqa_diamond": {"score": 0.5, "score_runs": [0.5] * 3},
+                                              "bbeh": {"score": 0.3, "score_runs": [0.2, 0.3, 0.4]}})
+    assert g["diagevo_general4"]["score"] == pytest.approx(0.4) and g["diagevo_general4"]["std"] == pytest.approx(0.05)
+    assert g["diagevo_general4"]["score_runs"] == pytest.approx([0.35, 0.4, 0.45])
+    # the records keep every run's verdicts, run after run
+    rec = json.loads((out / "items_amc23.jsonl").read_text().splitlines()[0])
+    assert len(rec["sampled_correct"]) == 96 and rec["sampled_acc_runs"] == [0.5, 1.0, 0.25]
+    table = format_table(res)
+    assert "| amc23 | math | 2 | mean@32 | 37.5 ± 12.5 |" in table
+    assert "| **avg overall** | | | | **43.8 ± 6.2** | | |" in table
+    assert "sample std (ddof 1) over 3 evaluation runs" in table
+    # compare and the study read the mean as the score
+    assert "| amc23 | 37.5 |" in compare([out])
+
+
+def test_repeats_below_one_are_refused(tmp_path: Path) -> None:
+    from coevolve.config import load_config
+
+    with pytest.raises(ConfigError, match="repeats"):
+        load_config("grpo", None, ["eval.repeats=0"])
+    with pytest.raises(DataError, match="--repeats"):
+        evaluate_model("x", ["amc23"], out_dir=tmp_path / "o", repeats=0)
+
+
+@pytest.mark.slow
+def test_toy_model_evaluated_twice_keeps_its_first_run(toy_base: Path, tmp_path: Path) -> None:
+    """The toy base evaluated with 2 runs: run 0 draws exactly what a single evaluation draws,
+    and the reported std is the sample std of the two runs' mean@4, recomputed from the records."""
+    import math
+
+    one = evaluate_model(str(toy_base), ["toy"], limit=12, samples=4, out_dir=tmp_path / "one", progress=False)
+    two = evaluate_model(str(toy_base), ["toy"], limit=12, samples=4, out_dir=tmp_path / "two", progress=False,
+                         repeats=2)
+    a, b = one["benchmarks"]["toy"], two["benchmarks"]["toy"]
+    assert b["greedy"] == a["greedy"] and b["sampled_runs"][0] == a["sampled"]
+    recs = [json.loads(line) for line in (tmp_path / "two" / "items_toy.jsonl").read_text().splitlines()]
+    per_run = [sum(sum(r["sampled_correct"][j * 4:(j + 1) * 4]) / 4 for r in recs) / len(recs) for j in (0, 1)]
+    assert b["sampled_runs"] == pytest.approx(per_run)
+    assert b["sampled"] == pytest.approx(sum(per_run) / 2)
+    assert b["sampled_std"] == pytest.approx(abs(per_run[0] - per_run[1]) / math.sqrt(2))
+    assert b["metric"] == "greedy" and b["score_std"] == 0.0 and two["config"]["repeats"] == 2

@@ -157,6 +157,8 @@ def test_each_papers_evaluation_is_a_named_group(real_model):
     dg = load_config("diagevo", None, [f"model.path={real_model}"])
     assert d2.eval.benches == ["d2evo_math7", "d2evo_general3"] and d2.eval.samples == -1
     assert dg.eval.benches == ["diagevo_math5", "diagevo_general4"] and dg.eval.samples == -1
+    assert dg.eval.repeats == 3  # DiagEvo: mean ± std over 3 evaluation runs
+    assert d2.eval.repeats == 1  # D²Evo states no repeated evaluation
     from coevolve.eval.benchmarks import get
 
     assert get("amc23").default_samples == 32  # AMC as mean@32 (DiagEvo), greedy elsewhere in its groups

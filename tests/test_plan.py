@@ -123,6 +123,15 @@ def test_phases_count_the_recipes_rollouts():
     assert [w.name for w in phases(dv, toy=True)] == ["pool", "solver", "memory", "eval"]
 
 
+def test_eval_repeats_count_their_samples_not_the_greedy_pass():
+    """Each evaluation run draws its own k samples per item; the greedy pass runs once."""
+    one = {w.name: w for w in phases(load_config("grpo", None, []), toy=True)}["eval"]
+    g = load_config("grpo", None, ["eval.repeats=3"])
+    three = {w.name: w for w in phases(g, toy=True)}["eval"]
+    assert three.rollouts == 2 * g.eval.heldout_size * (1 + 3 * g.eval.samples)
+    assert three.rollouts - one.rollouts == 2 * g.eval.heldout_size * 2 * g.eval.samples
+
+
 # ---------------------------------------------------------------- verdicts
 def test_toy_fits_everywhere_and_preflight_is_silent():
     for recipe in ("grpo", "d2evo", "diagevo"):

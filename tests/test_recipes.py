@@ -192,3 +192,32 @@ def test_a_lora_roles_initialisation_follows_run_seed_not_the_process(tmp_path, 
     for rel in (Path("round_01") / "solver_rollouts.jsonl",  # lora_B starts at 0: the first draws agree anyway
                 Path("checkpoints") / "solver_r01" / "adapter_model.safetensors"):  # lora_A is random: it would not
         assert (tmp_path / "r0" / rel).read_bytes() == (tmp_path / "r1" / rel).read_bytes(), rel
+
+
+@pytest.mark.slow
+def test_a_run_with_repeated_evaluation_reports_mean_and_std(tmp_path, tiny):
+    """eval.repeats=2 inside a run: each evaluation draws its samples twice (counted by the
+    plan), and results.json, the summary and the report give mean ± sample std over the runs."""
+    import math
+
+    from coevolve.eval.report import write_report
+    from coevolve.eval.suite import run_results
+    from coevolve.plan import phases
+    from coevolve.recipes import execute
+
+    cfg = load_config("grpo", None, TINY + tiny + GRPO + ["eval.samples=2", "eval.repeats=2"])
+    execute(cfg, tmp_path / "run")
+    toy = run_results(tmp_path / "run")["benchmarks"]["toy"]
+    a, b = toy["sampled_runs"]
+    assert toy["sampled"] == pytest.approx((a + b) / 2) and toy["sampled_std"] == pytest.approx(abs(a - b) / math.sqrt(2))
+    assert toy["repeats"] == 2 and toy["score_std"] == 0.0  # the toy score is greedy: evaluated once
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["eval"]["final"]["toy"]["score_std"] == 0.0 and summary["eval"]["final"]["toy"]["repeats"] == 2
+    # the plan counts what the evaluations drew: 8 items x (1 greedy + 2 runs x 2 samples), twice
+    from coevolve.run import STATE_FILE
+    from coevolve.run.state import PhaseState
+
+    drawn = [r.rollouts for r in PhaseState.load(tmp_path / "run" / STATE_FILE).records() if r.name == "eval"]
+    assert drawn == [8 * (1 + 2 * 2)] * 2
+    assert {w.name: w for w in phases(cfg, toy=True)}["eval"].rollouts == sum(drawn)
+    assert "over 2 evaluation runs" in write_report(tmp_path / "run").read_text()

@@ -144,6 +144,9 @@ def eval_cmd(
                                           "model's world evaluates (toy 8, a real model -1)"),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Answer budget; default: as a run of "
                                                  "the model's world evaluates (toy 64, a real model 4096)"),
+    repeats: Optional[int] = typer.Option(None, "--repeats", help="Evaluation runs with different sampling seeds, "
+                                          "reported as mean ± std (ddof 1); sampled metrics only, greedy runs once "
+                                          "(default: as a run of the model's world, 1)"),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (results.json, items_*.jsonl)"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder with the large benchmark files (or $COEVOLVE_DATA)"),
     chat_template: Optional[bool] = typer.Option(None, "--chat-template/--no-chat-template",
@@ -183,7 +186,8 @@ def eval_cmd(
     results = suite.evaluate_model(
         model, [b.strip() for b in bench.split(",") if b.strip()] if bench else None, out_dir=out_dir, limit=limit,
         samples=samples, max_new_tokens=max_new_tokens, data_dir=data_dir, chat_template=chat_template, seed=seed,
-        batch_size=batch_size, engine=engine, endpoint=endpoint, served_model=served_model, concurrency=concurrency)
+        batch_size=batch_size, engine=engine, endpoint=endpoint, served_model=served_model, concurrency=concurrency,
+        repeats=repeats)
     typer.echo(suite.format_table(results))
     typer.echo(f"results: {out_dir / 'results.json'}")
 

@@ -261,6 +261,12 @@ class EvalConfig(Strict):
     samples: int = Field(8, ge=-1, description="T=1 samples per item for mean@k; 0 = greedy only; -1 = each "
                          "benchmark's default (mean@32 on AIME/AMC, greedy elsewhere).")
     max_new_tokens: int = Field(64, ge=1, description="Completion cap at evaluation.")
+    repeats: int = Field(
+        1, ge=1, description="Evaluation runs of the one model, each sampling with its own seed (run 0 the eval seed, "
+        "run r derive_seed(seed, 'eval_repeat', r)); every benchmark, average and group is then reported as mean ± "
+        "sample std (ddof 1) over the runs, the mean as the score. Only sampled metrics (mean@k) vary: greedy decoding "
+        "is deterministic, so greedy items are evaluated once (std 0). DiagEvo reports mean ± std over 3 runs (its real "
+        "preset sets 3); D²Evo states no repeats.")
     limit: int | None = Field(None, ge=1, description="Evaluate on the first N items of each benchmark.")
     data_dir: str | None = Field(None, description="Folder with the large benchmark files (default $COEVOLVE_DATA).")
     every_round: bool = Field(True, description="Evaluate at the end of every round (not only base and final).")

@@ -567,7 +567,22 @@ def _accuracy_section(data: RunData) -> list[str]:
     lines += ["", "Per round:", "", "| round | " + " | ".join(ev) + " |", "|---:|" + "---:|" * len(ev)]
     for r in all_rounds:
         lines.append(f"| {r} | " + " | ".join(_fmt(ser.get(r), True) for ser in ev.values()) + " |")
-    return lines + [""]
+    return lines + [""] + _spread_lines(data.summary)
+
+
+def _spread_lines(summary: dict[str, Any]) -> list[str]:
+    """The last evaluation's score per benchmark as mean ± sample std over its evaluation runs
+    (``eval.repeats`` > 1); nothing for a run evaluated once."""
+    ev = summary.get("eval") if isinstance(summary.get("eval"), dict) else {}
+    final = ev.get("final") if isinstance(ev.get("final"), dict) else {}
+    rows = [(b, r) for b, r in final.items() if isinstance(r, dict) and _num(r.get("score_std")) is not None]
+    if not rows:
+        return []
+    runs = rows[0][1].get("repeats", "several")
+    return [f"Last evaluation, mean ± sample std (ddof 1) over {runs} evaluation runs (greedy metrics run once):", "",
+            "| benchmark | metric | score |", "|---|---|---:|",
+            *(f"| {b} | {r.get('metric', '')} | {100 * r['score']:.1f} ± {100 * r['score_std']:.1f}% |" for b, r in rows),
+            ""]
 
 
 def _compute_section(data: RunData) -> list[str]:

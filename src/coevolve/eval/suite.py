@@ -3,7 +3,9 @@
 ``evaluate_suite`` works on any ``Sampler`` and the world's ``Prompter`` (recipes call it with
 the policy they are training, the CLI with a loaded model), writes ``results.json`` +
 ``items_<bench>.jsonl`` and returns the results dict. Scores are stored as fractions in [0, 1];
-the tables show percentages.
+the tables show percentages. With ``repeats`` R > 1 (``eval.repeats``, ``coevolve eval
+--repeats``) every benchmark, category average and group is reported as mean ± sample std (ddof 1)
+over R evaluation runs of the one model; the mean is the headline ``score``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from coevolve.eval.benchmarks import (
     load_tasks,
     resolve_benches,
 )
-from coevolve.eval.core import EvalResult, evaluate_tasks
+from coevolve.eval.core import EvalResult, evaluate_tasks, mean_std
 from coevolve.prompts import Prompter
 from coevolve.run.files import atomic_write_json, atomic_write_jsonl
 from coevolve.types import AnswerGrader, Sampler, Task
@@ -49,6 +51,28 @@ def primary_metric(bench: Benchmark, result: EvalResult) -> tuple[str, float]:
     return "greedy", result.greedy
 
 
+def score_runs(row: dict[str, Any]) -> list[float]:
+    """A benchmark row's score in each evaluation run: ``score_runs`` when it was evaluated
+    several times, else its one score."""
+    return list(row.get("score_runs") or [row["score"]])
+
+
+def run_scores(bench: Benchmark, result: EvalResult, repeats: int) -> list[float]:
+    """The primary metric of each of ``repeats`` evaluation runs: each run's mean@k when the
+    metric is sampled; the one greedy score in every run otherwise (greedy decoding is
+    deterministic, evaluated once)."""
+    if bench.default_samples > 0 and result.sampled is not None and result.sampled_runs is not None:
+        return list(result.sampled_runs)
+    return [primary_metric(bench, result)[1]] * repeats
+
+
+def spread(per_run: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Mean ± sample std (ddof 1) over runs of an unweighted average: ``per_run[i]`` is member
+    i's score in each run; the run-level average is taken first, then its spread over runs."""
+    runs = [sum(m[r] for m in per_run) / len(per_run) for r in range(len(per_run[0]))]
+    return {"runs": runs, "std": mean_std(runs)[1]}
+
+
 def averages(benchmarks: dict[str, dict[str, Any]]) -> dict[str, float]:
     """Unweighted mean of the benchmark scores per category, and ``overall`` over all
     non-toy benchmarks (over the toy ones when only toy ran), as the papers average."""
@@ -63,6 +87,23 @@ def averages(benchmarks: dict[str, dict[str, Any]]) -> dict[str, float]:
     pool = real or by_cat.get("toy", [])
     if pool:
         out["overall"] = sum(pool) / len(pool)
+    return out
+
+
+def averages_std(benchmarks: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """The sample std (ddof 1) over evaluation runs of each of ``averages``' values (same keys),
+    for rows evaluated several times."""
+    by_cat: dict[str, list[list[float]]] = {}
+    for row in benchmarks.values():
+        by_cat.setdefault(row["category"], []).append(score_runs(row))
+    out: dict[str, float | None] = {}
+    for cat in ("math", "general", "toy"):
+        if by_cat.get(cat):
+            out[cat] = spread(by_cat[cat])["std"]
+    real = [s for c, v in by_cat.items() if c != "toy" for s in v]
+    pool = real or by_cat.get("toy", [])
+    if pool:
+        out["overall"] = spread(pool)["std"]
     return out
 
 
@@ -81,6 +122,10 @@ def group_averages(requested: Sequence[str], benchmarks: dict[str, dict[str, Any
             ran = [benchmarks[b]["score"] for b in GROUPS[name] if b in benchmarks]
             out[name] = {"score": round(sum(ran) / len(ran), 6) if ran else None, "n": len(ran),
                          "of": len(GROUPS[name]), "missing": [b for b in GROUPS[name] if b not in benchmarks]}
+            runs = [score_runs(benchmarks[b]) for b in GROUPS[name] if b in benchmarks]
+            if runs and len(runs[0]) > 1:  # evaluated several times: mean ± std over the runs
+                sp = spread(runs)
+                out[name].update(std=round(sp["std"], 6), score_runs=[round(x, 6) for x in sp["runs"]])
     return out
 
 
@@ -96,12 +141,15 @@ def evaluate_benchmark(
     seed: int = 0,
     batch_size: int | None = None,
     progress: bool = False,
+    repeats: int = 1,
 ) -> EvalResult:
-    """One benchmark with its own prompt form, extraction and metric."""
+    """One benchmark with its own prompt form, extraction and metric (its sampled pass drawn
+    ``repeats`` times, ``evaluate_tasks``)."""
     grade, extract = grader_for(bench, grader)
     return evaluate_tasks(sampler, tasks, build_prompts(bench, tasks, prompter), grade=grade, extract=extract,
                           samples=samples, max_new_tokens=max_new_tokens, seed=seed, progress=progress,
-                          group_key=bench.group_key, batch_size=batch_size, stop=prompter.stop("answer"))
+                          group_key=bench.group_key, batch_size=batch_size, stop=prompter.stop("answer"),
+                          repeats=repeats)
 
 
 def evaluate_suite(
@@ -122,6 +170,7 @@ def evaluate_suite(
     progress: bool = False,
     meta: dict[str, Any] | None = None,
     say: Callable[[str], None] = print,
+    repeats: int = 1,
 ) -> dict[str, Any]:
     """Evaluate several benchmarks (groups allowed) and return the results dict.
 
@@ -129,8 +178,14 @@ def evaluate_suite(
     ``out_dir`` is given, writes ``results.json`` and ``items_<bench>.jsonl`` there. Layout:
     ``{"benchmarks": {name: {"category", "kind", "metric", "score", "n", "greedy", "sampled",
     "samples", "sampled_any", "by_group", "data", "seconds"}}, "averages": {...}, "config":
-    {...}, "rollouts", "wall_seconds"}``.
+    {...}, "rollouts", "wall_seconds"}``. With ``repeats`` R > 1 (sampled metrics drawn R times,
+    each with its own seed; greedy ones once, deterministic): each benchmark row adds
+    ``"repeats"``, ``"score_runs"`` (its metric in each run) and ``"score_std"``, each group
+    ``"std"`` and ``"score_runs"``, and ``"averages_std"`` sits beside ``"averages"`` — sample std
+    (ddof 1) over the runs of the run-level value; ``"score"`` stays the mean.
     """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
     t0 = time.time()
     resolved = resolve_benches(benches)
     rows: dict[str, dict[str, Any]] = {}
@@ -150,22 +205,27 @@ def evaluate_suite(
             say(f"[eval] {b.name} skipped, its data is absent: {e}")
             continue
         res = evaluate_benchmark(sampler, b, tasks, prompter, grader, samples=k, max_new_tokens=max_new_tokens,
-                                 seed=seed, batch_size=batch_size, progress=progress)
-        rollouts += res.n * (1 + k)
+                                 seed=seed, batch_size=batch_size, progress=progress, repeats=repeats)
+        rollouts += res.n * (1 + k * repeats)
         metric, score = primary_metric(b, res)
         src = find_data_file(b, data_dir) if b.kind != "toy" else None
         rows[b.name] = {"category": b.category, "kind": b.kind, "metric": metric, "score": score, **res.summary(),
                         "data": str(src) if src else ("shipped" if b.shipped else b.kind),
                         "seconds": round(time.time() - tb, 3)}
+        if repeats > 1:
+            per_run = run_scores(b, res, repeats)
+            rows[b.name].update(repeats=repeats, score_runs=per_run, score_std=mean_std(per_run)[1])
         if out_dir is not None:
             atomic_write_jsonl(Path(out_dir) / f"items_{b.name}.jsonl", res.records)
     results: dict[str, Any] = {
         "benchmarks": rows,
         "averages": averages(rows),
+        **({"averages_std": averages_std(rows)} if repeats > 1 else {}),
         "groups": group_averages(benches, rows),
         "skipped": skipped,
         "config": {**(meta or {}), "benches": [b.name for b in resolved], "limit": limit, "samples": samples,
-                   "samples_by_bench": samples_by_bench or {}, "max_new_tokens": max_new_tokens, "seed": seed},
+                   "samples_by_bench": samples_by_bench or {}, "max_new_tokens": max_new_tokens, "seed": seed,
+                   **({"repeats": repeats} if repeats > 1 else {})},
         "rollouts": rollouts,
         "wall_seconds": round(time.time() - t0, 3),
     }
@@ -178,28 +238,37 @@ def evaluate_suite(
 # tables
 
 
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100.0 * x:.1f}"
+def _pct(x: float | None, std: float | None = None) -> str:
+    """A fraction as a percentage, with ``± std`` (also in points) when a spread is given."""
+    if x is None:
+        return "–"
+    return f"{100.0 * x:.1f}" + ("" if std is None else f" ± {100.0 * std:.1f}")
 
 
 def format_table(results: dict[str, Any]) -> str:
-    """Markdown table of one results dict: a row per benchmark, then the averages (in %)."""
+    """Markdown table of one results dict: a row per benchmark, then the averages (in %);
+    mean ± std over the evaluation runs when there were several (said under the table)."""
     lines = [
         "| benchmark | category | n | metric | score | greedy | mean@k |",
         "|---|---|---:|---|---:|---:|---:|",
     ]
     for name, r in results["benchmarks"].items():
-        k = f"{_pct(r['sampled'])} (k={r['samples']})" if r.get("sampled") is not None else "–"
+        k = f"{_pct(r['sampled'], r.get('sampled_std'))} (k={r['samples']})" if r.get("sampled") is not None else "–"
         lines.append(
-            f"| {name} | {r['category']} | {r['n']} | {r['metric']} | {_pct(r['score'])} "
+            f"| {name} | {r['category']} | {r['n']} | {r['metric']} | {_pct(r['score'], r.get('score_std'))} "
             f"| {_pct(r['greedy'])} | {k} |"
         )
+    stds = results.get("averages_std", {})
     for cat in AVERAGE_ORDER:
         if cat in results.get("averages", {}):
-            lines.append(f"| **avg {cat}** | | | | **{_pct(results['averages'][cat])}** | | |")
+            lines.append(f"| **avg {cat}** | | | | **{_pct(results['averages'][cat], stds.get(cat))}** | | |")
     for name, g in results.get("groups", {}).items():
         part = "" if g["n"] == g["of"] else f" ({g['n']} of {g['of']}; absent: {', '.join(g['missing'])})"
-        lines.append(f"| **avg {name}**{part} | | | | **{_pct(g['score'])}** | | |")
+        lines.append(f"| **avg {name}**{part} | | | | **{_pct(g['score'], g.get('std'))}** | | |")
+    repeats = results.get("config", {}).get("repeats", 1)
+    if repeats > 1:
+        lines += ["", f"Scores are mean ± sample std (ddof 1) over {repeats} evaluation runs with different sampling "
+                      "seeds; greedy metrics are deterministic, evaluated once (std 0)."]
     return "\n".join(lines) + "\n"
 
 
@@ -325,18 +394,21 @@ def evaluate_model(
     endpoint: str | None = None,
     served_model: str | None = None,
     concurrency: int = 16,
+    repeats: int | None = None,
 ) -> dict[str, Any]:
     """What ``coevolve eval`` runs: a saved model (a base model, a checkpoint, an exported folder)
     loaded with ``engine`` (hf or vllm), or a model served at ``endpoint`` (OpenAI-compatible, its
     name ``served_model``), prompted as its world does (``world_of_model``: a served model's folder
     ``model`` gives its prompt form and tokenizer; without it the prompts are plain text), graded
-    by the run's grader; ``out_dir`` gets the results. ``samples``, ``max_new_tokens`` and ``seed``
-    None = what a run of the model's world evaluates with (``run_eval``; the seed of a run with
-    run.seed=0)."""
+    by the run's grader; ``out_dir`` gets the results. ``samples``, ``max_new_tokens``, ``repeats``
+    (evaluation runs, mean ± std) and ``seed`` None = what a run of the model's world evaluates
+    with (``run_eval``; the seed of a run with run.seed=0)."""
     from coevolve.answers import Grader
     from coevolve.run import derive_seed
     from coevolve.world import read_checkpoint_meta
 
+    if repeats is not None and repeats < 1:
+        raise DataError(f"--repeats must be >= 1 (evaluation runs), got {repeats}")
     if benches:
         resolve_benches(benches)  # fail on a typo before spending minutes loading a model
     if model is not None:
@@ -345,6 +417,7 @@ def evaluate_model(
     defaults = run_eval(world.name)
     samples = defaults.samples if samples is None else samples
     max_new_tokens = defaults.max_new_tokens if max_new_tokens is None else max_new_tokens
+    repeats = defaults.repeats if repeats is None else repeats
     seed = derive_seed(0, "eval") if seed is None else seed
     meta = {"model": None if model is None else str(model), "world": world.name, "chat_template": world.chat_template,
             "engine": "endpoint" if endpoint else engine, **({"endpoint": endpoint, "served_model": sampler.model}
@@ -353,7 +426,7 @@ def evaluate_model(
         return evaluate_suite(
             sampler, world.prompter, list(benches or world.default_benches), grader=grader, samples=samples,
             max_new_tokens=max_new_tokens, seed=seed, limit=limit, data_dir=data_dir, bench_tasks=world.bench_tasks,
-            out_dir=out_dir, samples_by_bench=samples_by_bench, progress=progress, meta=meta)
+            out_dir=out_dir, samples_by_bench=samples_by_bench, progress=progress, meta=meta, repeats=repeats)
 
 
 def _eval_model(model: str | Path | None, chat_template: bool | None, batch_size: int, engine: str,

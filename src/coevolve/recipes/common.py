@@ -145,15 +145,17 @@ def phase_eval(p: Any, phase: Phase) -> PhaseRecord:
                 solver.sampler, s.world.prompter, e.benches or list(s.world.default_benches), grader=s.grader,
                 samples=e.samples, max_new_tokens=e.max_new_tokens, seed=derive_seed(s.cfg.run.seed, "eval"),
                 limit=e.limit, data_dir=Path(e.data_dir) if e.data_dir else None, bench_tasks=s.world.bench_tasks,
-                out_dir=ctx.dir / "eval", progress=s.cfg.run.progress, say=ctx.say)
+                out_dir=ctx.dir / "eval", progress=s.cfg.run.progress, say=ctx.say, repeats=e.repeats)
             if cache is not None:
                 save_cached_eval(ctx.dir / "eval", cache, ctx.compute.total)
-        scores = {b: {k: r[k] for k in ("greedy", "sampled", "n", "score", "metric", "by_group")}
+        scores = {b: {k: r[k] for k in ("greedy", "sampled", "n", "score", "metric", "by_group", "score_std",
+                                        "repeats") if k in r}
                   for b, r in res["benchmarks"].items()}
         ctx.log({f"eval/{b}/{k}": v for b, r in scores.items() for k, v in r.items()
                  if k in ("greedy", "sampled") and v is not None})
         ctx.say(f"[eval] {ctx.phase.key}: " + "; ".join(
             f"{b}: greedy {r['greedy']:.3f}" + (f", sampled {r['sampled']:.3f}" if r["sampled"] is not None else "")
+            + (f" (score {r['score']:.3f} ± {r['score_std']:.3f} over {r['repeats']} runs)" if "score_std" in r else "")
             for b, r in scores.items()))
         return PhaseResult({"eval": scores}, rollouts=res["rollouts"])
 
@@ -169,7 +171,8 @@ def eval_due(cfg: RecipeConfig, phase: Phase) -> bool:
 def eval_work(cfg: RecipeConfig, toy: bool) -> Work:
     """An evaluation's answers: per benchmark its items (``eval.heldout_size`` for the toy
     held-out set, ``Benchmark.items`` otherwise; at most ``eval.limit``) x (1 greedy +
-    ``eval.samples``), in one sampler call."""
+    ``eval.samples`` x ``eval.repeats``: each evaluation run draws its own samples, the greedy
+    pass runs once), in one sampler call."""
     e = cfg.eval
     benches = resolve_benches(e.benches or (["toy"] if toy else ["math7"]))
     rows = 0
@@ -178,9 +181,9 @@ def eval_work(cfg: RecipeConfig, toy: bool) -> Work:
         if e.limit is not None:
             n = min(n, e.limit)
         k = b.default_samples if e.samples == -1 else max(0, e.samples)
-        rows += n * (1 + k)
+        rows += n * (1 + k * e.repeats)
     return Work((Rollouts("solver", "benchmark answers", rows, max(1, rows), 1, "answer", e.max_new_tokens),),
-                note=", ".join(b.name for b in benches))
+                note=", ".join(b.name for b in benches) + (f"; sampled x {e.repeats} evaluation runs" if e.repeats > 1 else ""))
 
 
 BASE_EVAL = Step("eval", phase_eval, stage="base", work=eval_work)
@@ -232,7 +235,9 @@ def base_eval_cache(s: Setup, phase: Phase) -> Path | None:
     import json
 
     cfg = s.cfg
-    key = {"world": s.world.name, "eval": cfg.eval.model_dump(mode="json", exclude={"every_round"}),
+    # repeats joins the key only when set, so the caches of single-run evaluations stay valid
+    key = {"world": s.world.name, "eval": cfg.eval.model_dump(
+               mode="json", exclude={"every_round"} | ({"repeats"} if cfg.eval.repeats == 1 else set())),
            "seed": derive_seed(cfg.run.seed, "eval"), "engine": cfg.engine.kind, "dtype": cfg.model.dtype,
            "device": cfg.model.device, "threads": cfg.run.threads,
            "data": (cfg.data.skill.model_dump(mode="json", include={"deficits", "base_steps", "base_seed",
