@@ -23,7 +23,7 @@ from pydantic import Field
 
 from coevolve.config.base import RecipeConfig
 from coevolve.memory.maintain import MemoryConfig
-from coevolve.schema import Band, GRPOPhase, ModelPath, Strict, Voting, WriterReward
+from coevolve.schema import Band, GRPOPhase, ModelPath, Probe, Strict, Voting, WriterReward
 
 
 class ChallengerSection(GRPOPhase):
@@ -79,3 +79,4 @@ class DiagEvoConfig(RecipeConfig):
         description="Stage 3: solver GRPO on the kept questions, G fresh responses, reward +1 / -1 for matching ŷ.")
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     diagnoser: DiagnoserSection = Field(default_factory=DiagnoserSection)
+    probe: Probe = Field(default_factory=Probe, description="Round signals on a fixed probe set (docs/stopping.md).")
