@@ -208,5 +208,46 @@ def select_round(rule: SelectRule, values: Mapping[int, float | None], last: int
     return t, f"run.select={rule}: round {t} has the {best} probe {rule.signal} ({rounds[t]:.4f}) of rounds 1-{last}"
 
 
-__all__ = ["LABEL_FREE", "PROBE_PREFIX", "SIGNALS", "SelectRule", "answer_entropy", "best_round", "parse_select",
-           "probe_signals", "select_round", "stop_round"]
+
+
+def rank_correlation(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (average ranks for ties; Pearson on the ranks); None with
+    fewer than 3 pairs or a constant side.
+
+    >>> rank_correlation([1, 2, 3, 4], [10, 20, 30, 25])
+    0.8
+    """
+    if len(xs) != len(ys):
+        raise ValueError(f"rank_correlation: {len(xs)} x values but {len(ys)} y values")
+    if len(xs) < 3:
+        return None
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return None
+    return sxy / math.sqrt(sxx * syy)
+
+
+def _ranks(xs: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing their average rank."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    ranks = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+SIGNAL_ORDER = ("p1", "entropy", "parsed", "agreement", "answer_tokens", "question_chars", "accuracy", "pass_rate")
+"""Every per-round probe figure, in the order the report shows them."""
+
+
+__all__ = ["LABEL_FREE", "PROBE_PREFIX", "SIGNALS", "SIGNAL_ORDER", "SelectRule", "answer_entropy", "best_round",
+           "parse_select", "probe_signals", "rank_correlation", "select_round", "stop_round"]

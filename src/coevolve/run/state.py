@@ -101,8 +101,9 @@ class PhaseState:
                 if rel not in hist:
                     hist.append(rel)
                 data["checkpoints"][role] = rel
-            while len([h for h in hist if h != pinned.get(role)]) > keep:
-                stale.append(hist.pop(next(i for i, h in enumerate(hist) if h != pinned.get(role))))
+            for h in [h for h in hist[:-keep] if h != pinned.get(role)]:  # the last `keep` and the pin stay
+                hist.remove(h)
+                stale.append(h)
         self.save(data)
         return [s for s in stale if s not in self.data["checkpoints"].values()]
 
