@@ -249,5 +249,17 @@ SIGNAL_ORDER = ("p1", "entropy", "parsed", "agreement", "answer_tokens", "questi
 """Every per-round probe figure, in the order the report shows them."""
 
 
+def oracle_regret(chosen: int, accuracy: Mapping[int, float]) -> tuple[bool, float]:
+    """Whether round ``chosen`` has the best held-out ``accuracy`` of rounds >= 1 (the oracle's
+    choice; a tie counts as the best), and the accuracy lost against that choice.
+
+    >>> hit, lost = oracle_regret(2, {0: 0.9, 1: 0.5, 2: 0.7, 3: 0.75})
+    >>> hit, round(lost, 4)
+    (False, 0.05)
+    """
+    best = max(v for t, v in accuracy.items() if t >= 1)
+    return accuracy[chosen] >= best, best - accuracy[chosen]
+
+
 __all__ = ["LABEL_FREE", "PROBE_PREFIX", "SIGNALS", "SIGNAL_ORDER", "SelectRule", "answer_entropy", "best_round",
-           "parse_select", "probe_signals", "rank_correlation", "select_round", "stop_round"]
+           "oracle_regret", "parse_select", "probe_signals", "rank_correlation", "select_round", "stop_round"]
