@@ -278,3 +278,28 @@ def test_a_run_failing_inside_a_probe_resumes_to_the_same_result(tmp_path: Path,
     rows = lambda d: [{k: v for k, v in json.loads(x).items() if k != "time" and "seconds" not in k}  # noqa: E731
                       for x in (d / "metrics.jsonl").read_text().splitlines()]
     assert rows(ref) == rows(victim)
+
+
+@pytest.mark.slow
+def test_a_world_without_training_questions_freezes_round_1s_writer_questions(
+        tmp_path: Path, toy_overrides: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Label-free DiagEvo where the world has no training questions (a real model without
+    data.source): the base probe is empty, round 1's probe freezes unkept writer questions of
+    round 1, round 2 reuses them and measures agreement with round 1."""
+    from coevolve.world.toy import ToyWorld
+
+    def no_data(self, rng, n):  # type: ignore[no-untyped-def]
+        raise ConfigError("data.source: this recipe needs labelled questions")
+
+    monkeypatch.setattr(ToyWorld, "draw", no_data)
+    rd = tmp_path / "run"
+    _run(rd, toy_overrides + SMALL + ["rounds=2"])
+    assert (rd / "base" / "probe_answers.jsonl").read_text() == ""
+    probe = [json.loads(x) for x in (rd / "probe.jsonl").read_text().splitlines()]
+    cands = {json.loads(x)["question"]: json.loads(x)["status"]
+             for x in (rd / "round_01" / "candidates.jsonl").read_text().splitlines()}
+    assert probe and all(cands.get(p["question"]) in ("filtered", "no_label", "rejected") for p in probe)
+    assert all(p["answer"] is None for p in probe)
+    rows = {r["round"]: r for r in json.loads((rd / "summary.json").read_text())["rounds"]}
+    assert rows[1]["probe/agreement"] is None and rows[2]["probe/agreement"] is not None
+    assert rows[1]["probe/accuracy"] is None and rows[2]["probe/p1"] is not None

@@ -192,12 +192,16 @@ PROBE_FILE = "probe.jsonl"
 """The run's probe set (run folder root): drawn once, before round 1, read by every probe."""
 
 
-def probe_set(s: Setup, parts: Any) -> list[Task]:
-    """The run's fixed probe set: read from ``probe.jsonl``, or drawn (``probe.size`` training
-    questions, seeded from ``run.seed`` alone) and saved there the first time. Never an
-    evaluation item (``World.excluded``) nor one of D²Evo's candidate questions (``parts.pool``),
-    so no phase trains on it; a world that cannot draw that many distinct questions gives fewer."""
+def probe_set(s: Setup, parts: Any, phase: Phase) -> list[Task]:
+    """The run's fixed probe set: read from ``probe.jsonl``, or drawn and saved there the first
+    time: ``probe.size`` training questions, seeded from ``run.seed`` alone, never an evaluation
+    item (``World.excluded``) nor one of D²Evo's candidate questions (``parts.pool``), so no
+    phase trains on it. A world without training questions (label-free DiagEvo on a real model)
+    freezes round 1's writer questions instead: well-formed ones the filter did not keep (the
+    kept ones were trained on), drawn at round 1's probe; the base probe then has no questions.
+    A world that cannot give that many distinct questions gives fewer."""
     from coevolve.curriculum import normalize_question
+    from coevolve.errors import ConfigError
 
     path = s.run.path / PROBE_FILE
     if path.is_file():
@@ -205,8 +209,17 @@ def probe_set(s: Setup, parts: Any) -> list[Task]:
     size = s.cfg.probe.size
     banned = set(s.world.excluded()) | {normalize_question(t.question) for t in getattr(parts, "pool", None) or ()}
     rng = random.Random(derive_seed(s.cfg.run.seed, "probe-set"))
+    try:
+        drawn = s.world.draw(rng, 3 * size)
+    except ConfigError:  # no labelled training questions: the writer's questions of round 1
+        if phase.round is None:
+            return []
+        rows = [r for r in s.run.read_jsonl("round_01/candidates.jsonl")
+                if r.get("question") and r.get("status") in ("filtered", "no_label", "rejected")]
+        rng.shuffle(rows)
+        drawn = [Task(str(r.get("vote_id") or ""), r["question"]) for r in rows]
     tasks: list[Task] = []
-    for t in s.world.draw(rng, 3 * size):
+    for t in drawn:
         key = normalize_question(t.question)
         if key not in banned and len(tasks) < size:
             banned.add(key)
@@ -235,7 +248,7 @@ def phase_probe(p: Any, phase: Phase) -> PhaseRecord:
     s, solver, pc = p.s, p.solver, p.s.cfg.probe
 
     def fn(ctx: PhaseContext) -> PhaseResult:
-        tasks = probe_set(s, p)
+        tasks = probe_set(s, p, phase)
         groups = sample_chunked(solver.sampler, [s.world.prompter.solver(t.question) for t in tasks], pc.samples,
                                 s.params(derive_seed(s.cfg.run.seed, "probe")), s.cfg.sampling.batch_prompts)
         answers = [[extract_answer(c.text) for c in g] for g in groups]
@@ -280,9 +293,8 @@ def _previous_probe(s: Setup, phase: Phase) -> dict[str, str | None] | None:
         return None
     prev = Phase("probe", phase.round - 1) if phase.round > 1 else Phase("probe", None, "base")
     path = s.run.path / prev.folder / "probe_answers.jsonl"
-    if not s.run.done(prev) or not path.is_file():
-        return None
-    return {r["id"]: r["label"] for r in s.run.read_jsonl(path)}
+    rows = s.run.read_jsonl(path) if s.run.done(prev) and path.is_file() else []
+    return {r["id"]: r["label"] for r in rows} or None  # a base probe without questions: no reference
 
 
 def probe_values(run: Run) -> dict[int, dict[str, Any]]:
