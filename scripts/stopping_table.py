@@ -32,12 +32,13 @@ from coevolve.eval.signals import (  # noqa: E402
 
 
 def load(run_dir: Path, bench: str, kind: str) -> tuple[dict[int, dict[str, Any]], dict[int, float]]:
-    """(round -> probe figures, round 0 = base) and (round -> held-out accuracy) of a finished run."""
-    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    """(round -> probe figures, round 0 = base) and (round -> held-out accuracy) from a run's
+    finished phases (state.json): an unfinished run gives the rounds it has evaluated so far."""
     state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
     probes = {p["round"] or 0: p["values"] for p in state["phases"] if p["name"] == "probe"}
-    ev = summary["eval"]
-    acc = {0: ev["base"][bench][kind], **{int(t): r[bench][kind] for t, r in ev["rounds"].items()}}
+    acc = {p["round"] or 0: p["values"]["eval"][bench][kind] for p in state["phases"]
+           if p["name"] == "eval" and p["stage"] != "final"}
+    probes = {t: v for t, v in probes.items() if t in acc}  # a round counts once it is evaluated
     return probes, acc
 
 
