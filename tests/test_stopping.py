@@ -235,7 +235,8 @@ def test_early_stop_selects_pins_and_exports_the_chosen_round(tmp_path: Path, to
     assert res.exit_code == 0, res.output
     assert f"round {sel['round']}" in res.output
     meta = json.loads((out / "coevolve.json").read_text())
-    assert meta["tag"] == f"r{sel['round']:02d}"
+    assert meta["exported_from"] == str((rd / sel["checkpoint"]).resolve())  # the weights the round measured
+    assert sel["checkpoint"] == probes[sel["round"]]["checkpoint"] and sel["checkpoint"].startswith("checkpoints/solver_r")
     report = (rd / "report" / "report.md").read_text()
     assert "Round signals" in report and (rd / "report" / "round_signals.png").is_file()
 

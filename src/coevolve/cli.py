@@ -271,10 +271,14 @@ def export(
 
     if push_to_hub:
         check_online()
+    checkpoint = None
     if round_number is None and role == "solver" and (sel := selected_round(run_dir)) is not None:
-        round_number = sel[0]
         typer.echo(f"round {sel[0]} (use --round to export another): {sel[1]}")
-    checkpoint = find_checkpoint(run_dir, role, round_number)
+        # the weights that round's probe and evaluation measured (a round whose solver did not
+        # train is measured with the latest earlier checkpoint)
+        checkpoint = sel[2] if sel[2] is not None and sel[2].is_dir() else None
+        round_number = None if checkpoint is not None else sel[0]
+    checkpoint = checkpoint or find_checkpoint(run_dir, role, round_number)
     path = export_checkpoint(checkpoint, out)
     finish_export(path, run_dir, checkpoint, role)
     typer.echo(f"model: {path} (model card {path / 'README.md'}, chat template {path / 'chat_template.jinja'})")

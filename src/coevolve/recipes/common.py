@@ -272,7 +272,9 @@ def phase_probe(p: Any, phase: Phase) -> PhaseRecord:
                  **({"correct": c} if correct is not None else {})}
                 for t, v, a, g, c in zip(tasks, votes, answers, groups, correct or [None] * len(tasks))]
         s.run.write_jsonl(ctx.dir / "probe_answers.jsonl", rows)
-        values: dict[str, Any] = {**signals, "questions": len(tasks)}
+        ckpt = s.run.checkpoint("solver")  # the weights measured: what exporting this round means
+        values: dict[str, Any] = {**signals, "questions": len(tasks),
+                                  "checkpoint": None if ckpt is None else ckpt.relative_to(s.run.path).as_posix()}
         if correct is not None:
             from coevolve.curriculum import pass_rate_histogram
 
@@ -320,7 +322,7 @@ def _selection_pin(s: Setup, phase: Phase, values: dict[str, Any]) -> dict[str, 
     if select_round(rule, series, phase.round)[0] != phase.round:
         return {}
     ckpt = s.run.checkpoint("solver")
-    return {"solver": ckpt} if ckpt is not None and ckpt.name.startswith(f"solver_r{phase.round:02d}") else {}
+    return {"solver": ckpt} if ckpt is not None else {}
 
 
 def probe_work(cfg: RecipeConfig, toy: bool) -> Work:
@@ -361,6 +363,7 @@ def selection(cfg: RecipeConfig, run: Run) -> dict[str, Any] | None:
         why += (f"; stopped after round {stop}: {watched.signal} had not improved for "  # type: ignore[union-attr]
                 f"{cfg.run.stop_patience} round(s) (run.stop_patience)")
     return {"rule": str(rule), "round": chosen, "why": why, "stopped_after": stop,
+            "checkpoint": probes.get(chosen, {}).get("checkpoint"),
             **({"signal": watched.signal, "values": {str(t): v for t, v in series.items()}} if watched else {})}
 
 
