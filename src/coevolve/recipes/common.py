@@ -261,6 +261,8 @@ def phase_probe(p: Any, phase: Phase) -> PhaseRecord:
         has_gold = bool(tasks) and all(g is not None for g in gold)
         correct = [[s.grader.is_equiv(g, a) for a in ans] for g, ans in zip(gold, answers)] if has_gold else None
         label_ok = [s.grader.is_equiv(g, v.label) for g, v in zip(gold, votes)] if has_gold else None
+        if has_gold and phase.round is None and parse_select(s.cfg.run.select).signal in ("accuracy", "pass_rate"):
+            ctx.compute.labelled(len(tasks))  # the probe's gold answers then choose the round: labels used
         written = [r["question"] for r in s.run.read_jsonl(ctx.dir / "candidates.jsonl") if r.get("question")] \
             if phase.round is not None and (ctx.dir / "candidates.jsonl").is_file() else []
         signals = probe_signals([list(v.sizes) for v in votes], [len(a) for a in answers],
