@@ -114,13 +114,14 @@ def test_phases_count_the_recipes_rollouts():
     assert ev.name == "eval" and ev.times == 2 and ev.rollouts == 2 * g.eval.heldout_size * (1 + g.eval.samples)
     d = load_config("d2evo", None, [])
     work = {w.name: w for w in phases(d, toy=True)}
-    assert list(work) == ["difficulty", "questioner", "buffer", "solver", "eval"]
+    assert list(work) == ["difficulty", "questioner", "buffer", "solver", "probe", "eval"]
+    assert work["probe"].rollouts == (d.rounds + 1) * d.probe.size * d.probe.samples  # base + every round
     assert work["difficulty"].rollouts == (d.rounds + 1) * d.difficulty.pool_size * d.difficulty.samples
     q = d.questioner
     assert work["questioner"].rollouts == d.rounds * q.steps * q.prompts_per_step * q.group_size * (1 + q.reward.samples)
     assert {x.role for x in work["questioner"].gens} == {"solver", "frozen solver copy"}
     dv = load_config("diagevo", None, ["challenger_frozen=true"])
-    assert [w.name for w in phases(dv, toy=True)] == ["pool", "solver", "memory", "eval"]
+    assert [w.name for w in phases(dv, toy=True)] == ["pool", "solver", "memory", "probe", "eval"]
 
 
 def test_eval_repeats_count_their_samples_not_the_greedy_pass():

@@ -61,10 +61,11 @@ GRPO = ["solver.steps=1", "solver.prompts_per_step=2", "solver.group_size=2"]
 D2EVO = ["rounds=2", "difficulty.pool_size=8", "difficulty.samples=2", "questioner.steps=1",
          "questioner.prompts_per_step=2", "questioner.group_size=2", "questioner.reward.samples=2",
          "buffer.generate=4", "buffer.voting.samples=2", "solver.steps=1", "solver.prompts_per_step=2",
-         "solver.group_size=2", "eval.every_round=false"]
+         "solver.group_size=2", "eval.every_round=false", "probe.size=4", "probe.samples=2"]
 DIAGEVO = ["rounds=2", "challenger.steps=1", "challenger.prompts_per_step=2", "challenger.group_size=2",
            "challenger.reward.samples=2", "pool.size=6", "pool.voting.samples=2", "solver.steps=1",
-           "solver.prompts_per_step=2", "solver.group_size=2", "memory.embedder=hash", "eval.every_round=false"]
+           "solver.prompts_per_step=2", "solver.group_size=2", "memory.embedder=hash", "eval.every_round=false",
+           "probe.size=4", "probe.samples=2"]
 
 
 @pytest.fixture(scope="module")
@@ -88,15 +89,16 @@ def learning(tmp_path_factory) -> list[str]:
 
 CASES = {
     "grpo": ("grpo", GRPO, ["base/eval", "01/solver", "01/eval"]),
-    "d2evo": ("d2evo", D2EVO, ["base/eval", "01/difficulty", "01/anchors", "01/questioner", "01/buffer", "01/solver",
-                               "02/difficulty", "02/anchors", "02/questioner", "02/buffer", "02/solver", "02/eval",
-                               "final/difficulty"]),
-    "d2evo w/o questioner, no final measure": (
-        "d2evo", D2EVO + ["questioner=false", "difficulty.measure_final=false", "eval.every_round=true"],
+    "d2evo": ("d2evo", D2EVO, ["base/eval", "base/probe", "01/difficulty", "01/anchors", "01/questioner", "01/buffer",
+                               "01/solver", "01/probe", "02/difficulty", "02/anchors", "02/questioner", "02/buffer",
+                               "02/solver", "02/probe", "02/eval", "final/difficulty"]),
+    "d2evo w/o questioner, no final measure, no probe": (
+        "d2evo", D2EVO + ["questioner=false", "difficulty.measure_final=false", "eval.every_round=true", "probe.size=0"],
         ["base/eval", "01/difficulty", "01/anchors", "01/buffer", "01/solver", "01/eval",
          "02/difficulty", "02/anchors", "02/buffer", "02/solver", "02/eval"]),
-    "diagevo": ("diagevo", DIAGEVO, ["base/eval", "01/challenger", "01/pool", "01/solver", "01/memory",
-                                     "02/challenger", "02/pool", "02/solver", "02/memory", "02/eval"]),
+    "diagevo": ("diagevo", DIAGEVO, ["base/eval", "base/probe", "01/challenger", "01/pool", "01/solver", "01/memory",
+                                     "01/probe", "02/challenger", "02/pool", "02/solver", "02/memory", "02/probe",
+                                     "02/eval"]),
 }
 
 

@@ -266,18 +266,27 @@ def export(
     run_dir: Path = typer.Argument(..., help="A run folder"),
     out: Path = typer.Option(..., "--out", help="New folder for the model"),
     role: str = typer.Option("solver", "--role", help="Which model: solver, questioner, challenger"),
-    round_number: Optional[int] = typer.Option(None, "--round", help="The checkpoint of this round (default: latest)"),
+    round_number: Optional[int] = typer.Option(None, "--round", help="The checkpoint of this round (default: the "
+                                               "solver of the round run.select chose in a finished run, else latest)"),
     push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Then upload the folder to this Hub model "
                                               "repo (owner/name; made when missing; needs `hf auth login`)"),
     private: bool = typer.Option(False, "--private", help="--push-to-hub: make a new repo private"),
 ) -> None:
     """Write a run's checkpoint as a clean model folder (no optimiser state; LoRA merged) with a
     model card (README.md) and a chat template that renders the training prompt."""
-    from coevolve.export import check_online, export_checkpoint, find_checkpoint, finish_export, push_to_hub as push
+    from coevolve.export import (check_online, export_checkpoint, find_checkpoint, finish_export, push_to_hub as push,
+                                 selected_round)
 
     if push_to_hub:
         check_online()
-    checkpoint = find_checkpoint(run_dir, role, round_number)
+    checkpoint = None
+    if round_number is None and role == "solver" and (sel := selected_round(run_dir)) is not None:
+        typer.echo(f"round {sel[0]} (use --round to export another): {sel[1]}")
+        # the weights that round's probe and evaluation measured (a round whose solver did not
+        # train is measured with the latest earlier checkpoint)
+        checkpoint = sel[2] if sel[2] is not None and sel[2].is_dir() else None
+        round_number = None if checkpoint is not None else sel[0]
+    checkpoint = checkpoint or find_checkpoint(run_dir, role, round_number)
     path = export_checkpoint(checkpoint, out)
     finish_export(path, run_dir, checkpoint, role)
     typer.echo(f"model: {path} (model card {path / 'README.md'}, chat template {path / 'chat_template.jinja'})")

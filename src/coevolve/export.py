@@ -55,6 +55,23 @@ def find_checkpoint(run_dir: Path, role: str = "solver", round_number: int | Non
     return run_dir / hits[-1]
 
 
+def selected_round(run_dir: Path) -> tuple[int, str, Path | None] | None:
+    """The round ``run.select`` chose for a finished run, why, and the solver checkpoint that
+    round was measured with (summary.json ``selection``; None when the probe did not record it);
+    None for a run without a selection (unfinished, no rounds, or made before runs recorded it)."""
+    from coevolve.run import SUMMARY_FILE
+
+    path = Path(run_dir) / SUMMARY_FILE
+    try:
+        sel = json.loads(path.read_text(encoding="utf-8")).get("selection") if path.is_file() else None
+    except (OSError, json.JSONDecodeError) as e:
+        raise RunStateError(f"{path}: not readable ({e})") from None
+    if not isinstance(sel, dict) or not isinstance(sel.get("round"), int):
+        return None
+    ckpt = sel.get("checkpoint")
+    return sel["round"], str(sel.get("why", "")), Path(run_dir) / ckpt if isinstance(ckpt, str) else None
+
+
 def export_checkpoint(checkpoint: Path, out: Path) -> Path:
     """Write ``checkpoint`` as a plain model folder at ``out`` (which must not exist yet)."""
     from coevolve.world import read_checkpoint_meta

@@ -286,5 +286,18 @@ class Voting(Strict):
         return self
 
 
-__all__ = ["BAND_TOLERANCE", "Band", "ModelPath", "VLLM_SHARE", "in_band", "nearest_dividing", "verl_micro_batch", "vllm_share", "Estimator", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
+class Probe(Strict):
+    """The fixed probe set the solver answers after every round (and once before round 1) for
+    the label-free round signals (``coevolve.eval.signals``; docs/stopping.md). Drawn once at
+    the run's start from the training source (never the held-out evaluation items, never
+    D²Evo's candidate pool) and saved in the run folder as ``probe.jsonl``; nothing trains on
+    it. Not in either paper: our addition for the checkpoint choice both leave to hand."""
+
+    size: int = Field(32, ge=0, description="Probe questions (0 = no probe: no signals, run.select=last only). "
+                      "32 x 8 answers cost a toy DiagEvo round about 3% more rollouts.")
+    samples: int = Field(8, ge=1, description="Solver answers per probe question (T=1, the run's sampling), voted "
+                      "like the pseudo-labels (p1, entropy, agreement).")
+
+
+__all__ = ["BAND_TOLERANCE", "Band", "ModelPath", "VLLM_SHARE", "in_band", "nearest_dividing", "verl_micro_batch", "vllm_share", "Estimator", "Probe", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
            "Voting", "WriterReward"]

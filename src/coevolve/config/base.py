@@ -304,6 +304,24 @@ class RunSection(Strict):
     preflight: Literal["refuse", "warn"] = Field(
         "refuse", description="Settings the preflight finds meaningless (answer budgets that cut answers, a model that "
         "does not fit): 'refuse' stops before any work; 'warn' prints them and runs anyway (`coevolve run --force`).")
+    select: str = Field("last", description="Which round is exported and evaluated as final: 'last' (the papers' "
+                        "practice) or 'best_signal:<name>', the round with the best value of a probe signal (p1, "
+                        "entropy, parsed, agreement; accuracy / pass_rate where the probe has gold answers). "
+                        "Formula: docs/stopping.md.")
+    stop_patience: int | None = Field(None, ge=1, description="End the run once run.select's signal has not improved "
+                                      "for this many rounds (None = off, the papers' fixed round count); with "
+                                      "run.select=last the probe's p1 is watched. Formula: docs/stopping.md.")
+
+    @field_validator("select")
+    @classmethod
+    def _select(cls, v: str) -> str:
+        from coevolve.eval.signals import parse_select
+
+        try:
+            parse_select(v)
+        except ConfigError as e:
+            raise ValueError(str(e).removeprefix(f"run.select={v!r}: ")) from None
+        return v
 
 
 class RecipeConfig(Strict):
@@ -353,6 +371,16 @@ class RecipeConfig(Strict):
     @model_validator(mode="after")
     def _combinations(self) -> "RecipeConfig":
         """Settings that are each valid but not together, refused when the config is read."""
+        if self.run.select != "last" or self.run.stop_patience:
+            probe = getattr(self, "probe", None)
+            what = "run.select" if self.run.select != "last" else "run.stop_patience"
+            if probe is None:
+                raise ValueError(f"{what}: recipe {self.recipe!r} has no rounds to choose among (d2evo and diagevo do)")
+            if probe.size == 0:
+                raise ValueError(f"{what} reads the probe's signals: set probe.size >= 1")
+            if not self.eval.every_round:
+                raise ValueError(f"{what} with eval.every_round=false: the chosen round would have no held-out "
+                                 "evaluation; set eval.every_round=true")
         if self.backend.kind == "verl" and self.learner.lora:
             raise ValueError("backend=verl with learner.lora=true: verl's trainer does not get coevolve's LoRA settings "
                              "yet; use backend=local, or set verl's actor_rollout_ref.model.lora_rank in "

@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from coevolve.config.base import RecipeConfig
-from coevolve.schema import Band, Estimator, GRPOPhase, ModelPath, Sequential, SolverPhase, Strict, Voting, WriterReward
+from coevolve.schema import Band, Estimator, GRPOPhase, ModelPath, Probe, Sequential, SolverPhase, Strict, Voting, WriterReward
 
 
 class DifficultySection(Strict):
@@ -107,6 +107,7 @@ class D2EvoConfig(RecipeConfig):
     solver: SolverPhase = Field(
         default_factory=lambda: SolverPhase(steps=40, prompts_per_step=16, group_size=8),
         description="Step 4: solver GRPO on the hybrid buffer, α·acc + (1-α)·format.")
+    probe: Probe = Field(default_factory=Probe, description="Round signals on a fixed probe set (docs/stopping.md).")
 
     @model_validator(mode="after")
     def _previous_solver_kept(self) -> "D2EvoConfig":

@@ -23,7 +23,7 @@ from pydantic import Field, field_validator
 
 from coevolve.config.base import RecipeConfig
 from coevolve.memory.maintain import MemoryConfig
-from coevolve.schema import Band, GRPOPhase, Strict, Voting, WriterReward
+from coevolve.schema import Band, GRPOPhase, Probe, Strict, Voting, WriterReward
 
 
 class ChallengerSection(GRPOPhase):
@@ -103,6 +103,7 @@ class DiagEvoConfig(RecipeConfig):
         description="Stage 3: solver GRPO on the kept questions, G fresh responses, reward +1 / -1 for matching ŷ.")
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     diagnoser: DiagnoserSection = Field(default_factory=DiagnoserSection)
+    probe: Probe = Field(default_factory=Probe, description="Round signals on a fixed probe set (docs/stopping.md).")
 
     def diagnosis_model_path(self) -> str | None:
         """The frozen diagnosis model's folder, or None when no model is loaded for diagnosis: the

@@ -412,13 +412,84 @@ def make_plots(data: RunData, out_dir: Path) -> list[Plot]:
         _round_lines(ax[0][0], ev, "accuracy", "Held-out accuracy per round (0 = base)")
         _save(fig, out_dir / "heldout_accuracy.png")
         plots.append(Plot("heldout_accuracy.png", "Held-out accuracy per round", [f"eval/{k}" for k in ev]))
-    plots += _hist_plot(data, out_dir, present) + _per_round_plots(data, out_dir, present)
+    plots += _signal_plot(data, out_dir) + _hist_plot(data, out_dir, present) + _per_round_plots(data, out_dir, present)
     plots += _step_plots(data, out_dir, present) + _phase_plot(data, out_dir, present)
     curve = compute_curve(data)
     if curve:
         plots.append(plot_compute({data.path.name: curve}, out_dir))
         write_compute_points({data.path.name: curve}, out_dir / "accuracy_vs_compute.csv")
     return plots
+
+
+def signal_series(data: RunData) -> dict[str, dict[int, float]]:
+    """Probe signal -> {round: value} (round 0: the base model), from ``probe/<signal>`` rows."""
+    from coevolve.eval.signals import PROBE_PREFIX, SIGNAL_ORDER
+
+    out = {name: per_round(data.rows, PROBE_PREFIX + name) for name in SIGNAL_ORDER}
+    return {k: v for k, v in out.items() if v}
+
+
+def _true_accuracy(data: RunData) -> tuple[str, dict[int, float]] | None:
+    """The held-out series the signals are drawn beside: the first greedy one."""
+    ev = eval_series(data)
+    name = next((k for k in ev if k.endswith("/greedy")), next(iter(ev), None))
+    return None if name is None else (name, ev[name])
+
+
+def _signal_plot(data: RunData, out_dir: Path) -> list[Plot]:
+    """Each probe signal by round (left axis) beside held-out accuracy (right axis, dashed)."""
+    sig = signal_series(data)
+    if not sig:
+        return []
+    truth = _true_accuracy(data)
+    cols = min(4, len(sig))
+    nrows = math.ceil(len(sig) / cols)
+    fig, axes = _figure(cols, nrows, width=3.4, height=2.8)
+    for i, (name, ser) in enumerate(sig.items()):
+        ax = axes[i // cols][i % cols]
+        ax.plot(list(ser), list(ser.values()), marker="o", color="tab:blue")
+        ax.set_title(f"probe {name}", fontsize=9)
+        ax.set_xlabel("round (0 = base)", fontsize=8)
+        if truth is not None:
+            twin = ax.twinx()
+            twin.plot(list(truth[1]), list(truth[1].values()), marker="s", linestyle="--", color="tab:red")
+            twin.tick_params(labelsize=7, colors="tab:red")
+    for j in range(len(sig), nrows * cols):
+        axes[j // cols][j % cols].axis("off")
+    fig.suptitle("Probe signals (blue) and held-out accuracy" + (f" {truth[0]} (red, dashed)" if truth else ""))
+    _save(fig, out_dir / "round_signals.png")
+    return [Plot("round_signals.png", "Probe signals by round beside held-out accuracy",
+                 [f"probe/{k}" for k in sig] + ([f"eval/{truth[0]}"] if truth else []))]
+
+
+def _signals_section(data: RunData) -> list[str]:
+    """Probe signals by round with held-out accuracy, each signal's rank correlation with it
+    over the rounds (base included), and the round run.select chose."""
+    from coevolve.eval.signals import rank_correlation
+
+    sig = signal_series(data)
+    if not sig:
+        return []
+    truth = _true_accuracy(data)
+    rounds = sorted({t for ser in sig.values() for t in ser})
+    head = ["round", *sig, *([f"held-out {truth[0]}"] if truth else [])]
+    lines = ["## Round signals (probe set)", "",
+             "Measured on the fixed probe set after every round (round 0: the base model); definitions in "
+             "docs/stopping.md.", "", "| " + " | ".join(head) + " |", "|---:|" + "---:|" * (len(head) - 1)]
+    for t in rounds:
+        cells = [_fmt(ser.get(t)) for ser in sig.values()] + ([_fmt(truth[1].get(t), True)] if truth else [])
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    if truth:
+        corr = []
+        for name, ser in sig.items():
+            both = [t for t in ser if t in truth[1]]
+            rho = rank_correlation([ser[t] for t in both], [truth[1][t] for t in both])
+            corr.append(f"{name} {_fmt(None if rho is None else round(rho, 2))}")
+        lines += ["", f"Spearman correlation with held-out {truth[0]} across rounds: " + ", ".join(corr) + "."]
+    sel = data.summary.get("selection")
+    if isinstance(sel, dict) and sel.get("round") is not None:
+        lines += ["", f"Chosen round: **{sel['round']}** ({sel.get('why', '')})."]
+    return lines + [""]
 
 
 def _hist_plot(data: RunData, out_dir: Path, present: set[str]) -> list[Plot]:
@@ -518,7 +589,7 @@ def render_markdown(data: RunData, plots: list[Plot]) -> str:
                       "Series: " + ", ".join(f"`{k}`" for k in p.keys), ""]
     else:
         lines += ["No plottable series found.", ""]
-    lines += _compute_section(data) + _histogram_table(data) + _rounds_table(data.summary)
+    lines += _signals_section(data) + _compute_section(data) + _histogram_table(data) + _rounds_table(data.summary)
     key_rows = []
     for k in KEY_NUMBERS:
         _, ys, _ = per_step(data.rows, k)

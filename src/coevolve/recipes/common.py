@@ -5,6 +5,7 @@ phase and its work, and the summary. Recipes compose these; the algorithms live 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from coevolve.answers import make_grader
 from coevolve.config.base import RecipeConfig
 from coevolve.engine import Engine, HFSampler, load_model, load_tokenizer
 from coevolve.eval.benchmarks import resolve_benches
+from coevolve.eval.signals import SelectRule, parse_select, select_round, stop_round
 from coevolve.eval.suite import evaluate_suite
 from coevolve.loop import ParkedSampler, Role, sampling_params
 from coevolve.prompts import StopKind
@@ -24,7 +26,7 @@ from coevolve.run.compute import Compute, ComputeMeter, MeteredSampler, cumulati
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json
 from coevolve.schema import GRPOPhase, WriterReward
 from coevolve.training import AuditFn, TrainRequest, TrainResult, Trainer, WriterRule, WriterScoring, make_trainer
-from coevolve.types import AnswerGrader, Sampler, SamplingParams
+from coevolve.types import AnswerGrader, Sampler, SamplingParams, Task
 from coevolve.world import CHECKPOINT_META, CHECKPOINT_META_FORMAT, World, base_model_path, make_world
 
 
@@ -192,6 +194,187 @@ ROUND_EVAL = Step("eval", phase_eval, when=eval_due, work=eval_work)
 """The evaluation after a round (every round, or only the last: ``eval_due``)."""
 
 
+PROBE_FILE = "probe.jsonl"
+"""The run's probe set (run folder root): drawn once, before round 1, read by every probe."""
+
+
+def probe_set(s: Setup, parts: Any, phase: Phase) -> list[Task]:
+    """The run's fixed probe set: read from ``probe.jsonl``, or drawn and saved there the first
+    time: ``probe.size`` training questions, seeded from ``run.seed`` alone, never an evaluation
+    item (``World.excluded``) nor one of D²Evo's candidate questions (``parts.pool``), so no
+    phase trains on it. A world without training questions (label-free DiagEvo on a real model)
+    freezes round 1's writer questions instead: well-formed ones the filter did not keep (the
+    kept ones were trained on), drawn at round 1's probe; the base probe then has no questions.
+    A world that cannot give that many distinct questions gives fewer."""
+    from coevolve.curriculum import normalize_question
+    from coevolve.errors import ConfigError
+
+    path = s.run.path / PROBE_FILE
+    if path.is_file():
+        return [Task.from_dict(r) for r in s.run.read_jsonl(PROBE_FILE)]
+    size = s.cfg.probe.size
+    banned = set(s.world.excluded()) | {normalize_question(t.question) for t in getattr(parts, "pool", None) or ()}
+    rng = random.Random(derive_seed(s.cfg.run.seed, "probe-set"))
+    try:
+        drawn = s.world.draw(rng, 3 * size)
+    except ConfigError:  # no labelled training questions: the writer's questions of round 1
+        if phase.round is None:
+            return []
+        rows = [r for r in s.run.read_jsonl("round_01/candidates.jsonl")
+                if r.get("question") and r.get("status") in ("filtered", "no_label", "rejected")]
+        rng.shuffle(rows)
+        drawn = [Task(str(r.get("vote_id") or ""), r["question"]) for r in rows]
+    tasks: list[Task] = []
+    for t in drawn:
+        key = normalize_question(t.question)
+        if key not in banned and len(tasks) < size:
+            banned.add(key)
+            tasks.append(Task(f"probe-{len(tasks):04d}", t.question, t.answer, "probe", t.features))
+    s.run.write_jsonl(PROBE_FILE, [t.to_dict() for t in tasks])
+    return tasks
+
+
+def probe_due(cfg: RecipeConfig, phase: Phase) -> bool:
+    """Probe the solver when the config has a probe (``probe.size`` > 0)."""
+    probe = getattr(cfg, "probe", None)
+    return probe is not None and probe.size > 0
+
+
+def phase_probe(p: Any, phase: Phase) -> PhaseRecord:
+    """The round's label-free signals (``coevolve.eval.signals``): the solver answers the fixed
+    probe set ``probe.samples`` times each (the same seed every round, so rounds compare the
+    same draws); answers are voted like pseudo-labels; where the probe has gold answers, also
+    its accuracy. Writes ``probe_answers.jsonl``; logs ``probe/*``. Before round 1 (``base``)
+    it draws the probe set and measures the base model, round 1's reference. When ``run.select``
+    picks this round so far, its solver checkpoint is pinned (kept beyond ``run.keep_checkpoints``)."""
+    from coevolve.answers import extract_answer
+    from coevolve.curriculum.sampling import sample_chunked
+    from coevolve.eval.signals import PROBE_PREFIX, probe_signals
+
+    s, solver, pc = p.s, p.solver, p.s.cfg.probe
+
+    def fn(ctx: PhaseContext) -> PhaseResult:
+        tasks = probe_set(s, p, phase)
+        groups = sample_chunked(solver.sampler, [s.world.prompter.solver(t.question) for t in tasks], pc.samples,
+                                s.params(derive_seed(s.cfg.run.seed, "probe")), s.cfg.sampling.batch_prompts)
+        answers = [[extract_answer(c.text) for c in g] for g in groups]
+        votes = s.grader.vote_batch(answers)
+        prev = _previous_probe(s, phase)
+        agree = None if prev is None else [
+            v.label is not None and prev.get(t.id) is not None and s.grader.is_equiv(prev[t.id], v.label)
+            for t, v in zip(tasks, votes)]
+        gold = [t.answer for t in tasks]
+        has_gold = bool(tasks) and all(g is not None for g in gold)
+        correct = [[s.grader.is_equiv(g, a) for a in ans] for g, ans in zip(gold, answers)] if has_gold else None
+        label_ok = [s.grader.is_equiv(g, v.label) for g, v in zip(gold, votes)] if has_gold else None
+        if has_gold and phase.round is None and parse_select(s.cfg.run.select).signal in ("accuracy", "pass_rate"):
+            ctx.compute.labelled(len(tasks))  # the probe's gold answers then choose the round: labels used
+        written = [r["question"] for r in s.run.read_jsonl(ctx.dir / "candidates.jsonl") if r.get("question")] \
+            if phase.round is not None and (ctx.dir / "candidates.jsonl").is_file() else []
+        signals = probe_signals([list(v.sizes) for v in votes], [len(a) for a in answers],
+                                [[len(c.token_ids) for c in g] for g in groups], agree, correct, label_ok,
+                                [len(q) for q in written])
+        signals = {k: None if v is None else round(v, 4) for k, v in signals.items()}
+        rows = [{"id": t.id, "question": t.question, "gold": t.answer, "label": v.label, "p1": v.p1, "sizes": list(v.sizes),
+                 "answers": a, "tokens": [len(c.token_ids) for c in g],
+                 **({"correct": c} if correct is not None else {})}
+                for t, v, a, g, c in zip(tasks, votes, answers, groups, correct or [None] * len(tasks))]
+        s.run.write_jsonl(ctx.dir / "probe_answers.jsonl", rows)
+        ckpt = s.run.checkpoint("solver")  # the weights measured: what exporting this round means
+        values: dict[str, Any] = {**signals, "questions": len(tasks),
+                                  "checkpoint": None if ckpt is None else ckpt.relative_to(s.run.path).as_posix()}
+        if correct is not None:
+            from coevolve.curriculum import pass_rate_histogram
+
+            values["pass_hist"] = pass_rate_histogram([sum(c) / len(c) for c in correct if c])
+        ctx.log({f"{PROBE_PREFIX}{k}": v for k, v in signals.items() if v is not None}
+                | {f"{PROBE_PREFIX}pass_hist/{k}": v for k, v in values.get("pass_hist", {}).items()})
+        ctx.say(f"[probe] {phase.key}: {len(tasks)} questions x {pc.samples}: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in signals.items() if v is not None))
+        return PhaseResult(values, sum(len(g) for g in groups), pins=_selection_pin(s, phase, values))
+
+    return s.run.phase(phase, fn)
+
+
+def _previous_probe(s: Setup, phase: Phase) -> dict[str, str | None] | None:
+    """Probe id -> majority label of the probe before ``phase`` (round t-1's, the base one for
+    round 1); None when there is none (the base probe, or a previous probe not run)."""
+    if phase.round is None:
+        return None
+    prev = Phase("probe", phase.round - 1) if phase.round > 1 else Phase("probe", None, "base")
+    path = s.run.path / prev.folder / "probe_answers.jsonl"
+    rows = s.run.read_jsonl(path) if s.run.done(prev) and path.is_file() else []
+    return {r["id"]: r["label"] for r in rows} or None  # a base probe without questions: no reference
+
+
+def probe_values(run: Run) -> dict[int, dict[str, Any]]:
+    """Round -> the probe's figures, from the finished phases (round 0: the base model)."""
+    return {r.round or 0: r.values for r in run.state.records()
+            if r.name == "probe" and (r.round is not None or r.stage == "base")}
+
+
+def watched_signal(cfg: RecipeConfig) -> SelectRule:
+    """The rule whose signal early stopping watches: ``run.select``'s, p1 under ``last``."""
+    rule = parse_select(cfg.run.select)
+    return rule if rule.kind != "last" else SelectRule("best_signal", "p1")
+
+
+def _selection_pin(s: Setup, phase: Phase, values: dict[str, Any]) -> dict[str, Path]:
+    """The solver checkpoint to keep beyond ``run.keep_checkpoints``: this round's, when
+    ``run.select`` (not ``last``) picks it among the rounds probed so far."""
+    rule = parse_select(s.cfg.run.select)
+    if rule.kind == "last" or phase.round is None:
+        return {}
+    series = {t: v.get(rule.signal) for t, v in probe_values(s.run).items() if t >= 1}
+    series[phase.round] = values.get(rule.signal)
+    if select_round(rule, series, phase.round)[0] != phase.round:
+        return {}
+    ckpt = s.run.checkpoint("solver")
+    return {"solver": ckpt} if ckpt is not None else {}
+
+
+def probe_work(cfg: RecipeConfig, toy: bool) -> Work:
+    """A probe's answers: ``probe.size`` questions x ``probe.samples``."""
+    pc = cfg.probe  # type: ignore[attr-defined]
+    return Work((Rollouts("solver", f"{pc.samples} probe answers", pc.size * pc.samples, cfg.sampling.batch_prompts,
+                          pc.samples, "answer", cfg.sampling.max_new_tokens),))
+
+
+BASE_PROBE = Step("probe", phase_probe, stage="base", when=probe_due, work=probe_work)
+"""The base model's probe (draws the probe set; round 1's reference)."""
+ROUND_PROBE = Step("probe", phase_probe, when=probe_due, work=probe_work)
+"""The probe after a round's training (label-free signals; docs/stopping.md)."""
+
+
+def stopped_after(cfg: RecipeConfig, run: Run) -> int | None:
+    """The round after which ``run.stop_patience`` ends the run (None: it runs every round)."""
+    if not cfg.run.stop_patience:
+        return None
+    rule = watched_signal(cfg)
+    series = {t: v.get(rule.signal) for t, v in probe_values(run).items()}
+    return stop_round(series, rule.direction, cfg.run.stop_patience)
+
+
+def selection(cfg: RecipeConfig, run: Run) -> dict[str, Any] | None:
+    """summary.json's ``selection``: the rule, the round it picks among the rounds run, why,
+    the signal by round, and where early stopping ended the run. None for a run without rounds."""
+    rounds = sorted({r.round for r in run.state.records() if r.round is not None})
+    if not rounds:
+        return None
+    rule = parse_select(cfg.run.select)
+    probes = probe_values(run)
+    watched = rule if rule.kind != "last" else watched_signal(cfg) if cfg.run.stop_patience else None
+    series = {t: probes.get(t, {}).get(watched.signal) for t in sorted(probes)} if watched else {}
+    chosen, why = select_round(rule, series, rounds[-1])
+    stop = stopped_after(cfg, run)
+    if stop is not None:
+        why += (f"; stopped after round {stop}: {watched.signal} had not improved for "  # type: ignore[union-attr]
+                f"{cfg.run.stop_patience} round(s) (run.stop_patience)")
+    return {"rule": str(rule), "round": chosen, "why": why, "stopped_after": stop,
+            "checkpoint": probes.get(chosen, {}).get("checkpoint"),
+            **({"signal": watched.signal, "values": {str(t): v for t, v in series.items()}} if watched else {})}
+
+
 def run_recipe(recipe: Recipe, cfg: RecipeConfig, run: Run) -> dict[str, Any]:
     """The run loop of every recipe, derived from its declaration: the run's grader, engine,
     parts and roles, then every phase of ``recipe.schedule(cfg)`` in order (a finished phase is
@@ -206,6 +389,9 @@ def run_recipe(recipe: Recipe, cfg: RecipeConfig, run: Run) -> dict[str, Any]:
         roles = {name: s.role(name) for name in recipe.roles(cfg)}
         parts = recipe.build(s, roles)
         for phase, step in recipe.schedule(cfg):
+            stop = stopped_after(cfg, run)
+            if stop is not None and phase.round is not None and phase.round > stop:
+                continue  # run.stop_patience ended the rounds; the final stage still runs
             if not run.done(phase):
                 place_roles(roles, step.uses)
             step.run(parts, phase)
@@ -305,8 +491,9 @@ def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, An
             row.update({f"phase/{r.name}/seconds": round(r.seconds, 2), f"{r.name}/rollouts": r.rollouts, **scalars})
         elif r.stage == "final":
             final.update({f"{r.name}/rollouts": r.rollouts, **scalars})
-    if evals["rounds"]:
-        evals["final"] = evals["rounds"][max(evals["rounds"], key=int)]
+    chosen = (extra or {}).get("selection") or {}
+    if evals["rounds"]:  # the round run.select picks (summary "selection"), else the last evaluated
+        evals["final"] = evals["rounds"].get(str(chosen.get("round")), evals["rounds"][max(evals["rounds"], key=int)])
     problems = [{"phase": r.key, "problem": r.problem} for r in recs if r.problem]
     summary = {
         "recipe": run.state.recipe,
@@ -337,7 +524,11 @@ def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Summary and the run report (``report/``: plots and report.md), the last step of a recipe."""
     from coevolve.eval.report import write_report
 
-    summary = write_summary(s.run, {**(extra or {}), **s.world.run_summary(s.run.path)})
+    sel = selection(s.cfg, s.run)
+    if sel is not None:
+        s.run.say(f"[select] round {sel['round']}: {sel['why']}")
+    summary = write_summary(s.run, {**(extra or {}), **s.world.run_summary(s.run.path),
+                                    **({"selection": sel} if sel is not None else {})})
     s.run.metrics.close()
     s.run.say(f"[report] {write_report(s.run.path)}")
     return summary

@@ -48,7 +48,7 @@ from coevolve.curriculum import (
 )
 from coevolve.curriculum.proposals import WriterBatch
 from coevolve.loop import Role
-from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
+from coevolve.recipes.common import BASE_EVAL, BASE_PROBE, ROUND_EVAL, ROUND_PROBE, Setup
 from coevolve.recipes.declare import FROZEN_SOLVER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
 from coevolve.errors import RunStateError
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, derive_seed
@@ -362,12 +362,14 @@ RECIPE = Recipe(
     needs_labels=True,
     steps=(
         BASE_EVAL,
+        BASE_PROBE,
         Step("difficulty", phase_difficulty, work=difficulty_work),
         Step("anchors", phase_anchors),
         Step("questioner", phase_questioner, when=lambda cfg, ph: cfg.questioner.enabled, uses=("questioner",),
              work=questioner_work),
         Step("buffer", phase_buffer, uses=("questioner",), work=buffer_work),
         Step("solver", phase_solver, work=solver_work),
+        ROUND_PROBE,
         ROUND_EVAL,
         Step("difficulty", phase_difficulty, stage="final", when=lambda cfg, ph: cfg.difficulty.measure_final,
              work=difficulty_work),

@@ -40,7 +40,7 @@ from coevolve.loop import Role, ShuffledPasses
 from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, clip_middle
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
 from coevolve.memory.store import MEMORY_FILE, ErrorMemory
-from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
+from coevolve.recipes.common import BASE_EVAL, BASE_PROBE, ROUND_EVAL, ROUND_PROBE, Setup
 from coevolve.recipes.declare import FROZEN_DIAGNOSER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.errors import RunStateError
@@ -335,7 +335,8 @@ def final_memory(p: DiagEvo) -> dict[str, Any]:
     """The memory after the last round, copied to the run folder's ``memory.json``, and its
     figures for summary.json."""
     cfg = p.s.cfg
-    final = load_memory(p.s.run, cfg.rounds)
+    last = max((r.round for r in p.s.run.state.records() if r.round is not None), default=0)  # < rounds after an early stop
+    final = load_memory(p.s.run, last)
     p.s.run.write_json("memory.json", final.to_dict())
     return {"memory": final.stats(cfg.memory.k)}
 
@@ -406,10 +407,12 @@ RECIPE = Recipe(
     summary=final_memory,
     steps=(
         BASE_EVAL,
+        BASE_PROBE,
         Step("challenger", phase_challenger, uses=("challenger",), work=challenger_work),
         Step("pool", phase_pool, uses=("challenger",), work=pool_work),
         Step("solver", phase_solver, work=solver_work),
         Step("memory", phase_memory, work=memory_work),
+        ROUND_PROBE,
         ROUND_EVAL,
     ),
 )

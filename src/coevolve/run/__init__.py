@@ -96,6 +96,9 @@ class PhaseResult:
     rollouts: int = 0
     checkpoints: dict[str, Path] = field(default_factory=dict)
     problem: str | None = None
+    pins: dict[str, Path] = field(default_factory=dict)
+    """Checkpoints (``{role: folder}``) kept beyond ``run.keep_checkpoints``: the round
+    ``run.select`` picks so far, so it can still be exported when the run ends."""
 
 
 @dataclass
@@ -201,7 +204,8 @@ class Run:
             self.say(f"[problem] {phase.key}: {res.problem}")
         root = self.path.resolve()
         ckpts = {role: str(Path(p).resolve().relative_to(root)) for role, p in res.checkpoints.items()}
-        for rel in self.state.finish(rec, ckpts, self.keep_checkpoints, self.metrics.size()):
+        pins = {role: str(Path(p).resolve().relative_to(root)) for role, p in res.pins.items()}
+        for rel in self.state.finish(rec, ckpts, self.keep_checkpoints, self.metrics.size(), pins):
             shutil.rmtree(self.path / rel, ignore_errors=True)
         self.metrics.flush()  # live trackers hold the phase's rows before the next phase starts
         for role in ckpts:  # older checkpoints stay loadable models; only a resume needs optimiser state

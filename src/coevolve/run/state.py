@@ -87,9 +87,12 @@ class PhaseState:
     def record(self, key: str) -> PhaseRecord | None:
         return next((PhaseRecord(**r) for r in self.data["phases"] if r["key"] == key), None)
 
-    def finish(self, rec: PhaseRecord, checkpoints: dict[str, str], keep: int, metrics_bytes: int) -> list[str]:
+    def finish(self, rec: PhaseRecord, checkpoints: dict[str, str], keep: int, metrics_bytes: int,
+               pins: dict[str, str] | None = None) -> list[str]:
         """Record a finished phase and move the roles' resume points in one atomic write;
-        return checkpoint folders (relative) that fell out of the last ``keep`` per role."""
+        return checkpoint folders (relative) that fell out of the last ``keep`` per role.
+        ``pins``: a checkpoint per role kept beyond ``keep`` (the round ``run.select`` picks so
+        far), replacing the role's earlier pin, which then falls out like any other."""
         data = copy.deepcopy(self.data)
         data["phases"].append(asdict(rec))
         if rec.key in data.get(CONTINUED_KEY, {}):  # a phase continued with more steps is done again
@@ -97,14 +100,18 @@ class PhaseState:
             if not data[CONTINUED_KEY]:
                 del data[CONTINUED_KEY]
         data["metrics_bytes"] = metrics_bytes
+        pinned = data.setdefault("pinned", {}) if pins else data.get("pinned", {})
+        pinned.update(pins or {})
         stale = []
-        for role, rel in checkpoints.items():
+        for role in {*checkpoints, *(pins or {})}:
             hist = data["checkpoint_history"].setdefault(role, [])
-            if rel not in hist:
-                hist.append(rel)
-            data["checkpoints"][role] = rel
-            while len(hist) > keep:
-                stale.append(hist.pop(0))
+            if (rel := checkpoints.get(role)) is not None:
+                if rel not in hist:
+                    hist.append(rel)
+                data["checkpoints"][role] = rel
+            for h in [h for h in hist[:-keep] if h != pinned.get(role)]:  # the last `keep` and the pin stay
+                hist.remove(h)
+                stale.append(h)
         self.save(data)
         return [s for s in stale if s not in self.data["checkpoints"].values()]
 
