@@ -259,7 +259,7 @@ def _verifier(p: D2Evo) -> LabelVerifier:
 def phase_buffer(p: D2Evo, phase: Phase) -> PhaseRecord:
     """Step 3: the updated questioner writes questions from anchors; vote, band filter, optional
     verifier (``propose_questions``); D_hybrid = anchors ∪ kept generated questions."""
-    s, solver, questioner, t = p.s, p.solver, p.questioner, phase.round
+    s, questioner, t = p.s, p.questioner, phase.round
     cfg, b, prompter = s.cfg, s.cfg.buffer, s.world.prompter
 
     def fn(ctx: PhaseContext) -> PhaseResult:
