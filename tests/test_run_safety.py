@@ -280,7 +280,7 @@ def test_more_solver_steps_continue_only_a_phase_nothing_trained_on(tmp_path):
     run = _fake_d2evo_run(tmp_path / "ok", order[: order.index("02/difficulty") + 1])
     said = extend_run(wanted, run, text)
     assert said == ["solver.steps=60: 01/solver continues at step 40 from its checkpoint and optimiser state; "
-                    "01/eval, 02/difficulty run again after it"]
+                    "01/probe, 01/eval, 02/difficulty run again after it"]
     state = json.loads((run.path / "state.json").read_text())
     assert [p["key"] for p in state["phases"]] == order[: order.index("01/solver")]
     assert state["continued"]["01/solver"]["book"]["steps"] == 40
@@ -294,8 +294,8 @@ def test_more_solver_steps_continue_only_a_phase_nothing_trained_on(tmp_path):
     both = load_config("d2evo", None, ["rounds=3", "solver.steps=60"])  # more rounds and more steps at once
     said = extend_run(both, _fake_d2evo_run(tmp_path / "both", upto_eval),
                       extension_config(saved, ["rounds=3", "solver.steps=60"], both))
-    assert said == ["solver.steps=60: 01/solver continues at step 40 from its checkpoint and optimiser state; 01/eval "
-                    "run again after it", "extended to 3 rounds"]
+    assert said == ["solver.steps=60: 01/solver continues at step 40 from its checkpoint and optimiser state; 01/probe, "
+                    "01/eval run again after it", "extended to 3 rounds"]
 
 
 @pytest.mark.slow
