@@ -14,8 +14,10 @@ import json
 import os
 import signal
 import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
+
+from json_http import JsonHandler  # this folder is on sys.path when the script runs
 
 
 def _arg(name: str) -> str:
@@ -40,18 +42,7 @@ def main() -> None:
             fh.write(json.dumps({"name": name, "folder": str(folder), "weights": weights_digest(folder),
                                  "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
 
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):  # quiet
-            pass
-
-        def _send(self, obj, code=200):
-            data = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class H(JsonHandler):
         def do_GET(self):
             if self.path == "/v1/models":
                 return self._send({"data": [{"id": name}]})

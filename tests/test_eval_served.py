@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ import yaml
 from coevolve.errors import CoevolveError, DataError
 from coevolve.eval.suite import evaluate_model, run_eval
 from coevolve.prompts.chat import ChatPrompter
+from json_http import JsonHandler
 from test_cli import cli
 from test_eval import _fixture_data
 
@@ -28,18 +29,7 @@ class FakeServer:
         self.bodies: list[dict] = []
         server = self
 
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, obj, code=200):
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class H(JsonHandler):
             def do_GET(self):
                 self._send({"data": [{"id": model}]})
 

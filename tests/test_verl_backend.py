@@ -458,22 +458,13 @@ def _fake_openai(model: str):
     """A tiny OpenAI-compatible server (/v1/models, /v1/completions) in a thread: every answer is
     ``\\boxed{3}``; the bodies it got are kept for assertions."""
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import ThreadingHTTPServer
+
+    from json_http import JsonHandler
 
     bodies: list[dict] = []
 
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def _send(self, obj, code=200):
-            data = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class H(JsonHandler):
         def do_GET(self):
             self._send({"data": [{"id": model}]} if self.path == "/v1/models" else {"error": "no"}, 200 if
                        self.path == "/v1/models" else 404)
