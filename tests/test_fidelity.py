@@ -17,11 +17,9 @@ from coevolve.errors import ConfigError, RunStateError
 from coevolve.eval.benchmarks import GROUPS
 from coevolve.eval.suite import evaluate_suite, format_table, group_averages
 from coevolve.preflight import check_diagnoser
+from test_plan import QWEN3_4B
 
 ROOT = Path(__file__).resolve().parents[1]
-QWEN3_4B = {"model_type": "qwen3", "vocab_size": 151936, "num_key_value_heads": 8, "head_dim": 128,
-            "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "attention_bias": False, "hidden_size": 2560,
-            "num_hidden_layers": 36, "num_attention_heads": 32, "intermediate_size": 9728, "tie_word_embeddings": True}
 
 
 @pytest.fixture

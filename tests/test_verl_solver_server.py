@@ -15,10 +15,12 @@ from coevolve.config import load_config
 from coevolve.engine.remote import SolverServerError, served_models
 from coevolve.run import Run
 from coevolve.verl.server import SolverServer, free_port, serve_command
+from test_plan import QWEN3_4B, model_dir
 
 pytest.importorskip("pyarrow")
 
 HERE = Path(__file__).parent
+
 SERVER = [sys.executable, str(HERE / "solver_server_standin.py")]
 TRAINER = str(HERE / "verl_standin.py")
 
@@ -106,11 +108,7 @@ def test_each_rounds_writer_is_scored_by_that_rounds_solver(tmp_path, toy_overri
 def test_plan_and_preflight_refuse_real_writer_phases_without_a_solver_that_follows_the_round(tmp_path):
     from coevolve.plan import device_for, make_plan, preflight_problems
 
-    d = tmp_path / "m"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({
-        "model_type": "qwen3", "vocab_size": 151936, "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 2560,
-        "num_hidden_layers": 36, "num_attention_heads": 32, "intermediate_size": 9728, "tie_word_embeddings": True}))
+    d = model_dir(tmp_path, QWEN3_4B)
 
     def problems(*extra, recipe="d2evo", device="h200"):
         cfg = load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl", "backend=verl",
@@ -138,11 +136,7 @@ def test_plan_and_preflight_refuse_real_writer_phases_without_a_solver_that_foll
 def test_the_plan_counts_the_solver_server_on_the_writer_phases_gpus(tmp_path):
     from coevolve.plan import GiB, device_for, make_plan
 
-    d = tmp_path / "m"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({
-        "model_type": "qwen3", "vocab_size": 151936, "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 2560,
-        "num_hidden_layers": 36, "num_attention_heads": 32, "intermediate_size": 9728, "tie_word_embeddings": True}))
+    d = model_dir(tmp_path, QWEN3_4B)
     base = [f"model.path={d}", "data.source=x.jsonl", "backend=verl", "backend.verl.n_gpus_per_node=8",
             "engine.gpu_memory_utilization=0.4"]
 
