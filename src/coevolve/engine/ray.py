@@ -17,7 +17,8 @@ Design decisions (why, not what):
   dropped when its sampler is closed or collected. A sampler built outside a run
   (``make_sampler``) owns a pool of its own, closed with it.
 * **Weights.** A slot from a live module starts from its config, tokenizer and a CPU state dict
-  put once in Ray's object store (no shared filesystem needed); ``sync_weights`` either puts the
+  put once in Ray's object store (no shared filesystem needed), from which each actor builds
+  the module on the meta device (``module_from_state``: no random initialisation first); ``sync_weights`` either puts the
   new state dict once and every actor loads it (``weight_sync=broadcast``) or saves an HF folder
   every actor reloads (``path``: needs a filesystem all nodes see). ``load_sampler`` slots load
   the folder by path.
@@ -48,7 +49,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from coevolve.engine.base import SamplerError, prompt_seeds, resolve_seed_scope, unwrap_peft, validate_params
-from coevolve.engine.weights import host_snapshot, model_folder
+from coevolve.engine.weights import host_snapshot, model_folder, module_from_state
 from coevolve.errors import ConfigError
 from coevolve.types import Completion, SamplingParams
 
@@ -110,22 +111,20 @@ class EngineActor:
     def add(self, slot: int, folder: str | None, device: str, dtype: str, blob: Any, state: Any) -> None:
         """Build slot ``slot``: from ``blob`` (config, generation config, tokenizer) and the state
         dict ``state`` (a live or frozen module of the driver), or by path from the HF ``folder``
-        (``load_sampler``: a vllm actor engine then reads the folder itself)."""
+        (``load_sampler``: a vllm actor engine then reads the folder itself). The module is
+        built on the meta device and takes ``state``'s tensors (``module_from_state``): no
+        random initialisation of weights that are overwritten at once."""
         from coevolve.engine import load_sampler, make_sampler, resolve_device, resolve_dtype
 
         self.drop(slot)
         if blob is None:
             self.samplers[slot] = load_sampler(self.engine, str(folder), device=device, dtype=dtype)
             return
-        from transformers import AutoModelForCausalLM
-
         dev = resolve_device(device)
-        model = AutoModelForCausalLM.from_config(blob.config, dtype=resolve_dtype(dtype, dev))
+        model = module_from_state(blob.config, state, resolve_dtype(dtype, dev))
         if blob.generation_config is not None:
             model.generation_config = blob.generation_config
-        model.load_state_dict(state)
         model.to(dev)
-        model.eval()
         for p in model.parameters():
             p.requires_grad_(False)
         self.samplers[slot] = make_sampler(self.engine, model, blob.tokenizer)
