@@ -1,7 +1,10 @@
 """engine.kind=ray, one actor driven in this process (no Ray needed): how a slot is built (on the
-meta device, no random initialisation). The pool around the actors is ``test_ray.py``."""
+meta device, no random initialisation) and how a weight sync reaches it (in place, nothing
+rebuilt). The pool around the actors is ``test_ray.py``."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -63,3 +66,36 @@ def test_module_from_state_refuses_a_state_dict_that_does_not_fit():
     del state["model.norm.weight"]
     with pytest.raises(ValueError, match=r"does not fit Qwen3ForCausalLM.*missing_keys.*model\.norm\.weight"):
         module_from_state(model.config, state, torch.float32)
+
+
+def learner_step(model, scale=0.05):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn_like(p))
+
+
+def save_state(model, path):
+    from safetensors.torch import save_file
+
+    save_file({k: t.contiguous() for k, t in host_snapshot(model, torch.float32).items()}, str(path))
+    return str(path)
+
+
+def test_path_sync_loads_into_the_slot_it_has_and_a_new_actor_builds_from_the_file(tmp_path):
+    tok = make_tokenizer()
+    model = make_model(len(tok))
+    learner = copy.deepcopy(model)
+    actor = EngineActor(HF_ACTOR, threads=1)
+    actor.add(0, None, "cpu", "float32", blob_of(model, tok), host_snapshot(model, torch.float32))
+    sampler, module = actor.samplers[0], actor.models[0]
+    before = draws(sampler)
+    learner_step(learner)
+    path = save_state(learner, tmp_path / "model.safetensors")
+    actor.load_state(0, path)  # weight_sync=path
+    assert actor.samplers[0] is sampler and actor.models[0] is module and actor.build_counts() == {0: 1}
+    after = draws(sampler)
+    assert after != before and after == draws(HFSampler(learner, tok, seed_scope="prompt"))
+    # a recreated actor gets the slot from its blob and the latest file
+    fresh = EngineActor(HF_ACTOR, threads=1)
+    fresh.add(0, None, "cpu", "float32", blob_of(model, tok), path)
+    assert draws(fresh.samplers[0]) == after
