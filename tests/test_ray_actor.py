@@ -1,6 +1,8 @@
 """engine.kind=ray, one actor driven in this process (no Ray needed): how a slot is built (on the
-meta device, no random initialisation) and how a weight sync reaches it (in place, nothing
-rebuilt). The pool around the actors is ``test_ray.py``."""
+meta device, no random initialisation), how a weight sync reaches it (in place, nothing rebuilt)
+and, for vllm actors, that every slot is a version of the actor's one engine (through the fake
+``vllm.LLM`` of ``test_vllm_engine_sharing``, and for real in the vLLM lane: ``-m vllm``). The
+pool around the actors is ``test_ray.py``."""
 
 from __future__ import annotations
 
@@ -9,12 +11,15 @@ import copy
 import pytest
 import torch
 
+import coevolve.engine.vllm as v
 from coevolve.config.base import EngineConfig
 from coevolve.engine import HFSampler
 from coevolve.engine.ray import EngineActor, ModelBlob
 from coevolve.engine.weights import host_snapshot, module_from_state
 from coevolve.types import SamplingParams
 from test_engine import make_model, make_tokenizer
+from test_vllm import vllm_test
+from test_vllm_engine_sharing import fake, fingerprint, tiny  # noqa: F401 - fake is a fixture
 
 torch.set_num_threads(1)
 
@@ -99,3 +104,82 @@ def test_path_sync_loads_into_the_slot_it_has_and_a_new_actor_builds_from_the_fi
     fresh = EngineActor(HF_ACTOR, threads=1)
     fresh.add(0, None, "cpu", "float32", blob_of(model, tok), path)
     assert draws(fresh.samplers[0]) == after
+
+
+CALL_SCOPE = EngineConfig(kind="vllm", kv_cache_gib=0.25, seed_scope="call")
+"""A vllm actor's engine section (the pool sets seed_scope=prompt, which only CUDA runs; the
+fake engine here samples per call)."""
+
+
+def test_a_vllm_actor_serves_every_slot_from_one_engine_and_syncs_without_rebuilding(fake, tmp_path):  # noqa: F811
+    solver, tok = tiny(0)
+    judge, _ = tiny(2)
+    judge.save_pretrained(tmp_path / "judge")
+    tok.save_pretrained(tmp_path / "judge")
+    actor = EngineActor(CALL_SCOPE, threads=1)
+    blob = ModelBlob(solver.config, solver.generation_config, tok)
+    actor.add(0, None, "cpu", "float32", blob, host_snapshot(solver, torch.float32))  # the live solver
+    actor.add(1, None, "cpu", "float32", blob, host_snapshot(solver, torch.float32))  # its frozen scorer
+    actor.add(2, str(tmp_path / "judge"), "cpu", "float32", None, None)  # a folder model
+    engine = actor.samplers[0].engine
+    assert len(fake.llms) == 1 and all(s.engine is engine for s in actor.samplers.values())
+    frozen_fp = fingerprint(v.hf_weights(solver))
+    learner_step(solver, 0.5)
+    actor.load_state(0, save_state(solver, tmp_path / "model.safetensors"))  # weight_sync=path
+    actor.load_state(0, host_snapshot(solver, torch.float32))  # and broadcast
+    assert len(fake.llms) == 1 and actor.samplers[0].engine is engine and engine.llm is not None
+    assert actor.build_counts() == {0: 1, 1: 1, 2: 1}
+    p = SamplingParams(temperature=1.0, max_new_tokens=4)
+    for sid in (0, 1, 2, 0):
+        actor.samplers[sid].sample(["1+1="], 2, p)
+    live_fp = fingerprint(v.hf_weights(solver))
+    judge_fp = fingerprint(v.hf_weights(judge))
+    assert fake.llms[0].generated_with == [live_fp, frozen_fp, judge_fp, live_fp]
+    actor.drop(1)  # a frozen scorer dropped at the end of its round: the engine stays
+    assert engine.llm is not None
+    actor.drop(0)
+    actor.drop(2)
+    assert engine.llm is None  # closed with its last slot
+
+
+@vllm_test
+def test_a_real_vllm_actor_serves_its_slots_from_one_engine_and_path_sync_keeps_it(tmp_path):
+    """The same with vLLM's CPU engine and the toy base: greedy draws of the live slot follow
+    the synced weights, the frozen slot keeps its own, both equal HF's, one engine throughout."""
+    from coevolve.engine import load_model
+    from coevolve.toy import ToyPrompter, ensure_base, sample_tasks
+    import random
+
+    model, tok = load_model(ensure_base(), device="cpu", dtype="float32")
+    model.eval()
+    prompts = [ToyPrompter().solver(t.question) for t in sample_tasks(random.Random(0), 12)]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=32)
+
+    def hf_ids(m):
+        return [g[0].token_ids for g in HFSampler(m, tok).sample(prompts, 1, greedy)]
+
+    def slot_ids(sid):
+        return [g[0].token_ids for g in actor.samplers[sid].sample(prompts, 1, greedy)]
+
+    actor = EngineActor(CALL_SCOPE, threads=1)
+    blob = ModelBlob(model.config, model.generation_config, tok)
+    try:
+        actor.add(0, None, "cpu", "float32", blob, host_snapshot(model, torch.float32))
+        actor.add(1, None, "cpu", "float32", blob, host_snapshot(model, torch.float32))
+        engine = actor.samplers[0].engine
+        assert actor.samplers[1].engine is engine and len([e for e in v._ENGINES if e.llm is not None]) == 1
+        base = hf_ids(model)
+        assert slot_ids(0) == base
+        learner = copy.deepcopy(model)
+        torch.manual_seed(0)
+        learner_step(learner, 0.02)
+        actor.load_state(0, save_state(learner, tmp_path / "model.safetensors"))
+        new = hf_ids(learner)
+        assert new != base
+        assert slot_ids(0) == new and slot_ids(1) == base and slot_ids(0) == new
+        assert actor.samplers[0].engine is engine and actor.build_counts() == {0: 1, 1: 1}
+        assert len([e for e in v._ENGINES if e.llm is not None]) == 1
+    finally:
+        for sid in list(actor.samplers):
+            actor.drop(sid)
+    assert engine.llm is None

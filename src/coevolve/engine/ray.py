@@ -24,6 +24,11 @@ Design decisions (why, not what):
   into the module and sampler the slot already has: a sync never rebuilds a sampler, so a vllm
   actor keeps its engine and gets the new weights as a version pushed at its next call.
   ``load_sampler`` slots load the folder by path.
+* **One engine per actor.** A vllm actor's slots are weight versions of the one vLLM engine of
+  its process (``coevolve.engine.vllm``: every in-process sampler of one model shape shares an
+  engine, and a slot it cannot serve is refused when added, naming the difference), so a frozen
+  scorer or a judge next to the live slot adds a host copy of its weights, not a second engine
+  and KV cache on the GPU.
 * **Faults.** An actor that dies (``RayActorError``) is recreated by us, not by Ray's
   ``max_restarts``: Ray would re-run the constructor only, while we must also bring back every
   slot at its current weights. Then its share of the call is sent again; with per-prompt seeds
