@@ -309,7 +309,10 @@ def test_ray_actors_by_hand(tmp_path):
     assert lay.actors == 8 and lay.actor_on_gpu0  # one per GPU Ray sees: one beside the coevolve process
     diff = next(p for p in plan.layout.phases if p.name == "difficulty")
     single = next(e for e in plan.phases if e.work.name == "difficulty")
-    assert diff.gpus["actor GPU"] == pytest.approx(0.5 * cap)  # one engine awake (sleep_mode), the other slot asleep
+    assert diff.gpus["actor GPU"] == pytest.approx(0.5 * cap)  # the actor's one engine, whatever slot it serves
+    awake = _layout(tmp_path / "c", "d2evo", vllm + ["engine.sleep_mode=false"], gpus=8)
+    diff_awake = next(p for p in awake.layout.phases if p.name == "difficulty")
+    assert diff_awake.gpus["actor GPU"] == pytest.approx(0.5 * cap)  # without sleep too: slots are versions, not engines
     assert diff.gpus["GPU 0"] == pytest.approx(single.resident + 0.5 * cap)
     seven = _layout(tmp_path / "b", "d2evo", vllm + ["engine.ray.num_actors=7"], gpus=8).layout
     assert seven.layout.actor_on_gpu0  # Ray hands out GPU ids from 0 up: fewer actors free the last GPU, not GPU 0

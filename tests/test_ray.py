@@ -120,6 +120,8 @@ def test_released_pool_frees_its_actors_and_comes_back_with_the_same_weights(run
 
 @pytest.mark.parametrize("mode", ["broadcast", "path"])
 def test_weight_sync_and_frozen_slot(run_engine, pool_sampler, model, tok, mode):
+    import ray
+
     engine = ENGINE.model_copy(update={"ray": ENGINE.ray.model_copy(update={"weight_sync": mode})})
     learner = copy.deepcopy(model)
     live = RaySampler.for_model(engine, learner, tok, owner=run_engine)
@@ -130,7 +132,9 @@ def test_weight_sync_and_frozen_slot(run_engine, pool_sampler, model, tok, mode)
     with torch.no_grad():  # a "learner step"
         for prm in learner.parameters():
             prm.add_(0.05 * torch.randn_like(prm))
+    built = ray.get([a.build_counts.remote() for a in live.pool.actors])
     live.sync_weights(learner)
+    assert ray.get([a.build_counts.remote() for a in live.pool.actors]) == built  # loaded in place, not rebuilt
     new = ids(live.sample(PROMPTS, 3, PARAMS))
     assert new != base
     assert new == ids(reference(learner, tok))  # equals a fresh in-process sampler of the new weights

@@ -136,7 +136,8 @@ class RayEngineConfig(Strict):
                               "prompts re-sent (per-prompt seeds make the result the same); then a SamplerError.")
     weight_sync: Literal["broadcast", "path"] = Field(
         "broadcast", description="After a learner step: 'broadcast' = the CPU state dict once through Ray's object store, "
-        "every actor loads it; 'path' = a saved HF folder every actor reloads (needs a filesystem all nodes see).")
+        "every actor loads it; 'path' = one saved safetensors file every actor loads (needs a filesystem all nodes see). "
+        "Either way into the slot it has: nothing is rebuilt.")
     object_store_memory: int | None = Field(
         None, ge=78_643_200, description="Bytes of the object store of a local Ray (address=None); None = Ray's default "
         "(30% of memory). Set it small where /dev/shm is small.")

@@ -17,10 +17,18 @@ Design decisions (why, not what):
   dropped when its sampler is closed or collected. A sampler built outside a run
   (``make_sampler``) owns a pool of its own, closed with it.
 * **Weights.** A slot from a live module starts from its config, tokenizer and a CPU state dict
-  put once in Ray's object store (no shared filesystem needed); ``sync_weights`` either puts the
-  new state dict once and every actor loads it (``weight_sync=broadcast``) or saves an HF folder
-  every actor reloads (``path``: needs a filesystem all nodes see). ``load_sampler`` slots load
-  the folder by path.
+  put once in Ray's object store (no shared filesystem needed); each actor builds the module on
+  the meta device from them (``module_from_state``: no random initialisation first).
+  ``sync_weights`` either puts the new state dict once (``weight_sync=broadcast``) or saves it
+  as one safetensors file (``path``: needs a filesystem all nodes see), and every actor loads it
+  into the module and sampler the slot already has: a sync never rebuilds a sampler, so a vllm
+  actor keeps its engine and gets the new weights as a version pushed at its next call.
+  ``load_sampler`` slots load the folder by path.
+* **One engine per actor.** A vllm actor's slots are weight versions of the one vLLM engine of
+  its process (``coevolve.engine.vllm``: every in-process sampler of one model shape shares an
+  engine, and a slot it cannot serve is refused when added, naming the difference), so a frozen
+  scorer or a judge next to the live slot adds a host copy of its weights, not a second engine
+  and KV cache on the GPU.
 * **Faults.** An actor that dies (``RayActorError``) is recreated by us, not by Ray's
   ``max_restarts``: Ray would re-run the constructor only, while we must also bring back every
   slot at its current weights. Then its share of the call is sent again; with per-prompt seeds
@@ -48,7 +56,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from coevolve.engine.base import SamplerError, prompt_seeds, resolve_seed_scope, unwrap_peft, validate_params
-from coevolve.engine.weights import host_snapshot, model_folder
+from coevolve.engine.weights import host_snapshot, module_from_state
 from coevolve.errors import ConfigError
 from coevolve.types import Completion, SamplingParams
 
@@ -90,6 +98,16 @@ def tensor_parallel_refusal(engine: Any) -> str | None:
 # the actor (runs in a Ray worker process)
 
 
+def _state_dict(state: Any) -> dict[str, Any]:
+    """A slot's weights as a state dict: ``state`` itself, or read from the safetensors file it
+    names (``weight_sync=path``)."""
+    if isinstance(state, (str, os.PathLike)):
+        from safetensors.torch import load_file
+
+        return load_file(str(state))
+    return state
+
+
 class EngineActor:
     """One engine process of the pool: a sampler per slot, all built by ``make_sampler`` with
     ``seed_scope=prompt``. Wrapped by ``ray.remote`` in ``RayPool``; plain methods so it can also
@@ -101,31 +119,32 @@ class EngineActor:
         torch.set_num_threads(max(1, int(threads)))
         self.engine = engine
         self.samplers: dict[int, Any] = {}
-        self.models: dict[int, Any] = {}  # slot -> the module a broadcast loads into (not for folder slots)
+        self.models: dict[int, Any] = {}  # slot -> the module a weight sync loads into (not for folder slots)
+        self.builds: dict[int, int] = {}
         self.fault = False
 
     def pid(self) -> int:
         return os.getpid()
 
     def add(self, slot: int, folder: str | None, device: str, dtype: str, blob: Any, state: Any) -> None:
-        """Build slot ``slot``: from ``blob`` (config, generation config, tokenizer) and the state
-        dict ``state`` (a live or frozen module of the driver), or by path from the HF ``folder``
-        (``load_sampler``: a vllm actor engine then reads the folder itself)."""
+        """Build slot ``slot``: from ``blob`` (config, generation config, tokenizer) and its
+        weights ``state`` (a state dict of a live or frozen module of the driver, or the path of
+        the safetensors file a path sync wrote), or by path from the HF ``folder``
+        (``load_sampler``: a vllm actor engine then reads the folder itself). The module is
+        built on the meta device and takes ``state``'s tensors (``module_from_state``): no
+        random initialisation of weights that are overwritten at once."""
         from coevolve.engine import load_sampler, make_sampler, resolve_device, resolve_dtype
 
         self.drop(slot)
+        self.builds[slot] = self.builds.get(slot, 0) + 1
         if blob is None:
             self.samplers[slot] = load_sampler(self.engine, str(folder), device=device, dtype=dtype)
             return
-        from transformers import AutoModelForCausalLM
-
         dev = resolve_device(device)
-        model = AutoModelForCausalLM.from_config(blob.config, dtype=resolve_dtype(dtype, dev))
+        model = module_from_state(blob.config, _state_dict(state), resolve_dtype(dtype, dev))
         if blob.generation_config is not None:
             model.generation_config = blob.generation_config
-        model.load_state_dict(state)
         model.to(dev)
-        model.eval()
         for p in model.parameters():
             p.requires_grad_(False)
         self.samplers[slot] = make_sampler(self.engine, model, blob.tokenizer)
@@ -135,11 +154,18 @@ class EngineActor:
             model.to("cpu")
         self.models[slot] = model
 
-    def load_state(self, slot: int, state: dict[str, Any]) -> None:
-        """A broadcast weight update of ``slot`` (the object store's copy, loaded in place)."""
+    def load_state(self, slot: int, state: Any) -> None:
+        """A weight update of ``slot`` in place, into the module and sampler it already has (a
+        vllm actor's engine gets the new version pushed at its next call; nothing is rebuilt):
+        ``state`` is the object store's state dict (``weight_sync=broadcast``) or the path of the
+        safetensors file the driver wrote (``path``)."""
         model = self.models[slot]
-        model.load_state_dict(state)
+        model.load_state_dict(_state_dict(state))
         self.samplers[slot].sync_weights(model)
+
+    def build_counts(self) -> dict[int, int]:
+        """How many times each slot was built in this actor (a weight sync builds nothing)."""
+        return dict(self.builds)
 
     def drop(self, slot: int) -> None:
         sampler = self.samplers.pop(slot, None)
@@ -183,8 +209,8 @@ class _Slot:
     dtype: str
     folder: str | None = None
     blob: Any = None  # ObjectRef of a ModelBlob
-    state: Any = None  # ObjectRef of the latest broadcast state dict
-    tmp: Any = None  # a TemporaryDirectory owning ``folder`` (weight_sync=path)
+    state: Any = None  # ObjectRef of the latest state dict, or the path of the latest weight_sync=path file
+    tmp: Any = None  # a TemporaryDirectory owning that file (weight_sync=path)
     frozen: bool = False
 
 
@@ -498,14 +524,18 @@ class RaySampler:
             slot.state = ray.put(host_snapshot(model, dtype))
             self.pool.on_all(lambda a: a.load_state.remote(self.slot, slot.state))
             return
+        import tempfile
+
         from safetensors.torch import save_file
 
-        tmp = model_folder(model, self.tokenizer, prefix="coevolve-ray-weights-")  # config, generation config, tokenizer
-        save_file({k: v.contiguous() for k, v in host_snapshot(model, dtype).items()},
-                  os.path.join(tmp.name, "model.safetensors"), metadata={"format": "pt"})
+        # the weights alone: the actors keep the module and sampler they have and load the file
+        # into them (a recreated actor builds the slot from its blob and this file)
+        tmp = tempfile.TemporaryDirectory(prefix="coevolve-ray-weights-")
+        path = os.path.join(tmp.name, "model.safetensors")
+        save_file({k: v.contiguous() for k, v in host_snapshot(model, dtype).items()}, path, metadata={"format": "pt"})
         old = slot.tmp
-        slot.folder, slot.blob, slot.state, slot.tmp = tmp.name, None, None, tmp
-        self.pool.on_all(lambda a: a.add.remote(self.slot, slot.folder, slot.device, slot.dtype, None, None))
+        slot.state, slot.tmp = path, tmp
+        self.pool.on_all(lambda a: a.load_state.remote(self.slot, path))
         if old is not None:
             old.cleanup()
 

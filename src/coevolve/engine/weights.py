@@ -1,6 +1,7 @@
 """Weights on their way from a learner's module to an engine, shared by every engine that does
 not sample the module itself (``vllm`` in process, ``ray`` actors): the Hugging Face names and
-tensors (LoRA deltas added), a fixed host-memory version, and a weightless model folder."""
+tensors (LoRA deltas added), a fixed host-memory version, a weightless model folder, and a
+module rebuilt from a config and a state dict without initialising it first."""
 
 from __future__ import annotations
 
@@ -57,3 +58,25 @@ def model_folder(model: Any, tokenizer: Any, prefix: str = "coevolve-engine-") -
             gen.save_pretrained(tmp.name)
     tokenizer.save_pretrained(tmp.name)
     return tmp
+
+
+def module_from_state(config: Any, state: dict[str, torch.Tensor], dtype: torch.dtype) -> Any:
+    """A causal LM of ``config``'s architecture holding the weights ``state`` (Hugging Face
+    names, as ``host_snapshot`` makes them), in eval mode on the CPU.
+
+    Built by transformers' own loader, which constructs the module on the meta device: no weight
+    is randomly initialised before being overwritten (``from_config`` would draw every one of a
+    4B model's parameters on the CPU first, minutes on one thread), tied weights stay tied and
+    non-persistent buffers (rotary ``inv_freq``, which no state dict holds) are recomputed from
+    the config. The module's tensors are ``state``'s own where dtype and layout allow (no copy),
+    so ``state`` must not be written to afterwards by anyone else."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):  # only to learn the concrete class; allocates nothing
+        cls = type(AutoModelForCausalLM.from_config(config))
+    model, info = cls.from_pretrained(None, config=config, state_dict=state, dtype=dtype, output_loading_info=True)
+    wrong = {k: sorted(v)[:5] for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    if wrong:  # the loader would have initialised the missing ones at random
+        raise ValueError(f"module_from_state: the state dict does not fit {cls.__name__}: {wrong}")
+    model.eval()
+    return model

@@ -293,23 +293,25 @@ def _actor_bytes(lay: Layout, shape: ModelShape, b: int, capacity: float, gens: 
     """Peak bytes of one actor GPU while the phase samples. The pool is one per process and every
     sampler (live solver, writer, frozen scorer) is a slot held by every actor (coevolve.engine.ray):
     hf actors keep every slot's weights on the GPU and add the KV cache of their share of a call;
-    a vllm slot is an engine taking ``engine.gpu_memory_utilization`` of the GPU, the idle ones
-    asleep (``engine.sleep_mode``) or, without sleep, all awake."""
+    a vllm actor serves every slot as a weight version of its one engine, which takes
+    ``engine.gpu_memory_utilization`` of the GPU however many slots it serves (the versions it
+    does not hold wait in host memory)."""
     if not gens:
         return _actor_idle_bytes(lay, shape, b, capacity, slots)
     if lay.actor_engine == "vllm":
-        return (1 if lay.actor_sleep else slots) * lay.actor_util * capacity
+        return lay.actor_util * capacity
     call = max(sampler_call_bytes(shape, b, _kv_rows(_actor_chunk(g, lay.actors, max_batch), g.prompt, g.max_new,
                                                      max_batch_tokens), g.prompt, g.max_new) for g in gens)
     return slots * shape.n_params * b + call
 
 
 def _actor_idle_bytes(lay: Layout, shape: ModelShape, b: int, capacity: float, slots: int) -> float:
-    """An actor GPU between calls: hf actors keep every slot's weights, sleeping vllm engines nothing."""
+    """An actor GPU between calls: hf actors keep every slot's weights; a vllm actor's one engine
+    nothing while it sleeps (``engine.sleep_mode``), else its share of the GPU."""
     if lay.actors == 0:
         return 0.0
     if lay.actor_engine == "vllm":
-        return 0.0 if lay.actor_sleep else slots * lay.actor_util * capacity
+        return 0.0 if lay.actor_sleep else lay.actor_util * capacity
     return slots * shape.n_params * b
 
 
