@@ -142,7 +142,8 @@ def test_diagevo_round_on_a_real_model(smollm2: Path, tmp_path: Path) -> None:
         f"model.path={smollm2}", "rounds=1", "challenger.steps=1", "challenger.prompts_per_step=2",
         "challenger.group_size=2", "challenger.max_new_tokens=32", "challenger.reward.samples=2", "pool.size=4",
         "pool.voting.samples=2", "pool.voting.filter=none", "solver.steps=1", "solver.prompts_per_step=2",
-        "solver.group_size=2", "memory.embedder=hash", "diagnoser.max_new_tokens=24"])
+        "solver.group_size=2", "memory.embedder=hash", "diagnoser.max_new_tokens=24",
+        f"diagnoser.model_path={smollm2}"])  # a frozen instruct diagnoser, as the paper (here the same small model)
     assert run.done(Phase("memory", 1)) and run.done(Phase("eval", 1))
     first = run.read_jsonl("round_01/challenger_rollouts.jsonl")[0]
     assert "expert competition-math problem setter" in first["prompt"]
