@@ -93,6 +93,29 @@ class EvalResult:
         return out
 
 
+def _check_eval_inputs(tasks: Sequence[Task], prompts: Sequence[str], samples: int, repeats: int) -> None:
+    for t in tasks:
+        if t.answer is None:
+            raise DataError(f"task {t.id!r} (source {t.source or '?'}) has no gold answer")
+    if samples < 0:
+        raise ValueError(f"samples must be >= 0, got {samples}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if len(prompts) != len(tasks):
+        raise ValueError(f"{len(prompts)} prompts for {len(tasks)} tasks")
+
+
+def _sampled_scores(records: list[dict], samples: int, repeats: int) -> tuple[float, float, list[float] | None]:
+    """(mean@k, pass@k, each run's mean@k or None): over R > 1 runs, the mean of the runs' figures."""
+    n = len(records)
+    if repeats == 1:
+        return (sum(r["sampled_acc"] for r in records) / n, sum(any(r["sampled_correct"]) for r in records) / n, None)
+    sampled_runs = [sum(r["sampled_acc_runs"][j] for r in records) / n for j in range(repeats)]
+    any_runs = [sum(any(r["sampled_correct"][j * samples:(j + 1) * samples]) for r in records) / n
+                for j in range(repeats)]
+    return mean_std(sampled_runs)[0], mean_std(any_runs)[0], sampled_runs
+
+
 def evaluate_tasks(
     sampler: Sampler,
     tasks: Sequence[Task],
@@ -127,15 +150,7 @@ def evaluate_tasks(
     """
     tasks = list(tasks)
     prompt_list = list(prompts)
-    for t in tasks:
-        if t.answer is None:
-            raise DataError(f"task {t.id!r} (source {t.source or '?'}) has no gold answer")
-    if samples < 0:
-        raise ValueError(f"samples must be >= 0, got {samples}")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    if len(prompt_list) != len(tasks):
-        raise ValueError(f"{len(prompt_list)} prompts for {len(tasks)} tasks")
+    _check_eval_inputs(tasks, prompt_list, samples, repeats)
     if not tasks:
         return EvalResult(greedy=0.0, sampled=None if samples == 0 else 0.0, n=0, records=[], samples=samples)
     greedy_params = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed,
@@ -150,15 +165,7 @@ def evaluate_tasks(
     records = [_record(task, prompt, greedy_out[i][0], [run[i] for run in runs] if runs else None, grade, extract,
                        group_key) for i, (task, prompt) in enumerate(zip(tasks, prompt_list))]
     n = len(records)
-    if runs and repeats > 1:
-        sampled_runs = [sum(r["sampled_acc_runs"][j] for r in records) / n for j in range(repeats)]
-        any_runs = [sum(any(r["sampled_correct"][j * samples:(j + 1) * samples]) for r in records) / n
-                    for j in range(repeats)]
-        sampled, sampled_any = mean_std(sampled_runs)[0], mean_std(any_runs)[0]
-    else:
-        sampled_runs = None
-        sampled = None if not runs else sum(r["sampled_acc"] for r in records) / n
-        sampled_any = None if not runs else sum(any(r["sampled_correct"]) for r in records) / n
+    sampled, sampled_any, sampled_runs = _sampled_scores(records, samples, repeats) if runs else (None, None, None)
     return EvalResult(
         greedy=sum(r["correct"] for r in records) / n,
         sampled=sampled,

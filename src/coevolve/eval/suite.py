@@ -152,6 +152,50 @@ def evaluate_benchmark(
                           repeats=repeats)
 
 
+def _tasks_or_skip(b: Benchmark, bench_tasks: BenchTasks | None, data_dir: Path | None, limit: int | None,
+                   skipped: dict[str, str], say: Callable[[str], None]) -> list[Task] | None:
+    """The world's own tasks for a benchmark it owns, else the benchmark's data file. A general
+    benchmark whose data is absent is noted in ``skipped`` (None); absent math data raises."""
+    tasks = bench_tasks(b.name, data_dir, limit) if bench_tasks is not None else None
+    try:
+        return tasks if tasks is not None else load_tasks(b, data_dir, limit)
+    except DataError as e:
+        if b.category != "general":  # math data ships with coevolve: its absence is a broken install
+            raise
+        # the general benchmarks are not shipped: evaluate the rest, say which is absent and why
+        skipped[b.name] = str(e)
+        say(f"[eval] {b.name} skipped, its data is absent: {e}")
+        return None
+
+
+def _bench_row(b: Benchmark, res: EvalResult, data_dir: Path | None, repeats: int, seconds: float) -> dict[str, Any]:
+    """One benchmark's row of results.json (with R > 1 repeats: each run's score and their std)."""
+    metric, score = primary_metric(b, res)
+    src = find_data_file(b, data_dir) if b.kind != "toy" else None
+    row = {"category": b.category, "kind": b.kind, "metric": metric, "score": score, **res.summary(),
+           "data": str(src) if src else ("shipped" if b.shipped else b.kind), "seconds": seconds}
+    if repeats > 1:
+        per_run = run_scores(b, res, repeats)
+        row.update(repeats=repeats, score_runs=per_run, score_std=mean_std(per_run)[1])
+    return row
+
+
+def _suite_results(benches: Sequence[str], rows: dict[str, dict[str, Any]], skipped: dict[str, str],
+                   config: dict[str, Any], rollouts: int, wall_seconds: float, repeats: int) -> dict[str, Any]:
+    """results.json: the benchmark rows, their averages and groups (with R > 1 repeats, the
+    averages' std too), what was skipped and why, the settings and the cost."""
+    return {
+        "benchmarks": rows,
+        "averages": averages(rows),
+        **({"averages_std": averages_std(rows)} if repeats > 1 else {}),
+        "groups": group_averages(benches, rows),
+        "skipped": skipped,
+        "config": config,
+        "rollouts": rollouts,
+        "wall_seconds": wall_seconds,
+    }
+
+
 def evaluate_suite(
     sampler: Sampler,
     prompter: Prompter,
@@ -194,41 +238,19 @@ def evaluate_suite(
     for b in resolved:
         tb = time.time()
         k = _samples_for(b, samples, samples_by_bench)
-        tasks = bench_tasks(b.name, data_dir, limit) if bench_tasks is not None else None
-        try:
-            tasks = tasks if tasks is not None else load_tasks(b, data_dir, limit)
-        except DataError as e:
-            if b.category != "general":  # math data ships with coevolve: its absence is a broken install
-                raise
-            # the general benchmarks are not shipped: evaluate the rest, say which is absent and why
-            skipped[b.name] = str(e)
-            say(f"[eval] {b.name} skipped, its data is absent: {e}")
+        tasks = _tasks_or_skip(b, bench_tasks, data_dir, limit, skipped, say)
+        if tasks is None:
             continue
         res = evaluate_benchmark(sampler, b, tasks, prompter, grader, samples=k, max_new_tokens=max_new_tokens,
                                  seed=seed, batch_size=batch_size, progress=progress, repeats=repeats)
         rollouts += res.n * (1 + k * repeats)
-        metric, score = primary_metric(b, res)
-        src = find_data_file(b, data_dir) if b.kind != "toy" else None
-        rows[b.name] = {"category": b.category, "kind": b.kind, "metric": metric, "score": score, **res.summary(),
-                        "data": str(src) if src else ("shipped" if b.shipped else b.kind),
-                        "seconds": round(time.time() - tb, 3)}
-        if repeats > 1:
-            per_run = run_scores(b, res, repeats)
-            rows[b.name].update(repeats=repeats, score_runs=per_run, score_std=mean_std(per_run)[1])
+        rows[b.name] = _bench_row(b, res, data_dir, repeats, seconds=round(time.time() - tb, 3))
         if out_dir is not None:
             atomic_write_jsonl(Path(out_dir) / f"items_{b.name}.jsonl", res.records)
-    results: dict[str, Any] = {
-        "benchmarks": rows,
-        "averages": averages(rows),
-        **({"averages_std": averages_std(rows)} if repeats > 1 else {}),
-        "groups": group_averages(benches, rows),
-        "skipped": skipped,
-        "config": {**(meta or {}), "benches": [b.name for b in resolved], "limit": limit, "samples": samples,
-                   "samples_by_bench": samples_by_bench or {}, "max_new_tokens": max_new_tokens, "seed": seed,
-                   **({"repeats": repeats} if repeats > 1 else {})},
-        "rollouts": rollouts,
-        "wall_seconds": round(time.time() - t0, 3),
-    }
+    config = {**(meta or {}), "benches": [b.name for b in resolved], "limit": limit, "samples": samples,
+              "samples_by_bench": samples_by_bench or {}, "max_new_tokens": max_new_tokens, "seed": seed,
+              **({"repeats": repeats} if repeats > 1 else {})}
+    results = _suite_results(benches, rows, skipped, config, rollouts, round(time.time() - t0, 3), repeats)
     if out_dir is not None:
         atomic_write_json(Path(out_dir) / "results.json", results)
     return results

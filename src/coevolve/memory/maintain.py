@@ -228,6 +228,41 @@ def file_diagnosis(
             "similarity": best, "reactivated": False}
 
 
+def _file_diagnoses(
+    memory: ErrorMemory,
+    kept: Sequence[KeptQuestion],
+    pairs: Sequence[tuple[int, int, int]],
+    diags: Sequence[Diagnosis | None],
+    embedder: Embedder,
+    cfg: MemoryConfig,
+    round_: int,
+    confirm: Callable[[str, str], bool] | None,
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """File each valid diagnosis of a (question, bad, good) pair into ``memory`` (one batched
+    embedding of the causes); the per-pair records and the count of each filing action."""
+    valid = [d for d in diags if d is not None]
+    embs = embedder.encode([d.cause for d in valid]) if valid else np.zeros((0, 1))  # (V, d)
+    counts = {"known": 0, "duplicate": 0, "new_cause": 0, "new_node": 0, "reactivated": 0}
+    records: list[dict[str, Any]] = []
+    vi = 0
+    for (q, b, g), d in zip(pairs, diags):
+        rec: dict[str, Any] = {"round": round_, "question_id": kept[q].id, "question": kept[q].question,
+                               "label": kept[q].label, "bad": kept[q].responses[b],
+                               "good": kept[q].responses[g], "targets": list(kept[q].target_cause_ids),
+                               "diagnosis": None}
+        if d is not None:
+            res = file_diagnosis(memory, d, embs[vi], kept[q].target_cause_ids, embedder, cfg,
+                                 round_, confirm)
+            vi += 1
+            counts[res["action"]] += 1
+            counts["reactivated"] += int(res["reactivated"])
+            rec["diagnosis"] = {"divergence_step": d.divergence_step, "cause": d.cause,
+                                "skill": d.skill, "source_id": d.source_id}
+            rec.update(res)
+        records.append(rec)
+    return records, counts
+
+
 def maintain_memory(
     memory: ErrorMemory,
     kept: Sequence[KeptQuestion],
@@ -249,25 +284,7 @@ def maintain_memory(
                 for q, b, g in pairs]
     diags = diagnoser.diagnose_batch(requests)
     valid = [d for d in diags if d is not None]
-    embs = embedder.encode([d.cause for d in valid]) if valid else np.zeros((0, 1))  # (V, d)
-    counts = {"known": 0, "duplicate": 0, "new_cause": 0, "new_node": 0, "reactivated": 0}
-    records: list[dict[str, Any]] = []
-    vi = 0
-    for (q, b, g), d in zip(pairs, diags):
-        rec: dict[str, Any] = {"round": round_, "question_id": kept[q].id, "question": kept[q].question,
-                               "label": kept[q].label, "bad": kept[q].responses[b],
-                               "good": kept[q].responses[g], "targets": list(kept[q].target_cause_ids),
-                               "diagnosis": None}
-        if d is not None:
-            res = file_diagnosis(memory, d, embs[vi], kept[q].target_cause_ids, embedder, cfg,
-                                 round_, confirm)
-            vi += 1
-            counts[res["action"]] += 1
-            counts["reactivated"] += int(res["reactivated"])
-            rec["diagnosis"] = {"divergence_step": d.divergence_step, "cause": d.cause,
-                                "skill": d.skill, "source_id": d.source_id}
-            rec.update(res)
-        records.append(rec)
+    records, counts = _file_diagnoses(memory, kept, pairs, diags, embedder, cfg, round_, confirm)
     promoted = memory.update_promotions(dict(targeted_p1), round_, cfg.theta_up, cfg.min_targeted,
                                         None if reference_p1 is None else dict(reference_p1))
     merged = memory.merge_redundant_nodes(embedder, cfg.merge_threshold, round_)
