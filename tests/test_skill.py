@@ -112,9 +112,28 @@ def test_heldout_strata_are_balanced_distinct_and_focal():
     assert len(small) == 1190 and {p.question for p in small} <= {p.question for p in hs}
 
 
+def test_the_ladder_pool_puts_one_or_two_soft_deficits_in_its_middle_fifth():
+    big = sw.labelled_set(512, seed=3)  # the default pool
+    assert sw.labelled_set(512, seed=3, pool="ladder") == big and sw.labelled_set(128, seed=3) == big[:128]
+    kinds = [p.features["pool_kind"] for p in big]
+    assert set(kinds) == {"trivial", "out_of_reach", "ladder"} and 0.12 < kinds.count("ladder") / len(big) < 0.28
+    rungs = {1: 0, 2: 0}
+    for p in big:
+        if p.features["pool_kind"] == "ladder":
+            ex = p.features["exercised"]
+            assert 2 <= p.depth <= 4 and not set(ex) & set(sw.DEFICITS.hard)
+            assert sum(s in sw.DEFICITS.soft for s in ex) == p.features["rung"]
+            rungs[p.features["rung"]] += 1
+    assert min(rungs.values()) > 0.3 * sum(rungs.values())
+    with pytest.raises(DataError, match="labelled pool 'steep': one of ladder, ushape, strata"):
+        sw.labelled_set(8, pool="steep")
+    with pytest.raises(DataError, match="rung 3 must be in"):
+        sw.draw_rung(random.Random(0), 3, 2)
+
+
 def test_labelled_sets_are_nested_outside_the_heldout_set_and_u_shaped():
-    big = sw.labelled_set(512, seed=3)
-    assert sw.labelled_set(128, seed=3) == big[:128]
+    big = sw.labelled_set(512, seed=3, pool="ushape")
+    assert sw.labelled_set(128, seed=3, pool="ushape") == big[:128]
     assert not {p.question for p in big} & sw.heldout_questions()
     kinds = [p.features["pool_kind"] for p in big]
     assert {k: kinds.count(k) for k in set(kinds)}.keys() == {"trivial", "out_of_reach", "between"}
@@ -123,7 +142,7 @@ def test_labelled_sets_are_nested_outside_the_heldout_set_and_u_shaped():
             assert p.depth == 5 and sum(sw.DEFICITS.rate(s) > 0 for s in p.features["exercised"]) >= 3
         if p.features["pool_kind"] == "trivial":
             assert p.depth == 1 and p.features["deficits"] == []
-    assert sw.labelled_set(64, seed=4) != big[:64]
+    assert sw.labelled_set(64, seed=4, pool="ushape") != big[:64]
 
 
 def test_deficit_profile():

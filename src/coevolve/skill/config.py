@@ -28,11 +28,13 @@ class SkillWorldConfig(Strict):
         None, description="Skills that fresh labelled draws (data.limit unset: the grpo baseline's data) are drawn for, "
         "one focal skill per question, depth 1-5, the other steps clean (the held-out strata); None = every skill "
         "(the held-out mix). The positive control 'targeted' sets the deficient skills here.")
-    pool: Literal["ushape", "strata"] = Field(
-        "ushape", description="Distribution of a fixed labelled set (data.limit) and of D²Evo's candidate pool: "
-        "'ushape' = 40 % trivial (one clean step), 40 % out of reach (five steps, three or more of them exercising "
-        "a deficit), 20 % between (depth 2-4, any focal skill) - the paper's argument for difficulty-aware anchors; "
-        "'strata' = the held-out mix.")
+    pool: Literal["ladder", "ushape", "strata"] = Field(
+        "ladder", description="Distribution of a fixed labelled set (data.limit) and of D²Evo's candidate pool: "
+        "'ladder' = 40 % trivial (one clean step), 40 % out of reach (five steps, three or more of them exercising "
+        "a deficit), 20 % a difficulty ladder (depth 2-4 with one or two soft deficits, no hard one: the first rung "
+        "sits in the band at the base, the second enters it as the solver improves) - the paper's argument for "
+        "difficulty-aware anchors; 'ushape' = the same with a middle fifth of depth-2-4 strata of any focal skill "
+        "(most of them easy: the band held 16 of 256 questions at the base); 'strata' = the held-out mix.")
 
     @field_validator("deficits")
     @classmethod

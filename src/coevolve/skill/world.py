@@ -583,13 +583,20 @@ def draw_strata(rng: random.Random, profile: DeficitProfile = DEFICITS, focus: S
 
 
 POOL_SHARES = (("trivial", 0.4), ("out_of_reach", 0.4), ("between", 0.2))
-"""The U-shaped labelled pool (``data.skill.pool=ushape``)."""
+"""The U-shaped labelled pool (``data.skill.pool=ushape`` and ``ladder``: they differ in the middle fifth)."""
+
+POOLS = ("ladder", "ushape", "strata")
+"""The labelled pools a fixed set (``data.limit``) or D²Evo's candidate pool is drawn from."""
 
 
-def draw_ushape(rng: random.Random, profile: DeficitProfile = DEFICITS) -> SkillProblem:
+def draw_ushape(rng: random.Random, profile: DeficitProfile = DEFICITS, middle: str = "between") -> SkillProblem:
     """One question of the U-shaped pool: ``trivial`` = one step of a clean skill; ``out_of_reach`` =
-    five steps, at least three of them exercising a deficient skill; ``between`` = a stratum of
-    depth 2-4. The kind is in ``features["pool_kind"]``."""
+    five steps, at least three of them exercising a deficient skill; the middle fifth is
+    ``between`` = a stratum of depth 2-4 (any focal skill: 4 of 7 are clean, so most of it is easy
+    and the band held 16 of 256 questions at the base, 3 by round 3) or ``ladder`` = depth 2-4 with
+    exactly one or two exercised soft deficits and no hard one (about 0.4-0.6 and 0.2-0.4 at the
+    base: the first rung is in D²Evo's band, the second enters it as the solver repairs a soft
+    skill). The kind is in ``features["pool_kind"]``."""
     u = rng.random()
     if u < POOL_SHARES[0][1]:
         kind, p = "trivial", draw_focal(rng, rng.choice(profile.clean or SKILLS), 1, profile)
@@ -600,25 +607,50 @@ def draw_ushape(rng: random.Random, profile: DeficitProfile = DEFICITS) -> Skill
             if sum(profile.rate(s) > 0 for s in p.features["exercised"]) >= 3:
                 kind = "out_of_reach"
                 break
+    elif middle == "ladder" and profile.soft:
+        kind, p = "ladder", draw_rung(rng, rng.choice((1, 2)), rng.choice((2, 3, 4)), profile)
     else:
         kind, p = "between", draw_focal(rng, rng.choice(SKILLS), rng.choice((2, 3, 4)), profile)
     return replace(p, features={**p.features, "pool_kind": kind})
 
 
-def labelled_set(n: int, seed: int = 0, profile: DeficitProfile = DEFICITS, pool: str = "ushape",
+def draw_rung(rng: random.Random, rung: int, depth: int, profile: DeficitProfile = DEFICITS,
+              tries: int = 5000) -> SkillProblem:
+    """A question of depth ``depth`` whose steps exercise exactly ``rung`` soft deficits (counted
+    with repeats) and no hard one, every other step a clean skill; ``features["rung"] = rung``."""
+    if not 1 <= rung <= depth:
+        raise DataError(f"draw_rung: rung {rung} must be in [1, depth={depth}]")
+    w = {s: (2.0 if s in profile.soft else 1.0) for s in (*profile.soft, *profile.clean)}
+    for _ in range(tries):
+        p = make_problem(question_text(*draw_chain(rng, depth, w)), profile)
+        ex = p.features["exercised"]
+        if sum(s in profile.soft for s in ex) == rung and not any(s in profile.hard for s in ex):
+            return replace(p, features={**p.features, "rung": rung})
+    raise DataError(f"draw_rung: no question of depth {depth} with {rung} soft deficits")
+
+
+def draw_pool(rng: random.Random, pool: str, profile: DeficitProfile = DEFICITS) -> SkillProblem:
+    """One question of the named labelled pool (``POOLS``)."""
+    if pool not in POOLS:
+        raise DataError(f"labelled pool {pool!r}: one of {', '.join(POOLS)}")
+    return draw_strata(rng, profile) if pool == "strata" else draw_ushape(rng, profile, "ladder" if pool == "ladder"
+                                                                           else "between")
+
+
+def labelled_set(n: int, seed: int = 0, profile: DeficitProfile = DEFICITS, pool: str = "ladder",
                  banned: frozenset[str] | None = None) -> list[SkillProblem]:
-    """A fixed labelled set of ``n`` distinct questions (``pool``: ``ushape`` or ``strata``), never
+    """A fixed labelled set of ``n`` distinct questions (``pool``: one of ``POOLS``), never
     a held-out question. Nested: the first ``n`` of a larger set with the same seed are this set
     (the label-budget axis compares L, 4L, 16L labels of one sequence)."""
-    if pool not in ("ushape", "strata"):
-        raise DataError(f"labelled pool {pool!r}: 'ushape' or 'strata'")
+    if pool not in POOLS:
+        raise DataError(f"labelled pool {pool!r}: one of {', '.join(POOLS)}")
     rng = random.Random(seed)
     banned = heldout_questions(profile=profile) if banned is None else banned
     seen: set[str] = set()
     out: list[SkillProblem] = []
     misses = 0
     while len(out) < n:
-        p = draw_ushape(rng, profile) if pool == "ushape" else draw_strata(rng, profile)
+        p = draw_pool(rng, pool, profile)
         if p.question in banned or p.question in seen:
             misses += 1
             if misses > 100 * n + 10_000:

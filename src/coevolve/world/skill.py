@@ -19,8 +19,8 @@ from coevolve.skill.world import (
     HELDOUT_DEFAULT,
     SKILLS,
     DeficitProfile,
+    draw_pool,
     draw_strata,
-    draw_ushape,
     heldout_questions,
     heldout_tasks,
     labelled_set,
@@ -43,7 +43,7 @@ class SkillWorld:
     rep_tokenizer = "char"  # questions have no spaces
 
     def __init__(self, profile: DeficitProfile = DEFICITS, heldout_per_stratum: int = 100,
-                 focus: Sequence[str] | None = None, pool_kind: str = "ushape", exclude_heldout: bool = True,
+                 focus: Sequence[str] | None = None, pool_kind: str = "ladder", exclude_heldout: bool = True,
                  tasks: Sequence[Task] | None = None):
         """``focus``: the skills fresh draws are drawn for (None: all); ``pool_kind``: the fresh
         candidate pool's distribution; ``tasks``: a fixed labelled set instead of fresh draws."""
@@ -89,7 +89,7 @@ class SkillWorld:
         banned = heldout_questions(profile=self.profile) if self.exclude_heldout else frozenset()
         out: list[Task] = []
         while len(out) < (size or DEFAULT_POOL):
-            p = draw_ushape(rng, self.profile) if self.pool_kind == "ushape" else draw_strata(rng, self.profile)
+            p = draw_pool(rng, self.pool_kind, self.profile)
             if p.question not in banned:
                 out.append(p.to_task())
         return dedupe(out, key=lambda t: t.question)
