@@ -515,3 +515,11 @@ def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     assert "## Declared claims" in md and "| C1 |" in md and "**reproduced**" in md
     assert "## The error memory against the injected deficits" in md and "sub_bug: active" in md
     assert data["verdicts"][0]["claim"]["key"] == "C1" and json.dumps(data)
+    # seeds run against the power plan's, and the study's summed run time
+    c1_row = next(line for line in md.splitlines() if line.startswith("| C1 |") and "items)" in line)
+    assert "| 3 of 3 |" in c1_row
+    b2_row = next(line for line in md.splitlines() if line.startswith("| B2 |") and "items)" in line)
+    assert f"| 0 of {plan['B2'].seeds} |" in b2_row
+    assert ss.seeds_cell(2, None, "paper") == "2 of >50" and ss.seeds_cell(3, 7, "paper") == "3 of 7"
+    total = sum(c.wall_seconds or 0 for c in cells)
+    assert f"{len(cells)} runs, {total / 3600:.2f} h summed" in md

@@ -315,15 +315,25 @@ def declaration_table(claims: Sequence[DeclaredClaim] = CLAIMS, seeds: dict[str,
     return L
 
 
-def verdict_table(verdicts: Sequence[Verdict]) -> list[str]:
-    L = ["| # | claim | better - worse | stratum | seeds | better | worse | Δ [95 % CI] (primary) | se seed / item | "
-         "Δ/se | Holm p | verdict | Δ on the other metric |",
+def seeds_cell(n: int, declared: int | None, family: str) -> str:
+    """Seeds run per arm against the seeds the power plan asks for (controls: 3); "of >50" when
+    the plan calls the claim unreachable."""
+    want = 3 if family == "control" else declared
+    return f"{n} of {want if want is not None else '>50'}"
+
+
+def verdict_table(verdicts: Sequence[Verdict], declared: dict[str, int | None] | None = None) -> list[str]:
+    """One row per claim; ``declared`` (claim -> seeds per arm from the power plan) adds "n of N"
+    to the seeds column, so an interval from fewer seeds than planned reads as such."""
+    L = ["| # | claim | better - worse | stratum | seeds (run of planned) | better | worse | Δ [95 % CI] (primary) | "
+         "se seed / item | Δ/se | Holm p | verdict | Δ on the other metric |",
          "|---|---|---|---|---:|---:|---:|---|---|---:|---:|---|---|"]
     for v in verdicts:
         d = v.diff
         ratio = (d.mean / d.se) if d.mean is not None and d.se else None
+        n = str(d.n) if declared is None else seeds_cell(d.n, declared.get(v.claim.key), v.claim.family)
         L.append(f"| {v.claim.key} | {v.claim.text} | {v.claim.better} - {v.claim.worse} | {v.claim.stratum} "
-                 f"({v.n_items} items) | {d.n} | {_pm(v.mean_better, signed=False)} | {_pm(v.mean_worse, signed=False)} | "
+                 f"({v.n_items} items) | {n} | {_pm(v.mean_better, signed=False)} | {_pm(v.mean_worse, signed=False)} | "
                  f"{_diff(d)} | {_pm(d.se_seed, 4, False)} / {_pm(d.se_item, 4, False)} | "
                  f"{'-' if ratio is None else f'{ratio:.1f}'} | {'-' if v.p_holm is None else f'{v.p_holm:.3g}'} | "
                  f"**{v.verdict}** | {_diff(v.secondary)} |")
@@ -369,6 +379,13 @@ def strata_table(results: Sequence[CellResult], variants: Sequence[str], frontie
     return L
 
 
+def run_time_line(results: Sequence[CellResult]) -> str:
+    """The study's cost: the runs' wall clocks summed (each run one torch thread)."""
+    total = sum(r.wall_seconds or 0 for r in results)
+    return (f"Run time: {len(results)} runs, {total / 3600:.2f} h summed over the runs' wall clocks (one torch thread "
+            f"each, `run.threads=1`; on 2 cores, two runs at a time: about {total / 7200:.2f} h of wall time).")
+
+
 def memory_table(results: Sequence[CellResult]) -> list[str]:
     """The error memory of each run that kept one, against the injected deficits."""
     L = ["| variant | seed | causes | precision | precision (failures) | recall (soft) | recall (all) | injected causes' "
@@ -399,9 +416,10 @@ def render(results: Sequence[CellResult], missing: Sequence[str], setting: Seque
          f"{', '.join(frontier) or '(none declared)'}. Differences: Welch between recipes, paired within a recipe; "
          "both add the item term (the held-out items are a sample). Holm within each family, two-sided 0.05.", "",
          "## Declared claims", "", *declaration_table(claims, {r.claim: r.seeds for r in plan}), "",
-         "## Verdicts", "", *verdict_table(verdicts), "",
+         "## Verdicts", "", *verdict_table(verdicts, {r.claim: r.seeds for r in plan}), "",
          "## Power (from the controls)", "", *power_table(plan), "",
-         "## Accuracy by stratum (mean over seeds; greedy / sampled)", "", *strata_table(results, variants, frontier), ""]
+         "## Accuracy by stratum (mean over seeds; greedy / sampled)", "", *strata_table(results, variants, frontier), "",
+         run_time_line(results), ""]
     mem = memory_table(results)
     if len(mem) > 2:
         L += ["## The error memory against the injected deficits", "", *mem, ""]
@@ -417,4 +435,4 @@ def render(results: Sequence[CellResult], missing: Sequence[str], setting: Seque
 
 __all__ = ["CLAIMS", "DeclaredClaim", "FRONTIER", "LABELS", "PRIMARY_METRIC", "PowerRow", "Verdict", "compare",
            "declaration_table", "in_stratum", "item_scores", "judge", "memory_table", "power_plan", "power_table", "render",
-           "strata_table", "stratum_skills", "verdict_table"]
+           "run_time_line", "seeds_cell", "strata_table", "stratum_skills", "verdict_table"]
