@@ -194,7 +194,12 @@ def test_verifiers() -> None:
     assert C.NoVerifier().verify(recs) == [None] * 4 and not C.NoVerifier().enforce
     ov = C.OracleVerifier(oracle, G)
     assert ov.verify(recs) == [True, False, None, None] and not ov.enforce
-    assert isinstance(ov, C.LabelVerifier)
+    assert isinstance(ov, C.LabelVerifier) and ov.labels == 0  # a measurement reads no label for the run
+    checker = C.make_verifier("checker", oracle=oracle, grader=G)
+    assert checker.enforce and checker.verify(recs) == [True, False, None, None] and checker.labels == 4
+    assert C.make_verifier("oracle", oracle=oracle, grader=G).enforce is False
+    with pytest.raises(ConfigError, match="buffer.verifier=checker needs a world with an oracle"):
+        C.make_verifier("checker")
 
     class Judge:
         def __init__(self):

@@ -132,7 +132,7 @@ def test_smoke_run_artefacts_metrics_report(ref: tuple[dict, Run]) -> None:
 @pytest.mark.parametrize(
     "ablation",
     [["questioner=false"], ["share_weights=false"], ["synthesis=false"], ["anchor_selection=random"],
-     ["questioner_reward=rzero"], ["label_verifier=oracle"]],
+     ["questioner_reward=rzero"], ["label_verifier=oracle"], ["label_verifier=checker"]],
     ids=lambda a: a[0],
 )
 def test_ablations_run(tmp_path: Path, ablation: list[str]) -> None:
@@ -164,6 +164,14 @@ def test_ablations_run(tmp_path: Path, ablation: list[str]) -> None:
         cands = run.read_jsonl("round_01/candidates.jsonl")
         assert not any(c["status"] == "rejected" for c in cands)
         assert buf["buffer_generated"] == sum(r["kept"] for r in rows)
+    if ablation[0] == "label_verifier=checker":
+        # the stand-in for the paper's GPT-5.2 check: every wrong label is dropped, each check a label read
+        rows = run.read_jsonl("round_01/pool.jsonl")
+        assert rows and not any(r["kept"] and r["label_correct"] is False for r in rows)
+        cands = run.read_jsonl("round_01/candidates.jsonl")
+        checked = sum(c["status"] in ("kept", "rejected") for c in cands)  # every label that passed the filter
+        assert checked and run.result(Phase("buffer", 1)).compute["labels"] == checked
+        assert buf["buffer_generated"] == sum(c["status"] == "kept" for c in cands)
 
 
 @pytest.mark.slow

@@ -97,7 +97,7 @@ def test_variants_grid_and_selection(tmp_path):
         load_config(v.recipe, ROOT / "configs" / v.config, list(v.overrides))
     names = [v.name for v in st.select_variants([], ["d2evo"])]
     assert names == ["d2evo", "d2evo.no_questioner", "d2evo.no_share_weights", "d2evo.no_synthesis",
-                     "d2evo.random_anchors", "d2evo.rzero_reward"]
+                     "d2evo.random_anchors", "d2evo.rzero_reward", "d2evo.checked"]
     assert [v.name for v in st.select_variants(["rzero", "grpo"])] == ["grpo", "rzero"]  # VARIANTS order
     assert len(st.select_variants()) == len(st.VARIANTS)
     with pytest.raises(st.StudyError, match="nope"):
@@ -106,7 +106,7 @@ def test_variants_grid_and_selection(tmp_path):
     assert [(c.variant.name, c.seed) for c in cells] == [("grpo", 0), ("d2evo", 0), ("grpo", 1), ("d2evo", 1)]
     assert cells[1].path == tmp_path / "d2evo" / "seed0"
     assert set(st.ablations("d2evo")) == {"full", "no_questioner", "no_share_weights", "no_synthesis",
-                                          "random_anchors", "rzero_reward"}
+                                          "random_anchors", "rzero_reward", "checked"}
     paper = {c.worse for c in st.claims() if c.text.startswith("ablation")}
     assert {"d2evo.no_questioner", "d2evo.random_anchors", "diagevo.no_filter", "diagevo.random_pair"} <= paper
     assert "d2evo.rzero_reward" not in paper  # ours, not a paper claim

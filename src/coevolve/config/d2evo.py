@@ -77,11 +77,12 @@ class BufferSection(Strict):
         default_factory=lambda: Voting(samples=8, filter="absolute", band=Band(low=0.4, high=0.8)),
         description="Pseudo-labels by the previous-round solver π_S^{t-1} (paper), N = 8 votes (our default), and the "
         "keep band [τ_l, τ_u] (paper; equal to the anchor band by our default).")
-    verifier: Literal["none", "oracle", "judge"] = Field(
+    verifier: Literal["none", "oracle", "checker", "judge"] = Field(
         "none", description="Second check of pseudo-labels. The paper checks every label with a strong external LLM "
         "(GPT-5.2) as part of its pipeline; offline that is not possible, so 'none' (default) is a deviation forced by "
-        "the setting. Stand-ins: 'judge' asks a model (judge_model_path) yes/no and drops rejected labels; 'oracle' "
-        "only measures label accuracy (toy world).")
+        "the setting. Stand-ins: 'judge' asks a model (judge_model_path) yes/no and drops rejected labels; 'checker' "
+        "drops every wrong label by the world's exact answer (toy, arith, skill: a perfect checker, each check counted "
+        "as a label read); 'oracle' only measures label accuracy.")
     judge_model_path: ModelPath = Field(None, description="verifier=judge: HF folder, built-in name (smollm2) or cached "
                                         "Hub id of the judge, the stand-in for the paper's GPT-5.2 (None = the solver).")
     judge_max_new_tokens: int = Field(8, ge=1, description="Reply length of the judge (yes/no).")

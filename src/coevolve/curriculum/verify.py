@@ -1,7 +1,8 @@
 """A second, independent check of pseudo-labels (D²Evo step 3). The paper checks every buffer
 label with a strong external LLM (GPT-5.2) as part of its pipeline; offline no such model can be
 called, so the default is no check (``NoVerifier``), a deviation forced by the setting. A judge
-model (``JudgeVerifier``) or a symbolic checker (the toy world's oracle) stands in for it.
+model (``JudgeVerifier``) or a symbolic checker (a world's oracle: ``checker`` drops wrong labels,
+``oracle`` only measures them) stands in for it.
 
 Verifiers return per record True (confirmed), False (rejected) or None (unknown); ``enforce``
 says whether the recipe drops rejected records (False = measure only).
@@ -23,6 +24,7 @@ from coevolve.types import AnswerGrader, Sampler, SamplingParams
 class LabelVerifier(Protocol):
     enforce: bool
     rollouts: int  # model calls made so far (0 for checks that sample nothing)
+    labels: int  # gold answers read to decide (a perfect checker's; 0 for a model or a measurement)
 
     def verify(self, records: Sequence[VoteRecord]) -> list[bool | None]: ...
 
@@ -33,27 +35,35 @@ class NoVerifier:
 
     enforce = False
     rollouts = 0
+    labels = 0
 
     def verify(self, records: Sequence[VoteRecord]) -> list[bool | None]:
         return [None] * len(records)
 
 
 class OracleVerifier:
-    """Compares pseudo-labels with the world's exact answer (toy world only).
+    """Compares pseudo-labels with the world's exact answer (worlds that know the truth).
 
-    Measure-only (``enforce=False``): dropping by oracle would leak ground truth into a
-    label-free method; it exists to report how often a perfect checker would disagree.
-    """
+    ``verifier=oracle`` is measure-only (``enforce=False``): it reports how often a perfect
+    checker would disagree and drops nothing. ``verifier=checker`` enforces: a perfect stand-in
+    for the paper's GPT-5.2 check that drops every wrong label, which reads a gold answer per
+    checked label (``checked``, counted as labels by the recipe)."""
 
-    enforce = False
     rollouts = 0
 
-    def __init__(self, oracle: OracleFn, grader: AnswerGrader):
+    def __init__(self, oracle: OracleFn, grader: AnswerGrader, enforce: bool = False):
         self.oracle = oracle
         self.grader = grader
+        self.enforce = enforce
+        self.checked = 0
 
     def verify(self, records: Sequence[VoteRecord]) -> list[bool | None]:
+        self.checked += len(records)
         return [label_correct(r, self.oracle, self.grader) for r in records]
+
+    @property
+    def labels(self) -> int:
+        return self.checked if self.enforce else 0
 
 
 def parse_yes_no(text: str) -> bool | None:
@@ -74,6 +84,7 @@ class JudgeVerifier:
     correct final answer, with the world's judge prompt; greedy, batched. Garbage -> None."""
 
     enforce = True
+    labels = 0
 
     def __init__(self, sampler: Sampler, prompter: Prompter, max_new_tokens: int = 8, batch_prompts: int = 64):
         self.sampler = sampler
@@ -96,7 +107,7 @@ class JudgeVerifier:
 
 
 def make_verifier(
-    kind: Literal["none", "oracle", "judge"],
+    kind: Literal["none", "oracle", "checker", "judge"],
     *,
     oracle: OracleFn | None = None,
     grader: AnswerGrader | None = None,
@@ -107,12 +118,12 @@ def make_verifier(
     """Config value -> verifier, with a clear error when its dependency is missing."""
     if kind == "none":
         return NoVerifier()
-    if kind == "oracle":
+    if kind in ("oracle", "checker"):
         if oracle is None or grader is None:
-            raise ConfigError("buffer.verifier=oracle needs a world with an oracle (the toy or arith world)")
-        return OracleVerifier(oracle, grader)
+            raise ConfigError(f"buffer.verifier={kind} needs a world with an oracle (the toy, arith or skill world)")
+        return OracleVerifier(oracle, grader, enforce=kind == "checker")
     if kind == "judge":
         if judge is None or prompter is None:
             raise ConfigError("buffer.verifier=judge needs a judge sampler and its prompter")
         return JudgeVerifier(judge, prompter, max_new_tokens)
-    raise ConfigError(f"label verifier must be 'none', 'oracle' or 'judge', got {kind!r}")
+    raise ConfigError(f"label verifier must be 'none', 'oracle', 'checker' or 'judge', got {kind!r}")

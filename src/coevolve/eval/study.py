@@ -77,6 +77,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in [
     _abl("d2evo", "no_synthesis", ["synthesis=false"], "48.71"),
     _abl("d2evo", "random_anchors", ["anchor_selection=random"], "49.22"),
     _abl("d2evo", "rzero_reward", ["questioner_reward=rzero"], "ours: R-Zero's questioner reward"),
+    _abl("d2evo", "checked", ["label_verifier=checker"],
+         "the paper's label check (GPT-5.2), a perfect checker standing in: wrong labels dropped"),
     # DiagEvo paper ablations (Qwen3-8B math avg; full 72.3) and ours
     _abl("diagevo", "frozen_challenger", ["challenger.frozen=true"], "68.5 (-3.8)"),
     _abl("diagevo", "explore_only", ["memory.schedule=explore_only"], "69.5"),

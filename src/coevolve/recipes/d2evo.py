@@ -283,6 +283,7 @@ def phase_buffer(p: D2Evo, phase: Phase) -> PhaseRecord:
             s.run.write_jsonl(ctx.dir / "pool.jsonl", pool.rows())
             kept, stats = pool.kept, pool.stats()
             rollouts = pool.rollouts + verifier.rollouts
+            ctx.compute.labelled(verifier.labels)  # a perfect checker reads a gold answer per label
         buffer = build_hybrid_buffer(anchor_recs, kept, round_idx=t)
         s.run.write_jsonl(ctx.dir / "buffer.jsonl", [x.to_dict() for x in buffer])
         values = {**{k: v for k, v in stats.items() if k != "rollouts"},
