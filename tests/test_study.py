@@ -463,6 +463,9 @@ def _skill_run(path: Path, rng, p_item, seed: int, memory=None) -> Path:
     (path / "state.json").write_text(json.dumps({"format": STATE_FORMAT, "status": "finished", "phases": phases}))
     (path / "round_01" / "eval").mkdir(parents=True)
     (path / "round_01" / "eval" / "items_skill.jsonl").write_text("\n".join(json.dumps(r) for r in items))
+    (path / "base" / "eval").mkdir(parents=True)  # the base: every item right at greedy, none sampled
+    (path / "base" / "eval" / "items_skill.jsonl").write_text("\n".join(
+        json.dumps({**r, "correct": True, "sampled_acc": 0.0}) for r in items))
     g = sum(r["correct"] for r in items) / len(items)
     sm = sum(r["sampled_acc"] for r in items) / len(items)
     (path / "summary.json").write_text(json.dumps({
@@ -521,5 +524,6 @@ def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     b2_row = next(line for line in md.splitlines() if line.startswith("| B2 |") and "items)" in line)
     assert f"| 0 of {plan['B2'].seeds} |" in b2_row
     assert ss.seeds_cell(2, None, "paper") == "2 of >50" and ss.seeds_cell(3, 7, "paper") == "3 of 7"
+    assert f"| base | {len(cells)} runs | 1.000 / 0.000 | 1.000 / 0.000 |" in md  # read from base/eval
     total = sum(c.wall_seconds or 0 for c in cells)
     assert f"{len(cells)} runs, {total / 3600:.2f} h summed" in md

@@ -158,22 +158,24 @@ def in_stratum(item: dict[str, Any], stratum: str, frontier: Sequence[str] = FRO
 
 
 @functools.lru_cache(maxsize=256)
-def _items(path: str) -> tuple[tuple[str, float, float], ...]:
+def _items(path: str, which: str = "final") -> tuple[tuple[str, float, float], ...]:
     from coevolve.world.skill import eval_items
 
-    items = eval_items(Path(path))
+    items = eval_items(Path(path), which)
     if items is None:
-        raise StudyError(f"{path}: no per-item records of a final skill evaluation")
+        raise StudyError(f"{path}: no per-item records of a {which} skill evaluation")
     return tuple((json.dumps([r["question"], r.get("group")]), float(r["correct"]), float(r.get("sampled_acc", r["correct"])))
                  for r in items)
 
 
-def item_scores(cell: CellResult, stratum: str, metric: str, frontier: Sequence[str] = FRONTIER) -> dict[str, float]:
-    """``{item key: score}`` of a finished skill cell on one stratum (greedy 0/1 or sampled accuracy)."""
+def item_scores(cell: CellResult, stratum: str, metric: str, frontier: Sequence[str] = FRONTIER,
+                which: str = "final") -> dict[str, float]:
+    """``{item key: score}`` of a finished skill cell on one stratum (greedy 0/1 or sampled accuracy),
+    of its final evaluation or (``which="base"``) of the base model's."""
     if cell.path is None:
         raise StudyError(f"{cell.variant} seed{cell.seed}: no run folder to read items from")
     out = {}
-    for key, g, smp in _items(str(cell.path)):
+    for key, g, smp in _items(str(cell.path), which):
         q, group = json.loads(key)
         if in_stratum({"question": q, "group": group}, stratum, frontier):
             out[key] = g if metric == "greedy" else smp
@@ -365,23 +367,35 @@ def power_table(rows: Sequence[PowerRow]) -> list[str]:
 
 def strata_table(results: Sequence[CellResult], variants: Sequence[str], frontier: Sequence[str] = FRONTIER
                  ) -> list[str]:
-    """Per variant, mean over seeds of greedy / sampled accuracy on each stratum, and compute."""
+    """Per variant, mean over seeds of greedy / sampled accuracy on each stratum, and compute; the
+    first row is the base model (every run's base evaluation, averaged: one model, seeded draws)."""
     strata = ["all", "deficient", "soft", "hard", "clean", *(["frontier"] if frontier else [])]
     L = ["| variant | seeds | " + " | ".join(f"{x} g / s" for x in strata) + " | rollouts | labels | wall min |",
          "|---|---:|" + "---|" * len(strata) + "---:|---:|---:|"]
+
+    def means(mine: Sequence[CellResult], which: str) -> list[str]:
+        cells = []
+        for st_ in strata:
+            g = [sum(x := list(item_scores(r, st_, "greedy", frontier, which).values())) / max(1, len(x)) for r in mine]
+            sm = [sum(x := list(item_scores(r, st_, "sampled", frontier, which).values())) / max(1, len(x))
+                  for r in mine]
+            cells.append(f"{sum(g) / len(g):.3f} / {sum(sm) / len(sm):.3f}")
+        return cells
+
+    from coevolve.world.skill import eval_items
+
+    based = [r for r in results if r.path is not None and eval_items(Path(r.path), "base") is not None]
+    if based:  # runs made before the base's per-item records have none
+        L.append(f"| base | {len(based)} runs | " + " | ".join(means(based, "base")) + " | 0 | 0 | - |")
     for v in variants:
         mine = [r for r in results if r.variant == v]
         if not mine:
             continue
-        cells = []
-        for st_ in strata:
-            g = [sum(x := list(item_scores(r, st_, "greedy", frontier).values())) / max(1, len(x)) for r in mine]
-            sm = [sum(x := list(item_scores(r, st_, "sampled", frontier).values())) / max(1, len(x)) for r in mine]
-            cells.append(f"{sum(g) / len(g):.3f} / {sum(sm) / len(sm):.3f}")
         roll = sum(r.compute.rollouts for r in mine) / len(mine)
         labels = sum(r.compute.labels for r in mine) / len(mine)
         wall = sum(r.wall_seconds or 0 for r in mine) / len(mine) / 60
-        L.append(f"| {v} | {len(mine)} | " + " | ".join(cells) + f" | {roll:.3g} | {labels:.0f} | {wall:.1f} |")
+        L.append(f"| {v} | {len(mine)} | " + " | ".join(means(mine, "final")) + f" | {roll:.3g} | {labels:.0f} | "
+                 f"{wall:.1f} |")
     return L
 
 
