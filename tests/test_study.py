@@ -524,6 +524,10 @@ def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     b2_row = next(line for line in md.splitlines() if line.startswith("| B2 |") and "items)" in line)
     assert f"| 0 of {plan['B2'].seeds} |" in b2_row
     assert ss.seeds_cell(2, None, "paper") == "2 of >50" and ss.seeds_cell(3, 7, "paper") == "3 of 7"
+    assert ss.group_missing(["x seed1: not run"]) == ["x: seed 1 (not run)"]
+    assert ss.group_missing(["g seed3: not run", "g seed4: not run", "g seed6: not run", "g seed5: failed", "odd"]) == [
+        "g: seeds 3-4, 6 (not run)", "g: seed 5 (failed)", "odd"]
+    assert "- x: seed 1 (not run)" in md
     assert f"| base | {len(cells)} runs | 1.000 / 0.000 | 1.000 / 0.000 |" in md  # read from base/eval
     total = sum(c.wall_seconds or 0 for c in cells)
     assert f"{len(cells)} runs, {total / 3600:.2f} h summed" in md

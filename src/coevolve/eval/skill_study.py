@@ -422,6 +422,31 @@ def memory_table(results: Sequence[CellResult]) -> list[str]:
     return L
 
 
+def group_missing(missing: Sequence[str]) -> list[str]:
+    """``"v seedN: why"`` lines grouped per variant and reason: ``"v: seeds 3-6, 9 (why)"``."""
+    import re
+
+    groups: dict[tuple[str, str], list[int]] = {}
+    other = []
+    for m in missing:
+        hit = re.fullmatch(r"(\S+) seed(\d+): (.*)", m)
+        if hit:
+            groups.setdefault((hit[1], hit[3]), []).append(int(hit[2]))
+        else:
+            other.append(m)
+    out = []
+    for (v, why), seeds in groups.items():
+        seeds, spans = sorted(seeds), []
+        for k in seeds:
+            if spans and k == spans[-1][1] + 1:
+                spans[-1][1] = k
+            else:
+                spans.append([k, k])
+        text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+        out.append(f"{v}: seed{'s' if len(seeds) > 1 else ''} {text} ({why})")
+    return out + other
+
+
 def render(results: Sequence[CellResult], missing: Sequence[str], setting: Sequence[str], notes: Sequence[str] = (),
            claims: Sequence[DeclaredClaim] = CLAIMS, frontier: Sequence[str] = FRONTIER) -> tuple[str, dict[str, Any]]:
     """The study's markdown and JSON from the finished cells."""
@@ -446,7 +471,7 @@ def render(results: Sequence[CellResult], missing: Sequence[str], setting: Seque
     if notes:
         L += ["## Notes", "", *notes, ""]
     if missing:
-        L += ["## Not run", "", *(f"- {m}" for m in missing), ""]
+        L += ["## Not run", "", *(f"- {m}" for m in group_missing(missing)), ""]
     data = {"setting": list(setting), "frontier": list(frontier), "metric": PRIMARY_METRIC,
             "verdicts": [v.to_dict() for v in verdicts], "power": [asdict(r) for r in plan],
             "cells": [r.to_dict() for r in results], "missing": list(missing)}
@@ -454,5 +479,5 @@ def render(results: Sequence[CellResult], missing: Sequence[str], setting: Seque
 
 
 __all__ = ["CLAIMS", "DeclaredClaim", "FRONTIER", "LABELS", "PRIMARY_METRIC", "PowerRow", "Verdict", "compare",
-           "declaration_table", "in_stratum", "item_scores", "judge", "memory_table", "power_plan", "power_table", "render",
+           "declaration_table", "in_stratum", "item_scores", "judge", "memory_table", "group_missing", "power_plan", "power_table", "render",
            "run_time_line", "seeds_cell", "strata_table", "stratum_skills", "verdict_table"]
