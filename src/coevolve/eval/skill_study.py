@@ -61,6 +61,9 @@ any run of the anchors control or of a method (docs/results/skill_world.md)."""
 
 ALPHA = 0.05
 
+CONTROL_SEEDS = 3
+"""Seeds per arm of the positive controls (0-2), fixed before the power plan exists."""
+
 
 @dataclass(frozen=True)
 class DeclaredClaim:
@@ -166,6 +169,14 @@ def _items(path: str, which: str = "final") -> tuple[tuple[str, float, float], .
         raise StudyError(f"{path}: no per-item records of a {which} skill evaluation")
     return tuple((json.dumps([r["question"], r.get("group")]), float(r["correct"]), float(r.get("sampled_acc", r["correct"])))
                  for r in items)
+
+
+def _has_items(cell: CellResult, which: str) -> bool:
+    """Whether a cell's folder has the per-item records of that evaluation (read once: cached)."""
+    try:
+        return cell.path is not None and bool(_items(str(cell.path), which))
+    except StudyError:
+        return False
 
 
 def item_scores(cell: CellResult, stratum: str, metric: str, frontier: Sequence[str] = FRONTIER,
@@ -317,7 +328,7 @@ def declaration_table(claims: Sequence[DeclaredClaim] = CLAIMS, seeds: dict[str,
     L = ["| # | claim | better - worse | stratum | metric | comparison | family | seeds | paper |",
          "|---|---|---|---|---|---|---|---:|---|"]
     for c in claims:
-        n = "-" if seeds is None else ("3" if c.family == "control" else str(seeds.get(c.key) or "-"))
+        n = "-" if seeds is None else (str(CONTROL_SEEDS) if c.family == "control" else str(seeds.get(c.key) or "-"))
         L.append(f"| {c.key} | {c.text} | {c.better} - {c.worse} | {c.stratum} | {c.metric} | {c.comparison} | "
                  f"{c.family} | {n} | {c.paper} |")
     return L
@@ -326,7 +337,7 @@ def declaration_table(claims: Sequence[DeclaredClaim] = CLAIMS, seeds: dict[str,
 def seeds_cell(n: int, declared: int | None, family: str) -> str:
     """Seeds run per arm against the seeds the power plan asks for (controls: 3); "of >50" when
     the plan calls the claim unreachable."""
-    want = 3 if family == "control" else declared
+    want = CONTROL_SEEDS if family == "control" else declared
     return f"{n} of {want if want is not None else '>50'}"
 
 
@@ -382,9 +393,7 @@ def strata_table(results: Sequence[CellResult], variants: Sequence[str], frontie
             cells.append(f"{sum(g) / len(g):.3f} / {sum(sm) / len(sm):.3f}")
         return cells
 
-    from coevolve.world.skill import eval_items
-
-    based = [r for r in results if r.path is not None and eval_items(Path(r.path), "base") is not None]
+    based = [r for r in results if _has_items(r, "base")]
     if based:  # runs made before the base's per-item records have none
         L.append(f"| base | {len(based)} runs | " + " | ".join(means(based, "base")) + " | 0 | 0 | - |")
     for v in variants:
@@ -400,10 +409,9 @@ def strata_table(results: Sequence[CellResult], variants: Sequence[str], frontie
 
 
 def run_time_line(results: Sequence[CellResult]) -> str:
-    """The study's cost: the runs' wall clocks summed (each run one torch thread)."""
+    """The study's cost: the runs' wall clocks summed (how many ran at once is the user's to say)."""
     total = sum(r.wall_seconds or 0 for r in results)
-    return (f"Run time: {len(results)} runs, {total / 3600:.2f} h summed over the runs' wall clocks (one torch thread "
-            f"each, `run.threads=1`; on 2 cores, two runs at a time: about {total / 7200:.2f} h of wall time).")
+    return f"Run time: {len(results)} runs, {total / 3600:.2f} h summed over the runs' wall clocks."
 
 
 def memory_table(results: Sequence[CellResult]) -> list[str]:
