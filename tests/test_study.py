@@ -520,10 +520,11 @@ def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     assert data["verdicts"][0]["claim"]["key"] == "C1" and json.dumps(data)
     # seeds run against the power plan's, and the study's summed run time
     c1_row = next(line for line in md.splitlines() if line.startswith("| C1 |") and "items)" in line)
-    assert "| 3 of 3 |" in c1_row
+    assert "| 3 of 3 |" in c1_row and data["verdicts"][0]["arms"] == [3, 3]
     b2_row = next(line for line in md.splitlines() if line.startswith("| B2 |") and "items)" in line)
     assert f"| 0 of {plan['B2'].seeds} |" in b2_row
     assert ss.seeds_cell(2, None, "paper") == "2 of >50" and ss.seeds_cell(3, 7, "paper") == "3 of 7"
+    assert ss.seeds_cell(8, 7, "paper", (8, 14)) == "8 + 14 of 7" and ss.seeds_cell(3, 7, "paper", (3, 3)) == "3 of 7"
     assert ss.group_missing(["x seed1: not run"]) == ["x: seed 1 (not run)"]
     assert ss.group_missing(["g seed3: not run", "g seed4: not run", "g seed6: not run", "g seed5: failed", "odd"]) == [
         "g: seeds 3-4, 6 (not run)", "g: seed 5 (failed)", "odd"]

@@ -207,11 +207,12 @@ class Verdict:
     p_holm: float | None = None
     verdict: str = "not run"
     n_items: int = 0
+    arms: tuple[int, int] = (0, 0)  # seeds run of the better and the worse variant
 
     def to_dict(self) -> dict[str, Any]:
         return {"claim": asdict(self.claim), "diff": self.diff.to_dict(), "secondary": self.secondary.to_dict(),
                 "mean_better": self.mean_better, "mean_worse": self.mean_worse, "p_holm": self.p_holm,
-                "verdict": self.verdict, "n_items": self.n_items}
+                "verdict": self.verdict, "n_items": self.n_items, "arms": list(self.arms)}
 
 
 def compare(results: Sequence[CellResult], better: str, worse: str, stratum: str, metric: str, comparison: str,
@@ -246,7 +247,8 @@ def judge(results: Sequence[CellResult], claims: Sequence[DeclaredClaim] = CLAIM
         other = "greedy" if c.metric == "sampled" else "sampled"
         d, ma, mb, n = compare(results, c.better, c.worse, c.stratum, c.metric, c.comparison, frontier)
         d2, _, _, _ = compare(results, c.better, c.worse, c.stratum, other, c.comparison, frontier)
-        rows.append(Verdict(c, d, d2, ma, mb, n_items=n))
+        arms = tuple(len({r.seed for r in results if r.variant == v}) for v in (c.better, c.worse))
+        rows.append(Verdict(c, d, d2, ma, mb, n_items=n, arms=arms))
     for fam in dict.fromkeys(c.family for c in claims):
         idx = [i for i, r in enumerate(rows) if r.claim.family == fam]
         adj = holm([rows[i].diff.p for i in idx])
@@ -258,7 +260,7 @@ def judge(results: Sequence[CellResult], claims: Sequence[DeclaredClaim] = CLAIM
                 v = "reproduced" if r.diff.mean > 0 else "reversed"
             else:
                 v = "not distinguishable"
-            rows[i] = Verdict(r.claim, r.diff, r.secondary, r.mean_better, r.mean_worse, p, v, r.n_items)
+            rows[i] = Verdict(r.claim, r.diff, r.secondary, r.mean_better, r.mean_worse, p, v, r.n_items, r.arms)
     return rows
 
 
@@ -334,11 +336,13 @@ def declaration_table(claims: Sequence[DeclaredClaim] = CLAIMS, seeds: dict[str,
     return L
 
 
-def seeds_cell(n: int, declared: int | None, family: str) -> str:
+def seeds_cell(n: int, declared: int | None, family: str, arms: tuple[int, int] | None = None) -> str:
     """Seeds run per arm against the seeds the power plan asks for (controls: 3); "of >50" when
-    the plan calls the claim unreachable."""
+    the plan calls the claim unreachable. Arms run to different counts (one variant also serves
+    another claim) read "8 + 14"; ``n`` is what the statistic used (pairs, or all of each arm)."""
     want = CONTROL_SEEDS if family == "control" else declared
-    return f"{n} of {want if want is not None else '>50'}"
+    run = f"{arms[0]} + {arms[1]}" if arms is not None and arms[0] != arms[1] and min(arms) > 0 else str(n)
+    return f"{run} of {want if want is not None else '>50'}"
 
 
 def verdict_table(verdicts: Sequence[Verdict], declared: dict[str, int | None] | None = None) -> list[str]:
@@ -350,7 +354,8 @@ def verdict_table(verdicts: Sequence[Verdict], declared: dict[str, int | None] |
     for v in verdicts:
         d = v.diff
         ratio = (d.mean / d.se) if d.mean is not None and d.se else None
-        n = str(d.n) if declared is None else seeds_cell(d.n, declared.get(v.claim.key), v.claim.family)
+        arms = None if d.kind == "paired" else v.arms
+        n = str(d.n) if declared is None else seeds_cell(d.n, declared.get(v.claim.key), v.claim.family, arms)
         L.append(f"| {v.claim.key} | {v.claim.text} | {v.claim.better} - {v.claim.worse} | {v.claim.stratum} "
                  f"({v.n_items} items) | {n} | {_pm(v.mean_better, signed=False)} | {_pm(v.mean_worse, signed=False)} | "
                  f"{_diff(d)} | {_pm(d.se_seed, 4, False)} / {_pm(d.se_item, 4, False)} | "
