@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -437,8 +438,6 @@ def memory_table(results: Sequence[CellResult]) -> list[str]:
 
 def group_missing(missing: Sequence[str]) -> list[str]:
     """``"v seedN: why"`` lines grouped per variant and reason: ``"v: seeds 3-6, 9 (why)"``."""
-    import re
-
     groups: dict[tuple[str, str], list[int]] = {}
     other = []
     for m in missing:
