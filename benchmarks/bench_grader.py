@@ -176,8 +176,9 @@ def pool_throughput(cases: list[dict], workers: list[int], repeat: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", type=Path, nargs="+",
-                    default=[DATA / "grader_cases_published.jsonl", DATA / "grader_cases.jsonl"])
+    ap.add_argument(
+        "--cases", type=Path, nargs="+", default=[DATA / "grader_cases_published.jsonl", DATA / "grader_cases.jsonl"]
+    )
     ap.add_argument("--misses", action="store_true", help="list the disagreeing cases")
     ap.add_argument("--baseline", action="store_true", help="also score plain math-verify")
     ap.add_argument("--workers", type=int, default=0, help="also time grade_batch with 1 and N workers")

@@ -69,7 +69,12 @@ def load_world(steps_base: int, fresh: bool) -> tuple[Any, Any, Any, str]:
         def tasks(rng: random.Random, n: int) -> list[tuple[str, str]]:
             return [(prompter.solver(t.question), "") for t in sample_tasks(rng, n)]
 
-        return model, tok, tasks, f"FRESHLY INITIALISED tiny Qwen3 (toy base unavailable: {e}); reward = 'completion < 20 chars'"
+        return (
+            model,
+            tok,
+            tasks,
+            f"FRESHLY INITIALISED tiny Qwen3 (toy base unavailable: {e}); reward = 'completion < 20 chars'",
+        )
 
 
 def bench_coevolve(model: Any, tok: Any, data: list[list[tuple[str, str]]], G: int, max_new: int) -> dict:
@@ -123,15 +128,36 @@ def bench_trl(model: Any, tok: Any, data: list[list[tuple[str, str]]], G: int, m
 
     with tempfile.TemporaryDirectory() as out:
         cfg = GRPOConfig(
-            output_dir=out, per_device_train_batch_size=len(data[0]) * G, num_generations=G,
-            max_completion_length=max_new, learning_rate=3e-5, lr_scheduler_type="constant",
-            bf16=False, gradient_checkpointing=False, use_cpu=True, temperature=1.0, top_k=0, top_p=1.0,
-            beta=0.0, loss_type="dapo", epsilon=0.2, epsilon_high=0.28, report_to="none",
-            save_strategy="no", logging_steps=1, max_steps=len(data), seed=0, disable_tqdm=True,
+            output_dir=out,
+            per_device_train_batch_size=len(data[0]) * G,
+            num_generations=G,
+            max_completion_length=max_new,
+            learning_rate=3e-5,
+            lr_scheduler_type="constant",
+            bf16=False,
+            gradient_checkpointing=False,
+            use_cpu=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            beta=0.0,
+            loss_type="dapo",
+            epsilon=0.2,
+            epsilon_high=0.28,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=1,
+            max_steps=len(data),
+            seed=0,
+            disable_tqdm=True,
         )
         trainer = GRPOTrainer(
-            model=model, reward_funcs=[acc], args=cfg, train_dataset=Dataset.from_list(rows),
-            processing_class=tok, callbacks=[Timer()],
+            model=model,
+            reward_funcs=[acc],
+            args=cfg,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tok,
+            callbacks=[Timer()],
         )
         trainer.remove_callback(PrinterCallback)
         trainer.train()
@@ -152,8 +178,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     model, tok, tasks, desc = load_world(args.base_steps, args.fresh)
-    print(f"model: {desc}; {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M params; "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"model: {desc}; {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M params; "
+        f"torch threads {torch.get_num_threads()}"
+    )
     rng = random.Random(0)
     data = [tasks(rng, args.prompts) for _ in range(args.steps)]
     trl_model = copy.deepcopy(model)
@@ -162,18 +190,26 @@ def main() -> None:
     k = slice(1, None) if args.steps > 1 else slice(None)
     g, lrn = statistics.mean(r["gen"][k]), statistics.mean(r["learn"][k])
     tok_s = sum(r["tokens"][k]) / sum(r["gen"][k])
-    print(f"coevolve  {args.prompts}x{args.G}, max_new {args.max_new}, {args.steps} steps "
-          f"(first step {r['gen'][0] + r['learn'][0]:.3f} s, excluded):")
-    print(f"  generation {g:.3f} s | learner {lrn:.3f} s | total {g + lrn:.3f} s/step | "
-          f"rollout {tok_s:,.0f} tokens/s (completion tokens up to EOS) | reward mean "
-          f"{statistics.mean(r['reward']):.3f}")
+    print(
+        f"coevolve  {args.prompts}x{args.G}, max_new {args.max_new}, {args.steps} steps "
+        f"(first step {r['gen'][0] + r['learn'][0]:.3f} s, excluded):"
+    )
+    print(
+        f"  generation {g:.3f} s | learner {lrn:.3f} s | total {g + lrn:.3f} s/step | "
+        f"rollout {tok_s:,.0f} tokens/s (completion tokens up to EOS) | reward mean "
+        f"{statistics.mean(r['reward']):.3f}"
+    )
     if not args.no_trl:
         t = bench_trl(trl_model, tok, data, args.G, args.max_new)
         st = t["step"][k] if len(t["step"]) > 1 else t["step"]
-        print(f"TRL GRPOTrainer (same model/batch/data), {len(t['step'])} steps "
-              f"(first step {t['step'][0]:.3f} s, excluded):")
-        print(f"  total {statistics.mean(st):.3f} s/step (generation+reward+update) | reward mean "
-              f"{statistics.mean(t['reward']) if t['reward'] else float('nan'):.3f}")
+        print(
+            f"TRL GRPOTrainer (same model/batch/data), {len(t['step'])} steps "
+            f"(first step {t['step'][0]:.3f} s, excluded):"
+        )
+        print(
+            f"  total {statistics.mean(st):.3f} s/step (generation+reward+update) | reward mean "
+            f"{statistics.mean(t['reward']) if t['reward'] else float('nan'):.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -44,23 +44,32 @@ CPU_CONFIGS: dict[str, dict[str, Any]] = {
     "defaults (auto)": dict(),
 }
 CUDA_MODELS = {
-    "qwen3-0.6b": dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, intermediate_size=3072,
-                       tie_word_embeddings=True),
-    "qwen3-4b": dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, intermediate_size=9728,
-                     tie_word_embeddings=True),
-    "qwen3-8b": dict(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, intermediate_size=12288,
-                     tie_word_embeddings=False),
+    "qwen3-0.6b": dict(
+        hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, intermediate_size=3072, tie_word_embeddings=True
+    ),
+    "qwen3-4b": dict(
+        hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, intermediate_size=9728, tie_word_embeddings=True
+    ),
+    "qwen3-8b": dict(
+        hidden_size=4096,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        intermediate_size=12288,
+        tie_word_embeddings=False,
+    ),
 }
 CUDA_CONFIGS: dict[str, dict[str, Any]] = {
     "baseline (all off)": dict(gradient_checkpointing=False, logprob_chunk_tokens=0, fused_optimizer=False),
     "+ checkpointing": dict(gradient_checkpointing=True, logprob_chunk_tokens=0, fused_optimizer=False),
     "+ chunked log-probs": dict(gradient_checkpointing=False, logprob_chunk_tokens=1024, fused_optimizer=False),
-    "+ token budget (2 rows)": dict(gradient_checkpointing=False, logprob_chunk_tokens=0, fused_optimizer=False,
-                                    budget_rows=2),
+    "+ token budget (2 rows)": dict(
+        gradient_checkpointing=False, logprob_chunk_tokens=0, fused_optimizer=False, budget_rows=2
+    ),
     "+ fused AdamW": dict(gradient_checkpointing=False, logprob_chunk_tokens=0, fused_optimizer=True),
     "all on": dict(gradient_checkpointing=True, logprob_chunk_tokens=1024, fused_optimizer=True, budget_rows=2),
-    "all on + offload_optimizer": dict(gradient_checkpointing=True, logprob_chunk_tokens=1024, budget_rows=2,
-                                       offload_optimizer=True),
+    "all on + offload_optimizer": dict(
+        gradient_checkpointing=True, logprob_chunk_tokens=1024, budget_rows=2, offload_optimizer=True
+    ),
 }
 
 
@@ -74,8 +83,13 @@ def groups_for(rows: int, prompt: int, completion: int, vocab: int, seed: int = 
     out = []
     for _ in range(rows // G):
         p = [rng.randrange(3, vocab) for _ in range(prompt)]
-        out.append(RolloutGroup(p, [[rng.randrange(3, vocab) for _ in range(completion)] for _ in range(G)],
-                                [float(k % 2) for k in range(G)]))
+        out.append(
+            RolloutGroup(
+                p,
+                [[rng.randrange(3, vocab) for _ in range(completion)] for _ in range(G)],
+                [float(k % 2) for k in range(G)],
+            )
+        )
     return out
 
 
@@ -120,8 +134,14 @@ def worker_cpu(name: str, args: argparse.Namespace) -> dict[str, Any]:
     m = lr.step(batch)
     dt = time.perf_counter() - t0
     peak = _status()["VmHWM"] - before
-    return {"peak": peak, "seconds": dt, "tokens": m["n_tokens"], "micro_batches": m["micro_batches"],
-            "ckpt": lr.gradient_checkpointing, "chunk": lr.logprob_chunk}
+    return {
+        "peak": peak,
+        "seconds": dt,
+        "tokens": m["n_tokens"],
+        "micro_batches": m["micro_batches"],
+        "ckpt": lr.gradient_checkpointing,
+        "chunk": lr.logprob_chunk,
+    }
 
 
 def worker_cuda(model_name: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -130,14 +150,23 @@ def worker_cuda(model_name: str, name: str, args: argparse.Namespace) -> dict[st
 
     from coevolve.rl import Learner
 
-    shape = dict(CUDA_MODELS[model_name], vocab_size=151936, num_key_value_heads=8, head_dim=128,
-                 max_position_embeddings=40960)
+    shape = dict(
+        CUDA_MODELS[model_name], vocab_size=151936, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960
+    )
     lora = model_name == "qwen3-8b"
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(torch.bfloat16)
-    cfg = learner_cfg(CUDA_CONFIGS[name], args.rows, args.prompt, args.completion, lora=lora, lora_r=64,
-                      lora_alpha=128, lora_target_modules="all-linear")
+    cfg = learner_cfg(
+        CUDA_CONFIGS[name],
+        args.rows,
+        args.prompt,
+        args.completion,
+        lora=lora,
+        lora_r=64,
+        lora_alpha=128,
+        lora_target_modules="all-linear",
+    )
     try:
         lr = Learner(model, cfg)
         lr.step(groups_for(2, 4, 2, 151936, seed=1))
@@ -148,8 +177,14 @@ def worker_cuda(model_name: str, name: str, args: argparse.Namespace) -> dict[st
         m = lr.step(batch)
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
-        return {"peak": torch.cuda.max_memory_allocated(), "seconds": dt, "tokens": m["n_tokens"],
-                "micro_batches": m["micro_batches"], "ckpt": lr.gradient_checkpointing, "chunk": lr.logprob_chunk}
+        return {
+            "peak": torch.cuda.max_memory_allocated(),
+            "seconds": dt,
+            "tokens": m["n_tokens"],
+            "micro_batches": m["micro_batches"],
+            "ckpt": lr.gradient_checkpointing,
+            "chunk": lr.logprob_chunk,
+        }
     except torch.OutOfMemoryError:
         return {"peak": None, "oom": True}
 
@@ -178,10 +213,14 @@ def run_cpu(args: argparse.Namespace) -> None:
     path = ensure_smollm2()
     shape_cfg = json.loads((Path(path) / "config.json").read_text())
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
-    print(f"CPU: SmolLM2-135M fp32, {args.rows} rows x ({args.prompt} prompt + {args.completion} completion) tokens, "
-          f"{args.threads} threads; peak = VmHWM delta over the step (optimizer state already allocated)")
-    print(f"{'configuration':<26}{'ckpt':>5}{'chunk':>6}{'mbs':>4}{'peak MiB':>10}{'plan MiB':>10}{'plan/meas':>10}"
-          f"{'tokens/s':>10}")
+    print(
+        f"CPU: SmolLM2-135M fp32, {args.rows} rows x ({args.prompt} prompt + {args.completion} completion) tokens, "
+        f"{args.threads} threads; peak = VmHWM delta over the step (optimizer state already allocated)"
+    )
+    print(
+        f"{'configuration':<26}{'ckpt':>5}{'chunk':>6}{'mbs':>4}{'peak MiB':>10}{'plan MiB':>10}{'plan/meas':>10}"
+        f"{'tokens/s':>10}"
+    )
     for name in CPU_CONFIGS:
         r = _sub(["--worker", "cpu", "--config", name, *_common(args)], env)
         if "error" in r:
@@ -189,11 +228,15 @@ def run_cpu(args: argparse.Namespace) -> None:
             continue
         cfg = learner_cfg(CPU_CONFIGS[name], args.rows, args.prompt, args.completion)
         est = plan_estimate(shape_cfg, cfg, "cpu", args.rows, args.prompt, args.completion).learner_transient
-        print(f"{name:<26}{'on' if r['ckpt'] else 'off':>5}{r['chunk'] or 'off':>6}{int(r['micro_batches']):>4}"
-              f"{r['peak'] / 2**20:>10.0f}{est / 2**20:>10.0f}{est / max(1, r['peak']):>10.2f}"
-              f"{r['tokens'] / r['seconds']:>10.1f}")
-    print("fp32 gradient accumulation, fused AdamW and offload_optimizer act on half-precision models on a GPU: "
-          "see the CUDA table (and tests/test_learner_memory_gpu.py)")
+        print(
+            f"{name:<26}{'on' if r['ckpt'] else 'off':>5}{r['chunk'] or 'off':>6}{int(r['micro_batches']):>4}"
+            f"{r['peak'] / 2**20:>10.0f}{est / 2**20:>10.0f}{est / max(1, r['peak']):>10.2f}"
+            f"{r['tokens'] / r['seconds']:>10.1f}"
+        )
+    print(
+        "fp32 gradient accumulation, fused AdamW and offload_optimizer act on half-precision models on a GPU: "
+        "see the CUDA table (and tests/test_learner_memory_gpu.py)"
+    )
 
 
 def run_cuda(args: argparse.Namespace) -> None:
@@ -202,25 +245,33 @@ def run_cuda(args: argparse.Namespace) -> None:
     if not torch.cuda.is_available():
         print("CUDA: not available on this machine; the CUDA table was not run")
         return
-    print(f"CUDA: {torch.cuda.get_device_name(0)}, bf16 random Qwen3-shaped models, {args.rows} rows x "
-          f"({args.prompt} + {args.completion}) tokens; peak = torch.cuda.max_memory_allocated over one step")
-    print(f"{'model':<12}{'configuration':<28}{'mbs':>4}{'peak GiB':>10}{'plan GiB':>10}{'plan/meas':>10}{'tokens/s':>10}")
+    print(
+        f"CUDA: {torch.cuda.get_device_name(0)}, bf16 random Qwen3-shaped models, {args.rows} rows x "
+        f"({args.prompt} + {args.completion}) tokens; peak = torch.cuda.max_memory_allocated over one step"
+    )
+    print(
+        f"{'model':<12}{'configuration':<28}{'mbs':>4}{'peak GiB':>10}{'plan GiB':>10}{'plan/meas':>10}{'tokens/s':>10}"
+    )
     for model_name in args.cuda_models.split(","):
-        shape_cfg = dict(CUDA_MODELS[model_name], vocab_size=151936, num_key_value_heads=8, head_dim=128,
-                         model_type="qwen3")
+        shape_cfg = dict(
+            CUDA_MODELS[model_name], vocab_size=151936, num_key_value_heads=8, head_dim=128, model_type="qwen3"
+        )
         for name in CUDA_CONFIGS:
             r = _sub(["--worker", "cuda", "--model", model_name, "--config", name, *_common(args)], dict(os.environ))
             lora = model_name == "qwen3-8b"
-            cfg = learner_cfg(CUDA_CONFIGS[name], args.rows, args.prompt, args.completion, lora=lora, lora_r=64,
-                              lora_alpha=128)
+            cfg = learner_cfg(
+                CUDA_CONFIGS[name], args.rows, args.prompt, args.completion, lora=lora, lora_r=64, lora_alpha=128
+            )
             est = plan_estimate(shape_cfg, cfg, "h200", args.rows, args.prompt, args.completion)
             plan_peak = est.weights + est.state + est.learner_transient
             if "error" in r or r.get("oom"):
                 what = "OOM" if r.get("oom") else f"error: {r['error']}"
                 print(f"{model_name:<12}{name:<28}{'':>4}{what:>10}{plan_peak / 2**30:>10.1f}")
                 continue
-            print(f"{model_name:<12}{name:<28}{int(r['micro_batches']):>4}{r['peak'] / 2**30:>10.1f}"
-                  f"{plan_peak / 2**30:>10.1f}{plan_peak / r['peak']:>10.2f}{r['tokens'] / r['seconds']:>10.0f}")
+            print(
+                f"{model_name:<12}{name:<28}{int(r['micro_batches']):>4}{r['peak'] / 2**30:>10.1f}"
+                f"{plan_peak / 2**30:>10.1f}{plan_peak / r['peak']:>10.2f}{r['tokens'] / r['seconds']:>10.0f}"
+            )
 
 
 def run_rates(args: argparse.Namespace) -> None:
@@ -243,7 +294,9 @@ def run_rates(args: argparse.Namespace) -> None:
     L, q = model.config.num_hidden_layers, model.config.num_attention_heads * model.config.head_dim
     tokens = args.rows * (args.prompt + args.completion)  # every row at its full length here
     flops = tokens * (6 * N + 6 * L * (args.prompt + args.completion) * q)
-    print(f"CPU learner: {flops / dt / 1e12:.4f} TFLOP/s effective (SmolLM2 fp32, {args.threads} threads, {dt:.1f} s step)")
+    print(
+        f"CPU learner: {flops / dt / 1e12:.4f} TFLOP/s effective (SmolLM2 fp32, {args.threads} threads, {dt:.1f} s step)"
+    )
     ids = tok("Hello, how are you?", return_tensors="pt")
     model.eval()
 
@@ -255,13 +308,23 @@ def run_rates(args: argparse.Namespace) -> None:
 
     gen(2)
     step = (gen(65) - gen(1)) / 64
-    print(f"CPU HF generate: {step * 1e3:.1f} ms per decode step at batch 1 = {step / L * 1e3:.3f} ms per step and "
-          f"layer (SmolLM2, {L} layers)")
+    print(
+        f"CPU HF generate: {step * 1e3:.1f} ms per decode step at batch 1 = {step / L * 1e3:.3f} ms per step and "
+        f"layer (SmolLM2, {L} layers)"
+    )
 
 
 def _common(args: argparse.Namespace) -> list[str]:
-    return ["--rows", str(args.rows), "--prompt", str(args.prompt), "--completion", str(args.completion),
-            "--threads", str(args.threads)]
+    return [
+        "--rows",
+        str(args.rows),
+        "--prompt",
+        str(args.prompt),
+        "--completion",
+        str(args.completion),
+        "--threads",
+        str(args.threads),
+    ]
 
 
 def main() -> None:

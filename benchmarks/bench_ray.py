@@ -33,8 +33,9 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -66,13 +67,16 @@ def _untimed(x: Any) -> Any:
 
 
 def compare(a: Path, b: Path) -> bool:
-    files = sorted({p.relative_to(a) for p in a.rglob("*") if p.suffix == ".jsonl" or p.name == "results.json"}
-                   - {Path("metrics.jsonl")})
+    files = sorted(
+        {p.relative_to(a) for p in a.rglob("*") if p.suffix == ".jsonl" or p.name == "results.json"}
+        - {Path("metrics.jsonl")}
+    )
     same = True
     for rel in files:
         if rel.suffix == ".json":  # results.json: its wall-clock fields differ between any two runs
             eq = (b / rel).is_file() and _untimed(json.loads((a / rel).read_text())) == _untimed(
-                json.loads((b / rel).read_text()))
+                json.loads((b / rel).read_text())
+            )
         else:
             eq = (b / rel).is_file() and (a / rel).read_bytes() == (b / rel).read_bytes()
         same &= eq
@@ -85,8 +89,10 @@ def compare(a: Path, b: Path) -> bool:
     for name, s in (("A", sa), ("B", sb)):
         ev = s["eval"]
         accs = [("base", ev["base"])] + [(f"r{k}", v) for k, v in sorted(ev["rounds"].items())]
-        print(f"{name} held-out toy greedy / sampled: " + ", ".join(
-            f"{k} {v['toy']['greedy']:.4f}/{v['toy']['sampled']:.4f}" for k, v in accs))
+        print(
+            f"{name} held-out toy greedy / sampled: "
+            + ", ".join(f"{k} {v['toy']['greedy']:.4f}/{v['toy']['sampled']:.4f}" for k, v in accs)
+        )
     print(f"{len(files)} artefact files + summary: {'ALL EQUAL' if same else 'DIFFERENCES'}")
     return same
 
@@ -94,7 +100,9 @@ def compare(a: Path, b: Path) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("RUN_A", "RUN_B"))
-    ap.add_argument("--actors", type=int, default=2, help="engine.ray.num_actors (0 = Ray's default: one per GPU group, 2 on CPU)")
+    ap.add_argument(
+        "--actors", type=int, default=2, help="engine.ray.num_actors (0 = Ray's default: one per GPU group, 2 on CPU)"
+    )
     ap.add_argument("--actor-engine", choices=["hf", "vllm"], default="hf", help="engine.ray.actor_engine (vllm: GPU)")
     ap.add_argument("--tp", type=int, default=1, help="engine.tensor_parallel_size")
     ap.add_argument("--model", default=None, help="HF model folder (default: the cached toy base)")
@@ -126,12 +134,17 @@ def main() -> None:
     params = SamplingParams(temperature=1.0, max_new_tokens=args.max_new, seed=1234)
     stop = world.prompter.stop("answer")
     params.stop = stop
-    print(f"model {base} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f} M params), "
-          f"{args.prompts} prompts x {args.n}, max_new_tokens {args.max_new}, {args.actors} actors, "
-          f"driver threads {args.threads}")
+    print(
+        f"model {base} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f} M params), "
+        f"{args.prompts} prompts x {args.n}, max_new_tokens {args.max_new}, {args.actors} actors, "
+        f"driver threads {args.threads}"
+    )
 
-    engine = EngineConfig(kind="ray", tensor_parallel_size=args.tp,
-                          ray={"num_actors": args.actors or None, "actor_engine": args.actor_engine})
+    engine = EngineConfig(
+        kind="ray",
+        tensor_parallel_size=args.tp,
+        ray={"num_actors": args.actors or None, "actor_engine": args.actor_engine},
+    )
     t0 = time.perf_counter()
     run_engine = Engine(engine)
     started = engine_ray._init_ray(engine)
@@ -141,8 +154,10 @@ def main() -> None:
     t2 = time.perf_counter()
     sampler = run_engine.sampler(model, tok)
     t3 = time.perf_counter()
-    print(f"start-up: ray.init {t1 - t0:.2f} s + placement group and {len(pool.actors)} actors {t2 - t1:.2f} s "
-          f"+ first weight slot {t3 - t2:.2f} s = {t3 - t0:.2f} s")
+    print(
+        f"start-up: ray.init {t1 - t0:.2f} s + placement group and {len(pool.actors)} actors {t2 - t1:.2f} s "
+        f"+ first weight slot {t3 - t2:.2f} s = {t3 - t0:.2f} s"
+    )
     pids = ray.get([a.pid.remote() for a in pool.actors])
     print("memory per actor (VmRSS, one toy slot): " + ", ".join(f"{rss_mib(p):.0f} MiB" for p in pids))
 
@@ -159,10 +174,14 @@ def main() -> None:
         t_lc, _ = timed(lambda: local_call.sample(ps, n, params), reps)
         same = sum([c.token_ids for c in a] == [c.token_ids for c in b] for a, b in zip(out_pool, out_lp))
         rows.append((label, len(ps), n, t_pool, t_lp, t_lc, same))
-    print(f"{'call':<6}{'prompts x n':>12}{'pool s':>9}{'hf prompt s':>13}{'hf call s':>11}{'pool - hf prompt':>18}"
-          f"{'equal prompts':>15}")
+    print(
+        f"{'call':<6}{'prompts x n':>12}{'pool s':>9}{'hf prompt s':>13}{'hf call s':>11}{'pool - hf prompt':>18}"
+        f"{'equal prompts':>15}"
+    )
     for label, np_, n, tp, tlp, tlc, same in rows:
-        print(f"{label:<6}{f'{np_} x {n}':>12}{tp:>9.3f}{tlp:>13.3f}{tlc:>11.3f}{tp - tlp:>+18.3f}{f'{same}/{np_}':>15}")
+        print(
+            f"{label:<6}{f'{np_} x {n}':>12}{tp:>9.3f}{tlp:>13.3f}{tlc:>11.3f}{tp - tlp:>+18.3f}{f'{same}/{np_}':>15}"
+        )
 
     t4 = time.perf_counter()
     sampler.sync_weights(model)

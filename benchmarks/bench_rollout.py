@@ -68,8 +68,10 @@ def model_and_prompts(name: str, count: int, device: str, dtype: str) -> tuple[A
     model, tok = load_model(path, device=device, dtype=dtype)
     questions = [f"What is {t.question.rstrip('=')}? Think step by step, then give the answer." for t in tasks]
     if getattr(tok, "chat_template", None):
-        prompts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-                   for q in questions]
+        prompts = [
+            tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+            for q in questions
+        ]
     else:
         prompts = [f"Question: {q}\nAnswer:" for q in questions]
     return model, tok, prompts, path
@@ -95,16 +97,22 @@ def bench_model(name: str, args: argparse.Namespace, device: str, dtype: str) ->
     label = "smollm2" if name == "smollm2" else ("toy" if name == "toy" else name.rstrip("/").split("/")[-1])
     rows = []
     for engine in args.engines:
-        cfg = EngineConfig(kind=engine, max_batch=args.max_batch, kv_cache_gib=args.kv_cache_gib,
-                           gpu_memory_utilization=args.gpu_memory_utilization)
+        cfg = EngineConfig(
+            kind=engine,
+            max_batch=args.max_batch,
+            kv_cache_gib=args.kv_cache_gib,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+        )
         t0 = time.perf_counter()
         sampler = make_sampler(cfg, model, tok)
         start = time.perf_counter() - t0
         measure(sampler, prompts[: max(1, len(prompts) // 8)], 1, params)  # warm-up (kernels, allocator)
         tokens, seconds = measure(sampler, prompts, n, params)
         rows.append(Row(label, engine, len(prompts), n, max_new, tokens, seconds, start if engine == "vllm" else None))
-        print(f"  {label:10s} {engine:5s} {tokens:8d} tokens in {seconds:7.2f} s = {tokens / seconds:9.0f} tokens/s",
-              flush=True)
+        print(
+            f"  {label:10s} {engine:5s} {tokens:8d} tokens in {seconds:7.2f} s = {tokens / seconds:9.0f} tokens/s",
+            flush=True,
+        )
         close = getattr(sampler, "close", None)
         if close is not None:
             close()
@@ -112,16 +120,20 @@ def bench_model(name: str, args: argparse.Namespace, device: str, dtype: str) ->
 
 
 def table(rows: list[Row], device: str, dtype: str, threads: int) -> str:
-    head = (f"device {device}, dtype {dtype}, torch threads {threads}, T=1\n\n"
-            "| model | engine | prompts x n | max new | tokens | seconds | tokens/s | vs hf | engine start s |\n"
-            "|---|---|---|---|---|---|---|---|---|")
+    head = (
+        f"device {device}, dtype {dtype}, torch threads {threads}, T=1\n\n"
+        "| model | engine | prompts x n | max new | tokens | seconds | tokens/s | vs hf | engine start s |\n"
+        "|---|---|---|---|---|---|---|---|---|"
+    )
     hf = {r.model: r.tps for r in rows if r.engine == "hf"}
     lines = [head]
     for r in rows:
         vs = f"{r.tps / hf[r.model]:.1f}x" if r.model in hf and r.engine != "hf" else ""
         start = f"{r.start:.1f}" if r.start is not None else ""
-        lines.append(f"| {r.model} | {r.engine} | {r.prompts} x {r.n} | {r.max_new} | {r.tokens} | {r.seconds:.2f} | "
-                     f"{r.tps:.0f} | {vs} | {start} |")
+        lines.append(
+            f"| {r.model} | {r.engine} | {r.prompts} x {r.n} | {r.max_new} | {r.tokens} | {r.seconds:.2f} | "
+            f"{r.tps:.0f} | {vs} | {start} |"
+        )
     return "\n".join(lines)
 
 
@@ -134,7 +146,9 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--max-batch", type=int, default=256, help="engine.max_batch (both engines)")
     ap.add_argument("--kv-cache-gib", type=float, default=None, help="engine.kv_cache_gib (vllm)")
-    ap.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="engine.gpu_memory_utilization (vllm, CUDA)")
+    ap.add_argument(
+        "--gpu-memory-utilization", type=float, default=0.5, help="engine.gpu_memory_utilization (vllm, CUDA)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--device", default="auto")

@@ -52,8 +52,11 @@ def main() -> None:
     def snapshot_only() -> None:
         host_snapshot(model, dtype)
 
-    times: dict[str, list[float]] = {"state dict copy (in both)": [], "from_config + load_state_dict": [],
-                                     "module_from_state (meta)": []}
+    times: dict[str, list[float]] = {
+        "state dict copy (in both)": [],
+        "from_config + load_state_dict": [],
+        "module_from_state (meta)": [],
+    }
     built = {}
     for _ in range(args.reps):
         for name, fn in zip(times, (snapshot_only, old, new)):
@@ -62,10 +65,13 @@ def main() -> None:
             times[name].append(time.perf_counter() - t)
     a, b = built["from_config + load_state_dict"], built["module_from_state (meta)"]
     same = all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values())) and all(
-        torch.equal(x, y) for (_, x), (_, y) in zip(a.named_buffers(), b.named_buffers()))
+        torch.equal(x, y) for (_, x), (_, y) in zip(a.named_buffers(), b.named_buffers())
+    )
     n = sum(p.numel() for p in model.parameters())
-    print(f"model {args.model}: {n / 1e6:.1f} M parameters, {args.dtype}, {args.threads} torch thread(s), "
-          f"median of {args.reps}")
+    print(
+        f"model {args.model}: {n / 1e6:.1f} M parameters, {args.dtype}, {args.threads} torch thread(s), "
+        f"median of {args.reps}"
+    )
     for name, ts in times.items():
         print(f"  {name:32s} {statistics.median(ts):7.2f} s")
     print(f"  equal weights and buffers: {same}")

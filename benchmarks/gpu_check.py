@@ -52,19 +52,47 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-QWEN3_4B = dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-                intermediate_size=9728, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=40960)
+QWEN3_4B = dict(
+    hidden_size=2560,
+    num_hidden_layers=36,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=9728,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    max_position_embeddings=40960,
+)
 """Qwen3-4B-Base's shapes (its config.json)."""
-QWEN3_06B = dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-                 intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=40960)
-TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-            intermediate_size=128, vocab_size=2048, tie_word_embeddings=True, max_position_embeddings=4096)
+QWEN3_06B = dict(
+    hidden_size=1024,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=3072,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    max_position_embeddings=40960,
+)
+TINY = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=128,
+    vocab_size=2048,
+    tie_word_embeddings=True,
+    max_position_embeddings=4096,
+)
 GiB = float(1 << 30)
 
 
@@ -95,31 +123,106 @@ class Scale:
     preset_overrides: tuple[str, ...] = ()
 
 
-FULL = Scale("cuda", QWEN3_4B, QWEN3_06B, copy_bytes=4 << 30, matmul_n=8192, learner_rows=10, prompt=384, cap=4096,
-             micro_tokens=None, num_rows=8, num_prompt=128, num_completion=512, num_chunk=1024, kv_rows=96,
-             kv_prompt=4088, kv_new=8, decode_rows=256, decode_prompt=128, decode_new=64,
-             recipe_overrides=("model.device=cuda", "model.dtype=bfloat16"))
-DRY = Scale("cpu", TINY, TINY, copy_bytes=16 << 20, matmul_n=256, learner_rows=10, prompt=16, cap=48, micro_tokens=160,
-            num_rows=6, num_prompt=12, num_completion=24, num_chunk=16, kv_rows=6, kv_prompt=60, kv_new=4,
-            decode_rows=8, decode_prompt=12, decode_new=6,
-            recipe_overrides=("model.device=cpu", "model.dtype=bfloat16"),
-            # the 4B's auto rules (checkpointing from 0.5B parameters, chunks from a 32k vocabulary), forced
-            preset_overrides=("sampling.max_new_tokens=48", "learner.max_tokens_per_micro_batch=160",
-                              "learner.gradient_checkpointing=true", "learner.logprob_chunk_tokens=16"))
+FULL = Scale(
+    "cuda",
+    QWEN3_4B,
+    QWEN3_06B,
+    copy_bytes=4 << 30,
+    matmul_n=8192,
+    learner_rows=10,
+    prompt=384,
+    cap=4096,
+    micro_tokens=None,
+    num_rows=8,
+    num_prompt=128,
+    num_completion=512,
+    num_chunk=1024,
+    kv_rows=96,
+    kv_prompt=4088,
+    kv_new=8,
+    decode_rows=256,
+    decode_prompt=128,
+    decode_new=64,
+    recipe_overrides=("model.device=cuda", "model.dtype=bfloat16"),
+)
+DRY = Scale(
+    "cpu",
+    TINY,
+    TINY,
+    copy_bytes=16 << 20,
+    matmul_n=256,
+    learner_rows=10,
+    prompt=16,
+    cap=48,
+    micro_tokens=160,
+    num_rows=6,
+    num_prompt=12,
+    num_completion=24,
+    num_chunk=16,
+    kv_rows=6,
+    kv_prompt=60,
+    kv_new=4,
+    decode_rows=8,
+    decode_prompt=12,
+    decode_new=6,
+    recipe_overrides=("model.device=cpu", "model.dtype=bfloat16"),
+    # the 4B's auto rules (checkpointing from 0.5B parameters, chunks from a 32k vocabulary), forced
+    preset_overrides=(
+        "sampling.max_new_tokens=48",
+        "learner.max_tokens_per_micro_batch=160",
+        "learner.gradient_checkpointing=true",
+        "learner.logprob_chunk_tokens=16",
+    ),
+)
 
 RECIPES: dict[str, list[str]] = {  # one tiny round each, toy world (every phase runs)
-    "grpo": ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=12",
-             "eval.samples=2", "sampling.max_new_tokens=40", "eval.max_new_tokens=40"],
-    "d2evo": ["rounds=1", "difficulty.pool_size=16", "difficulty.samples=4", "questioner.steps=1",
-              "questioner.prompts_per_step=4", "questioner.group_size=2", "questioner.reward.samples=4",
-              "buffer.generate=8", "buffer.voting.samples=4", "solver.steps=1", "solver.prompts_per_step=4",
-              "solver.group_size=2", "eval.heldout_size=12", "eval.samples=2", "eval.max_new_tokens=40",
-              "sampling.max_new_tokens=40"],
-    "diagevo": ["rounds=1", "challenger.steps=1", "challenger.prompts_per_step=4", "challenger.group_size=2",
-                "challenger.reward.samples=4", "pool.size=16", "pool.voting.samples=4", "solver.steps=1",
-                "solver.prompts_per_step=4", "solver.group_size=2", "memory.min_targeted=1", "memory.embedder=hash",
-                "memory.max_diagnoses_per_round=8", "diagnoser.max_new_tokens=40", "eval.benches=[toy]",
-                "eval.heldout_size=12", "eval.samples=0", "sampling.max_new_tokens=40"],
+    "grpo": [
+        "solver.steps=2",
+        "solver.prompts_per_step=4",
+        "solver.group_size=4",
+        "eval.heldout_size=12",
+        "eval.samples=2",
+        "sampling.max_new_tokens=40",
+        "eval.max_new_tokens=40",
+    ],
+    "d2evo": [
+        "rounds=1",
+        "difficulty.pool_size=16",
+        "difficulty.samples=4",
+        "questioner.steps=1",
+        "questioner.prompts_per_step=4",
+        "questioner.group_size=2",
+        "questioner.reward.samples=4",
+        "buffer.generate=8",
+        "buffer.voting.samples=4",
+        "solver.steps=1",
+        "solver.prompts_per_step=4",
+        "solver.group_size=2",
+        "eval.heldout_size=12",
+        "eval.samples=2",
+        "eval.max_new_tokens=40",
+        "sampling.max_new_tokens=40",
+    ],
+    "diagevo": [
+        "rounds=1",
+        "challenger.steps=1",
+        "challenger.prompts_per_step=4",
+        "challenger.group_size=2",
+        "challenger.reward.samples=4",
+        "pool.size=16",
+        "pool.voting.samples=4",
+        "solver.steps=1",
+        "solver.prompts_per_step=4",
+        "solver.group_size=2",
+        "memory.min_targeted=1",
+        "memory.embedder=hash",
+        "memory.max_diagnoses_per_round=8",
+        "diagnoser.max_new_tokens=40",
+        "eval.benches=[toy]",
+        "eval.heldout_size=12",
+        "eval.samples=0",
+        "sampling.max_new_tokens=40",
+    ],
 }
 
 
@@ -170,8 +273,9 @@ def word_tokenizer(vocab: int) -> Any:
     words = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, vocab)}}
     tk = Tokenizer(models.WordLevel(vocab=words, unk_token="<pad>"))
     tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="</s>", pad_token="<pad>", bos_token="<s>",
-                                   padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, eos_token="</s>", pad_token="<pad>", bos_token="<s>", padding_side="left"
+    )
 
 
 def qwen3_config(shape: dict[str, Any]) -> Any:
@@ -207,13 +311,20 @@ def cached_model(ctx: Ctx, key: str, shape: dict[str, Any]) -> Any:
     return ctx.models[key]
 
 
-def rand_groups(seed: int, n: int, G: int, vocab: int, prompt: int, lengths: Callable[[random.Random], int]) -> list[Any]:
+def rand_groups(
+    seed: int, n: int, G: int, vocab: int, prompt: int, lengths: Callable[[random.Random], int]
+) -> list[Any]:
     from coevolve.rl import RolloutGroup
 
     rng = random.Random(seed)
-    return [RolloutGroup([rng.randrange(3, vocab) for _ in range(prompt)],
-                         [[rng.randrange(3, vocab) for _ in range(lengths(rng))] for _ in range(G)],
-                         [float(k % 2) for k in range(G)]) for _ in range(n)]
+    return [
+        RolloutGroup(
+            [rng.randrange(3, vocab) for _ in range(prompt)],
+            [[rng.randrange(3, vocab) for _ in range(lengths(rng))] for _ in range(G)],
+            [float(k % 2) for k in range(G)],
+        )
+        for _ in range(n)
+    ]
 
 
 def plan_api() -> Any:
@@ -227,8 +338,9 @@ def preset(ctx: Ctx, recipe: str, folder: Path, extra: tuple[str, ...] = ()) -> 
     """The real-model preset of ``recipe`` for the model in ``folder`` (what ``coevolve run`` uses)."""
     from coevolve.config import load_config
 
-    return load_config(recipe, None, [f"model.path={folder}", f"model.device={ctx.scale.device}",
-                                      *ctx.scale.preset_overrides, *extra])
+    return load_config(
+        recipe, None, [f"model.path={folder}", f"model.device={ctx.scale.device}", *ctx.scale.preset_overrides, *extra]
+    )
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -258,12 +370,20 @@ def part_rates(ctx: Ctx) -> dict[str, Any]:
     import transformers
 
     dev = ctx.dev
-    out: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
-                           "transformers": transformers.__version__, "device": str(dev)}
+    out: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": str(dev),
+    }
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(0)
-        out.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / GiB, 1), cuda=torch.version.cuda,
-                   bf16=torch.cuda.is_bf16_supported())
+        out.update(
+            gpu=props.name,
+            gpu_memory_gib=round(props.total_memory / GiB, 1),
+            cuda=torch.version.cuda,
+            bf16=torch.cuda.is_bf16_supported(),
+        )
     n = ctx.scale.copy_bytes
     a = torch.empty(n, dtype=torch.uint8, device=dev)
     b = torch.empty_like(a)
@@ -292,8 +412,11 @@ def part_rates(ctx: Ctx) -> dict[str, Any]:
     del x, y
     with contextlib.suppress(Exception):
         dv = plan_api().DEVICES["h200"]
-        out["plan_assumes"] = {"mem_gbps": dv.mem_gbps.value, "matmul_tflops": dv.matmul_tflops.value,
-                               "train_mfu": dv.train_mfu.value}
+        out["plan_assumes"] = {
+            "mem_gbps": dv.mem_gbps.value,
+            "matmul_tflops": dv.matmul_tflops.value,
+            "train_mfu": dv.train_mfu.value,
+        }
     out["requirements"] = requirement_versions()
     ctx.results["rates"] = out
     return out
@@ -307,12 +430,25 @@ def part_learner(ctx: Ctx) -> dict[str, Any]:
     sc, dev = ctx.scale, ctx.dev
     folder = model_folder(ctx, "qwen3-4b", sc.big)
     cfg = preset(ctx, "d2evo", folder, ("learner.offload_when_idle=true",))
-    lcfg = cfg.learner if sc.micro_tokens is None else cfg.learner.model_copy(
-        update={"max_tokens_per_micro_batch": sc.micro_tokens})
+    lcfg = (
+        cfg.learner
+        if sc.micro_tokens is None
+        else cfg.learner.model_copy(update={"max_tokens_per_micro_batch": sc.micro_tokens})
+    )
     model = cached_model(ctx, "big", sc.big)
     vocab = sc.big["vocab_size"]
-    out: dict[str, Any] = {"learner": {k: getattr(lcfg, k) for k in ("lr", "micro_batch_size", "max_tokens_per_micro_batch",
-                                                                   "gradient_checkpointing", "logprob_chunk_tokens")}}
+    out: dict[str, Any] = {
+        "learner": {
+            k: getattr(lcfg, k)
+            for k in (
+                "lr",
+                "micro_batch_size",
+                "max_tokens_per_micro_batch",
+                "gradient_checkpointing",
+                "logprob_chunk_tokens",
+            )
+        }
+    }
     learner = Learner(model, lcfg)
     try:
         out.update(checkpointing=learner.gradient_checkpointing, chunk=learner.logprob_chunk, fused=learner.fused)
@@ -327,8 +463,13 @@ def part_learner(ctx: Ctx) -> dict[str, Any]:
         m = learner.step(groups)
         sync(dev)
         dt = time.perf_counter() - t0
-        out.update(step_seconds=round(dt, 2), tokens=tokens, tokens_per_s=round(tokens / dt),
-                   micro_batches=int(m["micro_batches"]), peak_gib=round(peak(dev), 2))
+        out.update(
+            step_seconds=round(dt, 2),
+            tokens=tokens,
+            tokens_per_s=round(tokens / dt),
+            micro_batches=int(m["micro_batches"]),
+            peak_gib=round(peak(dev), 2),
+        )
         try:
             plan = plan_api()
             shape = plan.ModelShape.from_config({**sc.big, "model_type": "qwen3"})
@@ -340,10 +481,14 @@ def part_learner(ctx: Ctx) -> dict[str, Any]:
             same = est * tokens / plan_tokens  # the plan's seconds for the measured tokens
             flops = same * device.matmul_tflops.value * 1e12 * device.train_mfu.value
             measured_tflops = ctx.results.get("rates", {}).get("matmul_bf16_tflops") or device.matmul_tflops.value
-            out["plan"] = {"train_peak_gib": round(rm.train_peak / GiB, 2),
-                           "resident_gib": round((rm.weights + rm.state) / GiB, 2),
-                           "micro_batch_rows": rm.micro_batch_rows, "micro_batch_tokens": rm.micro_batch_tokens,
-                           "step_seconds_same_tokens": round(same, 2), "assumed_mfu": device.train_mfu.value}
+            out["plan"] = {
+                "train_peak_gib": round(rm.train_peak / GiB, 2),
+                "resident_gib": round((rm.weights + rm.state) / GiB, 2),
+                "micro_batch_rows": rm.micro_batch_rows,
+                "micro_batch_tokens": rm.micro_batch_tokens,
+                "step_seconds_same_tokens": round(same, 2),
+                "assumed_mfu": device.train_mfu.value,
+            }
             out["mfu_measured"] = round(flops / (dt * measured_tflops * 1e12), 3)
             out["peak_over_plan"] = round(out["peak_gib"] / (rm.train_peak / GiB), 3) if dev.type == "cuda" else None
         except Exception as e:  # noqa: BLE001 - the measurement stands without the plan
@@ -381,8 +526,9 @@ def part_numerics(ctx: Ctx) -> dict[str, Any]:
     base = random_model(ctx, sc.small)
     out: dict[str, Any] = {}
     checks: dict[str, bool] = {}
-    groups = rand_groups(3, sc.num_rows // 2, 2, vocab, sc.num_prompt, lambda r: r.randrange(sc.num_completion // 4,
-                                                                                           sc.num_completion))
+    groups = rand_groups(
+        3, sc.num_rows // 2, 2, vocab, sc.num_prompt, lambda r: r.randrange(sc.num_completion // 4, sc.num_completion)
+    )
 
     # 1. chunked vs plain log-prob backward, both bf16, against an fp32 copy
     seqs = [(g.prompt_ids, c, 1.0, None) for g in groups for c in g.completion_ids]
@@ -405,27 +551,43 @@ def part_numerics(ctx: Ctx) -> dict[str, Any]:
     lp_plain, g_plain = logp_grads(base, 0)
     lp_chunk, g_chunk = logp_grads(base, sc.num_chunk)
     mask = b.completion_mask > 0
-    out["logprob"] = {"max_abs_chunked_vs_plain": float((lp_chunk - lp_plain)[mask].abs().max()),
-                      "max_abs_plain_vs_fp32": float((lp_plain - lp32)[mask].abs().max()),
-                      "max_abs_chunked_vs_fp32": float((lp_chunk - lp32)[mask].abs().max())}
-    out["grad_rel_err_vs_fp32"] = {n.split(".", 1)[1]: {"plain": round(rel_err(g_plain[n], g32[n]), 4),
-                                                        "chunked": round(rel_err(g_chunk[n], g32[n]), 4)} for n in g32}
-    checks["chunked_no_worse_than_plain"] = all(
-        v["chunked"] <= 1.5 * v["plain"] + 1e-3 for v in out["grad_rel_err_vs_fp32"].values()) and \
-        out["logprob"]["max_abs_chunked_vs_fp32"] <= 1.5 * out["logprob"]["max_abs_plain_vs_fp32"] + 1e-3
+    out["logprob"] = {
+        "max_abs_chunked_vs_plain": float((lp_chunk - lp_plain)[mask].abs().max()),
+        "max_abs_plain_vs_fp32": float((lp_plain - lp32)[mask].abs().max()),
+        "max_abs_chunked_vs_fp32": float((lp_chunk - lp32)[mask].abs().max()),
+    }
+    out["grad_rel_err_vs_fp32"] = {
+        n.split(".", 1)[1]: {
+            "plain": round(rel_err(g_plain[n], g32[n]), 4),
+            "chunked": round(rel_err(g_chunk[n], g32[n]), 4),
+        }
+        for n in g32
+    }
+    checks["chunked_no_worse_than_plain"] = (
+        all(v["chunked"] <= 1.5 * v["plain"] + 1e-3 for v in out["grad_rel_err_vs_fp32"].values())
+        and out["logprob"]["max_abs_chunked_vs_fp32"] <= 1.5 * out["logprob"]["max_abs_plain_vs_fp32"] + 1e-3
+    )
 
     # 2. token-budget micro-batches vs one micro-batch, from identical weights
     row = sc.num_prompt + sc.num_completion
     one = Learner(copy.deepcopy(base), LearnerConfig(lr=1e-4, micro_batch_size=64, logprob_chunk_tokens=sc.num_chunk))
     m1, ga = grads_at_step(one, groups)
     one.close()
-    many = Learner(copy.deepcopy(base), LearnerConfig(lr=1e-4, micro_batch_size=64, logprob_chunk_tokens=sc.num_chunk,
-                                                      max_tokens_per_micro_batch=2 * row))
+    many = Learner(
+        copy.deepcopy(base),
+        LearnerConfig(
+            lr=1e-4, micro_batch_size=64, logprob_chunk_tokens=sc.num_chunk, max_tokens_per_micro_batch=2 * row
+        ),
+    )
     m2, gb = grads_at_step(many, groups)
     many.close()
     worst = max(rel_err(x, y) for x, y in zip(gb, ga))
-    out["micro_batches"] = {"one": int(m1["micro_batches"]), "budget": int(m2["micro_batches"]),
-                            "grad_rel_err": round(worst, 5), "loss_diff": abs(m1["loss"] - m2["loss"])}
+    out["micro_batches"] = {
+        "one": int(m1["micro_batches"]),
+        "budget": int(m2["micro_batches"]),
+        "grad_rel_err": round(worst, 5),
+        "loss_diff": abs(m1["loss"] - m2["loss"]),
+    }
     checks["micro_batches_same_update"] = m2["micro_batches"] >= 3 and worst < 0.05
 
     # 3. fused vs foreach AdamW: the same gradients (step 2's) into two optimizers
@@ -435,8 +597,14 @@ def part_numerics(ctx: Ctx) -> dict[str, Any]:
         ps = [m.clone().requires_grad_(True) for m in masters]
         for p_, g_ in zip(ps, ga):
             p_.grad = g_.to(p_.device)
-        opt = torch.optim.AdamW(ps, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.01, fused=fused_kernel,
-                                foreach=None if fused_kernel else True)
+        opt = torch.optim.AdamW(
+            ps,
+            lr=1e-4,
+            betas=(0.9, 0.99),
+            weight_decay=0.01,
+            fused=fused_kernel,
+            foreach=None if fused_kernel else True,
+        )
         for _ in range(3):  # a few steps, so m and v matter
             opt.step()
         upd[fused_kernel] = [p_.detach() for p_ in ps]
@@ -460,8 +628,11 @@ def part_numerics(ctx: Ctx) -> dict[str, Any]:
     second.step(groups)
     moved = any(not torch.equal(x, p) for x, p in zip(w0, model.parameters()))
     second.close()
-    out["two_learners"] = {"first_freed_gib": round(freed, 3), "expected_gib": round(12 * n / GiB, 3),
-                           "second_updates": moved}
+    out["two_learners"] = {
+        "first_freed_gib": round(freed, 3),
+        "expected_gib": round(12 * n / GiB, 3),
+        "second_updates": moved,
+    }
     checks["two_learners_in_turn"] = moved and (dev.type != "cuda" or freed >= 0.9 * 12 * n / GiB)
     del model, w0
     free_memory(dev)
@@ -469,8 +640,10 @@ def part_numerics(ctx: Ctx) -> dict[str, Any]:
     # 5. offload_optimizer: device sums, one device-to-host copy per step; the same gradients as on the device
     batch = groups * 2
     on = Learner(copy.deepcopy(base), LearnerConfig(lr=1e-4, micro_batch_size=2, logprob_chunk_tokens=sc.num_chunk))
-    off = Learner(copy.deepcopy(base), LearnerConfig(lr=1e-4, micro_batch_size=2, logprob_chunk_tokens=sc.num_chunk,
-                                                     offload_optimizer=True))
+    off = Learner(
+        copy.deepcopy(base),
+        LearnerConfig(lr=1e-4, micro_batch_size=2, logprob_chunk_tokens=sc.num_chunk, offload_optimizer=True),
+    )
     times, grads = {}, {}
     for name, lr in (("on_device", on), ("offload_optimizer", off)):
         lr.step(groups[:1])  # warm-up: optimizer state exists
@@ -480,9 +653,12 @@ def part_numerics(ctx: Ctx) -> dict[str, Any]:
         sync(dev)
         times[name] = round(time.perf_counter() - t0, 3)
     worst = max(rel_err(x.cpu(), y.cpu()) for x, y in zip(grads["offload_optimizer"], grads["on_device"]))
-    out["offload_optimizer"] = {"step_seconds": times, "micro_batches": int(mm["micro_batches"]),
-                                "grad_rel_err": round(worst, 5),
-                                "masters_on": str(off.master[0].device)}
+    out["offload_optimizer"] = {
+        "step_seconds": times,
+        "micro_batches": int(mm["micro_batches"]),
+        "grad_rel_err": round(worst, 5),
+        "masters_on": str(off.master[0].device),
+    }
     checks["offload_optimizer_same_gradients"] = worst < 0.05 and off.master[0].device.type == "cpu"
     del grads
     on.close()
@@ -527,22 +703,32 @@ def part_sampler(ctx: Ctx) -> dict[str, Any]:
     t1 = timed(long, 1)
     transient = peak(dev) - base
     tn = timed(long, sc.kv_new)
-    out["long"] = {"rows": sc.kv_rows, "context": sc.kv_prompt + sc.kv_new, "kv_tokens": budget,
-                   "transient_gib": round(transient, 2), "prefill_seconds": round(t1, 2),
-                   "decode_ms_per_step": round(1e3 * (tn - t1) / (sc.kv_new - 1), 1)}
+    out["long"] = {
+        "rows": sc.kv_rows,
+        "context": sc.kv_prompt + sc.kv_new,
+        "kv_tokens": budget,
+        "transient_gib": round(transient, 2),
+        "prefill_seconds": round(t1, 2),
+        "decode_ms_per_step": round(1e3 * (tn - t1) / (sc.kv_new - 1), 1),
+    }
     short = prompts(sc.decode_rows, sc.decode_prompt)
     timed(short[:2], 2)
     s1 = timed(short, 1)
     sn = timed(short, sc.decode_new)
-    out["short"] = {"rows": sc.decode_rows, "context": sc.decode_prompt + sc.decode_new,
-                    "decode_ms_per_step": round(1e3 * (sn - s1) / (sc.decode_new - 1), 1)}
+    out["short"] = {
+        "rows": sc.decode_rows,
+        "context": sc.decode_prompt + sc.decode_new,
+        "decode_ms_per_step": round(1e3 * (sn - s1) / (sc.decode_new - 1), 1),
+    }
     try:
         plan = plan_api()
         shape = plan.ModelShape.from_config({**sc.big, "model_type": "qwen3"})
         device = plan.DEVICES["h200"]
         call = plan.sampler_call_bytes(shape, 2, sc.kv_rows, sc.kv_prompt, sc.kv_new)
-        out["plan"] = {"transient_gib": round(call / GiB, 2),
-                       "hf_decode_floor_ms": round(device.hf_step_ms_per_layer.value * shape.layers, 1)}
+        out["plan"] = {
+            "transient_gib": round(call / GiB, 2),
+            "hf_decode_floor_ms": round(device.hf_step_ms_per_layer.value * shape.layers, 1),
+        }
     except Exception as e:  # noqa: BLE001
         out["plan"] = f"unavailable: {type(e).__name__}: {e}"
     del sampler
@@ -554,7 +740,6 @@ def part_recipes(ctx: Ctx, deadline: float | None = None) -> dict[str, Any]:
     """One tiny round of each recipe in the toy world, on the device (bf16)."""
     from coevolve.config import load_config
     from coevolve.recipes import execute
-
     from coevolve.toy import ensure_base
 
     dev = ctx.dev
@@ -572,20 +757,33 @@ def part_recipes(ctx: Ctx, deadline: float | None = None) -> dict[str, Any]:
             ok = False
             continue
         run_dir = ctx.work / "runs" / recipe
-        cfg = load_config(recipe, None, over + list(ctx.scale.recipe_overrides) + [
-            "run.progress=false", "run.keep_checkpoints=1", f"run.threads={min(8, os.cpu_count() or 1)}"])
+        cfg = load_config(
+            recipe,
+            None,
+            over
+            + list(ctx.scale.recipe_overrides)
+            + ["run.progress=false", "run.keep_checkpoints=1", f"run.threads={min(8, os.cpu_count() or 1)}"],
+        )
         reset_peak(dev)
         t0 = time.perf_counter()
         try:
             summary = execute(cfg, run_dir)
             final = summary.get("eval", {}).get("final", {})
-            out[recipe] = {"ok": True, "seconds": round(time.perf_counter() - t0, 1), "peak_gib": round(peak(dev), 3),
-                           "rollouts": summary.get("rollouts"),
-                           "greedy": {b: v.get("greedy") for b, v in final.items() if isinstance(v, dict)}}
+            out[recipe] = {
+                "ok": True,
+                "seconds": round(time.perf_counter() - t0, 1),
+                "peak_gib": round(peak(dev), 3),
+                "rollouts": summary.get("rollouts"),
+                "greedy": {b: v.get("greedy") for b, v in final.items() if isinstance(v, dict)},
+            }
         except Exception as e:  # noqa: BLE001 - the next recipe still runs
             ok = False
-            out[recipe] = {"ok": False, "seconds": round(time.perf_counter() - t0, 1),
-                           "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-1500:]}
+            out[recipe] = {
+                "ok": False,
+                "seconds": round(time.perf_counter() - t0, 1),
+                "error": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc()[-1500:],
+            }
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
             free_memory(dev)
@@ -594,15 +792,36 @@ def part_recipes(ctx: Ctx, deadline: float | None = None) -> dict[str, Any]:
 
 
 PARTS: dict[str, Callable[..., dict[str, Any]]] = {
-    "rates": part_rates, "learner": part_learner, "numerics": part_numerics, "sampler": part_sampler,
+    "rates": part_rates,
+    "learner": part_learner,
+    "numerics": part_numerics,
+    "sampler": part_sampler,
     "recipes": part_recipes,
 }
 
 
 # ------------------------------------------------------------------------------------------ driver
-CARRIED = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection", "typing_extensions", "math_verify",
-           "latex2sympy2_extended", "antlr4", "yaml", "numpy", "safetensors", "tokenizers", "sympy", "tqdm", "typer",
-           "rich", "matplotlib", "peft", "sentence_transformers")
+CARRIED = (
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_inspection",
+    "typing_extensions",
+    "math_verify",
+    "latex2sympy2_extended",
+    "antlr4",
+    "yaml",
+    "numpy",
+    "safetensors",
+    "tokenizers",
+    "sympy",
+    "tqdm",
+    "typer",
+    "rich",
+    "matplotlib",
+    "peft",
+    "sentence_transformers",
+)
 """coevolve's own requirements besides torch and transformers (pyproject), by module name."""
 
 
@@ -612,9 +831,25 @@ def requirement_versions() -> dict[str, str]:
     from importlib import metadata
 
     out: dict[str, str] = {}
-    for dist in ("pydantic", "pydantic_core", "annotated-types", "typing-inspection", "typing_extensions",
-                 "math-verify", "latex2sympy2_extended", "antlr4-python3-runtime", "PyYAML", "numpy", "safetensors",
-                 "tokenizers", "sympy", "tqdm", "typer", "rich", "matplotlib"):
+    for dist in (
+        "pydantic",
+        "pydantic_core",
+        "annotated-types",
+        "typing-inspection",
+        "typing_extensions",
+        "math-verify",
+        "latex2sympy2_extended",
+        "antlr4-python3-runtime",
+        "PyYAML",
+        "numpy",
+        "safetensors",
+        "tokenizers",
+        "sympy",
+        "tqdm",
+        "typer",
+        "rich",
+        "matplotlib",
+    ):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -654,10 +889,20 @@ def run_part(name: str, ctx: Ctx, deadline: float | None) -> dict[str, Any]:
         try:
             fn = PARTS[name]
             body = fn(ctx, deadline) if name == "recipes" else fn(ctx)
-            res = {"part": name, "ok": bool(body.pop("ok", True)), "seconds": round(time.perf_counter() - t0, 1), **body}
+            res = {
+                "part": name,
+                "ok": bool(body.pop("ok", True)),
+                "seconds": round(time.perf_counter() - t0, 1),
+                **body,
+            }
         except Exception as e:  # noqa: BLE001 - one failing part must not lose the others
-            res = {"part": name, "ok": False, "seconds": round(time.perf_counter() - t0, 1),
-                   "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+            res = {
+                "part": name,
+                "ok": False,
+                "seconds": round(time.perf_counter() - t0, 1),
+                "error": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc()[-2000:],
+            }
         finally:
             free_memory(ctx.dev)
     print("RESULT " + json.dumps(res, default=str), flush=True)
@@ -687,8 +932,11 @@ def main(argv: list[str] | None = None) -> int:
             write(out_dir, results, {"dry_run": args.dry_run})
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    extra = {"dry_run": args.dry_run, "total_seconds": round(time.monotonic() - start, 1),
-             "imported_requirements": imported_requirements()}
+    extra = {
+        "dry_run": args.dry_run,
+        "total_seconds": round(time.monotonic() - start, 1),
+        "imported_requirements": imported_requirements(),
+    }
     write(out_dir, results, extra)
     print("RESULT " + json.dumps({"part": "summary", "ok": all(r["ok"] for r in results), **extra}), flush=True)
     return 0 if all(r["ok"] for r in results) else 1

@@ -68,26 +68,41 @@ def sample(args: argparse.Namespace) -> dict[str, Any]:
         sampler.sample(questions[:1], 1, SamplingParams(max_new_tokens=1, seed=1 + i))
         calls.append(time.perf_counter() - t)
     t = time.perf_counter()
-    groups = sampler.sample(questions, args.n, SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens,
-                                                              seed=args.seed))
+    groups = sampler.sample(
+        questions, args.n, SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    )
     wall = time.perf_counter() - t
     tokens = sum(len(c.token_ids) for g in groups for c in g)
     if hasattr(sampler, "close"):
         sampler.close()
-    res = {"engine": engine.kind, "actor_engine": engine.ray.actor_engine if engine.kind == "ray" else None,
-           "model": path, "startup_s": round(startup, 2), "call_overhead_s": round(statistics.median(calls), 4),
-           "prompts": len(questions), "n": args.n, "max_new_tokens": args.max_new_tokens,
-           "rollouts": len(questions) * args.n,
-           "tokens": tokens, "wall_s": round(wall, 2), "tokens_per_s": round(tokens / wall, 1) if wall > 0 else None}
-    print(f"engine {res['engine']}{' (' + res['actor_engine'] + ' actors)' if res['actor_engine'] else ''}: "
-          f"start-up {res['startup_s']} s, per-call overhead {res['call_overhead_s']} s (median of {args.calls}), "
-          f"{res['rollouts']} rollouts / {tokens} tokens in {res['wall_s']} s = {res['tokens_per_s']} tokens/s")
+    res = {
+        "engine": engine.kind,
+        "actor_engine": engine.ray.actor_engine if engine.kind == "ray" else None,
+        "model": path,
+        "startup_s": round(startup, 2),
+        "call_overhead_s": round(statistics.median(calls), 4),
+        "prompts": len(questions),
+        "n": args.n,
+        "max_new_tokens": args.max_new_tokens,
+        "rollouts": len(questions) * args.n,
+        "tokens": tokens,
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(tokens / wall, 1) if wall > 0 else None,
+    }
+    print(
+        f"engine {res['engine']}{' (' + res['actor_engine'] + ' actors)' if res['actor_engine'] else ''}: "
+        f"start-up {res['startup_s']} s, per-call overhead {res['call_overhead_s']} s (median of {args.calls}), "
+        f"{res['rollouts']} rollouts / {tokens} tokens in {res['wall_s']} s = {res['tokens_per_s']} tokens/s"
+    )
     return res
 
 
 def run_summary(args: argparse.Namespace) -> dict[str, Any]:
-    rows = [json.loads(line) for line in (Path(args.run) / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    rows = [
+        json.loads(line)
+        for line in (Path(args.run) / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     phases = {r["phase"]: r for r in rows if any(k.startswith("phase/") and k.endswith("/seconds") for k in r)}
     steps = []
     for r in rows:
@@ -100,15 +115,29 @@ def run_summary(args: argparse.Namespace) -> dict[str, Any]:
         per_step = (ph.get(f"phase/{ns}/rollouts") or 0) / max(1, n_steps)
         tok = r.get(f"{ns}/completion_len_mean", 0.0) * per_step
         verl = {k: v for k, v in r.items() if "timing_s" in k or "perf/" in k or "throughput" in k}
-        steps.append({"phase": ns, "round": r.get("round"), "step": r["step"], "gen_s": gen, "learn_s": learn,
-                      "rollout_tokens_per_s": round(tok / gen, 1) if gen else None, **verl})
+        steps.append(
+            {
+                "phase": ns,
+                "round": r.get("round"),
+                "step": r["step"],
+                "gen_s": gen,
+                "learn_s": learn,
+                "rollout_tokens_per_s": round(tok / gen, 1) if gen else None,
+                **verl,
+            }
+        )
     for s in steps:
         print("  ".join(f"{k}={v}" for k, v in s.items()))
     for ns, ph in phases.items():
         print(f"phase {ns}: {ph.get(f'phase/{ns}/seconds')} s, {ph.get(f'phase/{ns}/rollouts')} rollouts")
-    return {"run": args.run, "steps": steps,
-            "phases": {ns: {"seconds": ph.get(f"phase/{ns}/seconds"), "rollouts": ph.get(f"phase/{ns}/rollouts")}
-                       for ns, ph in phases.items()}}
+    return {
+        "run": args.run,
+        "steps": steps,
+        "phases": {
+            ns: {"seconds": ph.get(f"phase/{ns}/seconds"), "rollouts": ph.get(f"phase/{ns}/rollouts")}
+            for ns, ph in phases.items()
+        },
+    }
 
 
 def main() -> None:

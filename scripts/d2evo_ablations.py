@@ -39,7 +39,10 @@ def variant_row(name: str, path: Path) -> dict[str, Any]:
     state = json.loads((path / "state.json").read_text())  # read-only: no Run.open (it may truncate)
     ev = s["eval"]
     bench = next(iter(ev.get("final") or ev.get("base") or {}), None)
-    acc = lambda e: {"greedy": (e or {}).get(bench, {}).get("greedy"), "sampled": (e or {}).get(bench, {}).get("sampled")}  # noqa: E731
+    acc = lambda e: {
+        "greedy": (e or {}).get(bench, {}).get("greedy"),
+        "sampled": (e or {}).get(bench, {}).get("sampled"),
+    }  # noqa: E731
     rounds = s["rounds"]
     # rollouts per phase kind over rounds 1..T (the method's own cost); held-out evals and the
     # report-only final re-measure of the pool are counted apart
@@ -73,18 +76,35 @@ def _f(x: Any, nd: int = 3) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown: one line per variant; per-round lists are written r1/r2/r3."""
     n = max((len(r["rounds"]) for r in rows), default=0)
-    head = (["variant", "base g/s"] + [f"r{t} g/s" for t in range(1, n + 1)]
-            + ["final greedy", "final sampled", "anchors", "buffer real/gen", "pseudo-label acc", "wall s",
-               "rollouts r1..T (difficulty share)"])
+    head = (
+        ["variant", "base g/s"]
+        + [f"r{t} g/s" for t in range(1, n + 1)]
+        + [
+            "final greedy",
+            "final sampled",
+            "anchors",
+            "buffer real/gen",
+            "pseudo-label acc",
+            "wall s",
+            "rollouts r1..T (difficulty share)",
+        ]
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["variant"], f"{_f(r['base']['greedy'])} / {_f(r['base']['sampled'])}"]
-        cells += [f"{_f(r['rounds'].get(str(t), {}).get('greedy'))} / {_f(r['rounds'].get(str(t), {}).get('sampled'))}"
-                  for t in range(1, n + 1)]
-        cells += [_f(r["final"]["greedy"]), _f(r["final"]["sampled"]), "/".join(_f(a) for a in r["anchors"]),
-                  " ".join(f"{_f(a)}/{_f(b)}" for a, b in zip(r["buffer_real"], r["buffer_generated"])),
-                  "/".join(_f(x, 2) for x in r["pseudo_label_acc"]), _f(r["wall_seconds"], 0),
-                  f"{r['rollouts_total']} ({_f(r['difficulty_share'], 2)})"]
+        cells += [
+            f"{_f(r['rounds'].get(str(t), {}).get('greedy'))} / {_f(r['rounds'].get(str(t), {}).get('sampled'))}"
+            for t in range(1, n + 1)
+        ]
+        cells += [
+            _f(r["final"]["greedy"]),
+            _f(r["final"]["sampled"]),
+            "/".join(_f(a) for a in r["anchors"]),
+            " ".join(f"{_f(a)}/{_f(b)}" for a, b in zip(r["buffer_real"], r["buffer_generated"])),
+            "/".join(_f(x, 2) for x in r["pseudo_label_acc"]),
+            _f(r["wall_seconds"], 0),
+            f"{r['rollouts_total']} ({_f(r['difficulty_share'], 2)})",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -47,27 +47,44 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         ev = summary["eval"]
         last = summary["rounds"][-1] if summary["rounds"] else {}
-        pool_acc = [r.get("pool/oracle_acc_kept") for r in summary["rounds"] if r.get("pool/oracle_acc_kept") is not None]
+        pool_acc = [
+            r.get("pool/oracle_acc_kept") for r in summary["rounds"] if r.get("pool/oracle_acc_kept") is not None
+        ]
         filt = {m: [r.get(f"pool/oracle_acc_{m}") for r in summary["rounds"]] for m in ("none", "absolute", "dual")}
-        rows.append({
-            "name": name,
-            "base": ev.get("base", {}).get("toy", {}).get("greedy"),
-            "greedy": ev.get("final", {}).get("toy", {}).get("greedy"),
-            "sampled": ev.get("final", {}).get("toy", {}).get("sampled"),
-            "causes": summary.get("memory", {}).get("causes"),
-            "nodes": summary.get("memory", {}).get("nodes"),
-            "mastered": summary.get("memory", {}).get("mastered"),
-            "label_acc": sum(pool_acc) / len(pool_acc) if pool_acc else None,
-            "promotions": sum(int(r.get("memory/promotions") or 0) for r in summary["rounds"]),
-            "reactivations": sum(int(r.get("memory/reactivations") or 0) for r in summary["rounds"]),
-            "seconds": summary.get("wall_seconds"),
-            "kept_last": last.get("pool/kept"),
-            "rounds": len(summary["rounds"]),
-            "oracle_acc_by_filter": filt,
-        })
+        rows.append(
+            {
+                "name": name,
+                "base": ev.get("base", {}).get("toy", {}).get("greedy"),
+                "greedy": ev.get("final", {}).get("toy", {}).get("greedy"),
+                "sampled": ev.get("final", {}).get("toy", {}).get("sampled"),
+                "causes": summary.get("memory", {}).get("causes"),
+                "nodes": summary.get("memory", {}).get("nodes"),
+                "mastered": summary.get("memory", {}).get("mastered"),
+                "label_acc": sum(pool_acc) / len(pool_acc) if pool_acc else None,
+                "promotions": sum(int(r.get("memory/promotions") or 0) for r in summary["rounds"]),
+                "reactivations": sum(int(r.get("memory/reactivations") or 0) for r in summary["rounds"]),
+                "seconds": summary.get("wall_seconds"),
+                "kept_last": last.get("pool/kept"),
+                "rounds": len(summary["rounds"]),
+                "oracle_acc_by_filter": filt,
+            }
+        )
     fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
-    cols = ["name", "rounds", "base", "greedy", "sampled", "label_acc", "causes", "nodes", "mastered", "promotions",
-            "reactivations", "kept_last", "seconds"]
+    cols = [
+        "name",
+        "rounds",
+        "base",
+        "greedy",
+        "sampled",
+        "label_acc",
+        "causes",
+        "nodes",
+        "mastered",
+        "promotions",
+        "reactivations",
+        "kept_last",
+        "seconds",
+    ]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:

@@ -38,8 +38,11 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="math-verify worker processes")
     ap.add_argument("--timeout", type=float, default=5.0, help="per-call math-verify budget, seconds")
     ap.add_argument("--show", type=int, default=10, help="print up to this many wrong verdicts of each kind")
-    ap.add_argument("--forms", default="boxed,statement,sentence",
-                    help="how each output states its answer, comma-separated: " + ", ".join(FORMS))
+    ap.add_argument(
+        "--forms",
+        default="boxed,statement,sentence",
+        help="how each output states its answer, comma-separated: " + ", ".join(FORMS),
+    )
     args = ap.parse_args()
 
     forms = [f.strip() for f in args.forms.split(",") if f.strip()]
@@ -73,16 +76,22 @@ def check(pairs: list, form: str, args: argparse.Namespace) -> int:
             (false_unequal if p.equal else false_equal).append(p)
     n_un = sum(n for (_, eq), n in tot.items() if not eq)
     n_eq = sum(n for (_, eq), n in tot.items() if eq)
-    print(f"form {form!r}: seed {args.seed}, {len(pairs)} pairs, {args.workers} worker(s), timeout {args.timeout:g}s, "
-          f"{wall:.1f}s wall ({1000 * wall / len(pairs):.1f} ms/pair)")
+    print(
+        f"form {form!r}: seed {args.seed}, {len(pairs)} pairs, {args.workers} worker(s), timeout {args.timeout:g}s, "
+        f"{wall:.1f}s wall ({1000 * wall / len(pairs):.1f} ms/pair)"
+    )
     print(f"non-equal pairs: {n_un}   false 'equal': {len(false_equal)}")
-    print(f"equal pairs:     {n_eq}   false 'not equal': {len(false_unequal)} "
-          f"({100 * len(false_unequal) / max(n_eq, 1):.2f}%)")
+    print(
+        f"equal pairs:     {n_eq}   false 'not equal': {len(false_unequal)} "
+        f"({100 * len(false_unequal) / max(n_eq, 1):.2f}%)"
+    )
     print(f"{'family':16s} {'relation':9s} {'pairs':>6s} {'wrong':>6s}")
     for fam, eq in sorted(tot):
         print(f"{fam:16s} {'equal' if eq else 'unequal':9s} {tot[fam, eq]:6d} {wrong[fam, eq]:6d}")
-    print(f"grader: calls={stats.calls} cheap={stats.cheap_hits} worker_calls={stats.worker_calls} "
-          f"timeouts={stats.timeouts} errors={stats.errors} over_limit={stats.too_long} restarts={stats.restarts}")
+    print(
+        f"grader: calls={stats.calls} cheap={stats.cheap_hits} worker_calls={stats.worker_calls} "
+        f"timeouts={stats.timeouts} errors={stats.errors} over_limit={stats.too_long} restarts={stats.restarts}"
+    )
     for label, rows in (("FALSE EQUAL", false_equal), ("false not-equal", false_unequal)):
         for p in rows[: args.show]:
             print(f"  {label} [{p.family}] gold={p.gold[:80]!r} pred={p.pred[:120]!r}")

@@ -31,8 +31,9 @@ import ast
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 MATH_VERIFY_FILES = (
     "tests/test_all.py",
@@ -114,15 +115,17 @@ def harvest(repo: Path, name: str, files: tuple[str, ...], licence: str) -> tupl
             config: dict[str, Any] = {"match_types": case.get("match_types", ["latex", "expr"])}
             if case.get("language", "english") != "english":
                 config["language"] = case["language"]
-            rows.append({
-                "id": cid,
-                "gold": str(case["gold"]),
-                "pred": str(case["pred"]),
-                "expected": bool(expected),
-                "source": f"{owner_repo}@{commit}:{path}::{test}",
-                "licence": licence,
-                "config": config,
-            })
+            rows.append(
+                {
+                    "id": cid,
+                    "gold": str(case["gold"]),
+                    "pred": str(case["pred"]),
+                    "expected": bool(expected),
+                    "source": f"{owner_repo}@{commit}:{path}::{test}",
+                    "licence": licence,
+                    "config": config,
+                }
+            )
     return rows, dropped
 
 
@@ -130,13 +133,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--math-verify", type=Path, required=True, help="checkout of huggingface/Math-Verify")
     ap.add_argument("--lighteval", type=Path, required=True, help="checkout of huggingface/lighteval")
-    ap.add_argument("--out", type=Path,
-                    default=Path(__file__).resolve().parent.parent / "tests/data/grader_cases_published.jsonl")
+    ap.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent.parent / "tests/data/grader_cases_published.jsonl"
+    )
     args = ap.parse_args()
     rows: list[dict] = []
     dropped: list[str] = []
-    for repo, name, files, lic in ((args.math_verify, "Math-Verify", MATH_VERIFY_FILES, "Apache-2.0"),
-                                   (args.lighteval, "lighteval", LIGHTEVAL_FILES, "MIT")):
+    for repo, name, files, lic in (
+        (args.math_verify, "Math-Verify", MATH_VERIFY_FILES, "Apache-2.0"),
+        (args.lighteval, "lighteval", LIGHTEVAL_FILES, "MIT"),
+    ):
         got, off = harvest(repo, name, files, lic)
         rows += got
         dropped += off
@@ -152,8 +158,10 @@ def main() -> int:
     with args.out.open("w", encoding="utf-8") as f:
         for r in kept:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    print(f"{len(kept)} cases written to {args.out} ({dupes} repeats dropped, "
-          f"{len(dropped)} dropped for settings coevolve does not have)")
+    print(
+        f"{len(kept)} cases written to {args.out} ({dupes} repeats dropped, "
+        f"{len(dropped)} dropped for settings coevolve does not have)"
+    )
     for d in dropped:
         print(f"  dropped {d}")
     return 0

@@ -42,8 +42,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-GRPO_TINY = ["solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=12", "eval.samples=2",
-             "sampling.max_new_tokens=40", "eval.max_new_tokens=40"]
+GRPO_TINY = [
+    "solver.prompts_per_step=4",
+    "solver.group_size=4",
+    "eval.heldout_size=12",
+    "eval.samples=2",
+    "sampling.max_new_tokens=40",
+    "eval.max_new_tokens=40",
+]
 COMMON = ["run.progress=false", "run.threads=1"]
 FUZZ: dict[str, list[str]] = {  # recipe -> `coevolve run` arguments (a shortened toy config)
     "grpo": [*GRPO_TINY, "solver.steps=4"],
@@ -53,11 +59,19 @@ FUZZ: dict[str, list[str]] = {  # recipe -> `coevolve run` arguments (a shortene
 QUICK: dict[str, list[str]] = {
     "grpo": [*GRPO_TINY, "solver.steps=2"],
     "d2evo": ["-c", str(ROOT / "configs" / "d2evo_smoke.yaml"), "rounds=1", "difficulty.measure_final=false"],
-    "diagevo": ["-c", str(ROOT / "configs" / "diagevo_smoke.yaml"), "rounds=1", "memory.embedder=hash",
-                "eval.heldout_size=20", "pool.size=32", "solver.steps=1"],
+    "diagevo": [
+        "-c",
+        str(ROOT / "configs" / "diagevo_smoke.yaml"),
+        "rounds=1",
+        "memory.embedder=hash",
+        "eval.heldout_size=20",
+        "pool.size=32",
+        "solver.steps=1",
+    ],
 }
-TIME_KEYS = frozenset({"time", "created", "finished", "tracker_id", "seconds", "wall_seconds", "started",
-                       "metrics_bytes"})
+TIME_KEYS = frozenset(
+    {"time", "created", "finished", "tracker_id", "seconds", "wall_seconds", "started", "metrics_bytes"}
+)
 """JSON keys that measure time (plus any key ending in ``seconds``): removed before comparing.
 ``metrics_bytes`` (state.json) is the byte length of a log whose rows hold timestamps."""
 SKIP = ("report/", "run.lock")
@@ -94,8 +108,14 @@ def _cli(args: list[str], log: Path, fault: str | None = None) -> subprocess.Pop
         env["COEVOLVE_FAULT"] = fault
     with open(log, "a") as f:
         # A session of its own: `killpg` (and the `killgroup` fault) reach the grader workers too.
-        return subprocess.Popen([sys.executable, "-m", "coevolve", *args], cwd=ROOT, env=env, stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "coevolve", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _state(run: Path) -> dict[str, Any]:
@@ -132,9 +152,13 @@ def _normalised(path: Path) -> bytes | Any:
 
 def compare(ref: Path, victim: Path) -> list[str]:
     """Files that differ between two finished run folders (time fields and ``SKIP`` aside)."""
+
     def files(root: Path) -> set[str]:
-        return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()
-                and not any(str(p.relative_to(root)).startswith(s) for s in SKIP)}
+        return {
+            str(p.relative_to(root))
+            for p in root.rglob("*")
+            if p.is_file() and not any(str(p.relative_to(root)).startswith(s) for s in SKIP)
+        }
 
     a, b = files(ref), files(victim)
     out = [f"only in reference: {f}" for f in sorted(a - b)] + [f"only in victim: {f}" for f in sorted(b - a)]
@@ -157,15 +181,18 @@ def reference(recipe: str, args: list[str], out: Path) -> tuple[Path, dict[str, 
     run = out / f"{recipe}-reference"
     counts = out / f"{recipe}-counts"
     t0 = time.time()
-    p = _cli(["run", recipe, *args, *COMMON, "--run-dir", str(run)], out / f"{recipe}-reference.log",
-             fault=f"count:{counts}")
+    p = _cli(
+        ["run", recipe, *args, *COMMON, "--run-dir", str(run)], out / f"{recipe}-reference.log", fault=f"count:{counts}"
+    )
     setup = None
     while p.poll() is None:
         if setup is None and (run / "base").is_dir():
             setup = time.time() - t0
         time.sleep(0.05)
     if p.returncode != 0:
-        raise SystemExit(f"{recipe}: the reference run failed (exit {p.returncode}); see {out / f'{recipe}-reference.log'}")
+        raise SystemExit(
+            f"{recipe}: the reference run failed (exit {p.returncode}); see {out / f'{recipe}-reference.log'}"
+        )
     wall = time.time() - t0
     return run, _site_calls(counts), wall, setup or wall / 2
 
@@ -190,8 +217,11 @@ def fuzz(recipe: str, args: list[str], out: Path, kills: int, rng: random.Random
         # pile up in that tail (every relaunch reaches it at once); a victim gets there by finishing.
         if landed < kills and done < len(plan):
             if rng.random() < 0.5:
-                delay = (rng.uniform(0.2, setup_s) if rng.random() < SETUP_SHARE
-                         else setup_s + rng.uniform(0, left * max(1.0, ref_s - setup_s)))
+                delay = (
+                    rng.uniform(0.2, setup_s)
+                    if rng.random() < SETUP_SHARE
+                    else setup_s + rng.uniform(0, left * max(1.0, ref_s - setup_s))
+                )
                 how = f"time:{delay:.1f}s"
             else:
                 site = rng.choice(sites)
@@ -226,13 +256,17 @@ def fuzz(recipe: str, args: list[str], out: Path, kills: int, rng: random.Random
 
 
 def table(reports: list[RecipeReport]) -> str:
-    lines = ["| recipe | kills landed | by time / by site | resumes | victims | identical | wall s (reference s) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| recipe | kills landed | by time / by site | resumes | victims | identical | wall s (reference s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in reports:
         landed = [k for k in r.kills if k.landed]
         by_time = sum(k.how.startswith("time:") for k in landed)
-        lines.append(f"| {r.recipe} | {len(landed)} | {by_time} / {len(landed) - by_time} | {r.resumes} | {r.victims} | "
-                     f"{'yes' if r.identical and all(r.identical) else 'NO'} | {r.seconds} ({r.reference_seconds}) |")
+        lines.append(
+            f"| {r.recipe} | {len(landed)} | {by_time} / {len(landed) - by_time} | {r.resumes} | {r.victims} | "
+            f"{'yes' if r.identical and all(r.identical) else 'NO'} | {r.seconds} ({r.reference_seconds}) |"
+        )
     lines.append("")
     for r in reports:
         where: dict[str, int] = {}

@@ -45,13 +45,23 @@ def main(argv: list[str] | None = None) -> int:
             model.save_pretrained(d)
             tok.save_pretrained(d)
             # the marker of a skill base (a run can use the checkpoint as model.path with data.source=skill)
-            (d / BUILD_FILE).write_text(json.dumps({"world": "skill", "steps": done, "seed": a.seed,
-                                                    "profile": DEFICITS.to_dict(), "checkpoint_of": str(a.out)}))
+            (d / BUILD_FILE).write_text(
+                json.dumps(
+                    {
+                        "world": "skill",
+                        "steps": done,
+                        "seed": a.seed,
+                        "profile": DEFICITS.to_dict(),
+                        "checkpoint_of": str(a.out),
+                    }
+                )
+            )
             print(f"saved {d}", flush=True)
 
     if not a.measure_only:
-        build_skill_base(a.out / "final", steps=a.steps, seed=a.seed, progress=False, measure_per_stratum=0,
-                         on_step=save)
+        build_skill_base(
+            a.out / "final", steps=a.steps, seed=a.seed, progress=False, measure_per_stratum=0, on_step=save
+        )
     from transformers import AutoModelForCausalLM
 
     for d in sorted(a.out.glob("ckpt-*")):
@@ -62,8 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         fig = measure(model, tok, DEFICITS, per_stratum=a.per_stratum, samples=a.samples, seed=a.seed)
         f.write_text(json.dumps(fig, indent=1))
         acc = fig["accuracy"]
-        print(d.name, f"greedy {fig['greedy']:.3f} sampled {fig.get('sampled', 0):.3f} bug {fig.get('bug_rate')}",
-              flush=True)
+        print(
+            d.name,
+            f"greedy {fig['greedy']:.3f} sampled {fig.get('sampled', 0):.3f} bug {fig.get('bug_rate')}",
+            flush=True,
+        )
         for s, row in acc.items():
             print("  ", s, " ".join(f"d{k}:{v['greedy']:.2f}/{v.get('sampled', 0):.2f}" for k, v in row.items()))
     return 0

@@ -36,8 +36,11 @@ def load(run_dir: Path, bench: str, kind: str) -> tuple[dict[int, dict[str, Any]
     finished phases (state.json): an unfinished run gives the rounds it has evaluated so far."""
     state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
     probes = {p["round"] or 0: p["values"] for p in state["phases"] if p["name"] == "probe"}
-    acc = {p["round"] or 0: p["values"]["eval"][bench][kind] for p in state["phases"]
-           if p["name"] == "eval" and p["stage"] != "final"}
+    acc = {
+        p["round"] or 0: p["values"]["eval"][bench][kind]
+        for p in state["phases"]
+        if p["name"] == "eval" and p["stage"] != "final"
+    }
     probes = {t: v for t, v in probes.items() if t in acc}  # a round counts once it is evaluated
     return probes, acc
 
@@ -45,7 +48,10 @@ def load(run_dir: Path, bench: str, kind: str) -> tuple[dict[int, dict[str, Any]
 def rules(patience: int) -> list[tuple[str, str, int | None]]:
     """(label, run.select, run.stop_patience) of every rule compared."""
     out = [("last", "last", None)] + [(f"best {s}", f"best_signal:{s}", None) for s in SIGNALS]
-    out += [(f"stop p1 (k={patience}), last", "last", patience), (f"stop p1 (k={patience}), best p1", "best_signal:p1", patience)]
+    out += [
+        (f"stop p1 (k={patience}), last", "last", patience),
+        (f"stop p1 (k={patience}), best p1", "best_signal:p1", patience),
+    ]
     return out
 
 
@@ -73,9 +79,14 @@ def main() -> None:
     print("|---|" + "---:|" * width)
     for name, (_, acc) in data.items():
         best = max(v for t, v in acc.items() if t >= 1)
-        print(f"| {name} | " + " | ".join(
-            (f"**{acc[t]:.3f}**" if t >= 1 and acc[t] >= best else f"{acc[t]:.3f}") if t in acc else "–"
-            for t in range(width)) + " |")
+        print(
+            f"| {name} | "
+            + " | ".join(
+                (f"**{acc[t]:.3f}**" if t >= 1 and acc[t] >= best else f"{acc[t]:.3f}") if t in acc else "–"
+                for t in range(width)
+            )
+            + " |"
+        )
     print("\nSpearman correlation of each signal with held-out accuracy over rounds 0..T:\n")
     sigs = ["p1", "entropy", "parsed", "agreement", "answer_tokens", "question_chars", "accuracy", "pass_rate"]
     print("| run | " + " | ".join(sigs) + " |")
@@ -103,8 +114,11 @@ def main() -> None:
         mean = sum(losses) / len(losses)
         if base_loss is None:
             base_loss = mean
-        verdict = "–" if label == "last" else ("better" if mean < base_loss - 1e-12 else
-                                               "same" if abs(mean - base_loss) <= 1e-12 else "worse")
+        verdict = (
+            "–"
+            if label == "last"
+            else ("better" if mean < base_loss - 1e-12 else "same" if abs(mean - base_loss) <= 1e-12 else "worse")
+        )
         print(f"| {label} | " + " | ".join(cells) + f" | {hits}/{len(data)} | {100 * mean:.2f} | {verdict} |")
 
 

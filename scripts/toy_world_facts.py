@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from coevolve.toy import make_problem, oracle, parse_toy_question
 
@@ -89,8 +89,13 @@ def training_mix(run: Path) -> TrainingMix | None:
         return None
     kinds = Counter(kind(_question_of_prompt(r["prompt"])) for r in rows)
     right = [[x > 0.5 for x in r["rewards"]] for r in rows]  # reward α·acc + (1-α)·fmt: > 0.5 iff correct
-    return TrainingMix(len(rows), len({r["prompt"] for r in rows}), {k: kinds[k] / len(rows) for k in KINDS},
-                       sum(not any(a) for a in right) / len(rows), sum(all(a) for a in right) / len(rows))
+    return TrainingMix(
+        len(rows),
+        len({r["prompt"] for r in rows}),
+        {k: kinds[k] / len(rows) for k in KINDS},
+        sum(not any(a) for a in right) / len(rows),
+        sum(all(a) for a in right) / len(rows),
+    )
 
 
 def band_table(run: Path, low: float, high: float) -> list[str]:
@@ -111,10 +116,13 @@ def band_table(run: Path, low: float, high: float) -> list[str]:
             good[(kind(r["question"]), origin)] += oracle(r["question"]) == r["answer"]
         for k in KINDS:
             g = buf[(k, "generated")]
-            out.append(f"| {d.name} | {k} | {pos[(k, 'below')]} / {pos[(k, 'in')]} / {pos[(k, 'above')]} | "
-                       f"{buf[(k, 'real')]} | {g} | {good[(k, 'generated')] / g:.2f} |" if g else
-                       f"| {d.name} | {k} | {pos[(k, 'below')]} / {pos[(k, 'in')]} / {pos[(k, 'above')]} | "
-                       f"{buf[(k, 'real')]} | 0 | – |")
+            out.append(
+                f"| {d.name} | {k} | {pos[(k, 'below')]} / {pos[(k, 'in')]} / {pos[(k, 'above')]} | "
+                f"{buf[(k, 'real')]} | {g} | {good[(k, 'generated')] / g:.2f} |"
+                if g
+                else f"| {d.name} | {k} | {pos[(k, 'below')]} / {pos[(k, 'in')]} / {pos[(k, 'above')]} | "
+                f"{buf[(k, 'real')]} | 0 | – |"
+            )
     return out
 
 
@@ -156,29 +164,45 @@ def main() -> None:
         finals[name] = ev
         cells = [f"{ev.by_kind[k][0]}/{ev.by_kind[k][1]}" if k in ev.by_kind else "–" for k in KINDS]
         lines.append(f"| {name} | {ev.greedy:.3f} | {ev.sampled:.3f} | " + " | ".join(cells) + " |")
-    lines += ["", "| run | groups | distinct questions | all wrong | all right | " + " | ".join(KINDS) + " |",
-              "|---|---|---|---|---|" + "---|" * len(KINDS)]
+    lines += [
+        "",
+        "| run | groups | distinct questions | all wrong | all right | " + " | ".join(KINDS) + " |",
+        "|---|---|---|---|---|" + "---|" * len(KINDS),
+    ]
     for r in a.runs:
         m = training_mix(r)
         if m is not None:
-            lines.append(f"| {r.name} | {m.groups} | {m.distinct} | {m.all_wrong:.2f} | {m.all_right:.2f} | "
-                         + " | ".join(f"{m.share[k]:.2f}" for k in KINDS) + " |")
-    lines += ["", "| run | train rollouts | generated tokens | trained tokens | labels | eval rollouts |",
-              "|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {r.name} | {m.groups} | {m.distinct} | {m.all_wrong:.2f} | {m.all_right:.2f} | "
+                + " | ".join(f"{m.share[k]:.2f}" for k in KINDS)
+                + " |"
+            )
+    lines += [
+        "",
+        "| run | train rollouts | generated tokens | trained tokens | labels | eval rollouts |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in a.runs:
         c = compute_totals(r)
         if c:
             t = c["train"]
-            lines.append(f"| {r.name} | {t['rollouts']} | {t['generated_tokens']} | {t['trained_tokens']} | "
-                         f"{t['labels']} | {c['eval']['rollouts']} |")
+            lines.append(
+                f"| {r.name} | {t['rollouts']} | {t['generated_tokens']} | {t['trained_tokens']} | "
+                f"{t['labels']} | {c['eval']['rollouts']} |"
+            )
         else:
             lines.append(f"| {r.name} | (no compute counters: run made before they existed) | | | | |")
     for r in a.runs:
         rows = band_table(r, *a.band)
         if rows:
-            lines += ["", f"{r.name}: pool below / in / above the band [{a.band[0]}, {a.band[1]}] and the buffer",
-                      "", "| round | kind | pool below / in / above | buffer real | buffer generated | "
-                      "pseudo-label acc |", "|---|---|---|---|---|---|", *rows]
+            lines += [
+                "",
+                f"{r.name}: pool below / in / above the band [{a.band[0]}, {a.band[1]}] and the buffer",
+                "",
+                "| round | kind | pool below / in / above | buffer real | buffer generated | pseudo-label acc |",
+                "|---|---|---|---|---|---|",
+                *rows,
+            ]
     text = "\n".join(lines) + "\n"
     if a.md:
         a.md.write_text(text, encoding="utf-8")
@@ -195,8 +219,11 @@ def main() -> None:
         for i, (name, ev) in enumerate(finals.items()):
             ys = [ev.by_kind[k][0] / ev.by_kind[k][1] if k in ev.by_kind else 0.0 for k in KINDS]
             ax.bar([j + i * width for j in range(len(KINDS))], ys, width, label=f"{name} ({ev.greedy:.3f})")
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(KINDS))], [f"{k}\n(n={base.by_kind.get(k, (0, 0))[1]})"
-                                                                        for k in KINDS], fontsize=8)
+        ax.set_xticks(
+            [j + 0.4 - width / 2 for j in range(len(KINDS))],
+            [f"{k}\n(n={base.by_kind.get(k, (0, 0))[1]})" for k in KINDS],
+            fontsize=8,
+        )
         ax.set_ylabel("held-out greedy accuracy")
         ax.set_ylim(0, 1.22)  # room above the bars for the legend
         ax.legend(fontsize=8, loc="upper center", ncol=min(len(finals), 4))

@@ -39,8 +39,17 @@ def main() -> None:
         sys.exit(4)
     if os.environ.get("STANDIN_SERVED"):
         with open(os.environ["STANDIN_SERVED"], "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"name": name, "folder": str(folder), "weights": weights_digest(folder),
-                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "name": name,
+                        "folder": str(folder),
+                        "weights": weights_digest(folder),
+                        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    }
+                )
+                + "\n"
+            )
 
     class H(JsonHandler):
         def do_GET(self):
@@ -52,8 +61,9 @@ def main() -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             if body.get("model") != name:
                 return self._send({"error": "unknown model"}, 404)
-            self._send({"choices": [{"index": i, "text": "\\boxed{3}", "finish_reason": "stop"}
-                                    for i in range(body["n"])]})
+            self._send(
+                {"choices": [{"index": i, "text": "\\boxed{3}", "finish_reason": "stop"} for i in range(body["n"])]}
+            )
 
     srv = ThreadingHTTPServer(("127.0.0.1", port), H)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(0)))

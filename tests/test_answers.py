@@ -210,7 +210,9 @@ def test_hard_timeout_restarts_worker() -> None:
         assert g.is_equiv("\\sqrt{4}", "2", timeout=60)  # worker up and answering (a loaded machine: no 1 s cap here)
         t0 = time.perf_counter()
         assert g.is_equiv("\\sqrt{HANG}", "\\frac{x}{2}") is False
-        assert time.perf_counter() - t0 < 60.0  # the 1 s timeout fired, not the 10,000 s hang (a loaded machine is slow)
+        assert (
+            time.perf_counter() - t0 < 60.0
+        )  # the 1 s timeout fired, not the 10,000 s hang (a loaded machine is slow)
         assert g.stats.timeouts == 1
         assert g.is_equiv("\\sqrt{9}", "3", timeout=60)  # a fresh worker answers again
         assert g.stats.restarts == 1
@@ -428,7 +430,9 @@ def test_regression_set_agreement(grader: Grader, name: str) -> None:
 def test_published_cases_are_attributed() -> None:
     """Every published case names its repository, commit, file and licence."""
     for c in load_cases("grader_cases_published.jsonl"):
-        assert re.fullmatch(r"huggingface/(Math-Verify|lighteval)@[0-9a-f]{40}:tests/\S+\.py::\w+", c["source"]), c["id"]
+        assert re.fullmatch(r"huggingface/(Math-Verify|lighteval)@[0-9a-f]{40}:tests/\S+\.py::\w+", c["source"]), c[
+            "id"
+        ]
         assert c["licence"] in ("Apache-2.0", "MIT") and isinstance(c["expected"], bool)
 
 
@@ -444,7 +448,9 @@ def test_grading_pool_gives_the_same_results_as_one_grader() -> None:
     # and a timeout (graded "not equal") is not what this test compares
     with Grader(timeout=60.0) as one, GraderPool(2, timeout=60.0) as pool:
         assert pool.workers == 2
-        assert pool.grade_batch(golds, texts) == one.grade_batch(golds, texts) == [True, False, True, True, True, True] * 3
+        assert (
+            pool.grade_batch(golds, texts) == one.grade_batch(golds, texts) == [True, False, True, True, True, True] * 3
+        )
         assert pool.vote_batch(groups) == one.vote_batch(groups)
         assert pool.stats.worker_calls > 0 and all(g.stats.calls > 0 for g in pool.graders)
     assert isinstance(make_grader(workers=1), Grader)

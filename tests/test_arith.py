@@ -20,20 +20,41 @@ def test_doctests() -> None:
     assert doctest.testmod(A).failed == 0
 
 
-@pytest.mark.parametrize("question,answer", [
-    ("What is 25 - 14?", "11"), ("What is 23 × 7?", "161"), ("What is 10 + 82 - 13?", "79"),
-    ("What is 2 + 3 × 4?", "14"), ("Compute (2 + 3) * 4.", "20"), ("What is 84 ÷ 8?", "21/2"),
-    ("What is 7 times 8?", "56"), ("What is 45 minus 17?", "28"), ("What is 6 x 4?", "24"),
-    ("What is -5 + 3?", "-2"), ("What is 100 divided by 4?", "25"), ("  what is 3+4 ? ", "7"),
-])
+@pytest.mark.parametrize(
+    "question,answer",
+    [
+        ("What is 25 - 14?", "11"),
+        ("What is 23 × 7?", "161"),
+        ("What is 10 + 82 - 13?", "79"),
+        ("What is 2 + 3 × 4?", "14"),
+        ("Compute (2 + 3) * 4.", "20"),
+        ("What is 84 ÷ 8?", "21/2"),
+        ("What is 7 times 8?", "56"),
+        ("What is 45 minus 17?", "28"),
+        ("What is 6 x 4?", "24"),
+        ("What is -5 + 3?", "-2"),
+        ("What is 100 divided by 4?", "25"),
+        ("  what is 3+4 ? ", "7"),
+    ],
+)
 def test_oracle_reads_natural_language(question: str, answer: str) -> None:
     assert A.oracle(question) == answer
 
 
-@pytest.mark.parametrize("question", [
-    "What is 7?", "Name a prime number.", "Tom has 3 apples. What is 4 + 5?", "What is 3 + 4 and 5 + 6?",
-    "What is 5 ÷ 0?", "What is 2.5 + 1?", "What is (3 + 4?", "", "What is one plus two?",
-])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What is 7?",
+        "Name a prime number.",
+        "Tom has 3 apples. What is 4 + 5?",
+        "What is 3 + 4 and 5 + 6?",
+        "What is 5 ÷ 0?",
+        "What is 2.5 + 1?",
+        "What is (3 + 4?",
+        "",
+        "What is one plus two?",
+    ],
+)
 def test_oracle_refuses_what_it_cannot_read(question: str) -> None:
     assert A.oracle(question) is None
 
@@ -80,18 +101,23 @@ def test_world_from_config(tmp_path) -> None:
     assert isinstance(w, A.ArithWorld) and w.name == "arith" and w.knows_truth
     assert w.default_benches == ("arith",) and isinstance(w.prompter, ChatPrompter)
     tasks = w.draw(random.Random(0), 50)
-    assert {t.features["level"] for t in tasks} == {2, 3} and not {normalize_question(t.question) for t in tasks} & w.excluded()
+    assert {t.features["level"] for t in tasks} == {2, 3} and not {
+        normalize_question(t.question) for t in tasks
+    } & w.excluded()
     assert len(w.bench_tasks("arith", None, None)) == 100 and w.bench_tasks("math500", None, None) is None
     assert w.oracle("What is 2 + 2?") == "4"
     fixed = make_world(_cfg("data.limit=16", "data.limit_seed=1"), None, said.append)
     assert len(fixed.pool(random.Random(0), None)) == 16 and "fixed labelled set of 16" in said[-1]
 
 
-@pytest.mark.parametrize("over,message", [
-    (["data.levels=[0]"], "data.levels: must be a non-empty list"),
-    (["data.levels=[]"], "data.levels: must be a non-empty list"),
-    (["data.source=skill", "data.levels=[1]"], "data.levels: levels apply to the generated worlds toy and arith"),
-])
+@pytest.mark.parametrize(
+    "over,message",
+    [
+        (["data.levels=[0]"], "data.levels: must be a non-empty list"),
+        (["data.levels=[]"], "data.levels: must be a non-empty list"),
+        (["data.source=skill", "data.levels=[1]"], "data.levels: levels apply to the generated worlds toy and arith"),
+    ],
+)
 def test_bad_levels(over: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         _cfg(*over)
@@ -114,13 +140,23 @@ def test_preflight_checks_the_benchmark_evaluated_and_can_be_overruled(smollm2) 
     with pytest.raises(ConfigError, match=r"eval.max_new_tokens=8 is far below .* arith \(~40 tokens\)"):
         preflight(short, lambda _: None)
     said: list[str] = []
-    warned = load_config("grpo", None, [*base, "sampling.max_new_tokens=48", "eval.max_new_tokens=8",
-                                        "run.preflight=warn"])
+    warned = load_config(
+        "grpo", None, [*base, "sampling.max_new_tokens=48", "eval.max_new_tokens=8", "run.preflight=warn"]
+    )
     problems = preflight(warned, said.append)  # returns instead of raising
     assert any(p.startswith("eval.max_new_tokens=8 is far below") for p in problems)
     assert len(said) == len(problems) and all(x.startswith("warning (run.preflight=warn): ") for x in said)
-    gsm = load_config("grpo", None, [f"model.path={smollm2}", "data.source=arith", "eval.benches=[gsm8k]",
-                                     "sampling.max_new_tokens=48", "eval.max_new_tokens=100"])
+    gsm = load_config(
+        "grpo",
+        None,
+        [
+            f"model.path={smollm2}",
+            "data.source=arith",
+            "eval.benches=[gsm8k]",
+            "sampling.max_new_tokens=48",
+            "eval.max_new_tokens=100",
+        ],
+    )
     assert [p.split(" is far")[0] for p in budget_problems(gsm)] == ["eval.max_new_tokens=100"]  # gsm8k: ~250 tokens
 
 

@@ -64,10 +64,12 @@ def _rec(key: str, name: str, compute: dict | None) -> PhaseRecord:
 
 
 def test_cumulative_splits_training_from_evaluation_in_finishing_order():
-    recs = [_rec("base/eval", "eval", {"rollouts": 10, "generated_tokens": 50}),
-            _rec("01/solver", "solver", {"rollouts": 8, "generated_tokens": 40, "trained_tokens": 30, "labels": 4}),
-            _rec("01/eval", "eval", {"rollouts": 10, "generated_tokens": 45}),
-            _rec("02/solver", "solver", {"rollouts": 8, "generated_tokens": 20, "trained_tokens": 0, "labels": 0})]
+    recs = [
+        _rec("base/eval", "eval", {"rollouts": 10, "generated_tokens": 50}),
+        _rec("01/solver", "solver", {"rollouts": 8, "generated_tokens": 40, "trained_tokens": 30, "labels": 4}),
+        _rec("01/eval", "eval", {"rollouts": 10, "generated_tokens": 45}),
+        _rec("02/solver", "solver", {"rollouts": 8, "generated_tokens": 20, "trained_tokens": 0, "labels": 0}),
+    ]
     pts = cumulative(recs)
     assert [p.key for p in pts] == ["base/eval", "01/solver", "01/eval", "02/solver"]
     assert pts[0].train == Compute() and pts[0].eval == Compute(10, 50)
@@ -96,9 +98,17 @@ def test_grpo_train_counts_trained_tokens_of_updates_only(tmp_path):
     def reward(step, tasks, comps):  # step 0: a spread in every group; step 1: all equal (skipped)
         return [[float(k) if step == 0 else 1.0 for k in range(len(g))] for g in comps], Observed()
 
-    res = grpo_train(role, GRPOPhase(steps=2, prompts_per_step=2, group_size=2), batches=lambda s: [Task("q", "1")] * 2,
-                     prompt=lambda t: t.question, reward=reward, params=SamplingParams(), ctx=ctx, ns="solver",
-                     progress=False)
+    res = grpo_train(
+        role,
+        GRPOPhase(steps=2, prompts_per_step=2, group_size=2),
+        batches=lambda s: [Task("q", "1")] * 2,
+        prompt=lambda t: t.question,
+        reward=reward,
+        params=SamplingParams(),
+        ctx=ctx,
+        ns="solver",
+        progress=False,
+    )
     # per step 2 prompts x 2: token lengths 1,2 and 2,3 = 8 generated; only step 0 trains, twice (2 epochs)
     assert res.updates == 1 and res.rollouts == 8
     assert meter.total == Compute(rollouts=8, generated_tokens=16, trained_tokens=16)
@@ -114,8 +124,10 @@ def reference(tmp_path_factory, toy_base) -> Path:
 
 def _compute_of(run: Path) -> tuple[list, list]:
     phases = json.loads((run / "state.json").read_text())["phases"]
-    rows = [{k: v for k, v in json.loads(line).items() if k.startswith("compute/")}
-            for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = [
+        {k: v for k, v in json.loads(line).items() if k.startswith("compute/")}
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
     return [(p["key"], p["compute"]) for p in phases], [r for r in rows if r]
 
 
@@ -136,7 +148,8 @@ def test_counters_after_kill9_and_resume_equal_an_uninterrupted_run(tmp_path, re
     summary = json.loads((run / "summary.json").read_text())["compute"]
     assert summary == json.loads((reference / "summary.json").read_text())["compute"]
     assert summary["train"] == solver and summary["eval"]["rollouts"] == sum(
-        c["rollouts"] for k, c in ref_phases if k.endswith("/eval"))
+        c["rollouts"] for k, c in ref_phases if k.endswith("/eval")
+    )
 
 
 @pytest.mark.slow

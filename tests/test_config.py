@@ -80,7 +80,9 @@ def test_every_shipped_config_loads():
     names, or for every recipe when it names none; ablation grids are lists of overrides."""
     import yaml
 
-    files = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs").glob("*/*.yaml"))  # real/ (a link), toy_scarce/
+    files = sorted((ROOT / "configs").glob("*.yaml")) + sorted(
+        (ROOT / "configs").glob("*/*.yaml")
+    )  # real/ (a link), toy_scarce/
     assert any(f.parent.name == "real" for f in files), "configs/real presets missing"
     for f in files:
         data = yaml.safe_load(f.read_text())
@@ -92,7 +94,6 @@ def test_every_shipped_config_loads():
                 load_config(recipe, f, ["model.path=/models/some-real-model"])
         else:  # ablation files: {name: [override, ...]} or {variants: {name: [...]}}
             assert all(isinstance(v, (list, dict)) for v in data.values()), f
-
 
 
 def _former_names(data: dict, cls: type, where: str = "") -> list[str]:
@@ -116,19 +117,26 @@ def test_shipped_configs_name_every_field_as_it_is_named_now():
     import yaml
 
     def dotted(d: dict, where: str = "") -> list[str]:
-        return [k for key, v in d.items() for k in ([f"{where}{key}"] + (dotted(v, f"{where}{key}.") if isinstance(v, dict) else []))]
+        return [
+            k
+            for key, v in d.items()
+            for k in ([f"{where}{key}"] + (dotted(v, f"{where}{key}.") if isinstance(v, dict) else []))
+        ]
 
     files = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs").glob("*/*.yaml"))
     assert any(f.parent.name == "skill" for f in files)
     classes = {r: type(load_config(r)) for r in RECIPES}
     for f in files:
         data = yaml.safe_load(f.read_text())
-        if not set(data) <= set(RecipeConfig.model_fields) | {"recipe"} | {k for c in classes.values() for k in c.model_fields}:
+        if not set(data) <= set(RecipeConfig.model_fields) | {"recipe"} | {
+            k for c in classes.values() for k in c.model_fields
+        }:
             continue  # ablation grids: lists of overrides
-        for cls in ([classes[data["recipe"]]] if "recipe" in data else classes.values()):
+        for cls in [classes[data["recipe"]]] if "recipe" in data else classes.values():
             assert _former_names(data, cls) == [], f
         moved = [k for k in dotted(data) if k in RecipeConfig.MOVED]
         assert moved == [], f
+
 
 def test_real_model_gets_the_real_preset_and_toy_does_not():
     real = load_config("d2evo", None, ["model.path=/models/Qwen3-4B-Base", "learner.lr=2e-6"])
@@ -143,18 +151,34 @@ def test_preflight_refuses_budgets_that_cannot_give_a_meaningful_run():
     from coevolve.preflight import budget_problems
 
     assert budget_problems(load_config("grpo")) == []
-    probs = budget_problems(load_config("d2evo", None, [
-        "model.path=/models/Qwen3-4B-Base", "sampling.max_new_tokens=64", "eval.max_new_tokens=100",
-        "questioner.max_new_tokens=16"]))
+    probs = budget_problems(
+        load_config(
+            "d2evo",
+            None,
+            [
+                "model.path=/models/Qwen3-4B-Base",
+                "sampling.max_new_tokens=64",
+                "eval.max_new_tokens=100",
+                "questioner.max_new_tokens=16",
+            ],
+        )
+    )
     text = "\n".join(probs)
-    for field in ("eval.max_new_tokens=100", "sampling.max_new_tokens=64", "questioner.max_new_tokens=16", "data.source"):
+    for field in (
+        "eval.max_new_tokens=100",
+        "sampling.max_new_tokens=64",
+        "questioner.max_new_tokens=16",
+        "data.source",
+    ):
         assert field in text, field
     assert budget_problems(load_config("grpo", None, ["eval.max_new_tokens=8"]))  # the toy set too
 
 
 def test_diagevo_flat_ablation_aliases(tmp_path):
     cfg = load_config(
-        "diagevo", None, ["challenger_frozen=true", "schedule=explore_only", "filter=none", "stitching=off", "diagnoser=llm"]
+        "diagevo",
+        None,
+        ["challenger_frozen=true", "schedule=explore_only", "filter=none", "stitching=off", "diagnoser=llm"],
     )
     assert cfg.challenger.frozen is True and cfg.memory.schedule == "explore_only"
     assert cfg.pool.voting.filter == "none" and cfg.memory.stitching == "off" and cfg.diagnoser.kind == "llm"
@@ -167,8 +191,18 @@ def test_diagevo_flat_ablation_aliases(tmp_path):
 
 
 def test_d2evo_flat_ablation_aliases_reach_the_same_fields():
-    cfg = load_config("d2evo", None, ["questioner=false", "share_weights=false", "synthesis=false",
-                                      "anchor_selection=random", "questioner_reward=rzero", "label_verifier=oracle"])
+    cfg = load_config(
+        "d2evo",
+        None,
+        [
+            "questioner=false",
+            "share_weights=false",
+            "synthesis=false",
+            "anchor_selection=random",
+            "questioner_reward=rzero",
+            "label_verifier=oracle",
+        ],
+    )
     assert (cfg.questioner.enabled, cfg.questioner.share_weights, cfg.buffer.synthesis) == (False, False, False)
     assert cfg.difficulty.selection == "random" and cfg.questioner.reward.kind == "rzero"
     assert cfg.buffer.verifier == "oracle"
@@ -186,12 +220,15 @@ def test_partial_section_keeps_the_recipe_defaults(tmp_path):
     assert cfg.buffer.voting.samples == 3 and cfg.buffer.voting.filter == "absolute"
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("difficulty.band.low=0.9", "difficulty.band"),
-    ("pool.voting.band.high=0.1", "pool.voting.band"),
-    ("questioner.reward.band.low=0.9", "questioner.reward.band"),
-    ("challenger.reward.band.low=0", "challenger.reward"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("difficulty.band.low=0.9", "difficulty.band"),
+        ("pool.voting.band.high=0.1", "pool.voting.band"),
+        ("questioner.reward.band.low=0.9", "questioner.reward.band"),
+        ("challenger.reward.band.low=0", "challenger.reward"),
+    ],
+)
 def test_bands_are_validated_once_with_the_field_named(override, needle):
     recipe = "d2evo" if override.startswith(("difficulty", "questioner")) else "diagevo"
     with pytest.raises(ConfigError) as e:
@@ -204,15 +241,23 @@ def test_former_names_and_places_of_fields_still_load(tmp_path):
     to another section (the rollout engines' settings and the run's Ray address, now in
     ``engine``) is still read from a saved config or an override that uses the old name."""
     old = tmp_path / "old.yaml"
-    old.write_text("recipe: d2evo\nquestioner:\n  reward: {solver_samples: 3}\ndata: {toy_seed: 5}\n"
-                   "backend:\n  verl: {ray_address: auto, tensor_parallel_size: 2, gpu_memory_utilization: 0.5}\n")
+    old.write_text(
+        "recipe: d2evo\nquestioner:\n  reward: {solver_samples: 3}\ndata: {toy_seed: 5}\n"
+        "backend:\n  verl: {ray_address: auto, tensor_parallel_size: 2, gpu_memory_utilization: 0.5}\n"
+    )
     cfg = load_config("d2evo", old)
     assert (cfg.questioner.reward.samples, cfg.data.limit_seed) == (3, 5)
-    assert (cfg.engine.ray.address, cfg.engine.tensor_parallel_size, cfg.engine.gpu_memory_utilization) == ("auto", 2, 0.5)
+    assert (cfg.engine.ray.address, cfg.engine.tensor_parallel_size, cfg.engine.gpu_memory_utilization) == (
+        "auto",
+        2,
+        0.5,
+    )
     cfg = load_config("diagevo", None, ["challenger.reward.solver_samples=2", "engine.ray.tensor_parallel_size=4"])
     assert (cfg.challenger.reward.samples, cfg.engine.tensor_parallel_size) == (2, 4)
     both = tmp_path / "both.yaml"
-    both.write_text("recipe: grpo\nengine: {ray: {tensor_parallel_size: 2}}\nbackend: {verl: {tensor_parallel_size: 4}}\n")
+    both.write_text(
+        "recipe: grpo\nengine: {ray: {tensor_parallel_size: 2}}\nbackend: {verl: {tensor_parallel_size: 4}}\n"
+    )
     with pytest.raises(ConfigError, match="both are now engine.tensor_parallel_size"):
         load_config("grpo", both)
     dumped = dump_yaml(load_config("grpo", None, []))

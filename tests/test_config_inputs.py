@@ -52,14 +52,17 @@ def test_errors_name_where_the_value_came_from(tmp_path: Path) -> None:
     assert r.returncode == 2 and "from command line (solver.steps=abc)" in r.stderr and "(defaults)" not in r.stderr
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("solver.steps=true", "solver.steps: a number is needed here, got the boolean True"),
-    ("learner.lr=false", "learner.lr: a number is needed here"),
-    ("data.levels=[5]", "data.levels: must be a non-empty list of [1, 2, 3, 4] for data.source=toy, got [5]"),
-    ("data.toy_levels=[]", "data.levels: must be a non-empty list"),  # the former name sets the field
-    ("model.device=banana", "model.device: unknown device 'banana'"),
-    ("eval.benches=[math8]", "eval.benches: unknown benchmark 'math8'"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("solver.steps=true", "solver.steps: a number is needed here, got the boolean True"),
+        ("learner.lr=false", "learner.lr: a number is needed here"),
+        ("data.levels=[5]", "data.levels: must be a non-empty list of [1, 2, 3, 4] for data.source=toy, got [5]"),
+        ("data.toy_levels=[]", "data.levels: must be a non-empty list"),  # the former name sets the field
+        ("model.device=banana", "model.device: unknown device 'banana'"),
+        ("eval.benches=[math8]", "eval.benches: unknown benchmark 'math8'"),
+    ],
+)
 def test_values_keep_their_kind_and_are_checked_when_read(override: str, needle: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_config("grpo", None, [override])
@@ -84,8 +87,12 @@ def test_presets_by_name_pick_the_version_for_the_model() -> None:
     toy = load_config("diagevo", "rzero", [])
     real = load_config("diagevo", "rzero", ["model.path=/models/Qwen3-4B-Base"])
     for cfg in (toy, real):  # R-Zero's method either way
-        assert (cfg.challenger.reward.kind, cfg.memory.enabled, cfg.pool.voting.filter, cfg.rounds) == ("rzero", False,
-                                                                                                        "absolute", 3)
+        assert (cfg.challenger.reward.kind, cfg.memory.enabled, cfg.pool.voting.filter, cfg.rounds) == (
+            "rzero",
+            False,
+            "absolute",
+            3,
+        )
     assert (toy.sampling.max_new_tokens, toy.challenger.max_new_tokens) == (48, 24)  # toy scale
     assert (real.sampling.max_new_tokens, real.challenger.max_new_tokens, real.learner.lr) == (4096, 2048, 1e-6)
     from coevolve.preflight import budget_problems
@@ -104,8 +111,10 @@ def test_every_config_of_the_repository_is_a_preset_in_the_wheel() -> None:
     copies presets/*.yaml and presets/*/*.yaml into the wheel), so every file there is shipped."""
     import tomllib
 
-    files = sorted(p.relative_to(ROOT / "configs").with_suffix("").as_posix()
-                   for p in [*(ROOT / "configs").glob("*.yaml"), *(ROOT / "configs").glob("*/*.yaml")])
+    files = sorted(
+        p.relative_to(ROOT / "configs").with_suffix("").as_posix()
+        for p in [*(ROOT / "configs").glob("*.yaml"), *(ROOT / "configs").glob("*/*.yaml")]
+    )
     assert files and set(files) <= set(list_presets())
     assert not list((ROOT / "configs").glob("*/*/*.yaml")), "package-data globs reach two levels"
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["coevolve"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import doctest
 import random
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -32,7 +32,7 @@ class FakePrompter:
     def parse_question(self, completion: str) -> str | None:
         if completion.count("<question>") != 1 or not completion.endswith("</question>"):
             return None
-        return completion[len("<question>"):-len("</question>")].strip() or None
+        return completion[len("<question>") : -len("</question>")].strip() or None
 
 
 class FakeSampler:
@@ -74,8 +74,14 @@ class FakeGrader:
         order = [a for a, _ in counts.most_common()]
         sizes = [counts[a] for a in order]
         cluster_of = [-1 if a is None else order.index(a) for a in answers]
-        return Vote(order[0] if order else None, sizes[0] / n if sizes else 0.0,
-                    sizes[1] / n if len(sizes) > 1 else 0.0, n, cluster_of, sizes)
+        return Vote(
+            order[0] if order else None,
+            sizes[0] / n if sizes else 0.0,
+            sizes[1] / n if len(sizes) > 1 else 0.0,
+            n,
+            cluster_of,
+            sizes,
+        )
 
     def grade_batch(self, golds, completions):
         return [self.grade(g, c) for g, c in zip(golds, completions)]
@@ -171,12 +177,12 @@ def _vr(q: str, label: str | None, p1: float, p2: float) -> C.VoteRecord:
 
 def test_dual_confidence_filter_modes() -> None:
     recs = [
-        _vr("lo", "1", 0.2, 0.1),       # below band
+        _vr("lo", "1", 0.2, 0.1),  # below band
         _vr("edge_lo", "1", 0.3, 0.1),  # in band, 0.3 >= 1.6*0.1
-        _vr("close", "1", 0.5, 0.4),    # in band, 0.5 < 0.64: relative fails
-        _vr("tie", "1", 0.48, 0.3),     # 0.48 == 1.6*0.3: kept (>=)
+        _vr("close", "1", 0.5, 0.4),  # in band, 0.5 < 0.64: relative fails
+        _vr("tie", "1", 0.48, 0.3),  # 0.48 == 1.6*0.3: kept (>=)
         _vr("edge_hi", "1", 0.8, 0.2),  # in band
-        _vr("hi", "1", 0.9, 0.1),       # above band
+        _vr("hi", "1", 0.9, 0.1),  # above band
         _vr("nolabel", None, 0.0, 0.0),
     ]
     q = lambda rs: [r.question for r in rs]
@@ -209,7 +215,9 @@ def test_verifiers() -> None:
             assert n == 1 and params.temperature == 0.0
             self.prompts += list(prompts)
             replies = {"2": "Yes.", "5": "no", "1": "hmm"}
-            return [[Completion(replies[p.split("Proposed final answer: ")[1].split("\n")[0]], [], [])] for p in prompts]
+            return [
+                [Completion(replies[p.split("Proposed final answer: ")[1].split("\n")[0]], [], [])] for p in prompts
+            ]
 
     j = Judge()
     jv = C.JudgeVerifier(j, FakePrompter())
@@ -224,8 +232,13 @@ def test_verifiers() -> None:
 
 def test_dedupe_and_hybrid_buffer() -> None:
     anchors = [_rec(0, 0.5), _rec(1, 0.6)]
-    gen = [_vr("q0", "9", 0.5, 0.1), _vr("New 1", "2", 0.5, 0.1), _vr("new  1", "2", 0.6, 0.1),
-           _vr("new 2", None, 0.5, 0.1), _vr("new 3", "7", 0.7, 0.2)]
+    gen = [
+        _vr("q0", "9", 0.5, 0.1),
+        _vr("New 1", "2", 0.5, 0.1),
+        _vr("new  1", "2", 0.6, 0.1),
+        _vr("new 2", None, 0.5, 0.1),
+        _vr("new 3", "7", 0.7, 0.2),
+    ]
     assert C.dedupe(["a b", "A  B", "c"], against=["C"]) == ["a b"]
     buf = C.build_hybrid_buffer(anchors, gen, round_idx=2)
     assert [t.question for t in buf] == ["q0", "q1", "New 1", "new 3"]
@@ -261,12 +274,22 @@ def test_score_writer_batch_plateau_and_unique_questions() -> None:
     completion scores 0 and costs no answers."""
     script = {"easy": [box("1")] * 4, "mid": [box("2")] * 2 + [box("3")] * 2, "hard": [box(str(i)) for i in range(4)]}
     scorer = FakeSampler(script)
-    comps = [[Completion("<question>mid</question>", [], []), Completion("<question>easy</question>", [], [])],
-             [Completion("<question>mid</question>", [], []), Completion("oops", [], [])],
-             [Completion("<question>hard</question>", [], []), Completion("<question>easy</question>", [], [])]]
-    wb = C.score_writer_batch(comps, parse=FakePrompter().parse_question, scorer=scorer, prompter=FakePrompter(),
-                              reward=WriterReward(samples=4), grader=G, params=SamplingParams(seed=5),
-                              batch_prompts=64, rep_tokenizer="char")
+    comps = [
+        [Completion("<question>mid</question>", [], []), Completion("<question>easy</question>", [], [])],
+        [Completion("<question>mid</question>", [], []), Completion("oops", [], [])],
+        [Completion("<question>hard</question>", [], []), Completion("<question>easy</question>", [], [])],
+    ]
+    wb = C.score_writer_batch(
+        comps,
+        parse=FakePrompter().parse_question,
+        scorer=scorer,
+        prompter=FakePrompter(),
+        reward=WriterReward(samples=4),
+        grader=G,
+        params=SamplingParams(seed=5),
+        batch_prompts=64,
+        rep_tokenizer="char",
+    )
     assert scorer.calls == [(3, 4, 5)]  # one call over the 3 distinct questions
     assert sorted(wb.votes) == ["easy", "hard", "mid"] and wb.rollouts == 12
     assert wb.x == [[0.5, 1.0], [0.5, None], [0.25, 1.0]]
@@ -274,22 +297,41 @@ def test_score_writer_batch_plateau_and_unique_questions() -> None:
     assert wb.in_band == [[True, False], [True, False], [False, False]]
     m = wb.metrics()
     assert m["well_formed"] == pytest.approx(5 / 6) and m["distinct"] == pytest.approx(3 / 5)
-    rz = C.score_writer_batch(comps, parse=FakePrompter().parse_question, scorer=FakeSampler(script),
-                              prompter=FakePrompter(), reward=WriterReward(kind="rzero", samples=4), grader=G,
-                              params=SamplingParams(seed=5), batch_prompts=64, rep_tokenizer="char")
+    rz = C.score_writer_batch(
+        comps,
+        parse=FakePrompter().parse_question,
+        scorer=FakeSampler(script),
+        prompter=FakePrompter(),
+        reward=WriterReward(kind="rzero", samples=4),
+        grader=G,
+        params=SamplingParams(seed=5),
+        batch_prompts=64,
+        rep_tokenizer="char",
+    )
     assert rz.rewards[1][1] < -1.0  # R-Zero: -1 minus the repetition penalty for a format failure
 
 
 def test_score_writer_batch_uses_the_configured_band_and_decay() -> None:
     """A non-default band (0.3-0.7) and a = 3 reach the reward: p1 = 0.75 is above this band
     (inside the default one), p1 = 0.25 decays with a = 3 (the default would give (0.25/0.4)^2)."""
-    script = {"x25": [box("1")] + [box(str(i)) for i in range(2, 5)], "x50": [box("1")] * 2 + [box("2"), box("3")],
-              "x75": [box("1")] * 3 + [box("2")]}
+    script = {
+        "x25": [box("1")] + [box(str(i)) for i in range(2, 5)],
+        "x50": [box("1")] * 2 + [box("2"), box("3")],
+        "x75": [box("1")] * 3 + [box("2")],
+    }
     comps = [[Completion(f"<question>{q}</question>", [], []) for q in ("x25", "x50", "x75")]]
     reward = WriterReward(samples=4, band=Band(low=0.3, high=0.7), a=3.0)
-    wb = C.score_writer_batch(comps, parse=FakePrompter().parse_question, scorer=FakeSampler(script),
-                              prompter=FakePrompter(), reward=reward, grader=G, params=SamplingParams(seed=0),
-                              batch_prompts=64, rep_tokenizer="char")
+    wb = C.score_writer_batch(
+        comps,
+        parse=FakePrompter().parse_question,
+        scorer=FakeSampler(script),
+        prompter=FakePrompter(),
+        reward=reward,
+        grader=G,
+        params=SamplingParams(seed=0),
+        batch_prompts=64,
+        rep_tokenizer="char",
+    )
     assert wb.x == [[0.25, 0.5, 0.75]]
     assert wb.rewards[0] == pytest.approx([(0.25 / 0.3) ** 3, 1.0, (0.25 / 0.3) ** 3])
     assert wb.in_band == [[False, True, False]]
@@ -299,16 +341,28 @@ def test_propose_questions_uses_the_configured_tau() -> None:
     """The dual filter's τ comes from the voting config, in both directions around the default
     1.6: 'close' (p1 = 3/8, p2 = 2/8) passes τ = 1.2 only, 'half' (p1 = 4/8, p2 = 2/8) fails
     τ = 2.5 only."""
-    script = {"w0": ["<question>close</question>"], "w1": ["<question>half</question>"],
-              "close": [box("1")] * 3 + [box("2")] * 2 + [box(str(i)) for i in (3, 4, 5)],
-              "half": [box("1")] * 4 + [box("2")] * 2 + [box("3"), box("4")]}
+    script = {
+        "w0": ["<question>close</question>"],
+        "w1": ["<question>half</question>"],
+        "close": [box("1")] * 3 + [box("2")] * 2 + [box(str(i)) for i in (3, 4, 5)],
+        "half": [box("1")] * 4 + [box("2")] * 2 + [box("3"), box("4")],
+    }
 
     def kept(tau: float) -> list[str]:
         voting = Voting(samples=8, filter="dual", band=Band(low=0.3, high=0.8), tau=tau)
-        pool = C.propose_questions(FakeSampler(script), ["w0", "w1"], [{}, {}], prompter=FakePrompter(),
-                                   solver=FakeSampler(script), voting=voting, grader=G,
-                                   write_params=SamplingParams(seed=1), vote_params=SamplingParams(seed=2),
-                                   batch_prompts=64, id_prefix="g-")
+        pool = C.propose_questions(
+            FakeSampler(script),
+            ["w0", "w1"],
+            [{}, {}],
+            prompter=FakePrompter(),
+            solver=FakeSampler(script),
+            voting=voting,
+            grader=G,
+            write_params=SamplingParams(seed=1),
+            vote_params=SamplingParams(seed=2),
+            batch_prompts=64,
+            id_prefix="g-",
+        )
         assert [(v.p1, v.p2) for v in pool.votes] == [(3 / 8, 2 / 8), (4 / 8, 2 / 8)]
         return [v.question for v in pool.kept]
 
@@ -321,23 +375,46 @@ def test_propose_questions_screens_votes_filters_and_checks_labels() -> None:
     """generate -> parse -> drop anchor copies / evaluation items / repeats -> vote -> filter ->
     verifier; oracle verdicts on every label."""
     script = {
-        "w0": ["<question>new1</question>"], "w1": ["<question>anchor</question>"], "w2": ["<question>new1</question>"],
-        "w3": ["<question>test</question>"], "w4": ["garbage"], "w5": ["<question>new2</question>"],
-        "new1": [box("5")] * 3 + [box("6")], "new2": [box("7")] * 2 + [box("8")] * 2,
+        "w0": ["<question>new1</question>"],
+        "w1": ["<question>anchor</question>"],
+        "w2": ["<question>new1</question>"],
+        "w3": ["<question>test</question>"],
+        "w4": ["garbage"],
+        "w5": ["<question>new2</question>"],
+        "new1": [box("5")] * 3 + [box("6")],
+        "new2": [box("7")] * 2 + [box("8")] * 2,
     }
     writer = solver = FakeSampler(script)
     oracle = {"new1": "5", "new2": "8"}.get
     pool = C.propose_questions(
-        writer, [f"w{i}" for i in range(6)], [{"i": i} for i in range(6)], prompter=FakePrompter(), solver=solver,
-        voting=Voting(samples=4, filter="absolute", band=Band(low=0.4, high=0.8)), grader=G,
-        write_params=SamplingParams(seed=1), vote_params=SamplingParams(seed=2), batch_prompts=64, id_prefix="g-",
-        banned=frozenset({"anchor"}), excluded=frozenset({"test"}), oracle=oracle)
+        writer,
+        [f"w{i}" for i in range(6)],
+        [{"i": i} for i in range(6)],
+        prompter=FakePrompter(),
+        solver=solver,
+        voting=Voting(samples=4, filter="absolute", band=Band(low=0.4, high=0.8)),
+        grader=G,
+        write_params=SamplingParams(seed=1),
+        vote_params=SamplingParams(seed=2),
+        batch_prompts=64,
+        id_prefix="g-",
+        banned=frozenset({"anchor"}),
+        excluded=frozenset({"test"}),
+        oracle=oracle,
+    )
     assert [c.status for c in pool.candidates] == ["kept", "banned", "duplicate", "heldout", "malformed", "kept"]
     assert [v.id for v in pool.votes] == ["g-00000", "g-00001"] and pool.votes[0].meta == {"i": 0, "oracle": "5"}
     assert [v.question for v in pool.filtered["none"]] == ["new1", "new2"]
     assert pool.correct == {"g-00000": True, "g-00001": False}
     st = pool.stats()
-    assert (st["generated"], st["labelled"], st["kept"], st["banned"], st["duplicate"], st["heldout"]) == (6, 2, 2, 1, 1, 1)
+    assert (st["generated"], st["labelled"], st["kept"], st["banned"], st["duplicate"], st["heldout"]) == (
+        6,
+        2,
+        2,
+        1,
+        1,
+        1,
+    )
     assert st["oracle_acc_kept"] == 0.5 and st["rollouts"] == 6 + 2 * 4
     rows = pool.rows()
     assert rows[0]["kept"] and rows[0]["label_correct"] is True and rows[1]["label_correct"] is False
@@ -349,9 +426,19 @@ def test_propose_questions_screens_votes_filters_and_checks_labels() -> None:
             return [r.label != "7" for r in records]
 
     pool2 = C.propose_questions(
-        FakeSampler(script), [f"w{i}" for i in range(6)], [{}] * 6, prompter=FakePrompter(), solver=FakeSampler(script),
-        voting=Voting(samples=4, filter="dual", band=Band(low=0.3, high=0.8), tau=1.6), grader=G,
-        write_params=SamplingParams(), vote_params=SamplingParams(), batch_prompts=2, id_prefix="h-", verifier=Reject())
+        FakeSampler(script),
+        [f"w{i}" for i in range(6)],
+        [{}] * 6,
+        prompter=FakePrompter(),
+        solver=FakeSampler(script),
+        voting=Voting(samples=4, filter="dual", band=Band(low=0.3, high=0.8), tau=1.6),
+        grader=G,
+        write_params=SamplingParams(),
+        vote_params=SamplingParams(),
+        batch_prompts=2,
+        id_prefix="h-",
+        verifier=Reject(),
+    )
     # new2 (p1 = p2 = 0.5) fails the relative filter; new1 passes and the verifier accepts it
     assert [c.status for c in pool2.candidates if c.question in ("new1", "new2")] == ["kept", "duplicate", "filtered"]
 
@@ -361,10 +448,19 @@ def test_propose_questions_screens_votes_filters_and_checks_labels() -> None:
 
     def statuses(verifier) -> tuple[list[str], list[str]]:
         pool = C.propose_questions(
-            FakeSampler(script), ["w0", "w5"], [{}, {}], prompter=FakePrompter(), solver=FakeSampler(script),
-            voting=Voting(samples=4, filter="absolute", band=Band(low=0.4, high=0.8)), grader=G,
-            write_params=SamplingParams(), vote_params=SamplingParams(), batch_prompts=2, id_prefix="v-",
-            verifier=verifier)
+            FakeSampler(script),
+            ["w0", "w5"],
+            [{}, {}],
+            prompter=FakePrompter(),
+            solver=FakeSampler(script),
+            voting=Voting(samples=4, filter="absolute", band=Band(low=0.4, high=0.8)),
+            grader=G,
+            write_params=SamplingParams(),
+            vote_params=SamplingParams(),
+            batch_prompts=2,
+            id_prefix="v-",
+            verifier=verifier,
+        )
         return [c.status for c in pool.candidates], [v.question for v in pool.kept]
 
     # an enforcing verifier's "no" takes a question that passed the filter out of the pool ...

@@ -27,11 +27,25 @@ SMOKE = ROOT / "configs" / "d2evo_smoke.yaml"
 MATH12K_6 = ROOT / "tests" / "data" / "math_train12k_6.jsonl"  # the first 6 rows of MATH train (MIT), as shipped
 
 TINY = [  # one round, minimal sizes: each ablation run takes a few seconds
-    "rounds=1", "difficulty.pool_size=16", "difficulty.samples=4", "difficulty.band.low=0.25", "difficulty.band.high=0.75",
-    "questioner.steps=1", "questioner.prompts_per_step=4", "questioner.group_size=2",
-    "questioner.reward.samples=4", "buffer.generate=8", "buffer.voting.samples=4", "solver.steps=1",
-    "solver.prompts_per_step=4", "solver.group_size=2", "eval.heldout_size=16", "eval.samples=0",
-    "run.progress=false", "run.threads=1", "difficulty.measure_final=false",
+    "rounds=1",
+    "difficulty.pool_size=16",
+    "difficulty.samples=4",
+    "difficulty.band.low=0.25",
+    "difficulty.band.high=0.75",
+    "questioner.steps=1",
+    "questioner.prompts_per_step=4",
+    "questioner.group_size=2",
+    "questioner.reward.samples=4",
+    "buffer.generate=8",
+    "buffer.voting.samples=4",
+    "solver.steps=1",
+    "solver.prompts_per_step=4",
+    "solver.group_size=2",
+    "eval.heldout_size=16",
+    "eval.samples=0",
+    "run.progress=false",
+    "run.threads=1",
+    "difficulty.measure_final=false",
 ]
 
 
@@ -52,8 +66,9 @@ def _cli(args: list[str], log: Path) -> subprocess.Popen:
     """``coevolve`` in a fresh process, its output appended to ``log``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     with open(log, "a") as f:
-        return subprocess.Popen([sys.executable, "-m", "coevolve.cli", *args], cwd=ROOT, env=env, stdout=f,
-                                stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "coevolve.cli", *args], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT
+        )
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +77,9 @@ def ref(tmp_path_factory, toy_base) -> tuple[dict, Run]:
     and its resume (a run in this process would inherit the state earlier tests left)."""
     path = tmp_path_factory.mktemp("d2evo_ref") / "ref"
     log = path.parent / "log"
-    assert _cli(["run", "d2evo", "-c", str(SMOKE), "--run-dir", str(path), *REF], log).wait() == 0, log.read_text()[-3000:]
+    assert _cli(["run", "d2evo", "-c", str(SMOKE), "--run-dir", str(path), *REF], log).wait() == 0, log.read_text()[
+        -3000:
+    ]
     return json.loads((path / "summary.json").read_text()), Run.open(path)
 
 
@@ -77,8 +94,14 @@ def test_config_defaults_are_the_papers() -> None:
     assert q.reward.kind == "plateau" and cfg.buffer.verifier == "none"
     file_cfg = load_config("d2evo", ROOT / "configs" / "d2evo.yaml")
     assert file_cfg.model_dump() == cfg.model_dump()  # the YAML writes the defaults out
-    for bad in (["difficulty.band.low=0.9"], ["questioner.reward.band.low=0.9"], ["anchor_selection=best"],
-                ["questioner_reward=foo"], ["questioner.reward.a=0.5"], ["buffer.voting.band.low=0.9"]):
+    for bad in (
+        ["difficulty.band.low=0.9"],
+        ["questioner.reward.band.low=0.9"],
+        ["anchor_selection=best"],
+        ["questioner_reward=foo"],
+        ["questioner.reward.a=0.5"],
+        ["buffer.voting.band.low=0.9"],
+    ):
         with pytest.raises(ConfigError):
             load_config("d2evo", None, bad)
 
@@ -92,12 +115,24 @@ def test_smoke_run_artefacts_metrics_report(ref: tuple[dict, Run]) -> None:
     assert rounds == 2
     for t in range(1, rounds + 1):
         rd = run.path / f"round_{t:02d}"
-        for f in ("difficulty.jsonl", "anchors.jsonl", "pool_histogram.json", "questioner_generated.jsonl",
-                  "questioner_rollouts.jsonl", "candidates.jsonl", "pool.jsonl", "buffer.jsonl", "solver_rollouts.jsonl",
-                  "eval/items_toy.jsonl", "eval/results.json"):
+        for f in (
+            "difficulty.jsonl",
+            "anchors.jsonl",
+            "pool_histogram.json",
+            "questioner_generated.jsonl",
+            "questioner_rollouts.jsonl",
+            "candidates.jsonl",
+            "pool.jsonl",
+            "buffer.jsonl",
+            "solver_rollouts.jsonl",
+            "eval/items_toy.jsonl",
+            "eval/results.json",
+        ):
             assert (rd / f).exists(), f
         diff = run.read_jsonl(f"round_{t:02d}/difficulty.jsonl")
-        assert len(diff) == pool and all(r["n"] == n and r["difficulty"] == pytest.approx((1 - r["correct"] / n) * 100) for r in diff)
+        assert len(diff) == pool and all(
+            r["n"] == n and r["difficulty"] == pytest.approx((1 - r["correct"] / n) * 100) for r in diff
+        )
         anchors = run.read_jsonl(f"round_{t:02d}/anchors.jsonl")
         assert all(0.4 <= a["pass_rate"] <= 0.8 for a in anchors)
         gen = run.read_jsonl(f"round_{t:02d}/questioner_generated.jsonl")
@@ -111,10 +146,24 @@ def test_smoke_run_artefacts_metrics_report(ref: tuple[dict, Run]) -> None:
                 assert 0.4 <= b["features"]["p1"] <= 0.8 and b["answer"] is not None
     assert (run.path / "final" / "difficulty.jsonl").exists()
     keys = {k for m in run.metrics.rows() for k in m}
-    for k in ("curriculum/pool_size", "curriculum/hist/=0", "curriculum/anchors", "questioner/reward_mean",
-              "questioner/well_formed", "questioner/copies", "curriculum/buffer/buffer_generated", "solver/acc_mean",
-              "curriculum/buffer/oracle_acc_kept", "eval/toy/greedy", "eval/toy/sampled", "phase/difficulty/seconds",
-              "phase/difficulty/rollouts", "phase/questioner/rollouts", "phase/solver/rollouts", "phase/buffer/rollouts"):
+    for k in (
+        "curriculum/pool_size",
+        "curriculum/hist/=0",
+        "curriculum/anchors",
+        "questioner/reward_mean",
+        "questioner/well_formed",
+        "questioner/copies",
+        "curriculum/buffer/buffer_generated",
+        "solver/acc_mean",
+        "curriculum/buffer/oracle_acc_kept",
+        "eval/toy/greedy",
+        "eval/toy/sampled",
+        "phase/difficulty/seconds",
+        "phase/difficulty/rollouts",
+        "phase/questioner/rollouts",
+        "phase/solver/rollouts",
+        "phase/buffer/rollouts",
+    ):
         assert k in keys, k
     rows = summary["rounds"]
     assert len(rows) == rounds and "buffer/oracle_acc_kept" in rows[0] and "anchors/anchors" in rows[0]
@@ -131,8 +180,15 @@ def test_smoke_run_artefacts_metrics_report(ref: tuple[dict, Run]) -> None:
 @pytest.mark.usefixtures("toy_base")  # the runs' model, built before any run starts
 @pytest.mark.parametrize(
     "ablation",
-    [["questioner=false"], ["share_weights=false"], ["synthesis=false"], ["anchor_selection=random"],
-     ["questioner_reward=rzero"], ["label_verifier=oracle"], ["label_verifier=checker"]],
+    [
+        ["questioner=false"],
+        ["share_weights=false"],
+        ["synthesis=false"],
+        ["anchor_selection=random"],
+        ["questioner_reward=rzero"],
+        ["label_verifier=oracle"],
+        ["label_verifier=checker"],
+    ],
     ids=lambda a: a[0],
 )
 def test_ablations_run(tmp_path: Path, ablation: list[str]) -> None:
@@ -241,7 +297,13 @@ def test_kill9_mid_phase_then_resume_equals_uninterrupted(tmp_path: Path, ref: t
     strip = lambda rows: [{k: v for k, v in x.items() if "seconds" not in k} for x in rows]  # noqa: E731
     assert strip(a["rounds"]) == strip(b["rounds"]) and a["final"] == b["final"]
     for t in (1, 2):
-        for f in ("buffer.jsonl", "pool.jsonl", "questioner_generated.jsonl", "solver_rollouts.jsonl", "eval/items_toy.jsonl"):
+        for f in (
+            "buffer.jsonl",
+            "pool.jsonl",
+            "questioner_generated.jsonl",
+            "solver_rollouts.jsonl",
+            "eval/items_toy.jsonl",
+        ):
             rel = f"round_{t:02d}/{f}"
             assert (ref_run.path / rel).read_text() == (victim / rel).read_text(), rel
     ma = [{k: v for k, v in x.items() if k != "time" and "seconds" not in k} for x in ref_run.metrics.rows()]
@@ -254,11 +316,22 @@ def test_kill9_mid_phase_then_resume_equals_uninterrupted(tmp_path: Path, ref: t
 def test_real_model_path_with_toy_model_as_hf_folder(tmp_path: Path, toy_base: Path) -> None:
     rows = [json.loads(x) for x in MATH12K_6.read_text(encoding="utf-8").splitlines()]
     assert len(rows) == 6
-    summary, run = _run(tmp_path, "real", TINY + [
-        f"model.path={toy_base}", f"data.source={MATH12K_6}", "difficulty.pool_size=null", "sampling.max_new_tokens=24",
-        "eval.max_new_tokens=24", "eval.limit=4", "questioner.max_new_tokens=24",
-        "difficulty.band.low=0.0", "difficulty.band.high=1.0",  # the toy model solves none: keep every row as an anchor
-    ])
+    summary, run = _run(
+        tmp_path,
+        "real",
+        TINY
+        + [
+            f"model.path={toy_base}",
+            f"data.source={MATH12K_6}",
+            "difficulty.pool_size=null",
+            "sampling.max_new_tokens=24",
+            "eval.max_new_tokens=24",
+            "eval.limit=4",
+            "questioner.max_new_tokens=24",
+            "difficulty.band.low=0.0",
+            "difficulty.band.high=1.0",  # the toy model solves none: keep every row as an anchor
+        ],
+    )
     diff = run.read_jsonl("round_01/difficulty.jsonl")
     assert {d["task_id"] for d in diff} == {r["id"] for r in rows}
     gen = run.read_jsonl("round_01/questioner_generated.jsonl")
@@ -274,10 +347,22 @@ def test_real_model_path_with_toy_model_as_hf_folder(tmp_path: Path, toy_base: P
 def test_adaptive_difficulty_run_records_samples_per_question(tmp_path: Path) -> None:
     """difficulty.estimator=adaptive (with carry in round 2) and an adaptive buffer vote: each
     record says how many answers it rests on and the phase's rollouts are their sum."""
-    summary, run = _run(tmp_path, "adaptive", TINY + [
-        "rounds=2", "difficulty.samples=8", "difficulty.estimator=adaptive", "difficulty.sequential.stages=[2,4]",
-        "difficulty.carry=2", "difficulty.sequential.confidence=0.8", "buffer.voting.samples=8", "buffer.voting.estimator=adaptive",
-        "buffer.voting.sequential.stages=[4]"])
+    summary, run = _run(
+        tmp_path,
+        "adaptive",
+        TINY
+        + [
+            "rounds=2",
+            "difficulty.samples=8",
+            "difficulty.estimator=adaptive",
+            "difficulty.sequential.stages=[2,4]",
+            "difficulty.carry=2",
+            "difficulty.sequential.confidence=0.8",
+            "buffer.voting.samples=8",
+            "buffer.voting.estimator=adaptive",
+            "buffer.voting.sequential.stages=[4]",
+        ],
+    )
     early = 0
     for t in (1, 2):
         recs = run.read_jsonl(f"round_{t:02d}/difficulty.jsonl")

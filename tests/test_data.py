@@ -29,7 +29,16 @@ def test_load_good_and_gz(tmp_path):
 
 def test_broken_rows_named_by_line(tmp_path):
     p = tmp_path / "d.jsonl"
-    _write(p, ['{"question": "q1", "answer": "1"}', "{not json", '{"question": "", "answer": "1"}', "[1, 2]", '{"question": "q5"}'])
+    _write(
+        p,
+        [
+            '{"question": "q1", "answer": "1"}',
+            "{not json",
+            '{"question": "", "answer": "1"}',
+            "[1, 2]",
+            '{"question": "q5"}',
+        ],
+    )
     with pytest.raises(DataError, match=r"d.jsonl:2: not valid JSON"):
         load_tasks(p)
     tasks, rep = load_tasks(p, on_error="skip")
@@ -56,7 +65,9 @@ def test_real_math_train_rows():
 
 def test_one_bad_byte_costs_one_line_not_the_file(tmp_path):
     p = tmp_path / "d.jsonl"
-    p.write_bytes(b'{"question": "q1", "answer": "1"}\n{"question": "q\xff2", "answer": "2"}\n{"question": "q3", "answer": "3"}\n')
+    p.write_bytes(
+        b'{"question": "q1", "answer": "1"}\n{"question": "q\xff2", "answer": "2"}\n{"question": "q3", "answer": "3"}\n'
+    )
     with pytest.raises(DataError, match=r"d.jsonl:2: not UTF-8"):
         load_tasks(p)
     tasks, rep = load_tasks(p, on_error="skip")
@@ -65,7 +76,9 @@ def test_one_bad_byte_costs_one_line_not_the_file(tmp_path):
 
 def test_truncated_gzip_and_folder_are_clear_errors(tmp_path):
     p = tmp_path / "d.jsonl.gz"
-    blob = gzip.compress(b"".join(json.dumps({"question": f"q{i}", "answer": str(i)}).encode() + b"\n" for i in range(2000)))
+    blob = gzip.compress(
+        b"".join(json.dumps({"question": f"q{i}", "answer": str(i)}).encode() + b"\n" for i in range(2000))
+    )
     p.write_bytes(blob[: len(blob) // 2])
     with pytest.raises(DataError, match="truncated"):
         load_tasks(p, on_error="skip")

@@ -35,8 +35,9 @@ def _cli(args: list[str], log: Path) -> subprocess.Popen:
     its output appended to ``log`` (a file, not a pipe nobody reads while the run goes on)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     with open(log, "a") as f:
-        return subprocess.Popen([sys.executable, "-m", "coevolve", *args], cwd=ROOT, env=env, stdout=f,
-                                stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "coevolve", *args], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT
+        )
 
 
 def _cli_ok(args: list[str], log: Path) -> None:
@@ -65,8 +66,17 @@ def test_shipped_configs_load_and_document_paper_defaults():
     from coevolve.eval.study import ablations
 
     grid = ablations("diagevo")
-    assert {"full", "frozen_challenger", "explore_only", "targeted_only", "no_filter", "absolute_filter",
-            "random_pair", "llm_diagnoser", "no_memory"} <= set(grid)
+    assert {
+        "full",
+        "frozen_challenger",
+        "explore_only",
+        "targeted_only",
+        "no_filter",
+        "absolute_filter",
+        "random_pair",
+        "llm_diagnoser",
+        "no_memory",
+    } <= set(grid)
     for name, v in grid.items():
         load_config("diagevo", ROOT / "configs" / "diagevo.yaml", list(v.overrides))
     for name, section in type(cfg).model_fields.items():
@@ -121,13 +131,28 @@ def test_smoke_run_artefacts_and_metrics(smoke_ref):
     assert summary["recipe"] == "diagevo" and len(summary["rounds"]) == 2
     for t in (1, 2):
         d = rd / f"round_{t:02d}"
-        for f in ("candidates.jsonl", "pool.jsonl", "kept.jsonl", "optimisation.jsonl", "diagnoses.jsonl", "memory.json",
-                  "challenger_questions.jsonl", "eval/items_toy.jsonl"):
+        for f in (
+            "candidates.jsonl",
+            "pool.jsonl",
+            "kept.jsonl",
+            "optimisation.jsonl",
+            "diagnoses.jsonl",
+            "memory.json",
+            "challenger_questions.jsonl",
+            "eval/items_toy.jsonl",
+        ):
             assert (d / f).is_file(), f
         ErrorMemory.load(d / "memory.json").check()
     r1 = summary["rounds"][0]
-    for key in ("challenger/epsilon", "pool/labelled", "pool/kept", "memory/causes", "memory/next_epsilon",
-                "memory/diagnoser_success_rate", "phase/solver/seconds"):
+    for key in (
+        "challenger/epsilon",
+        "pool/labelled",
+        "pool/kept",
+        "memory/causes",
+        "memory/next_epsilon",
+        "memory/diagnoser_success_rate",
+        "phase/solver/seconds",
+    ):
         assert key in r1, key
     pool = [json.loads(x) for x in (rd / "round_01" / "pool.jsonl").read_text().splitlines()]
     assert r1["pool/labelled"] == len(pool) and r1["pool/kept"] == sum(p["kept"] for p in pool)
@@ -152,7 +177,9 @@ def test_smoke_run_artefacts_and_metrics(smoke_ref):
         assert rt["memory/targeted_questions"] == len(rem)
         assert rt["memory/promotions"] == len([x for x in rt["memory/promoted_ids"].split(",") if x])
         if rem:
-            assert rt["memory/targeted_p1_mean"] == pytest.approx(sum(r["p1_updated"] for r in rem) / len(rem), abs=1e-3)
+            assert rt["memory/targeted_p1_mean"] == pytest.approx(
+                sum(r["p1_updated"] for r in rem) / len(rem), abs=1e-3
+            )
             assert any("memory/targeted_p1_mean" in m and m["round"] == t for m in metrics)
     assert summary["rounds"][0]["memory/targeted_questions"] == 0  # round 1 plans from an empty memory
     assert summary["rounds"][1]["memory/targeted_questions"] > 0, "round 2 should target round-1 causes"
@@ -184,7 +211,10 @@ def test_ablations_run(tmp_path, toy_overrides, ovs):
     if "pool.voting.filter=none" in ovs:
         assert kept == r["pool/kept_none"] == sum(p["label"] is not None for p in pool)
     if "challenger.reward.kind=rzero" in ovs:  # min(p1, 1-p1) minus a repetition penalty; -1 minus it if malformed
-        recs = [json.loads(x) for x in (tmp_path / "run" / "round_01" / "challenger_questions.jsonl").read_text().splitlines()]
+        recs = [
+            json.loads(x)
+            for x in (tmp_path / "run" / "round_01" / "challenger_questions.jsonl").read_text().splitlines()
+        ]
         assert any(r["question"] for r in recs)
         assert all(r["reward"] <= (min(r["p1"], 1 - r["p1"]) + 1e-9 if r["question"] else -1.0) for r in recs)
     if "filter=absolute" in ovs:
@@ -195,8 +225,12 @@ def test_ablations_run(tmp_path, toy_overrides, ovs):
 def test_llm_diagnoser_end_to_end_on_toy_model(tmp_path, toy_overrides):
     """The tiny model cannot write JSON: every diagnosis is garbage, parsed, counted, skipped."""
     rd = tmp_path / "run"
-    s = _run(rd, toy_overrides + TINY + ["diagnoser.kind=llm", "diagnoser.max_new_tokens=40",
-                                               "memory.promotion_p1=construction"])
+    s = _run(
+        rd,
+        toy_overrides
+        + TINY
+        + ["diagnoser.kind=llm", "diagnoser.max_new_tokens=40", "memory.promotion_p1=construction"],
+    )
     r = s["rounds"][0]
     assert r["memory/diagnoser_calls"] == r["memory/diagnoses_attempted"] > 0
     assert r["memory/diagnoser_ok"] + r["memory/diagnoser_garbage"] == r["memory/diagnoser_calls"]
@@ -205,16 +239,31 @@ def test_llm_diagnoser_end_to_end_on_toy_model(tmp_path, toy_overrides):
 
 
 # the smoke sizes of configs/diagevo_smoke.yaml (+ TINY), for presets that start from full sizes
-SMOKE_SIZES = ["challenger.steps=1", "challenger.prompts_per_step=8", "challenger.group_size=2",
-               "challenger.reward.samples=4", "pool.voting.samples=4", "solver.prompts_per_step=8",
-               "solver.group_size=4", "eval.samples=0", "run.progress=false", "run.threads=1", *TINY]
+SMOKE_SIZES = [
+    "challenger.steps=1",
+    "challenger.prompts_per_step=8",
+    "challenger.group_size=2",
+    "challenger.reward.samples=4",
+    "pool.voting.samples=4",
+    "solver.prompts_per_step=8",
+    "solver.group_size=4",
+    "eval.samples=0",
+    "run.progress=false",
+    "run.threads=1",
+    *TINY,
+]
 
 
 @pytest.mark.slow
 def test_rzero_preset_loads_and_runs_without_memory(tmp_path, toy_overrides):
     cfg = load_config("diagevo", ROOT / "configs" / "rzero.yaml")
     v = cfg.pool.voting
-    assert (cfg.challenger.reward.kind, cfg.memory.schedule, v.filter, cfg.rounds) == ("rzero", "explore_only", "absolute", 3)
+    assert (cfg.challenger.reward.kind, cfg.memory.schedule, v.filter, cfg.rounds) == (
+        "rzero",
+        "explore_only",
+        "absolute",
+        3,
+    )
     assert (v.band.low, v.band.high, cfg.memory.enabled) == (0.3, 0.8, False)
     rd = tmp_path / "run"
     s = _run(rd, toy_overrides + SMOKE_SIZES, base=ROOT / "configs" / "rzero.yaml")
@@ -253,8 +302,14 @@ def test_kill9_resume_matches_uninterrupted_run(tmp_path, toy_overrides, smoke_r
     assert (victim / "config.yaml").read_text() == (ref / "config.yaml").read_text()
     _cli_ok(["resume", str(victim)], log)
     for t in (1, 2):
-        for f in ("kept.jsonl", "optimisation.jsonl", "promotion_p1.jsonl", "diagnoses.jsonl", "memory.json",
-                  "eval/items_toy.jsonl"):
+        for f in (
+            "kept.jsonl",
+            "optimisation.jsonl",
+            "promotion_p1.jsonl",
+            "diagnoses.jsonl",
+            "memory.json",
+            "eval/items_toy.jsonl",
+        ):
             a = (ref / f"round_{t:02d}" / f).read_text()
             b = (victim / f"round_{t:02d}" / f).read_text()
             assert a == b, f"round {t} {f} differs after kill -9 + resume (killed after {done_at_kill})"
@@ -268,8 +323,12 @@ def test_kill9_resume_matches_uninterrupted_run(tmp_path, toy_overrides, smoke_r
 def test_adaptive_pool_vote_counts_the_answers_drawn(tmp_path, toy_overrides):
     """pool.voting.estimator=adaptive (cap 16, one interim look at 8, 80 %): each pool row says how
     many answers its vote rests on, and the pool phase's rollouts are the writes plus those."""
-    ovs = ["pool.voting.estimator=adaptive", "pool.voting.samples=16", "pool.voting.sequential.stages=[8]",
-           "pool.voting.sequential.confidence=0.8"]
+    ovs = [
+        "pool.voting.estimator=adaptive",
+        "pool.voting.samples=16",
+        "pool.voting.sequential.stages=[8]",
+        "pool.voting.sequential.confidence=0.8",
+    ]
     _run(tmp_path / "run", toy_overrides + TINY + ovs)
     run = Run.open(tmp_path / "run")
     pool = run.read_jsonl("round_01/pool.jsonl")

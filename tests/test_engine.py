@@ -43,9 +43,18 @@ def make_model(vocab: int, seed: int = 0):
 
     torch.manual_seed(seed)
     cfg = Qwen3Config(
-        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
-        tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     model = Qwen3ForCausalLM(cfg)
     with torch.no_grad():
@@ -261,7 +270,7 @@ def test_stop_strings_and_stop_ids_cut_where_the_text_says(model, tok):
         spell.i = 0
         h = model.lm_head.register_forward_hook(spell)
         try:
-            (c,), = s.sample(["Q:1+2=\nA:"], 1, SamplingParams(temperature=0.0, max_new_tokens=12, stop=stop))
+            ((c,),) = s.sample(["Q:1+2=\nA:"], 1, SamplingParams(temperature=0.0, max_new_tokens=12, stop=stop))
         finally:
             h.remove()
         assert c.text == want_text and c.finish_reason == "stop" and c.stop_reason == want_reason, (stop, c)
@@ -269,7 +278,7 @@ def test_stop_strings_and_stop_ids_cut_where_the_text_says(model, tok):
     spell.i = 0
     h = model.lm_head.register_forward_hook(spell)
     try:
-        (c,), = s.sample(["Q:1+2=\nA:"], 1, SamplingParams(temperature=0.0, max_new_tokens=4))
+        ((c,),) = s.sample(["Q:1+2=\nA:"], 1, SamplingParams(temperature=0.0, max_new_tokens=4))
     finally:
         h.remove()
     assert c.finish_reason == "length" and c.stop_reason is None and len(c.token_ids) == 4
@@ -308,8 +317,12 @@ def test_prompt_seeds_reference():
     from coevolve.engine.base import prompt_seeds
     from coevolve.run import derive_seed
 
-    assert prompt_seeds(3, ["a", "b", "a", "a"]) == [derive_seed(3, "a", 0), derive_seed(3, "b", 0),
-                                                     derive_seed(3, "a", 1), derive_seed(3, "a", 2)]
+    assert prompt_seeds(3, ["a", "b", "a", "a"]) == [
+        derive_seed(3, "a", 0),
+        derive_seed(3, "b", 0),
+        derive_seed(3, "a", 1),
+        derive_seed(3, "a", 2),
+    ]
     assert prompt_seeds(None, ["a", "b"]) == [None, None]
     assert len(set(prompt_seeds(3, ["a", "a", "a"]))) == 3
 
@@ -364,7 +377,9 @@ def test_ray_engine_actor_in_process(model, tok, tmp_path):
         for prm in other.parameters():
             prm.add_(0.05 * torch.randn_like(prm))
     actor.load_state(0, other.state_dict())
-    assert _ids(actor.sample(0, PROMPTS, 2, p, seeds)) == _ids(HFSampler(other, tok, seed_scope="prompt").sample(PROMPTS, 2, p))
+    assert _ids(actor.sample(0, PROMPTS, 2, p, seeds)) == _ids(
+        HFSampler(other, tok, seed_scope="prompt").sample(PROMPTS, 2, p)
+    )
     actor.drop(0)
     assert list(actor.samplers) == [1]
 
@@ -388,7 +403,9 @@ def test_default_lane_never_imports_ray():
     import subprocess
     import sys
 
-    code = ("import sys; from coevolve.config import load_config; import coevolve.engine, coevolve.engine.ray, "
-            "coevolve.recipes.d2evo; load_config('grpo', None, ['engine=ray']); print('ray' in sys.modules)")
+    code = (
+        "import sys; from coevolve.config import load_config; import coevolve.engine, coevolve.engine.ray, "
+        "coevolve.recipes.d2evo; load_config('grpo', None, ['engine=ray']); print('ray' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

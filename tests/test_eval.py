@@ -5,12 +5,18 @@ A scripted fake sampler returns known outputs so every metric has a hand-compute
 
 from __future__ import annotations
 
-from typing import Sequence
+import gzip
+import json
+from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
-from coevolve.errors import DataError
+from coevolve.errors import ConfigError, DataError
+from coevolve.eval import benchmarks as B
 from coevolve.eval.core import EvalResult, evaluate_tasks
+from coevolve.eval.suite import compare, evaluate_benchmark, evaluate_model, evaluate_suite, format_table, load_results
+from coevolve.prompts.chat import ChatPrompter
 from coevolve.types import Completion, SamplingParams, Task
 
 
@@ -66,8 +72,9 @@ def test_greedy_and_mean_at_k_by_level() -> None:
         "Q:3*3\nA:": ["\\boxed{9}", "\\boxed{9}", "x", "x"],
     }
     s = ScriptedSampler(greedy, sampled)
-    r = evaluate_tasks(s, tasks, _prompts(tasks), samples=4, max_new_tokens=7, seed=3,
-                       grade=_exact_grader, extract=_extract)
+    r = evaluate_tasks(
+        s, tasks, _prompts(tasks), samples=4, max_new_tokens=7, seed=3, grade=_exact_grader, extract=_extract
+    )
     assert isinstance(r, EvalResult)
     assert r.n == 3
     assert r.greedy == pytest.approx(2 / 3)
@@ -100,15 +107,6 @@ def test_missing_gold_is_data_error() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # benchmark registry: extraction, metrics, loaders
-
-import gzip
-import json
-from pathlib import Path
-
-from coevolve.errors import ConfigError
-from coevolve.eval import benchmarks as B
-from coevolve.eval.suite import compare, evaluate_benchmark, evaluate_model, evaluate_suite, format_table, load_results
-from coevolve.prompts.chat import ChatPrompter
 
 
 class BoxedGrader:
@@ -182,9 +180,10 @@ def _write_jsonl(path: Path, rows: list, gz: bool = False) -> Path:
 
 
 def test_loader_broken_line_names_file_and_line(tmp_path: Path) -> None:
-    p = _write_jsonl(tmp_path / "gpqa_diamond" / "test.jsonl",
-                     [{"id": "1", "question": "q", "choices": ["a", "b"], "answer": "A"}, "",
-                      "{not json"])
+    p = _write_jsonl(
+        tmp_path / "gpqa_diamond" / "test.jsonl",
+        [{"id": "1", "question": "q", "choices": ["a", "b"], "answer": "A"}, "", "{not json"],
+    )
     with pytest.raises(DataError, match=r"gpqa_diamond/test.jsonl:3: not valid JSON"):
         B.load_tasks("gpqa_diamond", tmp_path)
     _write_jsonl(p, [{"id": "1", "question": "q", "choices": ["a", "b"], "answer": "C"}], gz=False)
@@ -193,9 +192,11 @@ def test_loader_broken_line_names_file_and_line(tmp_path: Path) -> None:
     _write_jsonl(p, [{"id": "1", "question": "q", "answer": "A"}])
     with pytest.raises(DataError, match=r"test.jsonl:1: field 'choices'"):
         B.load_tasks("gpqa_diamond", tmp_path)
-    _write_jsonl(tmp_path / "bbeh" / "test.jsonl.gz",
-                 [{"id": "a", "question": "q", "answer": "x"}, {"id": "a", "question": "q", "answer": "y"}],
-                 gz=True)
+    _write_jsonl(
+        tmp_path / "bbeh" / "test.jsonl.gz",
+        [{"id": "a", "question": "q", "answer": "x"}, {"id": "a", "question": "q", "answer": "y"}],
+        gz=True,
+    )
     with pytest.raises(DataError, match=r"test.jsonl.gz:2: duplicate id 'a'"):
         B.load_tasks("bbeh", tmp_path)
 
@@ -208,8 +209,15 @@ def test_missing_large_set_is_clear_error(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_shipped_sets_load_with_expected_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COEVOLVE_DATA", raising=False)
-    sizes = {"gsm8k": 1319, "math500": 500, "aime24": 30, "aime25": 30, "amc23": 40,
-             "minerva": 272, "olympiadbench": 675}
+    sizes = {
+        "gsm8k": 1319,
+        "math500": 500,
+        "aime24": 30,
+        "aime25": 30,
+        "amc23": 40,
+        "minerva": 272,
+        "olympiadbench": 675,
+    }
     for name, n in sizes.items():
         tasks = B.load_tasks(name, None)
         assert len(tasks) == n, name
@@ -220,14 +228,27 @@ def test_shipped_sets_load_with_expected_sizes(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_env_data_dir_and_resolve_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _write_jsonl(tmp_path / "supergpqa" / "sample300.jsonl",
-                 [{"id": "s1", "question": "q", "choices": ["x", "y", "z"], "answer": "b"}])
+    _write_jsonl(
+        tmp_path / "supergpqa" / "sample300.jsonl",
+        [{"id": "s1", "question": "q", "choices": ["x", "y", "z"], "answer": "b"}],
+    )
     monkeypatch.setenv("COEVOLVE_DATA", str(tmp_path))
     (t,) = B.load_tasks("supergpqa")
     assert t.answer == "B" and t.features["choices"] == ["x", "y", "z"]
     names = [b.name for b in B.resolve_benches(["math7", "gsm8k,general"])]
-    assert names == ["amc23", "minerva", "math500", "gsm8k", "olympiadbench", "aime24", "aime25",
-                     "mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh"]
+    assert names == [
+        "amc23",
+        "minerva",
+        "math500",
+        "gsm8k",
+        "olympiadbench",
+        "aime24",
+        "aime25",
+        "mmlu_pro",
+        "supergpqa",
+        "gpqa_diamond",
+        "bbeh",
+    ]
     assert [b.name for b in B.resolve_benches(["toy"])] == ["toy"]
     with pytest.raises(ConfigError, match="unknown benchmark 'gsm9k'"):
         B.resolve_benches(["gsm9k"])
@@ -267,42 +288,67 @@ class KeywordSampler:
         out = []
         for p in prompts:
             key = next(k for k in self.table if k in p)
-            texts = ([self.table[key]] * n if params.temperature == 0
-                     else (self.sampled_table.get(key) or [self.table[key]] * n)[:n])
+            texts = (
+                [self.table[key]] * n
+                if params.temperature == 0
+                else (self.sampled_table.get(key) or [self.table[key]] * n)[:n]
+            )
             out.append([Completion(text=t, token_ids=[], prompt_ids=[]) for t in texts])
         return out
 
 
 def _fixture_data(root: Path) -> None:
-    _write_jsonl(root / "gpqa_diamond" / "test.jsonl", [
-        {"id": "g1", "question": "QG1", "choices": ["a", "b", "c", "d"], "answer": "A"},
-        {"id": "g2", "question": "QG2", "choices": ["a", "b", "c", "d"], "answer": "B"},
-    ])
-    _write_jsonl(root / "bbeh" / "test.jsonl.gz", [
-        {"id": "b1", "question": "QB1", "answer": "yes", "task": "t1"},
-        {"id": "b2", "question": "QB2", "answer": "(c)", "task": "t2"},
-        {"id": "b3", "question": "QB3", "answer": "no", "task": "t2"},
-        {"id": "b4", "question": "QB4", "answer": "no", "task": "t2"},
-    ], gz=True)
-    _write_jsonl(root / "amc23" / "test.jsonl", [
-        {"id": "m1", "question": "QM1", "answer": "27"},
-        {"id": "m2", "question": "QM2", "answer": "5"},
-    ])
+    _write_jsonl(
+        root / "gpqa_diamond" / "test.jsonl",
+        [
+            {"id": "g1", "question": "QG1", "choices": ["a", "b", "c", "d"], "answer": "A"},
+            {"id": "g2", "question": "QG2", "choices": ["a", "b", "c", "d"], "answer": "B"},
+        ],
+    )
+    _write_jsonl(
+        root / "bbeh" / "test.jsonl.gz",
+        [
+            {"id": "b1", "question": "QB1", "answer": "yes", "task": "t1"},
+            {"id": "b2", "question": "QB2", "answer": "(c)", "task": "t2"},
+            {"id": "b3", "question": "QB3", "answer": "no", "task": "t2"},
+            {"id": "b4", "question": "QB4", "answer": "no", "task": "t2"},
+        ],
+        gz=True,
+    )
+    _write_jsonl(
+        root / "amc23" / "test.jsonl",
+        [{"id": "m1", "question": "QM1", "answer": "27"}, {"id": "m2", "question": "QM2", "answer": "5"}],
+    )
 
 
 def test_suite_results_group_averages_and_files(tmp_path: Path) -> None:
     data = tmp_path / "data"
     _fixture_data(data)
     sampler = KeywordSampler(
-        {"QG1": "The answer is (A)", "QG2": "hmm, no idea",  # gpqa: 1/2, no letter -> wrong
-         "QB1": "The answer is: Yes.", "QB2": "\\boxed{c}", "QB3": "The answer is: yes",
-         "QB4": "\\boxed{No}",  # bbeh: 3/4
-         "QM1": "\\boxed{27}", "QM2": "\\boxed{4}"},  # amc greedy: 1/2
+        {
+            "QG1": "The answer is (A)",
+            "QG2": "hmm, no idea",  # gpqa: 1/2, no letter -> wrong
+            "QB1": "The answer is: Yes.",
+            "QB2": "\\boxed{c}",
+            "QB3": "The answer is: yes",
+            "QB4": "\\boxed{No}",  # bbeh: 3/4
+            "QM1": "\\boxed{27}",
+            "QM2": "\\boxed{4}",
+        },  # amc greedy: 1/2
         sampled={"QM1": ["\\boxed{27}"] * 16 + ["\\boxed{1}"] * 16, "QM2": ["\\boxed{5}"] * 8 + ["x"] * 24},
     )
     out = tmp_path / "run_a"
-    res = evaluate_suite(sampler, ChatPrompter(), ["gpqa_diamond", "bbeh", "amc23"], grader=BoxedGrader(), samples=-1,
-                         data_dir=data, max_new_tokens=9, seed=1, out_dir=out)
+    res = evaluate_suite(
+        sampler,
+        ChatPrompter(),
+        ["gpqa_diamond", "bbeh", "amc23"],
+        grader=BoxedGrader(),
+        samples=-1,
+        data_dir=data,
+        max_new_tokens=9,
+        seed=1,
+        out_dir=out,
+    )
     assert res["rollouts"] == 2 + 4 + 2 * 33
     bm = res["benchmarks"]
     assert bm["gpqa_diamond"]["score"] == 0.5 and bm["gpqa_diamond"]["metric"] == "greedy"
@@ -330,8 +376,9 @@ def test_suite_results_group_averages_and_files(tmp_path: Path) -> None:
     # a second run: everything right on gpqa, compare side by side
     sampler2 = KeywordSampler({**sampler.table, "QG2": "\\boxed{B}"})
     out_b = tmp_path / "run_b"
-    evaluate_suite(sampler2, ChatPrompter(), ["gpqa_diamond"], grader=BoxedGrader(), data_dir=data, out_dir=out_b,
-                   max_new_tokens=9)
+    evaluate_suite(
+        sampler2, ChatPrompter(), ["gpqa_diamond"], grader=BoxedGrader(), data_dir=data, out_dir=out_b, max_new_tokens=9
+    )
     cmp = compare([out, out_b])
     assert cmp.splitlines()[0] == "| benchmark | run_a | run_b | Δ last−first |"
     assert "| gpqa_diamond | 50.0 | 100.0 | +50.0 |" in cmp
@@ -351,8 +398,18 @@ def test_evaluate_model_loads_through_the_engine_factory(tmp_path: Path, monkeyp
         return KeywordSampler({"QM1": "\\boxed{27}", "QM2": "\\boxed{5}"})
 
     monkeypatch.setattr(engine, "load_sampler", fake_load_sampler)
-    res = evaluate_model("some/model", ["amc23"], limit=1, samples=0, max_new_tokens=8, out_dir=tmp_path / "o",
-                         data_dir=tmp_path / "data", seed=0, batch_size=7, progress=False)
+    res = evaluate_model(
+        "some/model",
+        ["amc23"],
+        limit=1,
+        samples=0,
+        max_new_tokens=8,
+        out_dir=tmp_path / "o",
+        data_dir=tmp_path / "data",
+        seed=0,
+        batch_size=7,
+        progress=False,
+    )
     assert seen == {"path": "some/model", "max_batch": 7}
     assert res["benchmarks"]["amc23"]["n"] == 1 and res["benchmarks"]["amc23"]["score"] == 1.0
     assert res["config"]["model"] == "some/model" and res["config"]["world"] == "real"
@@ -382,7 +439,9 @@ def test_real_math_grader_on_shipped_math500(monkeypatch: pytest.MonkeyPatch) ->
     table = {t.question[:60]: f"so the result is \\boxed{{{t.answer}}}." for t in tasks[:3]}
     table[tasks[3].question[:60]] = "no boxed answer here"
     with Grader() as grader:
-        res = evaluate_benchmark(KeywordSampler(table), B.get("math500"), tasks, ChatPrompter(), grader, max_new_tokens=8)
+        res = evaluate_benchmark(
+            KeywordSampler(table), B.get("math500"), tasks, ChatPrompter(), grader, max_new_tokens=8
+        )
     assert [r["correct"] for r in res.records] == [True, True, True, False]
     assert res.records[3]["extracted"] is None
 
@@ -395,8 +454,14 @@ def test_toy_benchmark_comes_from_the_toy_world() -> None:
     assert len(tasks) == 12 and world.bench_tasks("math500", None, None) is None
     good = {world.prompter.solver(t.question): f"<think></think>\\boxed{{{t.answer}}}" for t in tasks[::2]}
     bad = {world.prompter.solver(t.question): "<think></think>\\boxed{?}" for t in tasks[1::2]}
-    res = evaluate_suite(KeywordSampler({**good, **bad}), world.prompter, ["toy"], grader=BoxedGrader(),
-                         bench_tasks=world.bench_tasks, max_new_tokens=8)
+    res = evaluate_suite(
+        KeywordSampler({**good, **bad}),
+        world.prompter,
+        ["toy"],
+        grader=BoxedGrader(),
+        bench_tasks=world.bench_tasks,
+        max_new_tokens=8,
+    )
     toy = res["benchmarks"]["toy"]
     assert toy["greedy"] == pytest.approx(0.5) and toy["n"] == 12
     assert set(toy["by_group"]) <= {"1", "2", "3", "4"} and sum(g["n"] for g in toy["by_group"].values()) == 12
@@ -456,13 +521,25 @@ def test_repeated_evaluation_reports_mean_and_sample_std(tmp_path: Path) -> None
     seeds = [repeat_seed(1, r) for r in range(3)]
     assert seeds[0] == 1 and seeds[1:] == [derive_seed(1, "eval_repeat", 1), derive_seed(1, "eval_repeat", 2)]
     assert len(set(seeds)) == 3
-    runs = {seeds[0]: {"QM1": ["\\boxed{27}"] * 16 + ["x"] * 16, "QM2": ["\\boxed{5}"] * 8 + ["x"] * 24},
-            seeds[1]: {"QM1": ["\\boxed{27}"] * 32, "QM2": ["x"] * 32},
-            seeds[2]: {"QM1": ["\\boxed{27}"] * 8 + ["x"] * 24, "QM2": ["x"] * 24 + ["\\boxed{5}"] * 8}}
+    runs = {
+        seeds[0]: {"QM1": ["\\boxed{27}"] * 16 + ["x"] * 16, "QM2": ["\\boxed{5}"] * 8 + ["x"] * 24},
+        seeds[1]: {"QM1": ["\\boxed{27}"] * 32, "QM2": ["x"] * 32},
+        seeds[2]: {"QM1": ["\\boxed{27}"] * 8 + ["x"] * 24, "QM2": ["x"] * 24 + ["\\boxed{5}"] * 8},
+    }
     sampler = SeededSampler({"QG1": "The answer is (A)", "QG2": "hmm", "QM1": "\\boxed{27}", "QM2": "\\boxed{4}"}, runs)
     out = tmp_path / "three"
-    res = evaluate_suite(sampler, ChatPrompter(), ["gpqa_diamond", "amc23"], grader=BoxedGrader(), samples=-1,
-                         data_dir=data, max_new_tokens=9, seed=1, out_dir=out, repeats=3)
+    res = evaluate_suite(
+        sampler,
+        ChatPrompter(),
+        ["gpqa_diamond", "amc23"],
+        grader=BoxedGrader(),
+        samples=-1,
+        data_dir=data,
+        max_new_tokens=9,
+        seed=1,
+        out_dir=out,
+        repeats=3,
+    )
     # greedy once per benchmark, then amc23's three sampled runs, each with its own seed
     assert sampler.calls == [(2, 1), (2, 1), (2, 32), (2, 32), (2, 32)]
     assert sampler.seeds == [1, 1, *seeds]
@@ -479,8 +556,13 @@ def test_repeated_evaluation_reports_mean_and_sample_std(tmp_path: Path) -> None
     assert res["averages_std"] == {"math": pytest.approx(0.125), "general": 0.0, "overall": pytest.approx(0.0625)}
     assert res["config"]["repeats"] == 3
     # a group over a greedy and a sampled member: runs (0.5+0.2)/2, (0.5+0.3)/2, (0.5+0.4)/2 -> std 0.05
-    g = group_averages(["diagevo_general4"], {"gpqa_diamond": {"score": 0.5, "score_runs": [0.5] * 3},
-                                              "bbeh": {"score": 0.3, "score_runs": [0.2, 0.3, 0.4]}})
+    g = group_averages(
+        ["diagevo_general4"],
+        {
+            "gpqa_diamond": {"score": 0.5, "score_runs": [0.5] * 3},
+            "bbeh": {"score": 0.3, "score_runs": [0.2, 0.3, 0.4]},
+        },
+    )
     assert g["diagevo_general4"]["score"] == pytest.approx(0.4) and g["diagevo_general4"]["std"] == pytest.approx(0.05)
     assert g["diagevo_general4"]["score_runs"] == pytest.approx([0.35, 0.4, 0.45])
     # the records keep every run's verdicts, run after run
@@ -510,12 +592,13 @@ def test_toy_model_evaluated_twice_keeps_its_first_run(toy_base: Path, tmp_path:
     import math
 
     one = evaluate_model(str(toy_base), ["toy"], limit=12, samples=4, out_dir=tmp_path / "one", progress=False)
-    two = evaluate_model(str(toy_base), ["toy"], limit=12, samples=4, out_dir=tmp_path / "two", progress=False,
-                         repeats=2)
+    two = evaluate_model(
+        str(toy_base), ["toy"], limit=12, samples=4, out_dir=tmp_path / "two", progress=False, repeats=2
+    )
     a, b = one["benchmarks"]["toy"], two["benchmarks"]["toy"]
     assert b["greedy"] == a["greedy"] and b["sampled_runs"][0] == a["sampled"]
     recs = [json.loads(line) for line in (tmp_path / "two" / "items_toy.jsonl").read_text().splitlines()]
-    per_run = [sum(sum(r["sampled_correct"][j * 4:(j + 1) * 4]) / 4 for r in recs) / len(recs) for j in (0, 1)]
+    per_run = [sum(sum(r["sampled_correct"][j * 4 : (j + 1) * 4]) / 4 for r in recs) / len(recs) for j in (0, 1)]
     assert b["sampled_runs"] == pytest.approx(per_run)
     assert b["sampled"] == pytest.approx(sum(per_run) / 2)
     assert b["sampled_std"] == pytest.approx(abs(per_run[0] - per_run[1]) / math.sqrt(2))

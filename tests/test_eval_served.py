@@ -37,7 +37,9 @@ class FakeServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.bodies.append(body)
                 good, bad = next(v for k, v in answers.items() if k in body["prompt"])
-                texts = [good] * body["n"] if body["temperature"] == 0 else [(good, bad)[i % 2] for i in range(body["n"])]
+                texts = (
+                    [good] * body["n"] if body["temperature"] == 0 else [(good, bad)[i % 2] for i in range(body["n"])]
+                )
                 self._send({"choices": [{"index": i, "text": t, "finish_reason": "stop"} for i, t in enumerate(texts)]})
 
         self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
@@ -59,8 +61,16 @@ def server():
 def test_served_model_is_asked_the_training_prompt_with_the_runs_protocol(tmp_path: Path, server: FakeServer) -> None:
     data = tmp_path / "data"
     _fixture_data(data)
-    res = evaluate_model(None, ["amc23"], out_dir=tmp_path / "o", data_dir=data, endpoint=server.url,
-                         served_model="my-solver", progress=False, concurrency=4)
+    res = evaluate_model(
+        None,
+        ["amc23"],
+        out_dir=tmp_path / "o",
+        data_dir=data,
+        endpoint=server.url,
+        served_model="my-solver",
+        progress=False,
+        concurrency=4,
+    )
     row = res["benchmarks"]["amc23"]
     # a real model's run protocol: AIME/AMC as mean@32 (greedy 1/2; sampled: QM1 half right, QM2 half right)
     assert (row["metric"], row["greedy"], row["sampled"], row["samples"]) == ("mean@32", 0.5, 0.5, 32)
@@ -85,8 +95,21 @@ def test_served_model_errors_are_named(tmp_path: Path, server: FakeServer) -> No
 def test_cli_eval_against_an_endpoint(tmp_path: Path, server: FakeServer) -> None:
     data = tmp_path / "data"
     _fixture_data(data)
-    r = cli("eval", "--endpoint", server.url, "--bench", "amc23", "--samples", "0", "--max-new-tokens", "50",
-            "--data-dir", str(data), "--out", str(tmp_path / "o"))
+    r = cli(
+        "eval",
+        "--endpoint",
+        server.url,
+        "--bench",
+        "amc23",
+        "--samples",
+        "0",
+        "--max-new-tokens",
+        "50",
+        "--data-dir",
+        str(data),
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert r.returncode == 0, r.stderr
     assert "| amc23 | math | 2 | greedy | 50.0 |" in r.stdout and {b["max_tokens"] for b in server.bodies} == {50}
 
@@ -112,8 +135,15 @@ def test_engine_vllm_is_passed_to_the_engine_factory(tmp_path: Path, monkeypatch
         return KeywordSampler({"QM1": "\\boxed{27}", "QM2": "\\boxed{5}"})
 
     monkeypatch.setattr(engine, "load_sampler", fake_load_sampler)
-    res = evaluate_model("some/folder", ["amc23"], samples=0, out_dir=tmp_path / "o", data_dir=tmp_path / "data",
-                         engine="vllm", progress=False)
+    res = evaluate_model(
+        "some/folder",
+        ["amc23"],
+        samples=0,
+        out_dir=tmp_path / "o",
+        data_dir=tmp_path / "data",
+        engine="vllm",
+        progress=False,
+    )
     assert seen == {"kind": "vllm", "path": "some/folder"} and res["config"]["engine"] == "vllm"
     assert res["config"]["max_new_tokens"] == 4096  # a real model's run budget
     import importlib.util
@@ -130,30 +160,60 @@ def fake_run(root: Path, name: str, cfg: dict, base: float, final: float, ok: bo
     d = root / name
     d.mkdir(parents=True)
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (d / "summary.json").write_text(json.dumps({
-        "ok": ok, "eval": {"base": {"toy": {"score": base, "metric": "greedy"}},
-                           "final": {"toy": {"score": final, "metric": "greedy"}}},
-        "compute": {"train": {"rollouts": 1000, "generated_tokens": 20000, "trained_tokens": 15000, "labels": 0},
-                    "eval": {"rollouts": 4500}}, "wall_seconds": 3600.0}))
+    (d / "summary.json").write_text(
+        json.dumps(
+            {
+                "ok": ok,
+                "eval": {
+                    "base": {"toy": {"score": base, "metric": "greedy"}},
+                    "final": {"toy": {"score": final, "metric": "greedy"}},
+                },
+                "compute": {
+                    "train": {"rollouts": 1000, "generated_tokens": 20000, "trained_tokens": 15000, "labels": 0},
+                    "eval": {"rollouts": 4500},
+                },
+                "wall_seconds": 3600.0,
+            }
+        )
+    )
     return d
 
 
 def test_compare_writes_one_table_of_runs(tmp_path: Path) -> None:
     runs = [
         fake_run(tmp_path, "grpo-s0", {"recipe": "grpo", "run": {"seed": 0}}, 0.40, 0.55),
-        fake_run(tmp_path, "d2evo-noq-s1", {"recipe": "d2evo", "questioner": {"enabled": False}, "run": {"seed": 1}},
-                 0.40, 0.50),
-        fake_run(tmp_path, "rzero-s0", {"recipe": "diagevo", "challenger": {"reward": {"kind": "rzero"}},
-                                        "memory": {"enabled": False, "schedule": "explore_only"},
-                                        "pool": {"voting": {"filter": "absolute"}}, "run": {"seed": 0}}, 0.40, 0.45,
-                 ok=False),
+        fake_run(
+            tmp_path,
+            "d2evo-noq-s1",
+            {"recipe": "d2evo", "questioner": {"enabled": False}, "run": {"seed": 1}},
+            0.40,
+            0.50,
+        ),
+        fake_run(
+            tmp_path,
+            "rzero-s0",
+            {
+                "recipe": "diagevo",
+                "challenger": {"reward": {"kind": "rzero"}},
+                "memory": {"enabled": False, "schedule": "explore_only"},
+                "pool": {"voting": {"filter": "absolute"}},
+                "run": {"seed": 0},
+            },
+            0.40,
+            0.45,
+            ok=False,
+        ),
     ]
     out = tmp_path / "cmp"
     r = cli("compare", *map(str, runs), "--out", str(out))
     assert r.returncode == 0, r.stderr
     md = (out / "compare.md").read_text()
-    assert md.splitlines()[0].startswith("| run | method | settings | seed | model | toy base | toy final | toy delta |")
-    assert "| grpo-s0 | grpo | – | 0 | toy | 40.0 | 55.0 | +15.0 | 1,000 | 20,000 | 15,000 | 4,500 | 3,600 | yes |" in md
+    assert md.splitlines()[0].startswith(
+        "| run | method | settings | seed | model | toy base | toy final | toy delta |"
+    )
+    assert (
+        "| grpo-s0 | grpo | – | 0 | toy | 40.0 | 55.0 | +15.0 | 1,000 | 20,000 | 15,000 | 4,500 | 3,600 | yes |" in md
+    )
     assert "| d2evo-noq-s1 | d2evo | questioner=False | 1 |" in md and "| rzero-s0 | rzero | – | 0 |" in md
     assert "**no** |" in md and md in r.stdout
     rows = list(csv.DictReader((out / "compare.csv").open()))

@@ -27,18 +27,42 @@ def fake_run(tmp_path: Path, smollm2: Path, chat_template: bool, model_path: str
     for f in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         shutil.copy2(smollm2 / f, ck / f)
     (ck / "learner_optim.pt").write_bytes(b"optimiser state")
-    (ck / "coevolve.json").write_text(json.dumps({"format": 1, "world": "real", "chat_template": chat_template,
-                                                  "role": "solver", "recipe": "d2evo", "tag": "r02"}))
-    (run / "state.json").write_text(json.dumps({"recipe": "d2evo", "checkpoint_history": {
-        "solver": ["checkpoints/solver_r02_s000020"]}}))
-    cfg = {"recipe": "d2evo", "rounds": 2, "model": {"path": model_path, "chat_template": chat_template},
-           "solver": {"steps": 20, "prompts_per_step": 128, "group_size": 5}, "learner": {"lr": 1e-6, "lora": False},
-           "data": {"source": "openai/gsm8k"}, "run": {"seed": 3}}
+    (ck / "coevolve.json").write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "world": "real",
+                "chat_template": chat_template,
+                "role": "solver",
+                "recipe": "d2evo",
+                "tag": "r02",
+            }
+        )
+    )
+    (run / "state.json").write_text(
+        json.dumps({"recipe": "d2evo", "checkpoint_history": {"solver": ["checkpoints/solver_r02_s000020"]}})
+    )
+    cfg = {
+        "recipe": "d2evo",
+        "rounds": 2,
+        "model": {"path": model_path, "chat_template": chat_template},
+        "solver": {"steps": 20, "prompts_per_step": 128, "group_size": 5},
+        "learner": {"lr": 1e-6, "lora": False},
+        "data": {"source": "openai/gsm8k"},
+        "run": {"seed": 3},
+    }
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (run / "summary.json").write_text(json.dumps({"eval": {
-        "base": {"gsm8k": {"score": 0.5, "metric": "greedy"}},
-        "rounds": {"2": {"gsm8k": {"score": 0.625, "metric": "greedy"}}},
-        "final": {"gsm8k": {"score": 0.625, "metric": "greedy"}}}}))
+    (run / "summary.json").write_text(
+        json.dumps(
+            {
+                "eval": {
+                    "base": {"gsm8k": {"score": 0.5, "metric": "greedy"}},
+                    "rounds": {"2": {"gsm8k": {"score": 0.625, "metric": "greedy"}}},
+                    "final": {"gsm8k": {"score": 0.625, "metric": "greedy"}},
+                }
+            }
+        )
+    )
     return run, ck
 
 
@@ -55,9 +79,15 @@ def test_exported_chat_template_renders_the_training_prompt(tmp_path: Path, smol
     train = ChatPrompter(load_tokenizer(smollm2) if chat_template else None, use_chat_template=chat_template)
     tok = load_tokenizer(out)
     for q in QUESTIONS:
-        for messages in ([{"role": "user", "content": q}],
-                         [{"role": "system", "content": "ignored"}, {"role": "user", "content": "earlier"},
-                          {"role": "assistant", "content": "\\boxed{1}"}, {"role": "user", "content": q}]):
+        for messages in (
+            [{"role": "user", "content": q}],
+            [
+                {"role": "system", "content": "ignored"},
+                {"role": "user", "content": "earlier"},
+                {"role": "assistant", "content": "\\boxed{1}"},
+                {"role": "user", "content": q},
+            ],
+        ):
             got = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             assert got == train.solver(q), (chat_template, q)
     if not chat_template:
@@ -84,7 +114,9 @@ def test_model_card_states_base_recipe_settings_prompt_and_eval(tmp_path: Path, 
     card = (out / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: transformers\n") and "base_model: Qwen/Qwen3-4B-Base" in card
     assert "**d2evo** run (recipe `d2evo`), round 2" in card and "from **Qwen/Qwen3-4B-Base**" in card
-    assert "| `solver.steps` | `20` |" in card and "| `learner.lr` | `1e-06` |" in card and "| `run.seed` | `3` |" in card
+    assert (
+        "| `solver.steps` | `20` |" in card and "| `learner.lr` | `1e-06` |" in card and "| `run.seed` | `3` |" in card
+    )
     assert "```text\nPlease reason step by step" in card and "\n\n{question}\n\n\n```" in card
     assert "| gsm8k | greedy | 50.0 | 62.5 |" in card
 
@@ -107,11 +139,23 @@ class FakeHub:
 def test_push_to_hub_uploads_or_says_how_to_later(tmp_path: Path) -> None:
     api = FakeHub()
     assert push_to_hub(tmp_path, "me/my-model", private=True, api=api) == "https://hub.example/me/my-model"
-    assert api.calls == [("create_repo", "me/my-model", {"repo_type": "model", "private": True, "exist_ok": True}),
-                         ("upload_folder", {"folder_path": str(tmp_path), "repo_id": "me/my-model", "repo_type": "model",
-                                            "commit_message": "coevolve export"})]
-    with pytest.raises(CoevolveError, match=rf"ConnectionError: no network; the exported folder {tmp_path} is complete: "
-                                            r"upload it later with `hf upload me/m "):
+    assert api.calls == [
+        ("create_repo", "me/my-model", {"repo_type": "model", "private": True, "exist_ok": True}),
+        (
+            "upload_folder",
+            {
+                "folder_path": str(tmp_path),
+                "repo_id": "me/my-model",
+                "repo_type": "model",
+                "commit_message": "coevolve export",
+            },
+        ),
+    ]
+    with pytest.raises(
+        CoevolveError,
+        match=rf"ConnectionError: no network; the exported folder {tmp_path} is complete: "
+        r"upload it later with `hf upload me/m ",
+    ):
         push_to_hub(tmp_path, "me/m", api=FakeHub(ConnectionError("no network")))
     with pytest.raises(CoevolveError, match="owner/name"):
         push_to_hub(tmp_path, "no-owner", api=FakeHub())
@@ -126,6 +170,10 @@ def test_push_to_hub_offline_is_refused_before_exporting(tmp_path: Path, smollm2
     from test_cli import SRC
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": SRC}
-    r = subprocess.run([sys.executable, "-m", "coevolve", "export", str(run), "--out", str(tmp_path / "x"),
-                        "--push-to-hub", "me/m"], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "coevolve", "export", str(run), "--out", str(tmp_path / "x"), "--push-to-hub", "me/m"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 2 and "HF_HUB_OFFLINE" in r.stderr and not (tmp_path / "x").exists()

@@ -49,15 +49,17 @@ def test_preflight_refuses_a_real_diagevo_run_without_a_diagnoser(real_model):
     check_diagnoser(self_diag)  # the named deviation is accepted, and then the solver diagnoses
     assert self_diag.diagnosis_model_path() is None
     # the R-Zero-style baseline has no memory and so no diagnoser to name or to find
-    check_diagnoser(load_config("diagevo", None, [f"model.path={real_model}", "diagnoser.model_path=null",
-                                                  "memory.enabled=false"]))
+    check_diagnoser(
+        load_config("diagevo", None, [f"model.path={real_model}", "diagnoser.model_path=null", "memory.enabled=false"])
+    )
     assert load_config("diagevo", None, [f"model.path={real_model}"], presets=["rzero"]).diagnosis_model_path() is None
 
 
 def test_toy_and_arith_worlds_keep_their_diagnosers(real_model):
     check_diagnoser(load_config("diagevo", None, []))  # the toy world: trace diagnosis
-    check_diagnoser(load_config("diagevo", None, [f"model.path={real_model}", "data.source=arith",
-                                                  "diagnoser.model_path=null"]))
+    check_diagnoser(
+        load_config("diagevo", None, [f"model.path={real_model}", "data.source=arith", "diagnoser.model_path=null"])
+    )
 
 
 def test_a_diagnoser_hub_id_not_cached_is_kept_for_preflight_to_refuse(real_model, tmp_path, monkeypatch):
@@ -84,11 +86,13 @@ def test_real_preset_diagnoses_every_failure_and_the_plan_counts_them(real_model
     expected = math.ceil(kept * cfg.solver.group_size * (1 - (band.low + band.high) / 2))
     assert len(diag) == 1 and diag[0].rows == expected > kept  # more than one per question
     assert diag[0].role == FROZEN_DIAGNOSER
-    capped = memory_work(load_config("diagevo", None, [f"model.path={real_model}", "memory.max_diagnoses_per_round=64"]),
-                         toy=False)
+    capped = memory_work(
+        load_config("diagevo", None, [f"model.path={real_model}", "memory.max_diagnoses_per_round=64"]), toy=False
+    )
     assert [g.rows for g in capped.rollouts if "diagnoses" in g.what] == [64]
-    solver_diag = memory_work(load_config("diagevo", None, [f"model.path={real_model}", "diagnoser.self_diagnosis=true"]),
-                              toy=False)
+    solver_diag = memory_work(
+        load_config("diagevo", None, [f"model.path={real_model}", "diagnoser.self_diagnosis=true"]), toy=False
+    )
     assert [g.role for g in solver_diag.rollouts if "diagnoses" in g.what] == ["solver"]
 
 
@@ -104,8 +108,13 @@ class _Engine:
 
 def _d2evo(tmp_path: Path, shared: bool) -> SimpleNamespace:
     run = SimpleNamespace(checkpoint_dir=lambda role, tag: tmp_path / "checkpoints" / f"{role}_{tag}")
-    s = SimpleNamespace(base=tmp_path / "base", run=run, engine=_Engine(), metered=lambda x: x,
-                        cfg=SimpleNamespace(model=SimpleNamespace(device="cpu", dtype="auto")))
+    s = SimpleNamespace(
+        base=tmp_path / "base",
+        run=run,
+        engine=_Engine(),
+        metered=lambda x: x,
+        cfg=SimpleNamespace(model=SimpleNamespace(device="cpu", dtype="auto")),
+    )
     solver = SimpleNamespace(name="solver", sampler="live solver sampler")
     questioner = solver if shared else SimpleNamespace(name="questioner", sampler="questioner sampler")
     return SimpleNamespace(s=s, solver=solver, questioner=questioner)
@@ -160,7 +169,9 @@ def test_each_papers_evaluation_is_a_named_group(real_model):
     from coevolve.eval.benchmarks import get
 
     assert get("amc23").default_samples == 32  # AMC as mean@32 (DiagEvo), greedy elsewhere in its groups
-    assert all(get(b).default_samples == 0 for b in GROUPS["diagevo_math5"] + GROUPS["diagevo_general4"] if b != "amc23")
+    assert all(
+        get(b).default_samples == 0 for b in GROUPS["diagevo_math5"] + GROUPS["diagevo_general4"] if b != "amc23"
+    )
 
 
 def test_group_average_over_the_benchmarks_that_ran():
@@ -182,27 +193,51 @@ def test_absent_general_data_is_skipped_with_a_message(tmp_path, monkeypatch):
 
     monkeypatch.setattr(bm, "_load_hub", no_hub)
     said: list[str] = []
-    res = evaluate_suite(None, None, ["d2evo_general3"], grader=None, max_new_tokens=8, data_dir=tmp_path,
-                         say=said.append)
+    res = evaluate_suite(
+        None, None, ["d2evo_general3"], grader=None, max_new_tokens=8, data_dir=tmp_path, say=said.append
+    )
     assert res["benchmarks"] == {} and res["rollouts"] == 0
     assert set(res["skipped"]) == {"supergpqa", "mmlu_pro", "bbeh"} and len(said) == 3
     assert all("skipped, its data is absent" in m for m in said)
-    assert res["groups"]["d2evo_general3"] == {"score": None, "n": 0, "of": 3,
-                                               "missing": ["supergpqa", "mmlu_pro", "bbeh"]}
+    assert res["groups"]["d2evo_general3"] == {
+        "score": None,
+        "n": 0,
+        "of": 3,
+        "missing": ["supergpqa", "mmlu_pro", "bbeh"],
+    }
     assert "absent: supergpqa, mmlu_pro, bbeh" in format_table(res)
 
 
 # ---------------------------------------------------------------- texts that credit the papers
-@pytest.mark.parametrize("rel", ["README.md", "src/coevolve/schema.py", "src/coevolve/rewards.py",
-                                 "configs/d2evo.yaml", "src/coevolve/configs/real/grpo.yaml",
-                                 "src/coevolve/configs/real/d2evo.yaml", "src/coevolve/configs/real/diagevo.yaml",
-                                 "src/coevolve/config/d2evo.py", "src/coevolve/curriculum/verify.py",
-                                 "src/coevolve/memory/maintain.py"])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "README.md",
+        "src/coevolve/schema.py",
+        "src/coevolve/rewards.py",
+        "configs/d2evo.yaml",
+        "src/coevolve/configs/real/grpo.yaml",
+        "src/coevolve/configs/real/d2evo.yaml",
+        "src/coevolve/configs/real/diagevo.yaml",
+        "src/coevolve/config/d2evo.py",
+        "src/coevolve/curriculum/verify.py",
+        "src/coevolve/memory/maintain.py",
+    ],
+)
 def test_no_text_credits_r_zero_values_to_the_papers(rel):
     text = (ROOT / rel).read_text(encoding="utf-8")
-    for wrong in ("the papers' values", "R-Zero / D²Evo", "D²Evo / R-Zero", "(the papers' protocol)", "(paper: one)",
-                  "paper / R-Zero", "paper: optional, off", "The paper's default", "diagnoser size matters little",
-                  "D²Evo = R-Zero"):
+    for wrong in (
+        "the papers' values",
+        "R-Zero / D²Evo",
+        "D²Evo / R-Zero",
+        "(the papers' protocol)",
+        "(paper: one)",
+        "paper / R-Zero",
+        "paper: optional, off",
+        "The paper's default",
+        "diagnoser size matters little",
+        "D²Evo = R-Zero",
+    ):
         assert wrong not in text, (rel, wrong)
 
 
@@ -210,15 +245,30 @@ def test_fidelity_table_counts_match_its_rows():
     import re
 
     text = (ROOT / "docs" / "fidelity.md").read_text(encoding="utf-8")
-    verdicts = [row.rstrip().rstrip("|").split("|")[-1].strip() for row in text.splitlines()
-                if re.match(r"\| [DGB]\d+ ", row)]
-    kinds = ["deviation" if v.startswith("**deviation") else "faithful" if v.startswith("faithful")
-             else "ours" if v.startswith("ours") else v for v in verdicts]
+    verdicts = [
+        row.rstrip().rstrip("|").split("|")[-1].strip() for row in text.splitlines() if re.match(r"\| [DGB]\d+ ", row)
+    ]
+    kinds = [
+        "deviation"
+        if v.startswith("**deviation")
+        else "faithful"
+        if v.startswith("faithful")
+        else "ours"
+        if v.startswith("ours")
+        else v
+        for v in verdicts
+    ]
     assert set(kinds) == {"faithful", "ours", "deviation"}, set(kinds)
-    stated = re.search(r"\*\*Counts\*\* \((\d+) rows\): faithful (\d+), ours \(paper silent\) (\d+), deviation (\d+)", text)
+    stated = re.search(
+        r"\*\*Counts\*\* \((\d+) rows\): faithful (\d+), ours \(paper silent\) (\d+), deviation (\d+)", text
+    )
     assert stated is not None
-    assert [int(x) for x in stated.groups()] == [len(kinds), kinds.count("faithful"), kinds.count("ours"),
-                                                  kinds.count("deviation")]
+    assert [int(x) for x in stated.groups()] == [
+        len(kinds),
+        kinds.count("faithful"),
+        kinds.count("ours"),
+        kinds.count("deviation"),
+    ]
 
 
 def test_preflight_names_the_general_benchmarks_without_data(real_model, tmp_path, monkeypatch):

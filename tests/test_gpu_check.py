@@ -29,10 +29,28 @@ def gpu_check():
 
 
 def test_dry_run_prints_a_result_per_part_and_writes_the_json(gpu_check, tmp_path, capsys):
-    rc = gpu_check.main(["--dry-run", "--out", str(tmp_path), "--budget", "0",
-                         "--part", "rates", "--part", "learner", "--part", "numerics", "--part", "sampler"])
-    lines = [json.loads(ln.removeprefix("RESULT ")) for ln in capsys.readouterr().out.splitlines()
-             if ln.startswith("RESULT ")]
+    rc = gpu_check.main(
+        [
+            "--dry-run",
+            "--out",
+            str(tmp_path),
+            "--budget",
+            "0",
+            "--part",
+            "rates",
+            "--part",
+            "learner",
+            "--part",
+            "numerics",
+            "--part",
+            "sampler",
+        ]
+    )
+    lines = [
+        json.loads(ln.removeprefix("RESULT "))
+        for ln in capsys.readouterr().out.splitlines()
+        if ln.startswith("RESULT ")
+    ]
     assert [r["part"] for r in lines] == ["rates", "learner", "numerics", "sampler", "summary"]
     bad = [r for r in lines if not r["ok"]]
     assert rc == 0 and not bad, bad
@@ -52,8 +70,11 @@ def test_a_failing_part_is_reported_and_the_next_one_runs(gpu_check, tmp_path, c
 
     monkeypatch.setitem(gpu_check.PARTS, "rates", boom)
     rc = gpu_check.main(["--dry-run", "--out", str(tmp_path), "--part", "rates", "--part", "sampler"])
-    lines = [json.loads(ln.removeprefix("RESULT ")) for ln in capsys.readouterr().out.splitlines()
-             if ln.startswith("RESULT ")]
+    lines = [
+        json.loads(ln.removeprefix("RESULT "))
+        for ln in capsys.readouterr().out.splitlines()
+        if ln.startswith("RESULT ")
+    ]
     assert rc == 1
     assert lines[0]["part"] == "rates" and not lines[0]["ok"] and "RuntimeError: no such kernel" in lines[0]["error"]
     assert lines[1]["part"] == "sampler" and lines[1]["ok"]

@@ -16,8 +16,16 @@ from coevolve.run import Phase, Run
 torch.set_num_threads(1)
 pytestmark = pytest.mark.slow  # grpo runs end to end
 
-TINY = ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=12",
-        "eval.samples=2", "run.progress=false", "sampling.max_new_tokens=40", "eval.max_new_tokens=40"]
+TINY = [
+    "solver.steps=2",
+    "solver.prompts_per_step=4",
+    "solver.group_size=4",
+    "eval.heldout_size=12",
+    "eval.samples=2",
+    "run.progress=false",
+    "sampling.max_new_tokens=40",
+    "eval.max_new_tokens=40",
+]
 
 
 def _run(tmp: Path, toy: list[str], extra: list[str]) -> tuple[dict, Run]:
@@ -57,7 +65,11 @@ def test_grpo_toy_artefacts_and_resume(tmp_path, toy_overrides_30):
 def test_grpo_on_jsonl_with_broken_rows(tmp_path, toy_overrides_30):
     data = tmp_path / "d.jsonl"
     good = [{"question": f"{a}+{b}", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 6), (7, 1)]]
-    lines = [json.dumps(r) for r in good[:2]] + ["{broken", json.dumps({"question": "2+2"})] + [json.dumps(r) for r in good[2:]]
+    lines = (
+        [json.dumps(r) for r in good[:2]]
+        + ["{broken", json.dumps({"question": "2+2"})]
+        + [json.dumps(r) for r in good[2:]]
+    )
     data.write_text("\n".join(lines) + "\n")
     with pytest.raises(DataError, match=r"d.jsonl:3"):
         _run(tmp_path / "a", toy_overrides_30, [f"data.source={data}"])
@@ -71,7 +83,9 @@ def test_grpo_real_model_path(tmp_path, toy_overrides_30, toy_base_30):
     folder = toy_base_30
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"question": f"{a}+{a}", "answer": str(2 * a)}) + "\n" for a in range(1, 9)))
-    summary, run = _run(tmp_path / "r", toy_overrides_30, [f"model.path={folder}", f"data.source={data}", "eval.benches=[toy]"])
+    summary, run = _run(
+        tmp_path / "r", toy_overrides_30, [f"model.path={folder}", f"data.source={data}", "eval.benches=[toy]"]
+    )
     assert "toy" in summary["eval"]["final"]
     assert run.done(Phase("solver", 1)) and run.done(Phase("eval", 1))
     first = run.read_jsonl("round_01/solver_rollouts.jsonl")[0]

@@ -24,9 +24,18 @@ def make_model(seed: int = 0, vocab: int = V, tie: bool = True):
 
     torch.manual_seed(seed)
     cfg = Qwen3Config(
-        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-        tie_word_embeddings=tie, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=tie,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     return Qwen3ForCausalLM(cfg)
 
@@ -145,7 +154,9 @@ def test_chunked_head_gradient_goes_to_the_sink_in_fp32():
     (lp2 * w).sum().backward()
     assert torch.equal(lp, lp2) and torch.equal(h.grad, dh_sink)
     assert torch.equal(head.weight.grad, got[0].to(torch.bfloat16))  # the same sum, rounded
-    assert not torch.equal(got[0], got[0].to(torch.bfloat16).float()), "ten chunks summed in fp32 should not be bf16 values"
+    assert not torch.equal(got[0], got[0].to(torch.bfloat16).float()), (
+        "ten chunks summed in fp32 should not be bf16 values"
+    )
 
 
 def test_learner_head_master_gets_the_unrounded_fp32_head_gradient():

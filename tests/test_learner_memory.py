@@ -33,9 +33,18 @@ def make_model(seed: int = 0, vocab: int = V, layers: int = 2):
 
     torch.manual_seed(seed)
     cfg = Qwen3Config(
-        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-        num_attention_heads=2, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-        tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     return Qwen3ForCausalLM(cfg)
 
@@ -81,8 +90,9 @@ def batch_tensors(groups, pad_id: int = 0, left_pad_all: bool = False):
 
 def logp_and_grads(model, b, chunk, weights_NT):
     model.zero_grad(set_to_none=True)
-    logp, ent = sequence_logprobs(model, b.input_ids, b.attention_mask, b.completion_mask, return_entropy=True,
-                                  chunk_tokens=chunk)
+    logp, ent = sequence_logprobs(
+        model, b.input_ids, b.attention_mask, b.completion_mask, return_entropy=True, chunk_tokens=chunk
+    )
     (logp * weights_NT).sum().backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     return logp.detach(), ent, grads
@@ -137,10 +147,15 @@ def test_chunked_logprobs_equal_plain_on_smollm2(smollm2):
 
     model, tok = load_model(smollm2, device="cpu", dtype="float32")
     model.train()
-    texts = [("Question: 2+3=?", " The answer is 5."), ("Hi", " Hello there, how are you today?"),
-             ("Compute 7*6.", " 42")]
-    groups = [RolloutGroup(tok(p)["input_ids"], [tok(c, add_special_tokens=False)["input_ids"]] * 2, [1.0, 0.0])
-              for p, c in texts]
+    texts = [
+        ("Question: 2+3=?", " The answer is 5."),
+        ("Hi", " Hello there, how are you today?"),
+        ("Compute 7*6.", " 42"),
+    ]
+    groups = [
+        RolloutGroup(tok(p)["input_ids"], [tok(c, add_special_tokens=False)["input_ids"]] * 2, [1.0, 0.0])
+        for p, c in texts
+    ]
     b = batch_tensors(groups, pad_id=tok.pad_token_id)
     assert resolve_logprob_chunk(LearnerConfig(), model.config.vocab_size) > 0  # auto: chunked for a real vocab
     assert_same_logp_and_grads(model, b, 5)
@@ -240,8 +255,9 @@ def test_left_pad_all_layout_logprobs_equal_standard_layout():
 def test_token_budget_micro_batches_do_not_change_the_update(budget):
     groups = make_groups(seed=5, n_groups=4)
     m0, ga = step_grads(Learner(make_model(), LearnerConfig(lr=1e-3, micro_batch_size=64)), groups)
-    m, gb = step_grads(Learner(make_model(), LearnerConfig(lr=1e-3, micro_batch_size=64,
-                                                          max_tokens_per_micro_batch=budget)), groups)
+    m, gb = step_grads(
+        Learner(make_model(), LearnerConfig(lr=1e-3, micro_batch_size=64, max_tokens_per_micro_batch=budget)), groups
+    )
     assert m0["micro_batches"] == 1 and m["micro_batches"] > 1 and 0 <= m["pad_frac"] < 0.5
     assert m["loss"] == pytest.approx(m0["loss"], abs=1e-7) and m["n_tokens"] == m0["n_tokens"]
     assert_grads_close(ga, gb, 1e-5)  # the global token normaliser: same gradient, summed in pieces
@@ -250,7 +266,9 @@ def test_token_budget_micro_batches_do_not_change_the_update(budget):
 def test_packing_reduces_padding():
     groups = make_groups(seed=6, n_groups=6, max_len=30)
     plain = Learner(make_model(), LearnerConfig(lr=1e-3, micro_batch_size=4)).step(groups)
-    packed = Learner(make_model(), LearnerConfig(lr=1e-3, micro_batch_size=4, max_tokens_per_micro_batch=10_000)).step(groups)
+    packed = Learner(make_model(), LearnerConfig(lr=1e-3, micro_batch_size=4, max_tokens_per_micro_batch=10_000)).step(
+        groups
+    )
     assert packed["micro_batches"] == plain["micro_batches"]
     assert packed["pad_frac"] < plain["pad_frac"]
 
@@ -258,7 +276,9 @@ def test_packing_reduces_padding():
 # ---------------------------------------------------------------- checkpointing, chunks, all together
 def test_auto_rules():
     cfg = LearnerConfig()
-    assert not resolve_gradient_checkpointing(cfg, 500_000) and resolve_gradient_checkpointing(cfg, AUTO_CHECKPOINT_MIN_PARAMS)
+    assert not resolve_gradient_checkpointing(cfg, 500_000) and resolve_gradient_checkpointing(
+        cfg, AUTO_CHECKPOINT_MIN_PARAMS
+    )
     assert resolve_gradient_checkpointing(LearnerConfig(gradient_checkpointing=True), 10)
     assert resolve_logprob_chunk(cfg, 104) == 0 and resolve_logprob_chunk(cfg, 151936) == 1024
     assert resolve_logprob_chunk(LearnerConfig(logprob_chunk_tokens=0), 151936) == 0
@@ -274,8 +294,12 @@ def test_checkpointing_and_chunks_do_not_change_the_update(lora):
     base = LearnerConfig(lr=1e-2, micro_batch_size=5, lora=lora, lora_r=4, lora_alpha=8)
     ref = Learner(make_model(), base)
     m0, g0 = step_grads(ref, groups)
-    on = Learner(make_model(), base.model_copy(update=dict(gradient_checkpointing=True, logprob_chunk_tokens=6,
-                                                         max_tokens_per_micro_batch=40)))
+    on = Learner(
+        make_model(),
+        base.model_copy(
+            update=dict(gradient_checkpointing=True, logprob_chunk_tokens=6, max_tokens_per_micro_batch=40)
+        ),
+    )
     assert on.gradient_checkpointing
     layer = (on.model.get_base_model() if lora else on.model).model.layers[0]
     assert layer.gradient_checkpointing
@@ -322,7 +346,9 @@ def test_offload_and_fused_options_on_cpu():
         assert torch.allclose(ma, mb, atol=1e-6)  # fused and foreach AdamW agree to rounding
     state = copy.deepcopy(off.optimizer.state_dict())
     off.offload_state()  # a no-op on a CPU machine: nothing moves, nothing changes
-    assert all(torch.equal(state["state"][k]["exp_avg"], v["exp_avg"]) for k, v in off.optimizer.state_dict()["state"].items())
+    assert all(
+        torch.equal(state["state"][k]["exp_avg"], v["exp_avg"]) for k, v in off.optimizer.state_dict()["state"].items()
+    )
 
 
 # ---------------------------------------------------------------- sampler KV budget
@@ -337,7 +363,9 @@ def test_sampler_kv_token_budget_chunks_and_same_greedy_output(toy_base):
     params = SamplingParams(temperature=0.0, max_new_tokens=12)
     calls: list[int] = []
     plain = HFSampler(model, tok, max_batch=256)
-    budget = HFSampler(model, tok, max_batch=256, max_batch_tokens=3 * (max(len(plain.encode(p)) for p in prompts) + 12))
+    budget = HFSampler(
+        model, tok, max_batch=256, max_batch_tokens=3 * (max(len(plain.encode(p)) for p in prompts) + 12)
+    )
     orig = budget._generate_chunk
     budget._generate_chunk = lambda ids, prm: (calls.append(len(ids)), orig(ids, prm))[1]  # type: ignore[method-assign]
     a = plain.sample(prompts, 2, params)

@@ -11,16 +11,35 @@ import torch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-QWEN3_06B = dict(vocab_size=151936, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
-                 head_dim=128, intermediate_size=3072, tie_word_embeddings=True, max_position_embeddings=40960)
+QWEN3_06B = dict(
+    vocab_size=151936,
+    hidden_size=1024,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=3072,
+    tie_word_embeddings=True,
+    max_position_embeddings=40960,
+)
 
 
 def tiny(seed: int = 0):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    cfg = Qwen3Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=16, tie_word_embeddings=True, pad_token_id=0, eos_token_id=2)
+    cfg = Qwen3Config(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=2,
+    )
     return Qwen3ForCausalLM(cfg).to("cuda", torch.bfloat16)
 
 
@@ -28,9 +47,14 @@ def groups(seed: int = 0, n: int = 4, G: int = 4, vocab: int = 300, prompt: int 
     from coevolve.rl import RolloutGroup
 
     rng = random.Random(seed)
-    return [RolloutGroup([rng.randrange(3, vocab) for _ in range(prompt)],
-                         [[rng.randrange(3, vocab) for _ in range(rng.randrange(1, completion))] for _ in range(G)],
-                         [float(k % 2) for k in range(G)]) for _ in range(n)]
+    return [
+        RolloutGroup(
+            [rng.randrange(3, vocab) for _ in range(prompt)],
+            [[rng.randrange(3, vocab) for _ in range(rng.randrange(1, completion))] for _ in range(G)],
+            [float(k % 2) for k in range(G)],
+        )
+        for _ in range(n)
+    ]
 
 
 def test_fused_adamw_is_the_cuda_default_and_matches_foreach():
@@ -123,15 +147,27 @@ def test_bf16_peak_memory_against_the_plan():
     rng = random.Random(6)
     from coevolve.rl import RolloutGroup
 
-    batch = [RolloutGroup([rng.randrange(3, 151936) for _ in range(prompt)],
-                          [[rng.randrange(3, 151936) for _ in range(completion)] for _ in range(4)], [0.0, 1.0, 0.0, 1.0])
-             for _ in range(rows // 4)]
+    batch = [
+        RolloutGroup(
+            [rng.randrange(3, 151936) for _ in range(prompt)],
+            [[rng.randrange(3, 151936) for _ in range(completion)] for _ in range(4)],
+            [0.0, 1.0, 0.0, 1.0],
+        )
+        for _ in range(rows // 4)
+    ]
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     lr.step(batch)
     peak = torch.cuda.max_memory_allocated()
-    est = role_memory("solver", ModelShape.from_config({**QWEN3_06B, "model_type": "qwen3"}), cfg, DEVICES["h200"], 2,
-                      Train("solver", 1, rows, prompt, completion), None)
+    est = role_memory(
+        "solver",
+        ModelShape.from_config({**QWEN3_06B, "model_type": "qwen3"}),
+        cfg,
+        DEVICES["h200"],
+        2,
+        Train("solver", 1, rows, prompt, completion),
+        None,
+    )
     assert est.train_peak >= 0.9 * peak, (est.train_peak / 2**30, peak / 2**30)
     assert est.train_peak <= 2.0 * peak, (est.train_peak / 2**30, peak / 2**30)
 
@@ -149,8 +185,9 @@ def test_offload_optimizer_sums_on_the_device_and_moves_them_once_per_step(monke
     orig = L.policy_loss
 
     def spy(*a, **k):
-        seen.append(({s.sum.device.type for s in off._sums if s.sum is not None},
-                     any(m.grad is not None for m in off.master)))
+        seen.append(
+            ({s.sum.device.type for s in off._sums if s.sum is not None}, any(m.grad is not None for m in off.master))
+        )
         return orig(*a, **k)
 
     grads = {}

@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 
 from coevolve.errors import DataError
-from coevolve.memory.maintain import select_pairs
 from coevolve.memory import (
-    Diagnosis,
     DiagnoserStats,
+    Diagnosis,
     ErrorMemory,
     HashEmbedder,
     KeptQuestion,
@@ -27,6 +26,7 @@ from coevolve.memory import (
     targeted_p1_by_cause,
     targeted_questions,
 )
+from coevolve.memory.maintain import select_pairs
 
 
 def hand_memory() -> ErrorMemory:
@@ -117,7 +117,9 @@ def test_schedule_modes():
     explore = sum(p.mode == "explore" for p in plans) / 4000
     assert explore == pytest.approx(0.25, abs=0.03)
     assert all(p.mode == "explore" for p in m.sample_targets(np.random.default_rng(0), 200, schedule="explore_only"))
-    assert not any(p.mode == "explore" for p in m.sample_targets(np.random.default_rng(0), 200, schedule="targeted_only"))
+    assert not any(
+        p.mode == "explore" for p in m.sample_targets(np.random.default_rng(0), 200, schedule="targeted_only")
+    )
     # empty memory: nothing to target, every schedule explores
     e = ErrorMemory()
     assert all(p.mode == "explore" for p in e.sample_targets(np.random.default_rng(0), 20, schedule="targeted_only"))
@@ -256,15 +258,26 @@ def test_maintenance_end_to_end():
 
 
 def _pool_row(i: str, p1: float, cause_ids: list[str]) -> dict:
-    return {"id": i, "question": f"question {i}", "label": "1", "p1": p1, "kept": True,
-            "meta": {"mode": "targeted" if cause_ids else "explore", "cause_ids": cause_ids}}
+    return {
+        "id": i,
+        "question": f"question {i}",
+        "label": "1",
+        "p1": p1,
+        "kept": True,
+        "meta": {"mode": "targeted" if cause_ids else "explore", "cause_ids": cause_ids},
+    }
 
 
 def test_promotion_source_construction_vs_updated():
     """The promotion evidence is the round's targeted candidate questions; 'construction' reads
     the pool's p1 (frozen solver, before the update), 'updated' the re-measured one."""
-    rows = [_pool_row("q1", 0.6, ["c0001"]), _pool_row("q2", 0.7, ["c0001", "c0003"]),
-            _pool_row("q3", 0.75, ["c0001"]), _pool_row("q4", 0.2, []), _pool_row("q5", 0.5, ["c0002"])]
+    rows = [
+        _pool_row("q1", 0.6, ["c0001"]),
+        _pool_row("q2", 0.7, ["c0001", "c0003"]),
+        _pool_row("q3", 0.75, ["c0001"]),
+        _pool_row("q4", 0.2, []),
+        _pool_row("q5", 0.5, ["c0002"]),
+    ]
     assert [r["id"] for r in targeted_questions(rows)] == ["q1", "q2", "q3", "q5"]  # explore rows excluded
     cons = targeted_p1_by_cause(rows, "construction")
     assert cons == {"c0001": [0.6, 0.7, 0.75], "c0003": [0.7], "c0002": [0.5]}
@@ -283,10 +296,20 @@ def test_promotion_source_construction_vs_updated():
         n = m.add_node("addition")
         for text in ("wrong single-digit sum", "copied a digit wrongly", "dropped the carry"):
             m.record_failure(m.add_cause(text, n.id).id, 1, count=2)
-        tp = targeted_p1_by_cause(rows, source, None if source == "construction" else
-                                  {"q1": 0.9, "q2": 0.85, "q3": 1.0, "q5": 0.4})
-        res = maintain_memory(m, [], FakeDiagnoser({}), emb, 1, MemoryConfig(theta_up=0.8, min_targeted=3),
-                              tp, np.random.default_rng(0), reference_p1=cons)
+        tp = targeted_p1_by_cause(
+            rows, source, None if source == "construction" else {"q1": 0.9, "q2": 0.85, "q3": 1.0, "q5": 0.4}
+        )
+        res = maintain_memory(
+            m,
+            [],
+            FakeDiagnoser({}),
+            emb,
+            1,
+            MemoryConfig(theta_up=0.8, min_targeted=3),
+            tp,
+            np.random.default_rng(0),
+            reference_p1=cons,
+        )
         assert res.promoted == expect and res.stats["promotions"] == len(expect)
         h = m.causes["c0001"].history[-1]
         assert h["targeted_n"] == 3 and h["reference_mean_p1"] == pytest.approx((0.6 + 0.7 + 0.75) / 3)
@@ -306,15 +329,24 @@ def test_reactivation_is_counted_and_not_undone_in_the_same_round():
     # round 2: a stitched question [diff, borrow] fails and is diagnosed as the Mastered cause
     kept = [KeptQuestion("q1", "3", [diff.id, borrow.id], ["bad", "good"], [False, True], id="x1")]
     diag = FakeDiagnoser({"q1": Diagnosis(1, "forgot to borrow", "subtraction")})
-    res = maintain_memory(m, kept, diag, emb, 2, MemoryConfig(theta_up=0.8, min_targeted=1),
-                          {diff.id: [0.5], borrow.id: [0.95]}, np.random.default_rng(0))
+    res = maintain_memory(
+        m,
+        kept,
+        diag,
+        emb,
+        2,
+        MemoryConfig(theta_up=0.8, min_targeted=1),
+        {diff.id: [0.5], borrow.id: [0.95]},
+        np.random.default_rng(0),
+    )
     assert res.stats["reactivations"] == 1 and res.reactivated == [borrow.id]
     assert res.promoted == []  # its stitched question's p1 0.95 does not undo the re-activation
     c = m.causes[borrow.id]
     assert c.state == "active" and c.freq == 1 and c.history[-1]["state_change"] == "reactivated"
     # a later round can promote it again
-    res3 = maintain_memory(m, [], diag, emb, 3, MemoryConfig(theta_up=0.8, min_targeted=1),
-                           {borrow.id: [0.9]}, np.random.default_rng(0))
+    res3 = maintain_memory(
+        m, [], diag, emb, 3, MemoryConfig(theta_up=0.8, min_targeted=1), {borrow.id: [0.9]}, np.random.default_rng(0)
+    )
     assert res3.promoted == [borrow.id] and m.causes[borrow.id].freq == 0
 
 
@@ -361,8 +393,7 @@ def test_maintenance_caps_and_confirm():
         asked.append((new, known))
         return True
 
-    cfg = MemoryConfig(max_pairs_per_question=2, max_diagnoses_per_round=7, dup_threshold=0.99,
-                            confirm_min_sim=0.0)
+    cfg = MemoryConfig(max_pairs_per_question=2, max_diagnoses_per_round=7, dup_threshold=0.99, confirm_min_sim=0.0)
     res = maintain_memory(m, kept, FakeDiagnoser(script), emb, 1, cfg, {}, np.random.default_rng(0), confirm)
     assert res.stats["diagnoses_attempted"] == 7
     assert res.stats["duplicates"] == 7 and m.causes[old.id].freq == 7 and len(m.causes) == 1
@@ -378,11 +409,13 @@ def test_minilm_offline_paraphrases():
     from coevolve.memory import MiniLMEmbedder
 
     e = MiniLMEmbedder("cpu")
-    V = e.encode([
-        "forgets to carry the one when a column sum exceeds nine",
-        "does not propagate the carry digit to the next column",
-        "multiplies before adding is ignored; evaluates strictly left to right",
-    ])
+    V = e.encode(
+        [
+            "forgets to carry the one when a column sum exceeds nine",
+            "does not propagate the carry digit to the next column",
+            "multiplies before adding is ignored; evaluates strictly left to right",
+        ]
+    )
     assert V.shape == (3, 384)
     assert np.allclose(np.linalg.norm(V, axis=1), 1.0, atol=1e-4)
     assert float(V[0] @ V[1]) > float(V[0] @ V[2]) + 0.1

@@ -13,8 +13,8 @@ from coevolve.config import load_config
 from coevolve.errors import ConfigError
 from coevolve.plan import (
     DEVICES,
-    GiB,
     SAFETY_MARGIN,
+    GiB,
     ModelShape,
     Train,
     device_for,
@@ -28,22 +28,64 @@ from coevolve.rl import LearnerConfig
 
 DATA = "/data/math_train12k/train.jsonl.gz"  # never read: planning needs only the config
 
-QWEN3 = {"model_type": "qwen3", "vocab_size": 151936, "num_key_value_heads": 8, "head_dim": 128,
-         "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "attention_bias": False}
-QWEN3_4B = {**QWEN3, "hidden_size": 2560, "num_hidden_layers": 36, "num_attention_heads": 32, "intermediate_size": 9728,
-            "tie_word_embeddings": True}
-QWEN3_8B = {**QWEN3, "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32, "intermediate_size": 12288,
-            "tie_word_embeddings": False}
-QWEN3_06B = {**QWEN3, "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16, "intermediate_size": 3072,
-             "tie_word_embeddings": True}
+QWEN3 = {
+    "model_type": "qwen3",
+    "vocab_size": 151936,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6,
+    "attention_bias": False,
+}
+QWEN3_4B = {
+    **QWEN3,
+    "hidden_size": 2560,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "intermediate_size": 9728,
+    "tie_word_embeddings": True,
+}
+QWEN3_8B = {
+    **QWEN3,
+    "hidden_size": 4096,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "intermediate_size": 12288,
+    "tie_word_embeddings": False,
+}
+QWEN3_06B = {
+    **QWEN3,
+    "hidden_size": 1024,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "intermediate_size": 3072,
+    "tie_word_embeddings": True,
+}
 
 # R-Zero's 4B settings, as the real presets (answer budget 4096, lr 1e-6, solver 8 x 128, writers 4 x 64 with 1024 tokens)
-REAL_4B = ["learner.lr=1e-6", "sampling.max_new_tokens=4096", "solver.group_size=8", "solver.prompts_per_step=128",
-           "engine.max_batch=96", "learner.micro_batch_size=64", "learner.max_tokens_per_micro_batch=16384"]
-D2EVO_4B = REAL_4B + ["questioner.group_size=4", "questioner.prompts_per_step=64", "questioner.max_new_tokens=1024",
-                      "difficulty.samples=32", "difficulty.pool_size=1000", f"data.source={DATA}"]
-DIAGEVO_4B = REAL_4B + ["challenger.group_size=4", "challenger.prompts_per_step=64", "challenger.max_new_tokens=1024",
-                        "pool.size=2000"]
+REAL_4B = [
+    "learner.lr=1e-6",
+    "sampling.max_new_tokens=4096",
+    "solver.group_size=8",
+    "solver.prompts_per_step=128",
+    "engine.max_batch=96",
+    "learner.micro_batch_size=64",
+    "learner.max_tokens_per_micro_batch=16384",
+]
+D2EVO_4B = REAL_4B + [
+    "questioner.group_size=4",
+    "questioner.prompts_per_step=64",
+    "questioner.max_new_tokens=1024",
+    "difficulty.samples=32",
+    "difficulty.pool_size=1000",
+    f"data.source={DATA}",
+]
+DIAGEVO_4B = REAL_4B + [
+    "challenger.group_size=4",
+    "challenger.prompts_per_step=64",
+    "challenger.max_new_tokens=1024",
+    "pool.size=2000",
+]
 
 
 def model_dir(tmp_path: Path, cfg: dict, name: str = "m") -> Path:
@@ -60,12 +102,27 @@ def test_param_count_equals_a_built_model(kind):
     import transformers
 
     if kind == "qwen3":
-        hf = transformers.Qwen3Config(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                                      num_attention_heads=4, num_key_value_heads=2, head_dim=24, tie_word_embeddings=False)
+        hf = transformers.Qwen3Config(
+            vocab_size=300,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=24,
+            tie_word_embeddings=False,
+        )
         model = transformers.Qwen3ForCausalLM(hf)
     else:
-        hf = transformers.LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+        hf = transformers.LlamaConfig(
+            vocab_size=300,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+        )
         model = transformers.LlamaForCausalLM(hf)
     shape = ModelShape.from_config(hf.to_dict())
     assert shape.n_params == sum(p.numel() for p in model.parameters())
@@ -89,8 +146,15 @@ def test_lora_param_count_equals_peft():
 
     from coevolve.rl import Learner
 
-    hf = transformers.Qwen3Config(vocab_size=100, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                  num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    hf = transformers.Qwen3Config(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
     for targets in ("all-linear", ["q_proj", "down_proj"]):
         lr = Learner(transformers.Qwen3ForCausalLM(hf), LearnerConfig(lora=True, lora_r=4, lora_target_modules=targets))
         assert sum(p.numel() for p in lr.params) == ModelShape.from_config(hf.to_dict()).lora_params(4, targets)
@@ -118,7 +182,9 @@ def test_phases_count_the_recipes_rollouts():
     assert work["probe"].rollouts == (d.rounds + 1) * d.probe.size * d.probe.samples  # base + every round
     assert work["difficulty"].rollouts == (d.rounds + 1) * d.difficulty.pool_size * d.difficulty.samples
     q = d.questioner
-    assert work["questioner"].rollouts == d.rounds * q.steps * q.prompts_per_step * q.group_size * (1 + q.reward.samples)
+    assert work["questioner"].rollouts == d.rounds * q.steps * q.prompts_per_step * q.group_size * (
+        1 + q.reward.samples
+    )
     assert {x.role for x in work["questioner"].gens} == {"solver", "frozen solver copy"}
     dv = load_config("diagevo", None, ["challenger_frozen=true"])
     assert [w.name for w in phases(dv, toy=True)] == ["pool", "solver", "memory", "probe", "eval"]
@@ -162,21 +228,33 @@ def test_4b_settings_fit_an_h200_with_headroom(tmp_path, recipe, extra):
 def test_default_row_batches_do_not_fit_and_the_advice_does(tmp_path):
     d = model_dir(tmp_path, QWEN3_4B)
     rows_only = ["engine.max_batch_tokens=null"]  # the real preset caps KV tokens; here only rows bound a call
-    cfg = load_config("diagevo", None, [f"model.path={d}", "sampling.max_new_tokens=4096", "engine.max_batch=256", *rows_only])
+    cfg = load_config(
+        "diagevo", None, [f"model.path={d}", "sampling.max_new_tokens=4096", "engine.max_batch=256", *rows_only]
+    )
     plan = make_plan(cfg, device_for("h200"))
     assert not plan.fits
     text = " ".join(plan.problems)
     assert "engine.max_batch=" in text
     rows = int(text.split("engine.max_batch=")[1].split()[0].rstrip(";"))
-    fixed = make_plan(load_config("diagevo", None, [f"model.path={d}", "sampling.max_new_tokens=4096",
-                                                    f"engine.max_batch={rows}", *rows_only]), device_for("h200"))
+    fixed = make_plan(
+        load_config(
+            "diagevo", None, [f"model.path={d}", "sampling.max_new_tokens=4096", f"engine.max_batch={rows}", *rows_only]
+        ),
+        device_for("h200"),
+    )
     assert not any("sampling (" in p for p in fixed.problems)
     # the tightest value over the phases is offered as one change that makes every phase fit
     note = next(n for n in plan.notes if n.startswith("every phase fits with: "))
     tight = int(note.split("engine.max_batch=")[1])
     assert tight <= rows
-    ok = make_plan(load_config("diagevo", None, [f"model.path={d}", "sampling.max_new_tokens=4096",
-                                                 f"engine.max_batch={tight}", *rows_only]), device_for("h200"))
+    ok = make_plan(
+        load_config(
+            "diagevo",
+            None,
+            [f"model.path={d}", "sampling.max_new_tokens=4096", f"engine.max_batch={tight}", *rows_only],
+        ),
+        device_for("h200"),
+    )
     assert ok.fits, ok.problems
 
 
@@ -189,15 +267,23 @@ def test_the_shipped_real_presets_fit_a_4b_model_on_one_h200(tmp_path):
 
 def test_learner_advice_names_a_budget_that_fits(tmp_path):
     d = model_dir(tmp_path, QWEN3_4B)
-    over = [f"model.path={d}", "sampling.max_new_tokens=4096", "engine.max_batch=16", "learner.micro_batch_size=64",
-            "learner.gradient_checkpointing=false", "learner.logprob_chunk_tokens=0", "solver.prompts_per_step=16",
-            "solver.group_size=8"]
+    over = [
+        f"model.path={d}",
+        "sampling.max_new_tokens=4096",
+        "engine.max_batch=16",
+        "learner.micro_batch_size=64",
+        "learner.gradient_checkpointing=false",
+        "learner.logprob_chunk_tokens=0",
+        "solver.prompts_per_step=16",
+        "solver.group_size=8",
+    ]
     plan = make_plan(load_config("diagevo", None, over), device_for("h200"))
     learner = [p for p in plan.problems if "learner step" in p]
     assert learner and "learner.gradient_checkpointing=true" in learner[0]
     budget = int(learner[0].split("learner.max_tokens_per_micro_batch=")[1].split()[0].rstrip(";"))
-    again = make_plan(load_config("diagevo", None, over + [f"learner.max_tokens_per_micro_batch={budget}"]),
-                      device_for("h200"))
+    again = make_plan(
+        load_config("diagevo", None, over + [f"learner.max_tokens_per_micro_batch={budget}"]), device_for("h200")
+    )
     assert not any("learner step" in p for p in again.problems)
 
 
@@ -206,8 +292,9 @@ def test_8b_full_does_not_fit_and_lora_does(tmp_path):
     base = [f"model.path={d}", *DIAGEVO_4B]
     full = make_plan(load_config("diagevo", None, base), device_for("h200"))
     assert not full.fits and any("learner.lora=true" in p or "offload_optimizer" in p for p in full.problems)
-    lora = make_plan(load_config("diagevo", Path(__file__).parents[1] / "configs/real/lora_8b.yaml", base),
-                     device_for("h200"))
+    lora = make_plan(
+        load_config("diagevo", Path(__file__).parents[1] / "configs/real/lora_8b.yaml", base), device_for("h200")
+    )
     assert lora.fits, lora.problems
     assert lora.roles["solver"].trainable < 0.05 * lora.shape.n_params and lora.roles["solver"].masters == 0
 
@@ -217,7 +304,11 @@ def test_offload_optimizer_moves_state_to_the_host():
     t = Train("solver", 1, 8, 384, 4096)
     on = role_memory("solver", shape, LearnerConfig(offload_optimizer=True), DEVICES["h200"], 2, t, None)
     off = role_memory("solver", shape, LearnerConfig(), DEVICES["h200"], 2, t, None)
-    assert on.state == 0 and on.host == pytest.approx(12 * shape.n_params) and off.state == pytest.approx(12 * shape.n_params)
+    assert (
+        on.state == 0
+        and on.host == pytest.approx(12 * shape.n_params)
+        and off.state == pytest.approx(12 * shape.n_params)
+    )
     foreach = role_memory("solver", shape, LearnerConfig(fused_optimizer=False), DEVICES["h200"], 2, t, None)
     assert foreach.opt_step == pytest.approx(4 * shape.n_params) and off.opt_step < foreach.opt_step
 
@@ -257,8 +348,11 @@ def test_cli_plan_toy_on_this_machine():
 def test_run_refuses_what_cannot_fit_here(tmp_path):
     from coevolve.preflight import preflight
 
-    cfg = load_config("diagevo", None, [f"model.path={model_dir(tmp_path, QWEN3_8B)}", "model.device=cpu",
-                                           "diagnoser.self_diagnosis=true"])  # no diagnoser model here
+    cfg = load_config(
+        "diagevo",
+        None,
+        [f"model.path={model_dir(tmp_path, QWEN3_8B)}", "model.device=cpu", "diagnoser.self_diagnosis=true"],
+    )  # no diagnoser model here
     with pytest.raises(ConfigError, match=r"learner\.|engine\."):
         preflight(cfg)
 
@@ -283,8 +377,12 @@ def test_verl_shards_the_state_by_hand(tmp_path):
     gathered bf16 units (the embedding is the largest); the rollout engine's share of an H200."""
     cap = 139 * GiB
     for nodes, world in ((1, 8), (2, 16)):
-        plan = _layout(tmp_path / str(nodes), "grpo", ["backend=verl", "backend.verl.n_gpus_per_node=8",
-                                                       f"backend.verl.nnodes={nodes}"], nodes=nodes)
+        plan = _layout(
+            tmp_path / str(nodes),
+            "grpo",
+            ["backend=verl", "backend.verl.n_gpus_per_node=8", f"backend.verl.nnodes={nodes}"],
+            nodes=nodes,
+        )
         v = plan.layout.verl
         assert v.params == pytest.approx(4 * N_4B / world) and v.grads == pytest.approx(4 * N_4B / world)
         assert v.optimizer == pytest.approx(8 * N_4B / world) and v.ref == 0
@@ -312,14 +410,24 @@ def test_ray_actors_by_hand(tmp_path):
     assert diff.gpus["actor GPU"] == pytest.approx(0.5 * cap)  # the actor's one engine, whatever slot it serves
     awake = _layout(tmp_path / "c", "d2evo", vllm + ["engine.sleep_mode=false"], gpus=8)
     diff_awake = next(p for p in awake.layout.phases if p.name == "difficulty")
-    assert diff_awake.gpus["actor GPU"] == pytest.approx(0.5 * cap)  # without sleep too: slots are versions, not engines
+    assert diff_awake.gpus["actor GPU"] == pytest.approx(
+        0.5 * cap
+    )  # without sleep too: slots are versions, not engines
     assert diff.gpus["GPU 0"] == pytest.approx(single.resident + 0.5 * cap)
     seven = _layout(tmp_path / "b", "d2evo", vllm + ["engine.ray.num_actors=7"], gpus=8).layout
     assert seven.layout.actor_on_gpu0  # Ray hands out GPU ids from 0 up: fewer actors free the last GPU, not GPU 0
     solver = next(p for p in seven.phases if p.name == "solver")
-    rm = role_memory("solver", ModelShape.from_config(QWEN3_4B), load_config("d2evo", None, []).learner.model_copy(
-        update={"max_tokens_per_micro_batch": 16384, "micro_batch_size": 64}), DEVICES["h200"], 2,
-        next(e.work.train for e in plan.phases if e.work.name == "solver"), None)
+    rm = role_memory(
+        "solver",
+        ModelShape.from_config(QWEN3_4B),
+        load_config("d2evo", None, []).learner.model_copy(
+            update={"max_tokens_per_micro_batch": 16384, "micro_batch_size": 64}
+        ),
+        DEVICES["h200"],
+        2,
+        next(e.work.train for e in plan.phases if e.work.name == "solver"),
+        None,
+    )
     s_single = next(e for e in plan.phases if e.work.name == "solver")
     # the learner step stays on GPU 0, its rollouts move to the actors; the actor there sleeps while it trains
     assert solver.gpus["GPU 0"] == pytest.approx(s_single.resident + max(rm.learner_transient, 0.5 * cap))
@@ -329,10 +437,18 @@ def test_hf_actors_by_hand(tmp_path):
     from coevolve.plan import sampler_call_bytes
 
     shape = ModelShape.from_config(QWEN3_4B)
-    one = _layout(tmp_path / "1", "d2evo", ["engine=ray", "engine.ray.num_actors=1", "engine.max_batch_tokens=null",
-                                            "engine.max_batch=64"], gpus=2)
-    four = _layout(tmp_path / "4", "d2evo", ["engine=ray", "engine.ray.num_actors=4", "engine.max_batch_tokens=null",
-                                             "engine.max_batch=64"], gpus=5)
+    one = _layout(
+        tmp_path / "1",
+        "d2evo",
+        ["engine=ray", "engine.ray.num_actors=1", "engine.max_batch_tokens=null", "engine.max_batch=64"],
+        gpus=2,
+    )
+    four = _layout(
+        tmp_path / "4",
+        "d2evo",
+        ["engine=ray", "engine.ray.num_actors=4", "engine.max_batch_tokens=null", "engine.max_batch=64"],
+        gpus=5,
+    )
     d1 = next(p for p in one.layout.phases if p.name == "difficulty")
     d4 = next(p for p in four.layout.phases if p.name == "difficulty")
     # two slots (the live solver and the questioner phase's frozen scorer) in every actor; a call of
@@ -344,8 +460,12 @@ def test_hf_actors_by_hand(tmp_path):
     # the pool's measured per-call overhead, per sampler call: 2000 x 32 rows in calls of 8192, 4 runs
     assert d4.overhead_seconds == pytest.approx(4 * math.ceil(2000 * 32 / 8192) * 0.15)
     # the same call on 4 actors with max_batch=4096 chunks: 2048 rows each, KV of 2048 rows
-    big = _layout(tmp_path / "big", "d2evo", ["engine=ray", "engine.ray.num_actors=4", "engine.max_batch_tokens=null",
-                                              "engine.max_batch=4096"], gpus=5)
+    big = _layout(
+        tmp_path / "big",
+        "d2evo",
+        ["engine=ray", "engine.ray.num_actors=4", "engine.max_batch_tokens=null", "engine.max_batch=4096"],
+        gpus=5,
+    )
     db = next(p for p in big.layout.phases if p.name == "difficulty")
     assert db.gpus["actor GPU"] == pytest.approx(2 * 2 * N_4B + sampler_call_bytes(shape, 2, 2048, 384, 4096))
 
@@ -361,12 +481,21 @@ def test_layout_errors_name_the_field(tmp_path):
         (["engine=ray"], dict(nodes=0), "--nodes"),
         (["engine=ray", "engine.tensor_parallel_size=2"], dict(gpus=8), "engine.ray.actor_engine=vllm"),
         # vllm actors run vLLM's in-process single-GPU executor: refused as the pool refuses it
-        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.tensor_parallel_size=2"], dict(gpus=8),
-         "engine.tensor_parallel_size=2 with engine.ray.actor_engine=vllm: each actor runs vLLM's in-process"),
-        (["engine=ray", "engine.ray.actor_engine=vllm", "engine.ray.num_actors=9"], dict(gpus=8),
-         "engine.ray.num_actors=9"),
-        (["backend=verl", "backend.verl.n_gpus_per_node=8", "engine.tensor_parallel_size=3"], {},
-         "engine.tensor_parallel_size=3 "),  # (verl's rollout engines) does not divide backend.verl.n_gpus_per_node
+        (
+            ["engine=ray", "engine.ray.actor_engine=vllm", "engine.tensor_parallel_size=2"],
+            dict(gpus=8),
+            "engine.tensor_parallel_size=2 with engine.ray.actor_engine=vllm: each actor runs vLLM's in-process",
+        ),
+        (
+            ["engine=ray", "engine.ray.actor_engine=vllm", "engine.ray.num_actors=9"],
+            dict(gpus=8),
+            "engine.ray.num_actors=9",
+        ),
+        (
+            ["backend=verl", "backend.verl.n_gpus_per_node=8", "engine.tensor_parallel_size=3"],
+            {},
+            "engine.tensor_parallel_size=3 ",
+        ),  # (verl's rollout engines) does not divide backend.verl.n_gpus_per_node
         (["backend=verl", "backend.verl.nnodes=2"], dict(nodes=1), "backend.verl.nnodes=2"),
     ]
     for extra, kw, msg in cases:
@@ -379,9 +508,16 @@ def test_layout_errors_name_the_field(tmp_path):
 def test_8b_full_fits_with_verl_on_8_gpus(tmp_path):
     """What one H200 cannot hold (full 8B, test_8b_full_does_not_fit_and_lora_does) fits once
     FSDP shards it over 8 (the writer's solver server outside the layout)."""
-    extra = [*DIAGEVO_4B, "backend=verl", "backend.verl.n_gpus_per_node=8", "engine=ray",
-             "engine.ray.actor_engine=vllm", "engine.gpu_memory_utilization=0.45",
-             "backend.verl.solver_url=http://h:8000/v1", "rounds=1"]  # one round: a user's server is the right solver
+    extra = [
+        *DIAGEVO_4B,
+        "backend=verl",
+        "backend.verl.n_gpus_per_node=8",
+        "engine=ray",
+        "engine.ray.actor_engine=vllm",
+        "engine.gpu_memory_utilization=0.45",
+        "backend.verl.solver_url=http://h:8000/v1",
+        "rounds=1",
+    ]  # one round: a user's server is the right solver
     plan = _layout(tmp_path, "diagevo", extra, model=QWEN3_8B)
     assert plan.fits, plan.problems
     assert plan.layout.layout.actors == 8 and plan.layout.verl is not None
@@ -392,8 +528,13 @@ def test_8b_full_fits_with_verl_on_8_gpus(tmp_path):
 def test_a_shared_cluster_lends_verl_the_actors_gpus(tmp_path):
     """The pool releases its placement group before a verl phase (engine.ray.release), so on one
     Ray cluster the actors and verl's job may each use every GPU."""
-    base = ["engine=ray", "engine.ray.actor_engine=vllm", "engine.ray.address=auto", "backend=verl",
-            "backend.verl.nnodes=2"]
+    base = [
+        "engine=ray",
+        "engine.ray.actor_engine=vllm",
+        "engine.ray.address=auto",
+        "backend=verl",
+        "backend.verl.nnodes=2",
+    ]
     full = _layout(tmp_path / "a", "grpo", base + ["backend.verl.n_gpus_per_node=8"], nodes=2)
     assert full.layout.layout.shared_cluster
     assert full.layout.layout.actors == 16 and full.layout.layout.verl_gpus == 16
@@ -409,10 +550,25 @@ def test_cli_plan_layout(tmp_path):
     from coevolve.cli import app
 
     d = model_dir(tmp_path, QWEN3_4B)
-    r = CliRunner().invoke(app, ["plan", "grpo", f"model.path={d}", "data.source=x.jsonl", "backend=verl",
-                                 "backend.verl.n_gpus_per_node=8", "--device", "a100-80g", "--gpus", "8"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "plan",
+            "grpo",
+            f"model.path={d}",
+            "data.source=x.jsonl",
+            "backend=verl",
+            "backend.verl.n_gpus_per_node=8",
+            "--device",
+            "a100-80g",
+            "--gpus",
+            "8",
+        ],
+    )
     assert r.exit_code == 0, r.output
-    assert "layout: 1 node x 8 GPUs" in r.output and "verl GPU" in r.output and "verdict: fits on the layout" in r.output
+    assert (
+        "layout: 1 node x 8 GPUs" in r.output and "verl GPU" in r.output and "verdict: fits on the layout" in r.output
+    )
     assert "(model)" in r.output and "(assumed)" in r.output
     bad = CliRunner().invoke(app, ["plan", "grpo", f"model.path={d}", "--device", "h200", "--gpus", "0"])
     assert bad.exit_code != 0 and isinstance(bad.exception, ConfigError) and "--gpus" in str(bad.exception)
@@ -426,8 +582,9 @@ def test_verl_layouts_that_do_not_divide_are_refused_by_plan_and_preflight_alike
     from coevolve.plan.work import phases as work_of
 
     d = model_dir(tmp_path, QWEN3_4B)
-    seven = load_config("d2evo", None, [f"model.path={d}", f"data.source={DATA}", "backend=verl",
-                                        "backend.verl.n_gpus_per_node=7"])
+    seven = load_config(
+        "d2evo", None, [f"model.path={d}", f"data.source={DATA}", "backend=verl", "backend.verl.n_gpus_per_node=7"]
+    )
     expected = verl_batch_problems(seven, work_of(seven, False))
     assert [p.split(":")[0] for p in expected] == ["phase questioner", "phase solver"]
     solver = expected[1]
@@ -441,9 +598,18 @@ def test_verl_layouts_that_do_not_divide_are_refused_by_plan_and_preflight_alike
         assert not plan.fits and plan.problems[:2] == expected, (device, plan.problems)
     cpu_cfg = seven.model_copy(update={"model": seven.model.model_copy(update={"device": "cpu"})})
     assert [p.split(" (see")[0] for p in preflight_problems(cpu_cfg)][:2] == expected
-    eight = load_config("d2evo", None, [f"model.path={d}", f"data.source={DATA}", "backend=verl",
-                                        "backend.verl.n_gpus_per_node=8", "backend.verl.serve_solver=true",
-                                        "engine.gpu_memory_utilization=0.35"])
+    eight = load_config(
+        "d2evo",
+        None,
+        [
+            f"model.path={d}",
+            f"data.source={DATA}",
+            "backend=verl",
+            "backend.verl.n_gpus_per_node=8",
+            "backend.verl.serve_solver=true",
+            "engine.gpu_memory_utilization=0.35",
+        ],
+    )
     assert verl_batch_problems(eight, work_of(eight, False)) == []
     assert make_plan(eight, device_for("h200"), gpus=8).fits
 
@@ -473,10 +639,27 @@ def test_the_vllm_share_unset_is_the_largest_that_fits(tmp_path, recipe, monkeyp
     share = plan.vllm_share
     assert plan.fits and share is not None and 0.4 < share < 0.6, (share, plan.problems)
     assert any(f"engine.gpu_memory_utilization unset: {share:g}" in n for n in plan.notes)
-    at = make_plan(load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl", "engine=vllm",
-                                              f"engine.gpu_memory_utilization={share}"]), device_for("h200"))
-    above = make_plan(load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl", "engine=vllm",
-                                                 f"engine.gpu_memory_utilization={share + 0.01:.2f}"]), device_for("h200"))
+    at = make_plan(
+        load_config(
+            recipe,
+            None,
+            [f"model.path={d}", "data.source=x.jsonl", "engine=vllm", f"engine.gpu_memory_utilization={share}"],
+        ),
+        device_for("h200"),
+    )
+    above = make_plan(
+        load_config(
+            recipe,
+            None,
+            [
+                f"model.path={d}",
+                "data.source=x.jsonl",
+                "engine=vllm",
+                f"engine.gpu_memory_utilization={share + 0.01:.2f}",
+            ],
+        ),
+        device_for("h200"),
+    )
     assert at.fits and at.vllm_share is None and not above.fits
     assert max(e.peak for e in at.phases) == pytest.approx(max(e.peak for e in plan.phases))
     assert plan_mod.with_vllm_share(cfg) is cfg  # this machine has no GPU: vLLM's own default on CPU
@@ -488,10 +671,12 @@ def test_the_vllm_share_unset_is_the_largest_that_fits(tmp_path, recipe, monkeyp
 
 def test_the_one_gpu_hours_preset_fits_and_costs_less_than_the_paper_preset(tmp_path):
     d = model_dir(tmp_path, QWEN3_4B)
-    hours = make_plan(load_config("d2evo", None, [f"model.path={d}", "data.source=x.jsonl"], ["real/d2evo_hours"]),
-                      device_for("h200"))
-    paper = make_plan(load_config("d2evo", None, [f"model.path={d}", "data.source=x.jsonl", "engine=vllm"]),
-                      device_for("h200"))
+    hours = make_plan(
+        load_config("d2evo", None, [f"model.path={d}", "data.source=x.jsonl"], ["real/d2evo_hours"]), device_for("h200")
+    )
+    paper = make_plan(
+        load_config("d2evo", None, [f"model.path={d}", "data.source=x.jsonl", "engine=vllm"]), device_for("h200")
+    )
     assert hours.fits, hours.problems
     total = lambda p: sum(e.gen_seconds + e.train_seconds for e in p.phases)  # noqa: E731
     assert total(hours) < 0.7 * total(paper)

@@ -100,20 +100,34 @@ SMOL = ["model.path=/nonexistent/not-checked-by-config"]
 
 
 def _custom() -> PromptsConfig:
-    return PromptsConfig.model_validate({
-        "solver": {"system": "SYS", "user": "Q: {question}",
-                   "examples": [{"user": "What is 1 + 1?", "assistant": "1 + 1 = 2. \\boxed{2}"}]},
-        "diagnoser": {"user": '{"x": "{question}|{bad}|{good}"}'},
-        "challenger": {"system": None, "free": "Write one.", "targeted": "Fix: {cause}", "stitched": "{cause1}+{cause2}"},
-        "questioner": {"user": "Like {question} at {difficulty}", "examples": [{"user": "u", "assistant": "<question>q</question>"}]},
-    })
+    return PromptsConfig.model_validate(
+        {
+            "solver": {
+                "system": "SYS",
+                "user": "Q: {question}",
+                "examples": [{"user": "What is 1 + 1?", "assistant": "1 + 1 = 2. \\boxed{2}"}],
+            },
+            "diagnoser": {"user": '{"x": "{question}|{bad}|{good}"}'},
+            "challenger": {
+                "system": None,
+                "free": "Write one.",
+                "targeted": "Fix: {cause}",
+                "stitched": "{cause1}+{cause2}",
+            },
+            "questioner": {
+                "user": "Like {question} at {difficulty}",
+                "examples": [{"user": "u", "assistant": "<question>q</question>"}],
+            },
+        }
+    )
 
 
 def test_every_role_is_configurable_and_rendered_plain() -> None:
     """Plain text: system, Question/Answer blocks for the examples, then the request."""
     p = ChatPrompter(prompts=_custom())
-    assert p.solver("What is 2 + 2?") == ("SYS\n\nQuestion: What is 1 + 1?\nAnswer: 1 + 1 = 2. \\boxed{2}\n\n"
-                                        "Question: Q: What is 2 + 2?\nAnswer:")
+    assert p.solver("What is 2 + 2?") == (
+        "SYS\n\nQuestion: What is 1 + 1?\nAnswer: 1 + 1 = 2. \\boxed{2}\n\nQuestion: Q: What is 2 + 2?\nAnswer:"
+    )
     assert p.diagnoser("q", "l", "b", "g") == '{"x": "q|b|g"}\n\n'  # JSON braces survive, placeholders filled literally
     assert p.challenger([]) == "Write one.\n\n" and p.challenger(["c"]) == "Fix: c\n\n"
     assert p.challenger(["a", "b"]) == "a+b\n\n"
@@ -134,39 +148,49 @@ def test_examples_are_earlier_chat_turns() -> None:
             return "|".join(f"{m['role']}:{m['content']}" for m in messages)
 
     ChatPrompter(Tok(), use_chat_template=True, prompts=_custom()).solver("What is 2 + 2?")
-    assert seen[-1] == [{"role": "system", "content": "SYS"}, {"role": "user", "content": "What is 1 + 1?"},
-                        {"role": "assistant", "content": "1 + 1 = 2. \\boxed{2}"},
-                        {"role": "user", "content": "Q: What is 2 + 2?"}]
+    assert seen[-1] == [
+        {"role": "system", "content": "SYS"},
+        {"role": "user", "content": "What is 1 + 1?"},
+        {"role": "assistant", "content": "1 + 1 = 2. \\boxed{2}"},
+        {"role": "user", "content": "Q: What is 2 + 2?"},
+    ]
 
 
 def test_real_tokenizer_renders_examples_as_turns(tmp_path) -> None:
     """SmolLM2's own chat template (ChatML): each example is an <|im_start|>user / assistant pair."""
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
     tk = Tokenizer(models.WordLevel({"[UNK]": 0, "<|im_end|>": 1}, unk_token="[UNK]"))
     tk.pre_tokenizer = pre_tokenizers.Whitespace()
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]")
-    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
     text = ChatPrompter(tok, use_chat_template=True, prompts=_custom()).solver("What is 2 + 2?")
-    assert text == ("<|im_start|>system\nSYS<|im_end|>\n<|im_start|>user\nWhat is 1 + 1?<|im_end|>\n"
-                    "<|im_start|>assistant\n1 + 1 = 2. \\boxed{2}<|im_end|>\n<|im_start|>user\nQ: What is 2 + 2?<|im_end|>\n"
-                    "<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>system\nSYS<|im_end|>\n<|im_start|>user\nWhat is 1 + 1?<|im_end|>\n"
+        "<|im_start|>assistant\n1 + 1 = 2. \\boxed{2}<|im_end|>\n<|im_start|>user\nQ: What is 2 + 2?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
 
 
-@pytest.mark.parametrize("override,message", [
-    ("prompts.solver.user='Solve this.'", "prompts.solver: user: the template lacks {question}"),
-    ("prompts.solver.user='{question} {answer}'", "names {answer}, which this role does not provide"),
-    ("prompts.questioner.user='Like {question}'", "prompts.questioner: user: the template lacks {difficulty}"),
-    ("prompts.challenger.targeted='Target it.'", "prompts.challenger: targeted: the template lacks {cause}"),
-    ("prompts.challenger.free='{cause}'", "names {cause}"),
-    ("prompts.diagnoser.user='{question} {bad}'", "lacks {good}"),
-    ("prompts.judge.user='{question}'", "lacks {answer}"),
-    ("prompts.confirm.user='{a} {c}'", "lacks {b}"),
-    ("prompts.solver.examples=[{user: x}]", "prompts.solver.examples.0.assistant"),
-    ("prompts.solver.colour=red", "unknown key 'prompts.solver.colour'"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("prompts.solver.user='Solve this.'", "prompts.solver: user: the template lacks {question}"),
+        ("prompts.solver.user='{question} {answer}'", "names {answer}, which this role does not provide"),
+        ("prompts.questioner.user='Like {question}'", "prompts.questioner: user: the template lacks {difficulty}"),
+        ("prompts.challenger.targeted='Target it.'", "prompts.challenger: targeted: the template lacks {cause}"),
+        ("prompts.challenger.free='{cause}'", "names {cause}"),
+        ("prompts.diagnoser.user='{question} {bad}'", "lacks {good}"),
+        ("prompts.judge.user='{question}'", "lacks {answer}"),
+        ("prompts.confirm.user='{a} {c}'", "lacks {b}"),
+        ("prompts.solver.examples=[{user: x}]", "prompts.solver.examples.0.assistant"),
+        ("prompts.solver.colour=red", "unknown key 'prompts.solver.colour'"),
+    ],
+)
 def test_bad_templates_fail_at_load_naming_the_field(override: str, message: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_config("diagevo", None, [*SMOL, override])
@@ -181,7 +205,9 @@ def test_literal_braces_and_valid_override() -> None:
 def test_toy_world_refuses_writer_prompts_but_takes_diagnoser_prompts() -> None:
     with pytest.raises(ConfigError, match="prompts.solver: the toy model's solver and writer prompts are fixed"):
         load_config("grpo", None, ["prompts.solver.system=hi"])
-    cfg = load_config("diagevo", None, ["prompts.diagnoser.user='{question} {bad} {good}!'"])  # a real diagnosis model's
+    cfg = load_config(
+        "diagevo", None, ["prompts.diagnoser.user='{question} {bad} {good}!'"]
+    )  # a real diagnosis model's
     assert cfg.prompts.diagnoser.user == "{question} {bad} {good}!"
 
 
@@ -203,8 +229,9 @@ def test_checkpoint_meta_carries_the_prompts(tmp_path) -> None:
     from coevolve.world.arith import ArithWorld
 
     spec = _custom().model_dump(mode="json")
-    (tmp_path / "coevolve.json").write_text(json.dumps({"format": 1, "world": "arith", "chat_template": False,
-                                                         "prompts": spec}))
+    (tmp_path / "coevolve.json").write_text(
+        json.dumps({"format": 1, "world": "arith", "chat_template": False, "prompts": spec})
+    )
     w = world_of_model(tmp_path, None)
     assert isinstance(w, ArithWorld) and w.default_benches == ("arith",)
     assert w.prompter.solver("What is 2 + 2?") == ChatPrompter(prompts=_custom()).solver("What is 2 + 2?")

@@ -146,9 +146,10 @@ def test_a_vllm_actor_serves_every_slot_from_one_engine_and_syncs_without_rebuil
 def test_a_real_vllm_actor_serves_its_slots_from_one_engine_and_path_sync_keeps_it(tmp_path):
     """The same with vLLM's CPU engine and the toy base: greedy draws of the live slot follow
     the synced weights, the frozen slot keeps its own, both equal HF's, one engine throughout."""
+    import random
+
     from coevolve.engine import load_model
     from coevolve.toy import ToyPrompter, ensure_base, sample_tasks
-    import random
 
     model, tok = load_model(ensure_base(), device="cpu", dtype="float32")
     model.eval()

@@ -24,9 +24,18 @@ def test_recipe_round_equals_hf_prompt_scope(tmp_path, toy_overrides_30):
     from coevolve.config import load_config
     from coevolve.recipes import execute
 
-    tiny = ["solver.steps=2", "solver.prompts_per_step=3", "solver.group_size=4", "eval.heldout_size=8",
-            "eval.samples=2", "run.progress=false", "sampling.max_new_tokens=24", "eval.max_new_tokens=24",
-            "run.threads=1", *toy_overrides_30]
+    tiny = [
+        "solver.steps=2",
+        "solver.prompts_per_step=3",
+        "solver.group_size=4",
+        "eval.heldout_size=8",
+        "eval.samples=2",
+        "run.progress=false",
+        "sampling.max_new_tokens=24",
+        "eval.max_new_tokens=24",
+        "run.threads=1",
+        *toy_overrides_30,
+    ]
     pool_fields = ["engine.ray.num_actors=2", f"engine.ray.object_store_memory={100 * 2**20}"]
     runs = {}
     for name, extra in (("hf", ["engine=hf", "engine.seed_scope=prompt"]), ("ray", ["engine=ray"] + pool_fields)):

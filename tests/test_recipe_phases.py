@@ -61,14 +61,22 @@ def test_phase_anchors_band_entered_left_and_cap(tmp_path: Path) -> None:
     assert (rec2.values["entered"], rec2.values["left"]) == (1, 1)  # a in, c out
     assert d2evo.phase_anchors(_d2(s), Phase("anchors", 2)).values == rec2.values  # done: not run again
 
-    capped = _setup(tmp_path / "cap", "d2evo", ["difficulty.band.low=0.25", "difficulty.band.high=0.5",
-                                                 "difficulty.max_anchors=2"])
+    capped = _setup(
+        tmp_path / "cap", "d2evo", ["difficulty.band.low=0.25", "difficulty.band.high=0.5", "difficulty.max_anchors=2"]
+    )
     _difficulty(capped, 1, {"a": 0.125, "b": 0.25, "c": 0.375, "d": 0.5, "e": 0.625})
-    assert d2evo.phase_anchors(_d2(capped), Phase("anchors", 1)).values["anchors"] == 2 and d2evo.phase_anchors(_d2(capped), Phase("anchors", 1)).values["band"] == 3
-    rnd = _setup(tmp_path / "rnd", "d2evo", ["difficulty.band.low=0.25", "difficulty.band.high=0.5",
-                                             "anchor_selection=random"])
+    assert (
+        d2evo.phase_anchors(_d2(capped), Phase("anchors", 1)).values["anchors"] == 2
+        and d2evo.phase_anchors(_d2(capped), Phase("anchors", 1)).values["band"] == 3
+    )
+    rnd = _setup(
+        tmp_path / "rnd", "d2evo", ["difficulty.band.low=0.25", "difficulty.band.high=0.5", "anchor_selection=random"]
+    )
     _difficulty(rnd, 1, {f"t{i}": (i % 9) / 8 for i in range(40)})
-    picked = [a["pass_rate"] for a in (d2evo.phase_anchors(_d2(rnd), Phase("anchors", 1)), rnd.run.read_jsonl("round_01/anchors.jsonl"))[1]]
+    picked = [
+        a["pass_rate"]
+        for a in (d2evo.phase_anchors(_d2(rnd), Phase("anchors", 1)), rnd.run.read_jsonl("round_01/anchors.jsonl"))[1]
+    ]
     in_band = sum(0.25 <= (i % 9) / 8 <= 0.5 for i in range(40))
     assert len(picked) == in_band and any(not 0.25 <= p <= 0.5 for p in picked)  # as many, drawn from the whole pool
 
@@ -81,17 +89,24 @@ def test_questioner_audit_records_every_completion() -> None:
     obs = d2evo.questioner_audit(0, tasks, comps, wb)
     recs = obs.records
     assert [(r["question"], r["well_formed"], r["x"], r["label"], r["reward"], r["copy_of_anchor"]) for r in recs] == [
-        ("2+3=", True, 0.75, "5", 1.0, True), (None, False, None, None, 0.0, False), ("7+1=", True, 0.5, "8", 1.0, False)]
+        ("2+3=", True, 0.75, "5", 1.0, True),
+        (None, False, None, None, 0.0, False),
+        ("7+1=", True, 0.5, "8", 1.0, False),
+    ]
     assert all(r["anchor_id"] == "a1" and r["anchor_difficulty"] == 50.0 for r in recs)
     assert obs.metrics["copies"] == pytest.approx(1 / 3) and obs.metrics["well_formed"] == pytest.approx(2 / 3)
     assert obs.rollouts == 8
 
 
 def test_diagevo_match_reward_is_plus_minus_one_against_the_pseudo_label(grader: Grader) -> None:
-    tasks = [Task("g1", "q1", "1/2", features={"targets": ["c0001"], "oracle": "0.5"}),
-             Task("g2", "q2", "7", features={"targets": [], "oracle": "8"})]
-    comps = [[Completion("so \\boxed{0.5}", [], []), Completion("\\boxed{2}", [], [])],
-             [Completion("\\boxed{7}", [], []), Completion("no answer", [], [])]]
+    tasks = [
+        Task("g1", "q1", "1/2", features={"targets": ["c0001"], "oracle": "0.5"}),
+        Task("g2", "q2", "7", features={"targets": [], "oracle": "8"}),
+    ]
+    comps = [
+        [Completion("so \\boxed{0.5}", [], []), Completion("\\boxed{2}", [], [])],
+        [Completion("\\boxed{7}", [], []), Completion("no answer", [], [])],
+    ]
     rewards, obs = match_reward(grader)(0, tasks, comps)
     assert rewards == [[1.0, -1.0], [1.0, -1.0]]
     assert [r["matches"] for r in obs.records] == [[True, False], [True, False]]
@@ -110,7 +125,9 @@ def test_write_summary_from_the_phase_records(tmp_path: Path) -> None:
     run.phase(Phase.final("difficulty"), lambda ctx: PhaseResult({"pool_size": 9}, rollouts=72))
     s = common.write_summary(run, {"note": "x"})
     assert s == json.loads((run.path / "summary.json").read_text())
-    assert s["recipe"] == "grpo" and s["ok"] is False and s["problems"] == [{"phase": "02/solver", "problem": "no update"}]
+    assert (
+        s["recipe"] == "grpo" and s["ok"] is False and s["problems"] == [{"phase": "02/solver", "problem": "no update"}]
+    )
     assert s["eval"]["base"]["toy"]["greedy"] == 0.25 and s["eval"]["final"]["toy"]["greedy"] == 0.75
     assert set(s["eval"]["rounds"]) == {"1", "2"} and s["note"] == "x"
     r1 = s["rounds"][0]
@@ -131,7 +148,11 @@ def test_grpo_config_is_the_full_data_baseline() -> None:
     from coevolve.config.grpo import GRPOConfig
 
     cfg = GRPOConfig()
-    assert cfg.recipe == "grpo" and (cfg.solver.steps, cfg.solver.prompts_per_step, cfg.solver.group_size) == (80, 16, 8)
+    assert cfg.recipe == "grpo" and (cfg.solver.steps, cfg.solver.prompts_per_step, cfg.solver.group_size) == (
+        80,
+        16,
+        8,
+    )
     assert cfg.solver.alpha == 0.9  # R-Zero's α, our default for D²Evo's labelled reward
     assert load_config("grpo", ROOT / "configs" / "grpo.yaml").solver == cfg.solver
     assert load_config("grpo", None, ["solver.steps=3"]).solver.group_size == 8  # a partial override keeps the rest

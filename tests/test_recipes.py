@@ -29,17 +29,23 @@ def _noop(parts, phase):
 
 
 def _work(cfg, toy):
-    return Work((Rollouts("solver", "answers", 6, 3, 2, "answer", 8),),
-                Training("solver", "solver", 1, 3, 2, "answer", 8))
+    return Work(
+        (Rollouts("solver", "answers", 6, 3, 2, "answer", 8),), Training("solver", "solver", 1, 3, 2, "answer", 8)
+    )
 
 
-FAKE = Recipe("fake", roles=lambda cfg: ("solver",), build=lambda s, r: None, steps=(
-    Step("eval", _noop, stage="base", work=_work),
-    Step("a", _noop, work=_work),
-    Step("b", _noop, when=lambda cfg, ph: cfg.middle),
-    Step("eval", _noop, when=lambda cfg, ph: ph.round == cfg.rounds, work=_work),
-    Step("a", _noop, stage="final", when=lambda cfg, ph: cfg.final, work=_work),
-))
+FAKE = Recipe(
+    "fake",
+    roles=lambda cfg: ("solver",),
+    build=lambda s, r: None,
+    steps=(
+        Step("eval", _noop, stage="base", work=_work),
+        Step("a", _noop, work=_work),
+        Step("b", _noop, when=lambda cfg, ph: cfg.middle),
+        Step("eval", _noop, when=lambda cfg, ph: ph.round == cfg.rounds, work=_work),
+        Step("a", _noop, stage="final", when=lambda cfg, ph: cfg.final, work=_work),
+    ),
+)
 
 
 def test_schedule_is_base_then_rounds_then_final_filtered_by_when():
@@ -55,17 +61,48 @@ def test_work_counts_every_phase_of_a_step_name_in_round_order():
 
 
 # ---------------------------------------------------------------------------------- end to end
-TINY = ["run.progress=false", "run.threads=1", "eval.heldout_size=8", "eval.samples=0", "eval.max_new_tokens=24",
-        "sampling.max_new_tokens=24"]
+TINY = [
+    "run.progress=false",
+    "run.threads=1",
+    "eval.heldout_size=8",
+    "eval.samples=0",
+    "eval.max_new_tokens=24",
+    "sampling.max_new_tokens=24",
+]
 GRPO = ["solver.steps=1", "solver.prompts_per_step=2", "solver.group_size=2"]
-D2EVO = ["rounds=2", "difficulty.pool_size=8", "difficulty.samples=2", "questioner.steps=1",
-         "questioner.prompts_per_step=2", "questioner.group_size=2", "questioner.reward.samples=2",
-         "buffer.generate=4", "buffer.voting.samples=2", "solver.steps=1", "solver.prompts_per_step=2",
-         "solver.group_size=2", "eval.every_round=false", "probe.size=4", "probe.samples=2"]
-DIAGEVO = ["rounds=2", "challenger.steps=1", "challenger.prompts_per_step=2", "challenger.group_size=2",
-           "challenger.reward.samples=2", "pool.size=6", "pool.voting.samples=2", "solver.steps=1",
-           "solver.prompts_per_step=2", "solver.group_size=2", "memory.embedder=hash", "eval.every_round=false",
-           "probe.size=4", "probe.samples=2"]
+D2EVO = [
+    "rounds=2",
+    "difficulty.pool_size=8",
+    "difficulty.samples=2",
+    "questioner.steps=1",
+    "questioner.prompts_per_step=2",
+    "questioner.group_size=2",
+    "questioner.reward.samples=2",
+    "buffer.generate=4",
+    "buffer.voting.samples=2",
+    "solver.steps=1",
+    "solver.prompts_per_step=2",
+    "solver.group_size=2",
+    "eval.every_round=false",
+    "probe.size=4",
+    "probe.samples=2",
+]
+DIAGEVO = [
+    "rounds=2",
+    "challenger.steps=1",
+    "challenger.prompts_per_step=2",
+    "challenger.group_size=2",
+    "challenger.reward.samples=2",
+    "pool.size=6",
+    "pool.voting.samples=2",
+    "solver.steps=1",
+    "solver.prompts_per_step=2",
+    "solver.group_size=2",
+    "memory.embedder=hash",
+    "eval.every_round=false",
+    "probe.size=4",
+    "probe.samples=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -89,16 +126,64 @@ def learning(tmp_path_factory) -> list[str]:
 
 CASES = {
     "grpo": ("grpo", GRPO, ["base/eval", "01/solver", "01/eval"]),
-    "d2evo": ("d2evo", D2EVO, ["base/eval", "base/probe", "01/difficulty", "01/anchors", "01/questioner", "01/buffer",
-                               "01/solver", "01/probe", "02/difficulty", "02/anchors", "02/questioner", "02/buffer",
-                               "02/solver", "02/probe", "02/eval", "final/difficulty"]),
+    "d2evo": (
+        "d2evo",
+        D2EVO,
+        [
+            "base/eval",
+            "base/probe",
+            "01/difficulty",
+            "01/anchors",
+            "01/questioner",
+            "01/buffer",
+            "01/solver",
+            "01/probe",
+            "02/difficulty",
+            "02/anchors",
+            "02/questioner",
+            "02/buffer",
+            "02/solver",
+            "02/probe",
+            "02/eval",
+            "final/difficulty",
+        ],
+    ),
     "d2evo w/o questioner, no final measure, no probe": (
-        "d2evo", D2EVO + ["questioner=false", "difficulty.measure_final=false", "eval.every_round=true", "probe.size=0"],
-        ["base/eval", "01/difficulty", "01/anchors", "01/buffer", "01/solver", "01/eval",
-         "02/difficulty", "02/anchors", "02/buffer", "02/solver", "02/eval"]),
-    "diagevo": ("diagevo", DIAGEVO, ["base/eval", "base/probe", "01/challenger", "01/pool", "01/solver", "01/memory",
-                                     "01/probe", "02/challenger", "02/pool", "02/solver", "02/memory", "02/probe",
-                                     "02/eval"]),
+        "d2evo",
+        D2EVO + ["questioner=false", "difficulty.measure_final=false", "eval.every_round=true", "probe.size=0"],
+        [
+            "base/eval",
+            "01/difficulty",
+            "01/anchors",
+            "01/buffer",
+            "01/solver",
+            "01/eval",
+            "02/difficulty",
+            "02/anchors",
+            "02/buffer",
+            "02/solver",
+            "02/eval",
+        ],
+    ),
+    "diagevo": (
+        "diagevo",
+        DIAGEVO,
+        [
+            "base/eval",
+            "base/probe",
+            "01/challenger",
+            "01/pool",
+            "01/solver",
+            "01/memory",
+            "01/probe",
+            "02/challenger",
+            "02/pool",
+            "02/solver",
+            "02/memory",
+            "02/probe",
+            "02/eval",
+        ],
+    ),
 }
 
 
@@ -133,10 +218,12 @@ def test_phase_functions_run_the_phase_they_are_given(tmp_path, tiny, monkeypatc
         seen.append(phase.key)
         return real(parts, phase)
 
-    steps = tuple(Step(s.name, spy, s.stage, s.when, s.uses, s.work) if s.name == "solver" else s
-                  for s in grpo.RECIPE.steps)
-    monkeypatch.setattr(grpo, "RECIPE", Recipe("grpo", steps, grpo.RECIPE.roles, grpo.RECIPE.build,
-                                               grpo.RECIPE.needs_labels))
+    steps = tuple(
+        Step(s.name, spy, s.stage, s.when, s.uses, s.work) if s.name == "solver" else s for s in grpo.RECIPE.steps
+    )
+    monkeypatch.setattr(
+        grpo, "RECIPE", Recipe("grpo", steps, grpo.RECIPE.roles, grpo.RECIPE.build, grpo.RECIPE.needs_labels)
+    )
     execute(load_config("grpo", None, TINY + tiny + GRPO), tmp_path / "run")
     assert seen == ["01/solver"]
 
@@ -163,15 +250,20 @@ def test_recipes_in_one_process_equal_a_fresh_process(tmp_path, tiny, learning):
     root = Path(__file__).resolve().parents[1]
     grpo = TINY + learning + GRPO + ["eval.samples=2", "solver.steps=2", "solver.group_size=4"]
     env = {**os.environ, "PYTHONPATH": str(root / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    fresh = subprocess.run([sys.executable, "-m", "coevolve", "run", "grpo", *grpo, "--run-dir", str(tmp_path / "fresh")],
-                           capture_output=True, text=True, env=env)
+    fresh = subprocess.run(
+        [sys.executable, "-m", "coevolve", "run", "grpo", *grpo, "--run-dir", str(tmp_path / "fresh")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert json.loads((tmp_path / "fresh" / "state.json").read_text())["phases"][1]["values"]["updates"] > 0
     execute(load_config("d2evo", None, TINY + tiny + D2EVO + ["rounds=1"]), tmp_path / "d2evo")
     execute(load_config("diagevo", None, TINY + tiny + DIAGEVO + ["rounds=1"]), tmp_path / "diagevo")
     execute(load_config("grpo", None, grpo), tmp_path / "here")
-    files = sorted(p.relative_to(tmp_path / "fresh") for p in (tmp_path / "fresh").rglob("*.jsonl")
-                   if p.name != "metrics.jsonl")
+    files = sorted(
+        p.relative_to(tmp_path / "fresh") for p in (tmp_path / "fresh").rglob("*.jsonl") if p.name != "metrics.jsonl"
+    )
     assert any("rollouts" in str(f) for f in files) and any("items_" in str(f) for f in files)
     for rel in files:
         assert (tmp_path / "here" / rel).read_bytes() == (tmp_path / "fresh" / rel).read_bytes(), rel
@@ -186,13 +278,18 @@ def test_a_lora_roles_initialisation_follows_run_seed_not_the_process(tmp_path, 
     pytest.importorskip("peft")
     from coevolve.recipes import execute
 
-    cfg = load_config("grpo", None, TINY + learning + GRPO + ["learner.lora=true", "learner.lora_r=4", "solver.steps=2",
-                                                              "solver.group_size=4"])
+    cfg = load_config(
+        "grpo",
+        None,
+        TINY + learning + GRPO + ["learner.lora=true", "learner.lora_r=4", "solver.steps=2", "solver.group_size=4"],
+    )
     for i, seed in enumerate((1, 2)):
         torch.manual_seed(seed)  # another state of the process's generator
         execute(cfg, tmp_path / f"r{i}")
-    for rel in (Path("round_01") / "solver_rollouts.jsonl",  # lora_B starts at 0: the first draws agree anyway
-                Path("checkpoints") / "solver_r01" / "adapter_model.safetensors"):  # lora_A is random: it would not
+    for rel in (
+        Path("round_01") / "solver_rollouts.jsonl",  # lora_B starts at 0: the first draws agree anyway
+        Path("checkpoints") / "solver_r01" / "adapter_model.safetensors",
+    ):  # lora_A is random: it would not
         assert (tmp_path / "r0" / rel).read_bytes() == (tmp_path / "r1" / rel).read_bytes(), rel
 
 
@@ -211,7 +308,9 @@ def test_a_run_with_repeated_evaluation_reports_mean_and_std(tmp_path, tiny):
     execute(cfg, tmp_path / "run")
     toy = run_results(tmp_path / "run")["benchmarks"]["toy"]
     a, b = toy["sampled_runs"]
-    assert toy["sampled"] == pytest.approx((a + b) / 2) and toy["sampled_std"] == pytest.approx(abs(a - b) / math.sqrt(2))
+    assert toy["sampled"] == pytest.approx((a + b) / 2) and toy["sampled_std"] == pytest.approx(
+        abs(a - b) / math.sqrt(2)
+    )
     assert toy["repeats"] == 2 and toy["score_std"] == 0.0  # the toy score is greedy: evaluated once
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["eval"]["final"]["toy"]["score_std"] == 0.0 and summary["eval"]["final"]["toy"]["repeats"] == 2

@@ -23,6 +23,7 @@ def test_doctests() -> None:
 
 # ---------------------------------------------------------------- format / solver
 
+
 @pytest.mark.parametrize(
     "text,ok",
     [
@@ -64,6 +65,7 @@ def test_signed_match() -> None:
 
 
 # ---------------------------------------------------------------- plateau / questioner
+
 
 def test_plateau_band_edges_and_decay() -> None:
     assert R.plateau(0.4) == 1.0 and R.plateau(0.8) == 1.0 and R.plateau(0.6) == 1.0
@@ -115,14 +117,15 @@ def test_uncertainty() -> None:
 
 # ---------------------------------------------------------------- BLEU + clustering vs slow reference
 
+
 def _slow_bleu(ref: list[str], hyp: list[str]) -> float:
     """BLEU written directly from the nltk definition (uniform 4-gram weights, method1 eps 0.1)."""
     if not hyp:
         return 0.0
     ps = []
     for n in range(1, 5):
-        hg = [tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1)]
-        rg = Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))
+        hg = [tuple(hyp[i : i + n]) for i in range(len(hyp) - n + 1)]
+        rg = Counter(tuple(ref[i : i + n]) for i in range(len(ref) - n + 1))
         used: Counter = Counter()
         match = 0
         for g in hg:

@@ -7,8 +7,8 @@ import math
 import random
 
 import pytest
-from pydantic import ValidationError
 import torch
+from pydantic import ValidationError
 
 from coevolve.errors import ConfigError, RunStateError
 from coevolve.rl import (
@@ -31,9 +31,18 @@ def make_model(seed: int = 0):
 
     torch.manual_seed(seed)
     cfg = Qwen3Config(
-        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
-        tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     return Qwen3ForCausalLM(cfg)
 
@@ -133,9 +142,20 @@ def test_policy_loss_matches_reference(seed, beta):
 def ref_seq_mean_loss(logp, old, adv, mask, eps_low, eps_high, ref=None, beta=0.0):
     """Textbook GRPO (DeepSeekMath): each answer's mean over its own tokens, then the mean over
     answers (an empty answer contributes 0 and still counts)."""
-    per_seq = [ref_loss([logp[i]], [old[i]], [adv[i]], [mask[i]], eps_low, eps_high,
-                        None if ref is None else [ref[i]], beta, T=max(1.0, sum(mask[i])))
-               for i in range(len(logp))]
+    per_seq = [
+        ref_loss(
+            [logp[i]],
+            [old[i]],
+            [adv[i]],
+            [mask[i]],
+            eps_low,
+            eps_high,
+            None if ref is None else [ref[i]],
+            beta,
+            T=max(1.0, sum(mask[i])),
+        )
+        for i in range(len(logp))
+    ]
     return sum(per_seq) / len(per_seq)
 
 
@@ -143,16 +163,27 @@ def ref_seq_mean_loss(logp, old, adv, mask, eps_low, eps_high, ref=None, beta=0.
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 def test_seq_mean_policy_loss_matches_textbook_reference(seed, beta):
     logp, old, adv, mask, ref = random_batch(seed)
-    loss, _ = policy_loss(logp, old, adv, mask, 0.2, 0.2, ref_logp_NT=ref if beta else None, beta=beta,
-                          agg="seq-mean")
+    loss, _ = policy_loss(logp, old, adv, mask, 0.2, 0.2, ref_logp_NT=ref if beta else None, beta=beta, agg="seq-mean")
     expected = ref_seq_mean_loss(logp.tolist(), old.tolist(), adv.tolist(), mask.tolist(), 0.2, 0.2, ref.tolist(), beta)
     assert loss.item() == pytest.approx(expected, rel=1e-9, abs=1e-12)
     token_mean, _ = policy_loss(logp, old, adv, mask, 0.2, 0.2, ref_logp_NT=ref if beta else None, beta=beta)
     assert abs(token_mean.item() - loss.item()) > 1e-6  # unequal lengths: the two forms differ (the test can fail)
     # micro-batches with the global answer count add up to the full batch
-    parts = sum(policy_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2], 0.2, 0.2,
-                            ref_logp_NT=ref[i : i + 2] if beta else None, beta=beta, agg="seq-mean", num_seqs=6)[0]
-                for i in range(0, 6, 2))
+    parts = sum(
+        policy_loss(
+            logp[i : i + 2],
+            old[i : i + 2],
+            adv[i : i + 2],
+            mask[i : i + 2],
+            0.2,
+            0.2,
+            ref_logp_NT=ref[i : i + 2] if beta else None,
+            beta=beta,
+            agg="seq-mean",
+            num_seqs=6,
+        )[0]
+        for i in range(0, 6, 2)
+    )
     assert parts.item() == pytest.approx(loss.item(), rel=1e-12)
     with pytest.raises(RLInputError, match="agg"):
         policy_loss(logp, old, adv, mask, agg="sum")
@@ -176,12 +207,15 @@ def test_policy_loss_global_normaliser_makes_microbatches_additive():
     logp, old, adv, mask, _ = random_batch(3)
     full, _ = policy_loss(logp, old, adv, mask)
     T = mask.sum()
-    parts = sum(policy_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2], num_tokens=T)[0]
-                for i in range(0, 6, 2))
+    parts = sum(
+        policy_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2], num_tokens=T)[0]
+        for i in range(0, 6, 2)
+    )
     assert parts.item() == pytest.approx(full.item(), rel=1e-12)
     # and the local-normaliser version would differ (the test can fail)
-    local = sum(policy_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2])[0]
-                for i in range(0, 6, 2))
+    local = sum(
+        policy_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2])[0] for i in range(0, 6, 2)
+    )
     assert abs(local.item() - full.item()) > 1e-6
 
 
@@ -240,14 +274,14 @@ def test_sequence_logprobs_padded_equals_unpadded():
             logits = model(input_ids=torch.tensor([p + c])).logits[0]
             ref = torch.log_softmax(logits, -1)[torch.arange(len(p) - 1, len(p) + len(c) - 1), torch.tensor(c)]
             assert torch.allclose(lp[i, : len(c)], ref, atol=1e-5)
-            assert (lp[i, len(c):] == 0).all()
+            assert (lp[i, len(c) :] == 0).all()
         lp2, ent = sequence_logprobs(model, ids, attn, cm, return_entropy=True)
         assert torch.equal(lp2, lp)
         for i, (p, c) in enumerate(zip(prompts, comps)):
             probs = torch.softmax(model(input_ids=torch.tensor([p + c])).logits[0].double(), -1)
             h = [-(probs[len(p) - 1 + j] * probs[len(p) - 1 + j].log()).sum().item() for j in range(len(c))]
             assert ent[i, : len(c)].tolist() == pytest.approx(h, abs=1e-5)
-            assert (ent[i, len(c):] == 0).all()
+            assert (ent[i, len(c) :] == 0).all()
 
 
 # ---------------------------------------------------------------- learner
@@ -284,8 +318,19 @@ def test_step_changes_all_trainable_params_and_metrics():
     assert m["ratio_mean"] == pytest.approx(1.0) and m["clip_frac"] == 0.0
     assert m["reward_mean"] == pytest.approx((4 + 2 + 2) / 12)
     assert 0 < m["entropy"] <= math.log(V) + 1e-6
-    for k in ("loss", "grad_norm", "frac_zero_std", "reward_mean", "reward_std", "n_tokens", "clip_frac",
-              "kl", "completion_len_mean", "adv_abs_mean", "entropy"):
+    for k in (
+        "loss",
+        "grad_norm",
+        "frac_zero_std",
+        "reward_mean",
+        "reward_std",
+        "n_tokens",
+        "clip_frac",
+        "kl",
+        "completion_len_mean",
+        "adv_abs_mean",
+        "entropy",
+    ):
         assert k in m
 
 

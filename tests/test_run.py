@@ -40,7 +40,9 @@ def test_stages_outside_rounds(tmp_path):
     run = _create(tmp_path)
     rec = run.phase(Phase.base("eval"), lambda ctx: PhaseResult({"dir": ctx.dir.name}))
     assert rec.key == "base/eval" and rec.values == {"dir": "base"} and rec.round is None and rec.stage == "base"
-    assert run.phase(Phase.final("difficulty"), lambda ctx: PhaseResult({"dir": ctx.dir.name})).values == {"dir": "final"}
+    assert run.phase(Phase.final("difficulty"), lambda ctx: PhaseResult({"dir": ctx.dir.name})).values == {
+        "dir": "final"
+    }
 
 
 def test_a_relative_run_folder_puts_each_artefact_where_it_is_read(tmp_path, monkeypatch):
@@ -56,7 +58,9 @@ def test_a_relative_run_folder_puts_each_artefact_where_it_is_read(tmp_path, mon
 
     run.phase(Phase("anchors", 1), fn)
     assert run.read_jsonl("round_01/rows.jsonl") == [{"a": 1}]
-    assert (tmp_path / "runs" / "x" / "round_01" / "rows.jsonl").is_file() and not (tmp_path / "runs" / "x" / "runs").exists()
+    assert (tmp_path / "runs" / "x" / "round_01" / "rows.jsonl").is_file() and not (
+        tmp_path / "runs" / "x" / "runs"
+    ).exists()
 
 
 def test_interrupted_phase_metrics_are_cut_on_resume(tmp_path):

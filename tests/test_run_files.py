@@ -72,12 +72,30 @@ class _WithToDict:
 
 
 def test_json_encoding_of_run_records():
-    row = {"dc": _Rec(1, (2, 3)), "td": _WithToDict(), "np": np.float32(0.5), "npi": np.int64(7),
-           "t": torch.tensor(2.5), "set": {3}, "tuple": (1, 2), "path": Path("a/b"), "text": "ü"}
+    row = {
+        "dc": _Rec(1, (2, 3)),
+        "td": _WithToDict(),
+        "np": np.float32(0.5),
+        "npi": np.int64(7),
+        "t": torch.tensor(2.5),
+        "set": {3},
+        "tuple": (1, 2),
+        "path": Path("a/b"),
+        "text": "ü",
+    }
     line = json_line(row)
     assert line.endswith("\n") and line.count("\n") == 1 and "ü" in line  # one line, not ASCII-escaped
-    assert json.loads(line) == {"dc": {"a": 1, "b": [2, 3]}, "td": {"kind": "record"}, "np": 0.5, "npi": 7,
-                                "t": 2.5, "set": [3], "tuple": [1, 2], "path": "a/b", "text": "ü"}
+    assert json.loads(line) == {
+        "dc": {"a": 1, "b": [2, 3]},
+        "td": {"kind": "record"},
+        "np": 0.5,
+        "npi": 7,
+        "t": 2.5,
+        "set": [3],
+        "tuple": [1, 2],
+        "path": "a/b",
+        "text": "ü",
+    }
     with pytest.raises(TypeError, match="not JSON serialisable: object"):
         to_json(object())
     with pytest.raises(TypeError):
@@ -91,4 +109,6 @@ def test_jsonl_and_json_round_trip(tmp_path):
     atomic_write_jsonl(tmp_path / "empty.jsonl", [])
     assert (tmp_path / "empty.jsonl").read_text() == ""
     atomic_write_json(tmp_path / "s.json", {"k": _Rec(0, (1, 1))})
-    assert (tmp_path / "s.json").read_text() == '{\n  "k": {\n    "a": 0,\n    "b": [\n      1,\n      1\n    ]\n  }\n}\n'
+    assert (
+        tmp_path / "s.json"
+    ).read_text() == '{\n  "k": {\n    "a": 0,\n    "b": [\n      1,\n      1\n    ]\n  }\n}\n'

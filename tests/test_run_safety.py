@@ -47,8 +47,9 @@ def _env() -> dict[str, str]:
 
 
 def _holder(path: Path, seconds: float) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(path), str(seconds)], env=_env(), stdout=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path), str(seconds)], env=_env(), stdout=subprocess.PIPE, text=True
+    )
     assert p.stdout is not None and p.stdout.readline().startswith("won")
     return p
 
@@ -77,7 +78,6 @@ def test_second_writer_is_refused_and_a_killed_holder_is_taken_over(tmp_path):
         assert info["pid"] == os.getpid()
 
 
-
 def test_the_lock_is_not_re_entrant(tmp_path):
     """A run is opened once (``recipes.open_run``): a second lock of the same folder, even by the
     process that holds it, is refused, and the folder is free again once the first block ends."""
@@ -89,14 +89,17 @@ def test_the_lock_is_not_re_entrant(tmp_path):
     with run_lock(run):
         pass
 
+
 def test_two_takers_of_a_stale_lock_one_wins(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     holder = _holder(run, 60)
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-    takers = [subprocess.Popen([sys.executable, "-c", HOLD, str(run), "5"], env=_env(), stdout=subprocess.PIPE,
-                               text=True) for _ in range(2)]
+    takers = [
+        subprocess.Popen([sys.executable, "-c", HOLD, str(run), "5"], env=_env(), stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outs = [t.communicate()[0] for t in takers]
     assert sorted(o.split()[0] for o in outs) == ["refused", "won"], outs
 
@@ -105,8 +108,12 @@ def test_two_takers_of_a_stale_lock_one_wins(tmp_path):
 def test_run_dir_that_is_a_file_is_a_clear_error(tmp_path):
     f = tmp_path / "afile"
     f.write_text("x")
-    for args in (["run", "grpo", "--run-dir", str(f)], ["run", "grpo", "--run-dir", str(f / "sub")],
-                 ["run", "grpo", f"run.root={f}"], ["resume", str(f)]):
+    for args in (
+        ["run", "grpo", "--run-dir", str(f)],
+        ["run", "grpo", "--run-dir", str(f / "sub")],
+        ["run", "grpo", f"run.root={f}"],
+        ["resume", str(f)],
+    ):
         r = cli(*args)
         assert r.returncode == 2 and "is an existing file, not a folder" in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr + r.stdout
@@ -131,8 +138,9 @@ def test_resume_refuses_a_changed_config_or_phase_list_unless_forced(tmp_path, r
     cfg = (run / "config.yaml").read_text()
     old = "solver:\n  steps: 2\n  prompts_per_step: 4\n  group_size: 4\n"
     assert old in cfg
-    (run / "config.yaml").write_text(cfg.replace(old, "solver:\n  retired_field: 3\n  steps: 2\n  prompts_per_step: 4\n"
-                                                      "  group_size: lots\n"))
+    (run / "config.yaml").write_text(
+        cfg.replace(old, "solver:\n  retired_field: 3\n  steps: 2\n  prompts_per_step: 4\n  group_size: lots\n")
+    )
     r = cli("resume", str(run))
     assert r.returncode == 2 and "no longer validates" in r.stderr, r.stderr
     assert "solver.retired_field: unknown key" in r.stderr and "solver.group_size" in r.stderr
@@ -157,8 +165,15 @@ def test_resume_refuses_a_changed_config_or_phase_list_unless_forced(tmp_path, r
     assert r.returncode == 2 and "removed: 01/warmup" in r.stderr, r.stderr
 
 
-D2EVO_TINY = ["-c", str(ROOT / "configs" / "d2evo_smoke.yaml"), "difficulty.measure_final=true", "eval.heldout_size=16",
-              "eval.samples=0", "run.progress=false", "run.threads=1"]
+D2EVO_TINY = [
+    "-c",
+    str(ROOT / "configs" / "d2evo_smoke.yaml"),
+    "difficulty.measure_final=true",
+    "eval.heldout_size=16",
+    "eval.samples=0",
+    "run.progress=false",
+    "run.threads=1",
+]
 
 
 @pytest.mark.slow
@@ -210,10 +225,14 @@ def test_resume_gives_the_solver_phase_more_steps(tmp_path, reference):
     log = tmp_path / "log"
     rc = kill_fuzz._cli(["resume", str(run), "solver.steps=2", *TINY[-2:]], log, "checkpoint:1:killgroup").wait()
     assert rc == -signal.SIGKILL, log.read_text()
-    assert "solver.steps=2: 01/solver continues at step 1 from its checkpoint and optimiser state; 01/eval run again " \
+    assert (
+        "solver.steps=2: 01/solver continues at step 1 from its checkpoint and optimiser state; 01/eval run again "
         "after it" in " ".join(log.read_text().split())
+    )
     state = json.loads((run / "state.json").read_text())
-    assert [p["key"] for p in state["phases"]] == ["base/eval"] and state["continued"]["01/solver"]["book"]["steps"] == 1
+    assert [p["key"] for p in state["phases"]] == ["base/eval"] and state["continued"]["01/solver"]["book"][
+        "steps"
+    ] == 1
     r = cli("resume", str(run))  # killed inside the continuation: it starts again from step 1
     assert r.returncode == 0 and "[solver] continued at step 1 of 2" in r.stderr, r.stderr
     assert kill_fuzz.compare(reference[0], run) == []
@@ -242,8 +261,19 @@ def _fake_d2evo_run(path: Path, done: list[str], optimiser: bool = True, book: b
                 (ck / "learner_optim.pt").write_bytes(b"")
             ckpts = {"solver": str(ck.relative_to(run.path))}
             if book:
-                book_file(folder, name).write_text(json.dumps({"steps": 40, "seen": [0.5], "records": [], "rollouts": 1,
-                                                               "reward_rollouts": 0, "updates": 40, "compute": {}}))
+                book_file(folder, name).write_text(
+                    json.dumps(
+                        {
+                            "steps": 40,
+                            "seen": [0.5],
+                            "records": [],
+                            "rollouts": 1,
+                            "reward_rollouts": 0,
+                            "updates": 40,
+                            "compute": {},
+                        }
+                    )
+                )
         run.metrics.log({f"phase/{name}/seconds": 1.0}, round=rnd, phase=name)
         run.state.finish(PhaseRecord(key, name, rnd, "" if rnd else part), ckpts, 2, run.metrics.size())
     return run
@@ -258,16 +288,23 @@ def test_more_solver_steps_continue_only_a_phase_nothing_trained_on(tmp_path):
     from coevolve.errors import ConfigError, RunStateError
     from coevolve.recipes import extend_run, extension_config
 
-    order = [p.key for p in __import__("coevolve.config", fromlist=["recipe_of"]).recipe_of("d2evo").phase_list(
-        load_config("d2evo", None, ["rounds=2"]))]
+    order = [
+        p.key
+        for p in __import__("coevolve.config", fromlist=["recipe_of"])
+        .recipe_of("d2evo")
+        .phase_list(load_config("d2evo", None, ["rounds=2"]))
+    ]
     saved = load_config("d2evo", None, ["rounds=2"])
     wanted = load_config("d2evo", None, ["rounds=2", "solver.steps=60"])
     text = extension_config(saved, ["solver.steps=60"], wanted)
 
     run = _fake_d2evo_run(tmp_path / "used", order[: order.index("02/questioner") + 1])
     before = json.loads((run.path / "state.json").read_text())
-    with pytest.raises(RunStateError, match=r"solver.steps=60: 01/solver is done and later phases trained on its "
-                                            r"result \(02/questioner\); a run made at once with 60 steps would differ"):
+    with pytest.raises(
+        RunStateError,
+        match=r"solver.steps=60: 01/solver is done and later phases trained on its "
+        r"result \(02/questioner\); a run made at once with 60 steps would differ",
+    ):
         extend_run(wanted, run, text)
     assert json.loads((run.path / "state.json").read_text()) == before  # nothing refused touched the run
 
@@ -279,8 +316,10 @@ def test_more_solver_steps_continue_only_a_phase_nothing_trained_on(tmp_path):
 
     run = _fake_d2evo_run(tmp_path / "ok", order[: order.index("02/difficulty") + 1])
     said = extend_run(wanted, run, text)
-    assert said == ["solver.steps=60: 01/solver continues at step 40 from its checkpoint and optimiser state; "
-                    "01/probe, 01/eval, 02/difficulty run again after it"]
+    assert said == [
+        "solver.steps=60: 01/solver continues at step 40 from its checkpoint and optimiser state; "
+        "01/probe, 01/eval, 02/difficulty run again after it"
+    ]
     state = json.loads((run.path / "state.json").read_text())
     assert [p["key"] for p in state["phases"]] == order[: order.index("01/solver")]
     assert state["continued"]["01/solver"]["book"]["steps"] == 40
@@ -292,10 +331,16 @@ def test_more_solver_steps_continue_only_a_phase_nothing_trained_on(tmp_path):
         extension_config(saved, ["solver.steps=30"], load_config("d2evo", None, ["rounds=2", "solver.steps=30"]))
 
     both = load_config("d2evo", None, ["rounds=3", "solver.steps=60"])  # more rounds and more steps at once
-    said = extend_run(both, _fake_d2evo_run(tmp_path / "both", upto_eval),
-                      extension_config(saved, ["rounds=3", "solver.steps=60"], both))
-    assert said == ["solver.steps=60: 01/solver continues at step 40 from its checkpoint and optimiser state; 01/probe, "
-                    "01/eval run again after it", "extended to 3 rounds"]
+    said = extend_run(
+        both,
+        _fake_d2evo_run(tmp_path / "both", upto_eval),
+        extension_config(saved, ["rounds=3", "solver.steps=60"], both),
+    )
+    assert said == [
+        "solver.steps=60: 01/solver continues at step 40 from its checkpoint and optimiser state; 01/probe, "
+        "01/eval run again after it",
+        "extended to 3 rounds",
+    ]
 
 
 @pytest.mark.slow

@@ -11,8 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 import coevolve.curriculum as C
-from coevolve.curriculum import sequential as S
 from coevolve.config.d2evo import D2EvoConfig
+from coevolve.curriculum import sequential as S
 from coevolve.errors import ConfigError
 from coevolve.schema import Band, Sequential, Voting
 from coevolve.types import SamplingParams, Task
@@ -28,13 +28,16 @@ def slow_beta_cdf(x: float, a: float, b: float, steps: int = 100_000) -> float:
     logb = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
     if a >= 1:
         h = x / steps
-        return sum(((i + 0.5) * h) ** (a - 1) * (1 - (i + 0.5) * h) ** (b - 1) for i in range(steps)) * h / math.exp(logb)
+        return (
+            sum(((i + 0.5) * h) ** (a - 1) * (1 - (i + 0.5) * h) ** (b - 1) for i in range(steps)) * h / math.exp(logb)
+        )
     h = x**a / steps
     return sum((1.0 - ((i + 0.5) * h) ** (1.0 / a)) ** (b - 1.0) for i in range(steps)) * h / (a * math.exp(logb))
 
 
-@pytest.mark.parametrize("x,a,b", [(0.4, 1.0, 1.0), (0.8, 9.0, 1.0), (0.4, 0.5, 4.5), (0.3, 2.5, 7.25),
-                                   (0.8, 17.4, 2.6), (0.1, 1.0, 30.0)])
+@pytest.mark.parametrize(
+    "x,a,b", [(0.4, 1.0, 1.0), (0.8, 9.0, 1.0), (0.4, 0.5, 4.5), (0.3, 2.5, 7.25), (0.8, 17.4, 2.6), (0.1, 1.0, 30.0)]
+)
 def test_beta_cdf_matches_integration(x: float, a: float, b: float) -> None:
     assert S.beta_cdf(x, a, b) == pytest.approx(slow_beta_cdf(x, a, b), abs=2e-5)
 
@@ -124,8 +127,9 @@ def test_estimate_difficulty_adaptive_stops_decided_questions() -> None:
     tasks = [Task(q, q, "1") for q in script]
     seq = Sequential(stages=[4, 8, 16], confidence=0.95)
     s = FakeSampler(script)
-    recs = C.estimate_difficulty_adaptive(s, FakePrompter(), tasks, 32, SamplingParams(seed=3), G, BAND, seq,
-                                          batch_prompts=64)
+    recs = C.estimate_difficulty_adaptive(
+        s, FakePrompter(), tasks, 32, SamplingParams(seed=3), G, BAND, seq, batch_prompts=64
+    )
     by = {r.task_id: r for r in recs}
     assert (by["zero"].n, by["zero"].correct, by["zero"].decision) == (8, 0, "below")
     assert (by["one"].n, by["one"].correct, by["one"].decision) == (16, 16, "above")
@@ -148,8 +152,9 @@ def test_estimate_difficulty_adaptive_carry_prior() -> None:
     prev = {"zero": C.PassRecord.from_counts(tasks[0], 0, 32), "one": C.PassRecord.from_counts(tasks[1], 32, 32)}
     priors = [C.carry_prior(prev[t.id], seq, 0.5) for t in tasks]
     assert priors == [(1.0, 17.0), (17.0, 1.0)]
-    recs = C.estimate_difficulty_adaptive(FakeSampler(script), FakePrompter(), tasks, 32, SamplingParams(seed=0), G,
-                                          BAND, seq, priors=priors)
+    recs = C.estimate_difficulty_adaptive(
+        FakeSampler(script), FakePrompter(), tasks, 32, SamplingParams(seed=0), G, BAND, seq, priors=priors
+    )
     assert [r.n for r in recs] == [4, 4]  # last round's extremes are checked with one stage
     assert C.carry_prior(None, seq, 0.5) == (1.0, 1.0)
     with pytest.raises(ConfigError):
@@ -157,8 +162,9 @@ def test_estimate_difficulty_adaptive_carry_prior() -> None:
 
 
 def test_fixed_record_has_no_decision_field() -> None:
-    rec = C.estimate_difficulty(FakeSampler({"q": [box("1")]}), FakePrompter(), [Task("t", "q", "1")], 4,
-                                SamplingParams(seed=1), G)[0]
+    rec = C.estimate_difficulty(
+        FakeSampler({"q": [box("1")]}), FakePrompter(), [Task("t", "q", "1")], 4, SamplingParams(seed=1), G
+    )[0]
     assert "decision" not in rec.to_dict() and rec.n == 4
 
 
@@ -185,8 +191,9 @@ def test_vote_decision_rules() -> None:
 
 def test_label_questions_adaptive_uses_fewer_answers() -> None:
     script = {"easy": [box("7")], "split": [box("1"), box("1"), box("2"), box("3")]}
-    voting = Voting(samples=32, filter="absolute", band=BAND, estimator="adaptive",
-                    sequential=Sequential(stages=[4, 8, 16]))
+    voting = Voting(
+        samples=32, filter="absolute", band=BAND, estimator="adaptive", sequential=Sequential(stages=[4, 8, 16])
+    )
     s = FakeSampler(script)
     votes = C.label_questions_adaptive(s, FakePrompter(), list(script), voting, SamplingParams(seed=5), G)
     assert votes[0].n == 16 and votes[0].p1 == 1.0 and votes[0].label == "7"  # fails the band once sure
@@ -210,14 +217,33 @@ def test_stages_must_lie_below_the_cap() -> None:
 def test_propose_questions_adaptive_vote_counts_drawn_answers() -> None:
     """DiagEvo pool construction with the adaptive vote: a unanimous question stops once it surely
     fails the band, a split one is drawn to the cap; rollouts count the answers actually drawn."""
-    script = {"w0": ["<question>easy</question>"], "w1": ["<question>split</question>"],
-              "easy": [box("3")], "split": [box("1"), box("1"), box("2"), box("4")]}
-    voting = Voting(samples=32, filter="dual", band=Band(low=0.3, high=0.8), tau=1.6, estimator="adaptive",
-                    sequential=Sequential(stages=[4, 8, 16]))
+    script = {
+        "w0": ["<question>easy</question>"],
+        "w1": ["<question>split</question>"],
+        "easy": [box("3")],
+        "split": [box("1"), box("1"), box("2"), box("4")],
+    }
+    voting = Voting(
+        samples=32,
+        filter="dual",
+        band=Band(low=0.3, high=0.8),
+        tau=1.6,
+        estimator="adaptive",
+        sequential=Sequential(stages=[4, 8, 16]),
+    )
     pool = C.propose_questions(
-        FakeSampler(script), ["w0", "w1"], [{}, {}], prompter=FakePrompter(), solver=FakeSampler(script), voting=voting,
-        grader=G, write_params=SamplingParams(seed=1), vote_params=SamplingParams(seed=2), batch_prompts=64,
-        id_prefix="g-")
+        FakeSampler(script),
+        ["w0", "w1"],
+        [{}, {}],
+        prompter=FakePrompter(),
+        solver=FakeSampler(script),
+        voting=voting,
+        grader=G,
+        write_params=SamplingParams(seed=1),
+        vote_params=SamplingParams(seed=2),
+        batch_prompts=64,
+        id_prefix="g-",
+    )
     assert [v.n for v in pool.votes] == [16, 32]
     assert [c.status for c in pool.candidates] == ["filtered", "kept"]  # split: p1 = 0.5 >= 1.6 x 0.25
     assert pool.rollouts == 2 + 16 + 32

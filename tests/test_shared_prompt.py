@@ -3,8 +3,6 @@ equal values, equal gradients, equal learner updates."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
@@ -17,8 +15,16 @@ def _tiny_llama(seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -31,11 +37,11 @@ def _rows(prompts, comps, G):
     cm = torch.zeros((N, T))
     for i, c in enumerate(comps):
         p = prompts[i // G]
-        ids[i, P - len(p):P] = torch.tensor(p)
-        attn[i, P - len(p):P] = 1
-        ids[i, P:P + len(c)] = torch.tensor(c)
-        attn[i, P:P + len(c)] = 1
-        cm[i, :len(c)] = 1
+        ids[i, P - len(p) : P] = torch.tensor(p)
+        attn[i, P - len(p) : P] = 1
+        ids[i, P : P + len(c)] = torch.tensor(c)
+        attn[i, P : P + len(c)] = 1
+        cm[i, : len(c)] = 1
     return ids, attn, cm
 
 
@@ -44,19 +50,28 @@ def _shared(prompts, comps):
     pids = torch.zeros((len(prompts), P), dtype=torch.long)
     pm = torch.zeros((len(prompts), P), dtype=torch.long)
     for i, p in enumerate(prompts):
-        pids[i, P - len(p):] = torch.tensor(p)
-        pm[i, P - len(p):] = 1
+        pids[i, P - len(p) :] = torch.tensor(p)
+        pm[i, P - len(p) :] = 1
     cids = torch.zeros((len(comps), T), dtype=torch.long)
     cm = torch.zeros((len(comps), T))
     for i, c in enumerate(comps):
-        cids[i, :len(c)] = torch.tensor(c)
-        cm[i, :len(c)] = 1
+        cids[i, : len(c)] = torch.tensor(c)
+        cm[i, : len(c)] = 1
     return pids, pm, cids, cm
 
 
 PROMPTS = [[5, 6, 7, 8, 9], [11, 12], [20, 21, 22, 23, 24, 25, 26]]
-COMPS = [[1, 2, 3], [4], [7, 8, 9, 10], [3, 3], [40, 41, 42], [5],
-         [60, 61], [62, 63, 64, 65, 66], [67]]  # G = 3 per prompt, ragged
+COMPS = [
+    [1, 2, 3],
+    [4],
+    [7, 8, 9, 10],
+    [3, 3],
+    [40, 41, 42],
+    [5],
+    [60, 61],
+    [62, 63, 64, 65, 66],
+    [67],
+]  # G = 3 per prompt, ragged
 
 
 @pytest.mark.parametrize("chunk", [0, 4])
@@ -83,7 +98,7 @@ def test_groups_must_divide() -> None:
 
 
 def _groups():
-    return [RolloutGroup(p, COMPS[3 * i:3 * i + 3], [1.0, 0.0, float(i % 2)]) for i, p in enumerate(PROMPTS)]
+    return [RolloutGroup(p, COMPS[3 * i : 3 * i + 3], [1.0, 0.0, float(i % 2)]) for i, p in enumerate(PROMPTS)]
 
 
 @pytest.mark.parametrize("mb", [3, 4, 64])
@@ -131,11 +146,16 @@ def test_hf_prefix_cache_gives_the_same_tokens(scope: str) -> None:
 
     shared = " ".join(str(i) for i in range(10, 30))
     prompts = [f"{shared} 40 41", f"{shared} 50", f"{shared} 60 61 62 63", f"{shared} 50"]
-    for params in (SamplingParams(temperature=0.0, max_new_tokens=6),
-                   SamplingParams(temperature=1.0, max_new_tokens=6, seed=7)):
-        ref = HFSampler(model, Tok(), max_batch=3, seed_scope=scope).sample(prompts, 2 if params.temperature else 1, params)
+    for params in (
+        SamplingParams(temperature=0.0, max_new_tokens=6),
+        SamplingParams(temperature=1.0, max_new_tokens=6, seed=7),
+    ):
+        ref = HFSampler(model, Tok(), max_batch=3, seed_scope=scope).sample(
+            prompts, 2 if params.temperature else 1, params
+        )
         got = HFSampler(model, Tok(), max_batch=3, seed_scope=scope, prefix_cache=True).sample(
-            prompts, 2 if params.temperature else 1, params)
+            prompts, 2 if params.temperature else 1, params
+        )
         assert [[c.token_ids for c in g] for g in got] == [[c.token_ids for c in g] for g in ref]
         assert [[c.prompt_ids for c in g] for g in got] == [[c.prompt_ids for c in g] for g in ref]
 
@@ -152,5 +172,7 @@ def test_bf16_learner_with_head_sink_matches_the_reference() -> None:
     assert abs(ma["loss"] - mb_["loss"]) < 2e-2 * max(1.0, abs(ma["loss"]))
     assert abs(ma["grad_norm"] - mb_["grad_norm"]) < 5e-2 * ma["grad_norm"]
     moved = [float((pa.float() - pb.float()).abs().max()) for pa, pb in zip(a.parameters(), b.parameters())]
-    steps = [float((pa.float() - pc.float()).abs().max()) for pa, pc in zip(a.parameters(), _tiny_llama(5).parameters())]
+    steps = [
+        float((pa.float() - pc.float()).abs().max()) for pa, pc in zip(a.parameters(), _tiny_llama(5).parameters())
+    ]
     assert max(steps) > 0.05 and max(moved) < 0.1 * max(steps)  # both moved, by nearly the same update

@@ -12,8 +12,7 @@ import pytest
 from coevolve.errors import ConfigError, DataError
 from coevolve.skill import causes as sc
 from coevolve.skill import world as sw
-from coevolve.skill.pretrain import buggy_steps, draw_like, free_weights, sample_example, SkillMix
-
+from coevolve.skill.pretrain import SkillMix, buggy_steps, draw_like, free_weights, sample_example
 
 # ----------------------------------------------------------------------------------------------
 # procedures
@@ -66,18 +65,26 @@ def test_exercises_matches_column_references():
 # questions
 
 
-@pytest.mark.parametrize("text,ok", [
-    ("47+38~*3", True), ("47+38~*3=", True), (" 93-27/4^30# ", True),
-    ("07+38", False),  # leading zero
-    ("47+5", False),  # add operand must have two digits
-    ("47*12", False),  # multiply by one digit only
-    ("470", False), ("47", False),  # no operation / start out of range
-    ("47+68*3", False),  # 115*3: a two-digit running value is needed
-    ("12-47", False),  # negative
-    ("40~", False),  # reversing a trailing zero
-    ("12+10+10+10+10+10+10", False),  # depth 6
-    ("47/1", False), ("47^5", False), ("47+38~~~~~", False),
-])
+@pytest.mark.parametrize(
+    "text,ok",
+    [
+        ("47+38~*3", True),
+        ("47+38~*3=", True),
+        (" 93-27/4^30# ", True),
+        ("07+38", False),  # leading zero
+        ("47+5", False),  # add operand must have two digits
+        ("47*12", False),  # multiply by one digit only
+        ("470", False),
+        ("47", False),  # no operation / start out of range
+        ("47+68*3", False),  # 115*3: a two-digit running value is needed
+        ("12-47", False),  # negative
+        ("40~", False),  # reversing a trailing zero
+        ("12+10+10+10+10+10+10", False),  # depth 6
+        ("47/1", False),
+        ("47^5", False),
+        ("47+38~~~~~", False),
+    ],
+)
 def test_parse_chain(text, ok):
     assert (sw.parse_question(text) is not None) == ok
 
@@ -176,11 +183,15 @@ def test_explain_divergence_names_the_bug_the_slip_and_the_working_causes():
     slip = "<think>93-27=65 ~65=56 56*3=168</think>\\boxed{168}"
     assert sc.explain_divergence(q, slip, good).cause_id == "sub_slip"
     assert sc.explain_divergence(q, "<think>93-72=21 ~21=12 12*3=36</think>\\boxed{36}", good).cause_id == "misread"
-    assert sc.explain_divergence(q, "<think>93-27=66 ~67=76 76*3=228</think>\\boxed{228}", good).cause_id == "wrong_input"
+    assert (
+        sc.explain_divergence(q, "<think>93-27=66 ~67=76 76*3=228</think>\\boxed{228}", good).cause_id == "wrong_input"
+    )
     assert sc.explain_divergence(q, "<think>93-27=66 66*3=198</think>\\boxed{198}", good).cause_id == "wrong_operation"
     assert sc.explain_divergence(q, "<think>93-27=66 ~66=66</think>\\boxed{66}", good).cause_id == "stopped_early"
-    assert sc.explain_divergence(q, "<think>93-27=66 ~66=66 66*3=198</think>\\boxed{199}", good).cause_id == \
-        "answer_mismatch"
+    assert (
+        sc.explain_divergence(q, "<think>93-27=66 ~66=66 66*3=198</think>\\boxed{199}", good).cause_id
+        == "answer_mismatch"
+    )
     assert sc.explain_divergence(q, "no answer", good) is None
     assert sc.explain_divergence("not a question", slip, good) is None
 
@@ -293,10 +304,14 @@ def test_world_draws_pools_and_causes():
 def test_memory_scores_against_the_injected_deficits():
     from coevolve.world.skill import memory_scores
 
-    mem = {"causes": [{"source_id": "sub_bug", "total_failures": 30, "state": "mastered"},
-                      {"source_id": "add_slip", "total_failures": 10, "state": "active"},
-                      {"source_id": "max_slip", "total_failures": 0, "state": "active"},
-                      {"source_id": "mul_bug", "total_failures": 20, "state": "active"}]}
+    mem = {
+        "causes": [
+            {"source_id": "sub_bug", "total_failures": 30, "state": "mastered"},
+            {"source_id": "add_slip", "total_failures": 10, "state": "active"},
+            {"source_id": "max_slip", "total_failures": 0, "state": "active"},
+            {"source_id": "mul_bug", "total_failures": 20, "state": "active"},
+        ]
+    }
     m = memory_scores(mem)
     assert m["precision"] == 0.5 and m["precision_failures"] == pytest.approx(50 / 60)
     assert m["recall_soft"] == 1.0 and m["recall"] == pytest.approx(2 / 3)
@@ -307,9 +322,11 @@ def test_memory_scores_against_the_injected_deficits():
 def test_stratum_accuracy_groups_items_by_focal_skill_and_depth():
     from coevolve.world.skill import stratum_accuracy
 
-    items = [{"question": "93-27", "group": "sub", "correct": True, "sampled_acc": 0.5},
-             {"question": "93-27~", "group": "sub", "correct": False, "sampled_acc": 0.25},
-             {"question": "47+38", "group": "add", "correct": True, "sampled_acc": 1.0}]
+    items = [
+        {"question": "93-27", "group": "sub", "correct": True, "sampled_acc": 0.5},
+        {"question": "93-27~", "group": "sub", "correct": False, "sampled_acc": 0.25},
+        {"question": "47+38", "group": "add", "correct": True, "sampled_acc": 1.0},
+    ]
     acc = stratum_accuracy(items)
     assert acc["sub"] == {"n": 2, "greedy": 0.5, "sampled": 0.375}
     assert acc["sub@2"]["n"] == 1 and acc["soft"]["n"] == 2 and acc["clean"]["n"] == 1 and acc["all"]["n"] == 3
@@ -323,8 +340,11 @@ def tiny_skill_cache(tmp_path_factory):
     from coevolve.toy.pretrain import build_cached
 
     root = tmp_path_factory.mktemp("cache")
-    build_cached(skill_base_dir(root / "skill", 2, 0), lambda d: build_skill_base(
-        d, steps=2, progress=False, measure_per_stratum=1, measure_samples=1), built_marker="skill_build.json")
+    build_cached(
+        skill_base_dir(root / "skill", 2, 0),
+        lambda d: build_skill_base(d, steps=2, progress=False, measure_per_stratum=1, measure_samples=1),
+        built_marker="skill_build.json",
+    )
     return root
 
 
@@ -332,9 +352,20 @@ def test_a_tiny_skill_run_reports_strata_and_reuses_the_base_evaluation(tiny_ski
     from coevolve.config import load_config
     from coevolve.recipes import execute
 
-    over = ["data.source=skill", f"model.toy_cache={tiny_skill_cache}", "data.skill.base_steps=2", "solver.steps=1",
-            "solver.prompts_per_step=2", "solver.group_size=2", "eval.limit=30", "eval.samples=1",
-            "sampling.max_new_tokens=8", "eval.max_new_tokens=60", "run.threads=1", "run.progress=false"]
+    over = [
+        "data.source=skill",
+        f"model.toy_cache={tiny_skill_cache}",
+        "data.skill.base_steps=2",
+        "solver.steps=1",
+        "solver.prompts_per_step=2",
+        "solver.group_size=2",
+        "eval.limit=30",
+        "eval.samples=1",
+        "sampling.max_new_tokens=8",
+        "eval.max_new_tokens=60",
+        "run.threads=1",
+        "run.progress=false",
+    ]
     summaries = []
     for name in ("a", "b"):
         cfg = load_config("grpo", None, over)

@@ -92,18 +92,33 @@ def test_json_array_csv_parquet_and_gzip_read_alike(tmp_path: Path) -> None:
 def test_chat_message_rows_and_verl_rows(tmp_path: Path) -> None:
     """TRL's conversational rows (question = last user turn, answer = last assistant turn's final
     answer) and verl's parquet rows (prompt messages, reward_model.ground_truth)."""
-    trl = write_jsonl(tmp_path / "trl.jsonl", [{"messages": [
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 5*5?"},
-        {"role": "assistant", "content": "5*5 = 25, so \\boxed{25}"}]}])
+    trl = write_jsonl(
+        tmp_path / "trl.jsonl",
+        [
+            {
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "What is 5*5?"},
+                    {"role": "assistant", "content": "5*5 = 25, so \\boxed{25}"},
+                ]
+            }
+        ],
+    )
     for keys in ({}, {"question_key": "messages"}):  # both keys are named, whichever is missing
         with pytest.raises(DataError, match="chat rows: set data.question_key=messages data.answer_key=messages"):
             check_source(data(trl, **keys))
     (task,), _ = check_source(data(trl, question_key="messages", answer_key="messages"))
     assert (task.question, task.answer) == ("What is 5*5?", "25")
     verl = tmp_path / "train.parquet"
-    verl.write_bytes(parquet_bytes({
-        "data_source": ["math"], "prompt": [[{"role": "user", "content": "What is 7-2?"}]],
-        "reward_model": [{"style": "rule", "ground_truth": "5"}]}))
+    verl.write_bytes(
+        parquet_bytes(
+            {
+                "data_source": ["math"],
+                "prompt": [[{"role": "user", "content": "What is 7-2?"}]],
+                "reward_model": [{"style": "rule", "ground_truth": "5"}],
+            }
+        )
+    )
     (task,), _ = check_source(data(verl, question_key="prompt", answer_key="reward_model.ground_truth"))
     assert (task.question, task.answer, task.features) == ("What is 7-2?", "5", {"data_source": "math"})
 
@@ -127,8 +142,10 @@ def test_broken_and_empty_sources_name_the_problem(tmp_path: Path) -> None:
         check_source(data(tmp_path / "bad.json"))
     mixed = write_jsonl(tmp_path / "mixed.jsonl", [{"question": "q1", "answer": "1"}, {"question": "q2"}])
     tasks, report = load_labelled_tasks(data(mixed, on_error="skip"))
-    assert len(tasks) == 1 and report.problems == [f"{mixed}:2: field 'answer' is missing or empty (this row's "
-                                                   "fields: question; set data.answer_key to the field that holds it)"]
+    assert len(tasks) == 1 and report.problems == [
+        f"{mixed}:2: field 'answer' is missing or empty (this row's "
+        "fields: question; set data.answer_key to the field that holds it)"
+    ]
     with pytest.raises(DataError, match="does not exist"):
         source_kind(str(tmp_path / "nope.jsonl"))
     assert source_kind("openai/gsm8k") == "hub"
@@ -137,15 +154,22 @@ def test_broken_and_empty_sources_name_the_problem(tmp_path: Path) -> None:
 def test_datasets_folder_with_splits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     datasets = pytest.importorskip("datasets")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "dscache"))
-    dd = datasets.DatasetDict({
-        "train": datasets.Dataset.from_dict({"problem": ["1+2?", "2+5?"], "solution": ["\\boxed{3}", "\\boxed{7}"]}),
-        "test": datasets.Dataset.from_dict({"problem": ["9-1?"], "solution": ["\\boxed{8}"]})})
+    dd = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(
+                {"problem": ["1+2?", "2+5?"], "solution": ["\\boxed{3}", "\\boxed{7}"]}
+            ),
+            "test": datasets.Dataset.from_dict({"problem": ["9-1?"], "solution": ["\\boxed{8}"]}),
+        }
+    )
     dd.save_to_disk(str(tmp_path / "ds"))
     assert source_kind(str(tmp_path / "ds")) == "disk"
     d = data(tmp_path / "ds", question_key="problem", answer_key="solution")
     assert [t.answer for t in check_source(d)[0]] == ["3", "7"]
-    assert [t.answer for t in check_source(data(tmp_path / "ds", question_key="problem", answer_key="solution",
-                                                split="test"))[0]] == ["8"]
+    assert [
+        t.answer
+        for t in check_source(data(tmp_path / "ds", question_key="problem", answer_key="solution", split="test"))[0]
+    ] == ["8"]
     with pytest.raises(DataError, match=r"no split 'dev' \(splits: train, test\); set data.split"):
         check_source(data(tmp_path / "ds", question_key="problem", answer_key="solution", split="dev"))
 
@@ -159,14 +183,24 @@ def test_hub_dataset_is_read_from_the_local_cache(tmp_path: Path, monkeypatch: p
     datasets = pytest.importorskip("datasets")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "dscache"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    readme = ("---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: main/train-*\n"
-              "  - split: test\n    path: main/test-*\n---\n")
-    fake_hub_repo(tmp_path / "hub", "dataset", "openai/gsm8k", {
-        "README.md": readme.encode(),
-        "main/train-00000-of-00001.parquet": parquet_bytes({"question": ["Tom has 3 apples and buys 4. How many?"],
-                                                            "answer": ["3 + 4 = 7\n#### 7"]}),
-        "main/test-00000-of-00001.parquet": parquet_bytes({"question": ["What is 10 times 12?", "Half of 8?"],
-                                                           "answer": ["10*12 = 120\n#### 120", "#### 4"]})})
+    readme = (
+        "---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: main/train-*\n"
+        "  - split: test\n    path: main/test-*\n---\n"
+    )
+    fake_hub_repo(
+        tmp_path / "hub",
+        "dataset",
+        "openai/gsm8k",
+        {
+            "README.md": readme.encode(),
+            "main/train-00000-of-00001.parquet": parquet_bytes(
+                {"question": ["Tom has 3 apples and buys 4. How many?"], "answer": ["3 + 4 = 7\n#### 7"]}
+            ),
+            "main/test-00000-of-00001.parquet": parquet_bytes(
+                {"question": ["What is 10 times 12?", "Half of 8?"], "answer": ["10*12 = 120\n#### 120", "#### 4"]}
+            ),
+        },
+    )
     tasks, _ = check_source(data("openai/gsm8k", subset="main", split="test"))
     assert [(t.question, t.answer) for t in tasks] == [("What is 10 times 12?", "120"), ("Half of 8?", "4")]
     assert tasks[0].id == "openai/gsm8k[main/test] row 1"
@@ -178,8 +212,11 @@ def test_hub_dataset_not_cached_says_how_to_get_it(tmp_path: Path) -> None:
     env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "ds")}
     r = cli_env("data", "someone/not-cached", env=env)
     assert r.returncode == 2, r.stderr
-    assert "not in the local Hugging Face cache" in r.stderr and "hf download someone/not-cached --repo-type dataset" \
-        in r.stderr and "Traceback" not in r.stderr
+    assert (
+        "not in the local Hugging Face cache" in r.stderr
+        and "hf download someone/not-cached --repo-type dataset" in r.stderr
+        and "Traceback" not in r.stderr
+    )
 
 
 def test_model_path_hub_id_resolves_through_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -243,10 +280,10 @@ def test_a_run_with_bad_data_or_template_leaves_no_folder(tmp_path: Path, smollm
 
 
 def test_device_and_verl_are_checked_before_the_run(tmp_path: Path) -> None:
+    import torch
+
     from coevolve.config.base import VerlBackendConfig
     from coevolve.preflight import check_device, check_verl
-
-    import torch
 
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="model.device=cuda: this machine has 0 CUDA device"):

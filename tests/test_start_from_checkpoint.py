@@ -39,8 +39,11 @@ def test_loaded_optimiser_state_keeps_its_moments_and_takes_this_configs_lr(tmp_
     b.close()
 
     other = Learner(make_model(seed=0, vocab=48), LearnerConfig())  # same parameter names, other shapes
-    with pytest.raises(RunStateError, match=r"its optimiser state is for another model \(model.embed_tokens.weight: "
-                                            r"\(40, 32\) saved vs \(48, 32\) here\)"):
+    with pytest.raises(
+        RunStateError,
+        match=r"its optimiser state is for another model \(model.embed_tokens.weight: "
+        r"\(40, 32\) saved vs \(48, 32\) here\)",
+    ):
         other.load(tmp_path / "ckpt")
 
 
@@ -53,17 +56,21 @@ def _checkpoint(path: Path, world: str = "toy", lora: bool = False, optimiser: b
     return path
 
 
-@pytest.mark.parametrize("case, needle", [
-    ("missing", "no such folder"),
-    ("no_optimiser", "the folder has no learner_optim.pt, so no optimiser state to start from"),
-    ("real_world", "the checkpoint was trained in the real world, this run is in the toy world"),
-    ("lora", "the checkpoint was trained with learner.lora=true, this run has learner.lora=false"),
-])
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        ("missing", "no such folder"),
+        ("no_optimiser", "the folder has no learner_optim.pt, so no optimiser state to start from"),
+        ("real_world", "the checkpoint was trained in the real world, this run is in the toy world"),
+        ("lora", "the checkpoint was trained with learner.lora=true, this run has learner.lora=false"),
+    ],
+)
 def test_checkpoint_to_start_from_is_checked_before_the_run(tmp_path: Path, case: str, needle: str) -> None:
     ckpt = tmp_path / "ckpt"
     if case != "missing":
-        _checkpoint(ckpt, world="real" if case == "real_world" else "toy", lora=case == "lora",
-                    optimiser=case != "no_optimiser")
+        _checkpoint(
+            ckpt, world="real" if case == "real_world" else "toy", lora=case == "lora", optimiser=case != "no_optimiser"
+        )
     cfg = load_config("grpo", None, [f"learner.resume_from_checkpoint={ckpt}"])
     with pytest.raises(ConfigError, match=f"learner.resume_from_checkpoint={ckpt}: {needle}"):
         check_inputs(cfg)
@@ -72,12 +79,22 @@ def test_checkpoint_to_start_from_is_checked_before_the_run(tmp_path: Path, case
 def test_a_refused_checkpoint_leaves_no_run_folder(tmp_path: Path) -> None:
     run = tmp_path / "run"
     r = cli("run", "grpo", f"learner.resume_from_checkpoint={tmp_path / 'nowhere'}", "--run-dir", str(run))
-    assert r.returncode == 2 and "learner.resume_from_checkpoint=" in r.stderr and "no such folder" in r.stderr, r.stderr
+    assert r.returncode == 2 and "learner.resume_from_checkpoint=" in r.stderr and "no such folder" in r.stderr, (
+        r.stderr
+    )
     assert not run.exists()
 
 
-TINY = ["solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=12", "eval.samples=2",
-        "sampling.max_new_tokens=40", "eval.max_new_tokens=40", "run.progress=false", "run.threads=1"]
+TINY = [
+    "solver.prompts_per_step=4",
+    "solver.group_size=4",
+    "eval.heldout_size=12",
+    "eval.samples=2",
+    "sampling.max_new_tokens=40",
+    "eval.max_new_tokens=40",
+    "run.progress=false",
+    "run.threads=1",
+]
 
 
 @pytest.mark.slow
@@ -89,10 +106,20 @@ def test_toy_run_starts_from_another_runs_checkpoint(tmp_path: Path) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
     assert cli("run", "grpo", *TINY, "solver.steps=1", "--run-dir", str(first)).returncode == 0
     ckpt = first / "checkpoints" / "solver_r01"
-    r = cli("run", "grpo", *TINY, "solver.steps=1", "learner.lr=1e-5", f"learner.resume_from_checkpoint={ckpt}",
-            "--run-dir", str(second))
+    r = cli(
+        "run",
+        "grpo",
+        *TINY,
+        "solver.steps=1",
+        "learner.lr=1e-5",
+        f"learner.resume_from_checkpoint={ckpt}",
+        "--run-dir",
+        str(second),
+    )
     assert r.returncode == 0, r.stderr
-    state = {run: {p["key"]: p for p in json.loads((run / "state.json").read_text())["phases"]} for run in (first, second)}
+    state = {
+        run: {p["key"]: p for p in json.loads((run / "state.json").read_text())["phases"]} for run in (first, second)
+    }
     assert state[second]["base/eval"]["values"] == state[first]["01/eval"]["values"]
     assert json.loads((second / "checkpoints" / "solver_r01" / "learner_state.json").read_text())["step"] == 2
     rows = [json.loads(x) for x in (second / "metrics.jsonl").read_text().splitlines()]

@@ -30,13 +30,20 @@ from coevolve.run.state import PhaseRecord, PhaseState
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "diagevo_smoke.yaml"
-SMALL = ["memory.embedder=hash", "eval.heldout_size=20", "pool.size=32", "solver.steps=1", "probe.size=12",
-         "probe.samples=4"]
+SMALL = [
+    "memory.embedder=hash",
+    "eval.heldout_size=20",
+    "pool.size=32",
+    "solver.steps=1",
+    "probe.size=12",
+    "probe.samples=4",
+]
 
 
 # ------------------------------------------------------------------------------ slow references
-def _slow_signals(answers: list[list[str | None]], tokens: list[list[int]], prev: list[str | None] | None,
-                  gold: list[str] | None) -> dict[str, float | None]:
+def _slow_signals(
+    answers: list[list[str | None]], tokens: list[list[int]], prev: list[str | None] | None, gold: list[str] | None
+) -> dict[str, float | None]:
     """The signals straight from their definitions, answer by answer (exact string clusters)."""
     p1s, ents, parsed, total = [], [], 0, 0
     labels = []
@@ -51,10 +58,13 @@ def _slow_signals(answers: list[list[str | None]], tokens: list[list[int]], prev
         parsed += sum(a is not None for a in ans)
         total += n
     out: dict[str, float | None] = {
-        "p1": sum(p1s) / len(p1s), "entropy": sum(ents) / len(ents), "parsed": parsed / total,
+        "p1": sum(p1s) / len(p1s),
+        "entropy": sum(ents) / len(ents),
+        "parsed": parsed / total,
         "answer_tokens": sum(sum(t) for t in tokens) / sum(len(t) for t in tokens),
-        "agreement": None if prev is None else
-        sum(lb is not None and lb == pv for lb, pv in zip(labels, prev)) / len(labels),
+        "agreement": None
+        if prev is None
+        else sum(lb is not None and lb == pv for lb, pv in zip(labels, prev)) / len(labels),
     }
     if gold is not None:
         out["accuracy"] = sum(lb == g for lb, g in zip(labels, gold)) / len(gold)
@@ -78,10 +88,15 @@ def test_probe_signals_match_the_slow_reference(seed: int) -> None:
     prev = [rng.choice(["1", "2", None]) for _ in range(q)]
     gold = [rng.choice(["1", "2", "3"]) for _ in range(q)]
     sizes, labels = zip(*(_clusters(a) for a in answers))
-    fast = probe_signals(list(sizes), [n] * q, tokens,
-                         agree_prev=[lb is not None and lb == pv for lb, pv in zip(labels, prev)],
-                         correct=[[a == g for a in ans] for ans, g in zip(answers, gold)],
-                         label_correct=[lb == g for lb, g in zip(labels, gold)], question_chars=[3, 5])
+    fast = probe_signals(
+        list(sizes),
+        [n] * q,
+        tokens,
+        agree_prev=[lb is not None and lb == pv for lb, pv in zip(labels, prev)],
+        correct=[[a == g for a in ans] for ans, g in zip(answers, gold)],
+        label_correct=[lb == g for lb, g in zip(labels, gold)],
+        question_chars=[3, 5],
+    )
     slow = _slow_signals(answers, tokens, prev, gold)
     for k, v in slow.items():
         assert fast[k] == pytest.approx(v, abs=1e-12), k
@@ -216,8 +231,12 @@ def test_early_stop_selects_pins_and_exports_the_chosen_round(tmp_path: Path, to
     from coevolve.run import Run
 
     rd = tmp_path / "run"
-    summary = _run(rd, toy_overrides + SMALL + ["rounds=3", "run.select=best_signal:parsed", "run.stop_patience=1",
-                                                "run.keep_checkpoints=1"])
+    summary = _run(
+        rd,
+        toy_overrides
+        + SMALL
+        + ["rounds=3", "run.select=best_signal:parsed", "run.stop_patience=1", "run.keep_checkpoints=1"],
+    )
     run = Run.open(rd)
     probes = {r.round or 0: r.values for r in run.state.records() if r.name == "probe"}
     series = {t: v["parsed"] for t, v in probes.items()}
@@ -236,14 +255,17 @@ def test_early_stop_selects_pins_and_exports_the_chosen_round(tmp_path: Path, to
     assert f"round {sel['round']}" in res.output
     meta = json.loads((out / "coevolve.json").read_text())
     assert meta["exported_from"] == str((rd / sel["checkpoint"]).resolve())  # the weights the round measured
-    assert sel["checkpoint"] == probes[sel["round"]]["checkpoint"] and sel["checkpoint"].startswith("checkpoints/solver_r")
+    assert sel["checkpoint"] == probes[sel["round"]]["checkpoint"] and sel["checkpoint"].startswith(
+        "checkpoints/solver_r"
+    )
     report = (rd / "report" / "report.md").read_text()
     assert "Round signals" in report and (rd / "report" / "round_signals.png").is_file()
 
 
 @pytest.mark.slow
-def test_a_run_failing_inside_a_probe_resumes_to_the_same_result(tmp_path: Path, toy_overrides: list[str],
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_failing_inside_a_probe_resumes_to_the_same_result(
+    tmp_path: Path, toy_overrides: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The round-1 probe fails after drawing half its answers; the resumed run equals an
     uninterrupted one (probe set, probe answers, signals, metrics rows)."""
     import coevolve.curriculum.sampling as sampling
@@ -257,7 +279,10 @@ def test_a_run_failing_inside_a_probe_resumes_to_the_same_result(tmp_path: Path,
     def failing(sampler, prompts, n, params, batch_prompts, progress=None):  # type: ignore[no-untyped-def]
         import traceback
 
-        if any("phase_probe" in f.name for f in traceback.extract_stack()) and (tmp_path / "victim" / "round_01").is_dir():
+        if (
+            any("phase_probe" in f.name for f in traceback.extract_stack())
+            and (tmp_path / "victim" / "round_01").is_dir()
+        ):
             calls["n"] += 1
             if calls["n"] == 1:
                 real(sampler, prompts[: len(prompts) // 2], n, params, batch_prompts)
@@ -276,14 +301,17 @@ def test_a_run_failing_inside_a_probe_resumes_to_the_same_result(tmp_path: Path,
     a, b = (json.loads((d / "summary.json").read_text()) for d in (ref, victim))
     strip = lambda rows: [{k: v for k, v in x.items() if "seconds" not in k} for x in rows]  # noqa: E731
     assert strip(a["rounds"]) == strip(b["rounds"]) and a["selection"] == b["selection"]
-    rows = lambda d: [{k: v for k, v in json.loads(x).items() if k != "time" and "seconds" not in k}  # noqa: E731
-                      for x in (d / "metrics.jsonl").read_text().splitlines()]
+    rows = lambda d: [
+        {k: v for k, v in json.loads(x).items() if k != "time" and "seconds" not in k}  # noqa: E731
+        for x in (d / "metrics.jsonl").read_text().splitlines()
+    ]
     assert rows(ref) == rows(victim)
 
 
 @pytest.mark.slow
 def test_a_world_without_training_questions_freezes_round_1s_writer_questions(
-        tmp_path: Path, toy_overrides: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, toy_overrides: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Label-free DiagEvo where the world has no training questions (a real model without
     data.source): the base probe is empty, round 1's probe freezes unkept writer questions of
     round 1, round 2 reuses them and measures agreement with round 1."""
@@ -297,8 +325,10 @@ def test_a_world_without_training_questions_freezes_round_1s_writer_questions(
     _run(rd, toy_overrides + SMALL + ["rounds=2"])
     assert (rd / "base" / "probe_answers.jsonl").read_text() == ""
     probe = [json.loads(x) for x in (rd / "probe.jsonl").read_text().splitlines()]
-    cands = {json.loads(x)["question"]: json.loads(x)["status"]
-             for x in (rd / "round_01" / "candidates.jsonl").read_text().splitlines()}
+    cands = {
+        json.loads(x)["question"]: json.loads(x)["status"]
+        for x in (rd / "round_01" / "candidates.jsonl").read_text().splitlines()
+    }
     assert probe and all(cands.get(p["question"]) in ("filtered", "no_label", "rejected") for p in probe)
     assert all(p["answer"] is None for p in probe)
     rows = {r["round"]: r for r in json.loads((rd / "summary.json").read_text())["rounds"]}

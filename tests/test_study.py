@@ -96,8 +96,15 @@ def test_variants_grid_and_selection(tmp_path):
     for v in st.VARIANTS.values():  # every variant is a valid config of its preset file
         load_config(v.recipe, ROOT / "configs" / v.config, list(v.overrides))
     names = [v.name for v in st.select_variants([], ["d2evo"])]
-    assert names == ["d2evo", "d2evo.no_questioner", "d2evo.no_share_weights", "d2evo.no_synthesis",
-                     "d2evo.random_anchors", "d2evo.rzero_reward", "d2evo.checked"]
+    assert names == [
+        "d2evo",
+        "d2evo.no_questioner",
+        "d2evo.no_share_weights",
+        "d2evo.no_synthesis",
+        "d2evo.random_anchors",
+        "d2evo.rzero_reward",
+        "d2evo.checked",
+    ]
     assert [v.name for v in st.select_variants(["rzero", "grpo"])] == ["grpo", "rzero"]  # VARIANTS order
     assert len(st.select_variants()) == len(st.VARIANTS)
     with pytest.raises(st.StudyError, match="nope"):
@@ -105,24 +112,46 @@ def test_variants_grid_and_selection(tmp_path):
     cells = st.expand_grid(st.select_variants(["grpo", "d2evo"]), [0, 1], tmp_path)
     assert [(c.variant.name, c.seed) for c in cells] == [("grpo", 0), ("d2evo", 0), ("grpo", 1), ("d2evo", 1)]
     assert cells[1].path == tmp_path / "d2evo" / "seed0"
-    assert set(st.ablations("d2evo")) == {"full", "no_questioner", "no_share_weights", "no_synthesis",
-                                          "random_anchors", "rzero_reward", "checked"}
+    assert set(st.ablations("d2evo")) == {
+        "full",
+        "no_questioner",
+        "no_share_weights",
+        "no_synthesis",
+        "random_anchors",
+        "rzero_reward",
+        "checked",
+    }
     paper = {c.worse for c in st.claims() if c.text.startswith("ablation")}
     assert {"d2evo.no_questioner", "d2evo.random_anchors", "diagevo.no_filter", "diagevo.random_pair"} <= paper
     assert "d2evo.rzero_reward" not in paper  # ours, not a paper claim
 
 
-def _fake_run(path: Path, greedy: float, sampled: float | None = None, status: str = "finished",
-              summary: bool = True, oracle: dict[str, float] | None = None, n: int = 500) -> Path:
+def _fake_run(
+    path: Path,
+    greedy: float,
+    sampled: float | None = None,
+    status: str = "finished",
+    summary: bool = True,
+    oracle: dict[str, float] | None = None,
+    n: int = 500,
+) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     (path / "state.json").write_text(json.dumps({"status": status, "phases": []}))
     if summary:
         ev = {"toy": {"greedy": greedy, "sampled": sampled, "n": n}}
         rounds = [{"round": 1, **{f"pool/oracle_acc_{k}": v for k, v in (oracle or {}).items()}}]
-        (path / "summary.json").write_text(json.dumps({
-            "eval": {"base": {"toy": {"greedy": 0.3, "n": n}}, "final": ev}, "rounds": rounds,
-            "compute": {"train": {"rollouts": 100, "generated_tokens": 2000, "trained_tokens": 900, "labels": 5}},
-            "wall_seconds": 12.0}))
+        (path / "summary.json").write_text(
+            json.dumps(
+                {
+                    "eval": {"base": {"toy": {"greedy": 0.3, "n": n}}, "final": ev},
+                    "rounds": rounds,
+                    "compute": {
+                        "train": {"rollouts": 100, "generated_tokens": 2000, "trained_tokens": 900, "labels": 5}
+                    },
+                    "wall_seconds": 12.0,
+                }
+            )
+        )
     return path
 
 
@@ -145,9 +174,20 @@ def test_skip_and_resume_decisions(tmp_path):
     r = st.read_cell(v.name, 2, cell.path)
     assert (r.greedy, r.n, r.compute.labels, r.base_greedy) == (0.5, 500, 5, 0.3)  # no phase compute: summary's
     phase = lambda name, key, n: {"key": key, "name": name, "compute": {"rollouts": n, "labels": 1}}  # noqa: E731
-    (cell.path / "state.json").write_text(json.dumps({"status": "finished", "phases": [
-        phase("eval", "base/eval", 1000), phase("difficulty", "01/difficulty", 30), phase("solver", "01/solver", 7),
-        phase("eval", "01/eval", 1000), phase("difficulty", "final/difficulty", 30)]}))
+    (cell.path / "state.json").write_text(
+        json.dumps(
+            {
+                "status": "finished",
+                "phases": [
+                    phase("eval", "base/eval", 1000),
+                    phase("difficulty", "01/difficulty", 30),
+                    phase("solver", "01/solver", 7),
+                    phase("eval", "01/eval", 1000),
+                    phase("difficulty", "final/difficulty", 30),
+                ],
+            }
+        )
+    )
     r = st.read_cell(v.name, 2, cell.path)  # training before the last eval: not the final re-measure, not evals
     assert (r.compute.rollouts, r.compute.labels) == (37, 2)
 
@@ -187,17 +227,35 @@ def test_run_grid_skips_finished_and_resumes_unfinished(tmp_path, monkeypatch):
 def test_report_only_renders_from_fixture_folders(tmp_path):
     mod = _script()
     out = tmp_path / "study"
-    acc = {"grpo": [0.688, 0.678, 0.684], "d2evo": [0.670, 0.660, 0.654], "rzero": [0.60, 0.61, 0.62],
-           "diagevo": [0.66, 0.65, 0.67]}
+    acc = {
+        "grpo": [0.688, 0.678, 0.684],
+        "d2evo": [0.670, 0.660, 0.654],
+        "rzero": [0.60, 0.61, 0.62],
+        "diagevo": [0.66, 0.65, 0.67],
+    }
     for name, xs in acc.items():
         for seed, x in enumerate(xs):
-            _fake_run(out / name / f"seed{seed}", x, x - 0.2,
-                      oracle={"none": 0.6, "absolute": 0.7 + seed / 100, "dual": 0.75 + seed / 50,
-                              "kept": 0.75} if name == "diagevo" else None)
+            _fake_run(
+                out / name / f"seed{seed}",
+                x,
+                x - 0.2,
+                oracle={"none": 0.6, "absolute": 0.7 + seed / 100, "dual": 0.75 + seed / 50, "kept": 0.75}
+                if name == "diagevo"
+                else None,
+            )
     _fake_run(out / "diagevo.no_filter" / "seed0", 0.65)
     md = tmp_path / "study.md"
-    rc = mod.main(["--out", str(out), "--out-md", str(md), "--report-only", "--only",
-                   "grpo,d2evo,diagevo,rzero,diagevo.no_filter"])
+    rc = mod.main(
+        [
+            "--out",
+            str(out),
+            "--out-md",
+            str(md),
+            "--report-only",
+            "--only",
+            "grpo,d2evo,diagevo,rzero,diagevo.no_filter",
+        ]
+    )
     assert rc == 0
     text = md.read_text()
     d = st.t_interval([0.670 - 0.688, 0.660 - 0.678, 0.654 - 0.684])
@@ -229,8 +287,20 @@ def test_smoke_study_end_to_end(tmp_path, toy_base):
     shutil.copy(ROOT / "configs" / "diagevo_smoke.yaml", preset / "diagevo.yaml")
     mod = _script()
     out, md = tmp_path / "study", tmp_path / "study.md"
-    args = ["--preset", str(preset), "--out", str(out), "--out-md", str(md), "--only", "diagevo", "--seeds", "0,1",
-            "run.threads=1", "rounds=1"]
+    args = [
+        "--preset",
+        str(preset),
+        "--out",
+        str(out),
+        "--out-md",
+        str(md),
+        "--only",
+        "diagevo",
+        "--seeds",
+        "0,1",
+        "run.threads=1",
+        "rounds=1",
+    ]
     assert mod.main(args) == 0
     for s in (0, 1):
         assert st.cell_status(out / "diagevo" / f"seed{s}") == "finished"
@@ -247,24 +317,43 @@ def test_adopt_copies_a_matching_finished_run_and_refuses_others(tmp_path):
 
     mod = _script()
     cells = st.expand_grid(st.select_variants(["grpo"]), [0, 1], tmp_path / "study")
-    resolved = {c.seed: {"recipe": "grpo", "data": {"limit": 64}, "run": {"seed": c.seed, "progress": False}}
-                for c in cells}
+    resolved = {
+        c.seed: {"recipe": "grpo", "data": {"limit": 64}, "run": {"seed": c.seed, "progress": False}} for c in cells
+    }
     other = _fake_run(tmp_path / "other_s1", 0.61)
-    (other / "config.yaml").write_text(yaml.safe_dump({"recipe": "grpo", "data": {"limit": 64},
-                                                       "run": {"seed": 1, "progress": True}}))
+    (other / "config.yaml").write_text(
+        yaml.safe_dump({"recipe": "grpo", "data": {"limit": 64}, "run": {"seed": 1, "progress": True}})
+    )
     (other / "checkpoints").mkdir()
     wrong = _fake_run(tmp_path / "wrong_s0", 0.9)
-    (wrong / "config.yaml").write_text(yaml.safe_dump({"recipe": "grpo", "data": {"limit": None},
-                                                       "run": {"seed": 0, "progress": False}}))
+    (wrong / "config.yaml").write_text(
+        yaml.safe_dump({"recipe": "grpo", "data": {"limit": None}, "run": {"seed": 0, "progress": False}})
+    )
     unfinished = _fake_run(tmp_path / "unfinished", 0.5, status="running", summary=False)
-    lines = mod.adopt_runs(cells, [other, wrong, unfinished], ROOT / "configs", [], ROOT / "src", [],
-                           lambda m: None, resolve=lambda c, *a: resolved[c.seed])
+    lines = mod.adopt_runs(
+        cells,
+        [other, wrong, unfinished],
+        ROOT / "configs",
+        [],
+        ROOT / "src",
+        [],
+        lambda m: None,
+        resolve=lambda c, *a: resolved[c.seed],
+    )
     assert len(lines) == 1 and "grpo seed1" in lines[0]
     assert st.read_cell("grpo", 1, cells[1].path).greedy == 0.61
     assert not (cells[1].path / "checkpoints").exists()
     assert st.cell_status(cells[0].path) == "empty"  # data.limit differs: not the same run
-    lines = mod.adopt_runs(cells, [wrong], ROOT / "configs", [], ROOT / "src", ["data.limit"],
-                           lambda m: None, resolve=lambda c, *a: resolved[c.seed])
+    lines = mod.adopt_runs(
+        cells,
+        [wrong],
+        ROOT / "configs",
+        [],
+        ROOT / "src",
+        ["data.limit"],
+        lambda m: None,
+        resolve=lambda c, *a: resolved[c.seed],
+    )
     assert "apart from data.limit" in lines[0] and st.cell_status(cells[0].path) == "finished"
 
 
@@ -285,7 +374,7 @@ def _slow_welch(a, b, item_var=0.0, n_items=0):
     vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
     terms = [(va, len(a) - 1), (vb, len(b) - 1)] + ([(item_var, n_items - 1)] if item_var else [])
     var = sum(v for v, _ in terms)
-    df = var ** 2 / sum(v * v / d for v, d in terms)
+    df = var**2 / sum(v * v / d for v, d in terms)
     k = int(math.floor(df + 1e-9))
     lo, hi = 0.0, 50.0
     while hi - lo > 1e-9:  # bisection on the integrated density
@@ -305,7 +394,7 @@ def test_welch_difference_against_a_term_by_term_reference(item_var, n_items):
     assert d.mean == pytest.approx(mean) and d.se == pytest.approx(se) and d.df == pytest.approx(df)
     assert (d.low, d.high) == (pytest.approx(lo, abs=2e-6), pytest.approx(hi, abs=2e-6))
     assert d.p == pytest.approx(p, abs=1e-6)
-    assert d.se_item == pytest.approx(math.sqrt(item_var)) and d.se_seed ** 2 + d.se_item ** 2 == pytest.approx(se ** 2)
+    assert d.se_item == pytest.approx(math.sqrt(item_var)) and d.se_seed**2 + d.se_item**2 == pytest.approx(se**2)
     if item_var:  # a larger se, but a well-estimated term also raises df (the t quantile falls)
         plain = st.welch_difference(a, b)
         assert d.se > plain.se and d.df > plain.df
@@ -330,7 +419,7 @@ def test_paired_items_difference_is_the_t_interval_of_the_pairs_plus_the_item_te
     assert (d.kind, d.n, d.se_item) == ("paired", 3, 0.0)
     assert (d.mean, d.low, d.high) == (pytest.approx(ref.mean), pytest.approx(ref.low), pytest.approx(ref.high))
     wide = st.paired_items_difference(a, b, item_var=1e-4, n_items=500)
-    assert wide.se == pytest.approx(math.sqrt(ref.se ** 2 + 1e-4)) and wide.low < d.low
+    assert wide.se == pytest.approx(math.sqrt(ref.se**2 + 1e-4)) and wide.low < d.low
     assert st.paired_items_difference({0: 0.5}, {0: 0.4}).low is None  # one pair: no interval
     assert st.welch_difference([0.5], [0.4, 0.41]).low is None
 
@@ -404,8 +493,10 @@ def test_holm_adjusted_p_values_reject_what_the_step_down_definition_rejects():
     assert st.holm([0.01, None, 0.04]) == [pytest.approx(0.02), None, pytest.approx(0.04)]
 
 
-@pytest.mark.parametrize("effect,sd,n,item_var,paired", [(0.02, 0.012, 3, 0.0, False), (0.02, 0.012, 5, 2e-5, False),
-                                                          (0.015, 0.01, 4, 1e-5, True)])
+@pytest.mark.parametrize(
+    "effect,sd,n,item_var,paired",
+    [(0.02, 0.012, 3, 0.0, False), (0.02, 0.012, 5, 2e-5, False), (0.015, 0.01, 4, 1e-5, True)],
+)
 def test_power_against_simulated_tests(effect, sd, n, item_var, paired):
     """The analytic power against the rejection rate of the same level-0.05 test on simulated
     runs (normal seed noise, a normal item shift shared by the arms' comparison)."""
@@ -455,24 +546,45 @@ def _skill_run(path: Path, rng, p_item, seed: int, memory=None) -> Path:
     for t in heldout_tasks(4):  # 4 per stratum: 119 items
         p = p_item(t)
         s = [rng.random() < p for _ in range(4)]
-        items.append({"id": t.id, "question": t.question, "gold": t.answer, "group": t.features["focus"],
-                      "correct": rng.random() < p, "sampled_correct": s, "sampled_acc": sum(s) / 4})
+        items.append(
+            {
+                "id": t.id,
+                "question": t.question,
+                "gold": t.answer,
+                "group": t.features["focus"],
+                "correct": rng.random() < p,
+                "sampled_correct": s,
+                "sampled_acc": sum(s) / 4,
+            }
+        )
     path.mkdir(parents=True)
-    phases = [{"key": "base/eval", "name": "eval", "round": None, "stage": "base"},
-              {"key": "01/eval", "name": "eval", "round": 1, "stage": ""}]
+    phases = [
+        {"key": "base/eval", "name": "eval", "round": None, "stage": "base"},
+        {"key": "01/eval", "name": "eval", "round": 1, "stage": ""},
+    ]
     (path / "state.json").write_text(json.dumps({"format": STATE_FORMAT, "status": "finished", "phases": phases}))
     (path / "round_01" / "eval").mkdir(parents=True)
     (path / "round_01" / "eval" / "items_skill.jsonl").write_text("\n".join(json.dumps(r) for r in items))
     (path / "base" / "eval").mkdir(parents=True)  # the base: every item right at greedy, none sampled
-    (path / "base" / "eval" / "items_skill.jsonl").write_text("\n".join(
-        json.dumps({**r, "correct": True, "sampled_acc": 0.0}) for r in items))
+    (path / "base" / "eval" / "items_skill.jsonl").write_text(
+        "\n".join(json.dumps({**r, "correct": True, "sampled_acc": 0.0}) for r in items)
+    )
     g = sum(r["correct"] for r in items) / len(items)
     sm = sum(r["sampled_acc"] for r in items) / len(items)
-    (path / "summary.json").write_text(json.dumps({
-        "eval": {"base": {"skill": {"greedy": 0.3, "n": len(items)}},
-                 "final": {"skill": {"greedy": g, "sampled": sm, "n": len(items)}}},
-        "rounds": [], "compute": {"train": {"rollouts": 100, "labels": 5}}, "wall_seconds": 60.0,
-        "skill_world": {"memory": memory} if memory else {}}))
+    (path / "summary.json").write_text(
+        json.dumps(
+            {
+                "eval": {
+                    "base": {"skill": {"greedy": 0.3, "n": len(items)}},
+                    "final": {"skill": {"greedy": g, "sampled": sm, "n": len(items)}},
+                },
+                "rounds": [],
+                "compute": {"train": {"rollouts": 100, "labels": 5}},
+                "wall_seconds": 60.0,
+                "skill_world": {"memory": memory} if memory else {},
+            }
+        )
+    )
     return path
 
 
@@ -489,12 +601,21 @@ def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     cells = []
     for seed in range(3):
         for v, lift in arms.items():
+
             def p(t, lift=lift, seed=seed):
                 return min(1.0, 0.4 + lift + 0.01 * seed) if t.features["focus"] in deficient else 0.8
+
             cell_path = _skill_run(tmp_path / v / f"seed{seed}", rng, p, seed)
             cells.append(st.read_cell(v, seed, cell_path))
-    mem = {"causes": 3, "precision": 0.5, "precision_failures": 0.7, "recall_soft": 1.0, "recall": 0.67,
-           "found": {"sub_bug": "active"}, "top": [["sub_bug", 9]]}
+    mem = {
+        "causes": 3,
+        "precision": 0.5,
+        "precision_failures": 0.7,
+        "recall_soft": 1.0,
+        "recall": 0.67,
+        "found": {"sub_bug": "active"},
+        "top": [["sub_bug", 9]],
+    }
     cells.append(st.read_cell("diagevo", 0, _skill_run(tmp_path / "diagevo" / "seed0", rng, lambda t: 0.5, 0, mem)))
     verdicts = {v.claim.key: v for v in ss.judge(cells)}
     c1 = verdicts["C1"]
@@ -527,7 +648,10 @@ def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     assert ss.seeds_cell(8, 7, "paper", (8, 14)) == "8 + 14 of 7" and ss.seeds_cell(3, 7, "paper", (3, 3)) == "3 of 7"
     assert ss.group_missing(["x seed1: not run"]) == ["x: seed 1 (not run)"]
     assert ss.group_missing(["g seed3: not run", "g seed4: not run", "g seed6: not run", "g seed5: failed", "odd"]) == [
-        "g: seeds 3-4, 6 (not run)", "g: seed 5 (failed)", "odd"]
+        "g: seeds 3-4, 6 (not run)",
+        "g: seed 5 (failed)",
+        "odd",
+    ]
     assert "- x: seed 1 (not run)" in md
     assert f"| base | {len(cells)} runs | 1.000 / 0.000 | 1.000 / 0.000 |" in md  # read from base/eval
     total = sum(c.wall_seconds or 0 for c in cells)

@@ -29,8 +29,8 @@ from coevolve.toy import (
     sample_tasks,
     shows_cause,
 )
-from coevolve.toy.pretrain import MixConfig, _microbatches, build_base, ensure_base, sample_example
 from coevolve.toy.causes import parse_trace
+from coevolve.toy.pretrain import MixConfig, _microbatches, build_base, ensure_base, sample_example
 from coevolve.toy.world import WORLD_VERSION, heldout_questions
 
 
@@ -111,8 +111,21 @@ def test_parse_toy_question_validity_rules() -> None:
     ok = {"3*4": "3*4", " 37+58= ": "37+58", "458+367": "458+367", "41+18-36": "41+18-36", "0+0": "0+0"}
     for s, want in ok.items():
         assert parse_toy_question(s) == want
-    bad = ["01+55", "51-99", "451+102",  # leading zero, negative, 3-digit without a carry
-           "12-40+3", "10-50+60", "3*45", "12*34", "1+2+3", "37+58=95", "37 + 58", "", "abc", "37+58=\nA:"]
+    bad = [
+        "01+55",
+        "51-99",
+        "451+102",  # leading zero, negative, 3-digit without a carry
+        "12-40+3",
+        "10-50+60",
+        "3*45",
+        "12*34",
+        "1+2+3",
+        "37+58=95",
+        "37 + 58",
+        "",
+        "abc",
+        "37+58=\nA:",
+    ]
     for s in bad:
         assert parse_toy_question(s) is None, s
     assert oracle("51-99") is None and oracle("999+999") == "1998"
@@ -174,7 +187,13 @@ def test_cause_catalogue_and_problems_for_causes() -> None:
     "question,bad,good,cause,step",
     [
         ("37+58", _c(["7+8=15", "3+5=8"], "85"), _c(["7+8=15", "3+5+1=9"], "95"), "carry_dropped", 1),
-        ("458+367", _c(["8+7=15", "5+6+1=12", "4+3=7"], "725"), _c(["8+7=15", "5+6+1=12", "4+3+1=8"], "825"), "carry_dropped", 2),
+        (
+            "458+367",
+            _c(["8+7=15", "5+6+1=12", "4+3=7"], "725"),
+            _c(["8+7=15", "5+6+1=12", "4+3+1=8"], "825"),
+            "carry_dropped",
+            2,
+        ),
         ("47+18-36", _c(["47+18=55", "55-36=19"], "19"), _c(["47+18=65", "65-36=29"], "29"), "carry_dropped", 0),
         ("37+58", _c([], "85"), _c(["7+8=15", "3+5+1=9"], "95"), "guessed", 0),
         ("62-38", _c(["2-8=6", "6-3=3"], "36"), _c(["12-8=4", "5-3=2"], "24"), "forgot_borrow", 0),
@@ -219,8 +238,14 @@ def test_toy_prompter_formats() -> None:
     assert p.challenger([c1, c2]) == f"FOCUS:{c1}\nFOCUS:{c2}\nNEW:"
     assert p.parse_question("<question>41+29</question>") == "41+29"
     assert p.parse_question("<question> 41+29= </question>") == "41+29"
-    for bad in ["41+29", "<question>51-99</question>", "<question>41+29</question><question>3+4</question>",
-                "<question>41+29", "<question>01+29</question>", "<question><question>41+29</question>"]:
+    for bad in [
+        "41+29",
+        "<question>51-99</question>",
+        "<question>41+29</question><question>3+4</question>",
+        "<question>41+29",
+        "<question>01+29</question>",
+        "<question><question>41+29</question>",
+    ]:
         assert p.parse_question(bad) is None, bad
     from coevolve.world.toy import ToyWorld
 

@@ -71,10 +71,22 @@ def test_toy_scarce_presets_load_and_share_one_world():
 def test_grpo_trains_only_on_the_labelled_set_and_counts_its_labels(tmp_path, toy_overrides_30):
     from coevolve.recipes import execute
 
-    cfg = load_config("grpo", SCARCE / "grpo.yaml", [
-        "data.limit=6", "solver.steps=3", "solver.prompts_per_step=4", "solver.group_size=2", "eval.heldout_size=8",
-        "eval.samples=0", "run.progress=false", "sampling.max_new_tokens=24", "eval.max_new_tokens=24",
-        *toy_overrides_30])
+    cfg = load_config(
+        "grpo",
+        SCARCE / "grpo.yaml",
+        [
+            "data.limit=6",
+            "solver.steps=3",
+            "solver.prompts_per_step=4",
+            "solver.group_size=2",
+            "eval.heldout_size=8",
+            "eval.samples=0",
+            "run.progress=false",
+            "sampling.max_new_tokens=24",
+            "eval.max_new_tokens=24",
+            *toy_overrides_30,
+        ],
+    )
     summary = execute(cfg, tmp_path / "r")
     run = Run.open(tmp_path / "r")
     trained = {r["prompt"] for r in run.read_jsonl("round_01/solver_rollouts.jsonl")}
@@ -84,8 +96,8 @@ def test_grpo_trains_only_on_the_labelled_set_and_counts_its_labels(tmp_path, to
 
 
 def test_heldout_size_beyond_the_l1_family_is_refused_not_searched_forever():
-    from coevolve.toy import heldout_tasks
     from coevolve.errors import ConfigError
+    from coevolve.toy import heldout_tasks
 
     assert len(heldout_tasks(1020)) == 1020
     with pytest.raises(DataError, match="eval.heldout_size=1021"):

@@ -16,9 +16,17 @@ torch.set_num_threads(1)
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
 
-TINY = ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=8", "eval.samples=0",
-        "run.progress=false", "sampling.max_new_tokens=40", "eval.max_new_tokens=40",
-        "run.trackers=[jsonl,tensorboard,wandb]"]
+TINY = [
+    "solver.steps=2",
+    "solver.prompts_per_step=4",
+    "solver.group_size=4",
+    "eval.heldout_size=8",
+    "eval.samples=0",
+    "run.progress=false",
+    "sampling.max_new_tokens=40",
+    "eval.max_new_tokens=40",
+    "run.trackers=[jsonl,tensorboard,wandb]",
+]
 
 
 def _tb_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:

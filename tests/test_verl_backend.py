@@ -29,8 +29,16 @@ torch.set_num_threads(1)
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 STANDIN = str(Path(__file__).with_name("verl_standin.py"))
-TINY = ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=8",
-        "eval.samples=0", "run.progress=false", "sampling.max_new_tokens=24", "eval.max_new_tokens=24"]
+TINY = [
+    "solver.steps=2",
+    "solver.prompts_per_step=4",
+    "solver.group_size=4",
+    "eval.heldout_size=8",
+    "eval.samples=0",
+    "run.progress=false",
+    "sampling.max_new_tokens=24",
+    "eval.max_new_tokens=24",
+]
 
 
 @pytest.fixture
@@ -39,8 +47,12 @@ def cache(toy_overrides: list[str]) -> list[str]:
 
 
 def standin(toy: list[str]) -> list[str]:
-    return ["backend=verl", f"backend.verl.main=[{sys.executable},{STANDIN},main]",
-            f"backend.verl.merger=[{sys.executable},{STANDIN}]", *toy]
+    return [
+        "backend=verl",
+        f"backend.verl.main=[{sys.executable},{STANDIN},main]",
+        f"backend.verl.merger=[{sys.executable},{STANDIN}]",
+        *toy,
+    ]
 
 
 def _tasks(step: int) -> list[Task]:
@@ -77,35 +89,75 @@ def _paths(root: Path) -> PhasePaths:
 
 def _overrides(*extra: str) -> list[str]:
     cfg = load_config("grpo", None, TINY + ["backend=verl", *extra])
-    return phase_overrides(phase=cfg.solver, learner=cfg.learner, verl=cfg.backend.verl, engine=cfg.engine,
-                           temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=24, max_prompt_tokens=12,
-                           paths=_paths(Path("/w")), experiment="01-solver", seed=123)
+    return phase_overrides(
+        phase=cfg.solver,
+        learner=cfg.learner,
+        verl=cfg.backend.verl,
+        engine=cfg.engine,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=24,
+        max_prompt_tokens=12,
+        paths=_paths(Path("/w")),
+        experiment="01-solver",
+        seed=123,
+    )
 
 
 GOLDEN = [
-    "algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=true", "algorithm.use_kl_in_reward=false",
-    "data.train_files=/w/train.parquet", "data.val_files=/w/train.parquet", "data.train_batch_size=4",
-    "data.max_prompt_length=12", "data.max_response_length=24", "data.shuffle=false",
-    "data.filter_overlong_prompts=false", "data.truncation=error", "actor_rollout_ref.model.path=/w/model",
-    "actor_rollout_ref.actor.optim.lr=3e-05", "actor_rollout_ref.actor.optim.weight_decay=0.0",
-    "actor_rollout_ref.actor.optim.betas=[0.9,0.99]", "actor_rollout_ref.actor.grad_clip=1.0",
-    "actor_rollout_ref.actor.clip_ratio_low=0.2", "actor_rollout_ref.actor.clip_ratio_high=0.28",
-    "actor_rollout_ref.actor.clip_ratio_c=1000000000.0", "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-    "actor_rollout_ref.actor.entropy_coeff=0.0", "actor_rollout_ref.actor.use_kl_loss=false",
-    "actor_rollout_ref.actor.kl_loss_coef=0.0", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_epochs=1",
+    "algorithm.adv_estimator=grpo",
+    "algorithm.norm_adv_by_std_in_grpo=true",
+    "algorithm.use_kl_in_reward=false",
+    "data.train_files=/w/train.parquet",
+    "data.val_files=/w/train.parquet",
+    "data.train_batch_size=4",
+    "data.max_prompt_length=12",
+    "data.max_response_length=24",
+    "data.shuffle=false",
+    "data.filter_overlong_prompts=false",
+    "data.truncation=error",
+    "actor_rollout_ref.model.path=/w/model",
+    "actor_rollout_ref.actor.optim.lr=3e-05",
+    "actor_rollout_ref.actor.optim.weight_decay=0.0",
+    "actor_rollout_ref.actor.optim.betas=[0.9,0.99]",
+    "actor_rollout_ref.actor.grad_clip=1.0",
+    "actor_rollout_ref.actor.clip_ratio_low=0.2",
+    "actor_rollout_ref.actor.clip_ratio_high=0.28",
+    "actor_rollout_ref.actor.clip_ratio_c=1000000000.0",
+    "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+    "actor_rollout_ref.actor.entropy_coeff=0.0",
+    "actor_rollout_ref.actor.use_kl_loss=false",
+    "actor_rollout_ref.actor.kl_loss_coef=0.0",
+    "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "actor_rollout_ref.actor.ppo_epochs=1",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-"actor_rollout_ref.rollout.name=vllm",
-    "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.rollout.top_p=1.0",
-    "actor_rollout_ref.rollout.top_k=-1", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-    "actor_rollout_ref.rollout.gpu_memory_utilization=0.6", "actor_rollout_ref.rollout.seed=123",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.rollout.temperature=1.0",
+    "actor_rollout_ref.rollout.top_p=1.0",
+    "actor_rollout_ref.rollout.top_k=-1",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
+    "actor_rollout_ref.rollout.seed=123",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16", "reward.custom_reward_function.path=/w/reward.py",
-    "reward.custom_reward_function.name=compute_score", "trainer.total_epochs=1", "trainer.total_training_steps=2",
-    "trainer.nnodes=1", "trainer.n_gpus_per_node=1", "trainer.default_local_dir=/w/ckpt",
-    "trainer.rollout_data_dir=/w/dumps", "trainer.save_freq=2", "trainer.test_freq=-1",
-    "trainer.val_before_train=false", "trainer.resume_mode=disable", "trainer.logger=[console,file]",
-    "trainer.project_name=coevolve", "trainer.experiment_name=01-solver",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16",
+    "reward.custom_reward_function.path=/w/reward.py",
+    "reward.custom_reward_function.name=compute_score",
+    "trainer.total_epochs=1",
+    "trainer.total_training_steps=2",
+    "trainer.nnodes=1",
+    "trainer.n_gpus_per_node=1",
+    "trainer.default_local_dir=/w/ckpt",
+    "trainer.rollout_data_dir=/w/dumps",
+    "trainer.save_freq=2",
+    "trainer.test_freq=-1",
+    "trainer.val_before_train=false",
+    "trainer.resume_mode=disable",
+    "trainer.logger=[console,file]",
+    "trainer.project_name=coevolve",
+    "trainer.experiment_name=01-solver",
 ]
 
 
@@ -114,20 +166,35 @@ def test_overrides_golden_list_for_a_toy_grpo_phase():
 
 
 def test_overrides_follow_the_config():
-    ov = _overrides("learner.beta_kl=0.04", "learner.scale_std=false", "learner.lr=1e-6", "backend.verl.nnodes=2",
-                    "backend.verl.n_gpus_per_node=8", "engine.ray.address=auto", "solver.prompts_per_step=16",
-                    "engine.tensor_parallel_size=2", "engine.gpu_memory_utilization=0.5",
-                    "backend.verl.extra_overrides=[trainer.save_freq=1,actor_rollout_ref.rollout.n=2]")
+    ov = _overrides(
+        "learner.beta_kl=0.04",
+        "learner.scale_std=false",
+        "learner.lr=1e-6",
+        "backend.verl.nnodes=2",
+        "backend.verl.n_gpus_per_node=8",
+        "engine.ray.address=auto",
+        "solver.prompts_per_step=16",
+        "engine.tensor_parallel_size=2",
+        "engine.gpu_memory_utilization=0.5",
+        "backend.verl.extra_overrides=[trainer.save_freq=1,actor_rollout_ref.rollout.n=2]",
+    )
     assert "actor_rollout_ref.actor.use_kl_loss=true" in ov and "actor_rollout_ref.actor.kl_loss_coef=0.04" in ov
     assert "algorithm.norm_adv_by_std_in_grpo=false" in ov and "actor_rollout_ref.actor.optim.lr=1e-06" in ov
     assert "trainer.nnodes=2" in ov and "trainer.n_gpus_per_node=8" in ov and "+ray_kwargs.ray_init.address=auto" in ov
     assert "actor_rollout_ref.rollout.tensor_model_parallel_size=2" in ov  # the run's engine settings, one place
     assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.5" in ov
     # a config that still names the fields' former places sets them (old run folders, old command lines)
-    old = _overrides("backend.verl.ray_address=auto", "backend.verl.tensor_parallel_size=2",
-                     "backend.verl.gpu_memory_utilization=0.5", "backend.verl.n_gpus_per_node=8")
-    assert {"+ray_kwargs.ray_init.address=auto", "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
-            "actor_rollout_ref.rollout.gpu_memory_utilization=0.5"} <= set(old)
+    old = _overrides(
+        "backend.verl.ray_address=auto",
+        "backend.verl.tensor_parallel_size=2",
+        "backend.verl.gpu_memory_utilization=0.5",
+        "backend.verl.n_gpus_per_node=8",
+    )
+    assert {
+        "+ray_kwargs.ray_init.address=auto",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+    } <= set(old)
     assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4" in ov  # 16 x 4 rollouts over 16 GPUs
     assert not any("gradient_checkpointing" in o or "dynamic_bsz" in o for o in ov)  # auto / rows: verl's defaults
     ov2 = _overrides("learner.gradient_checkpointing=true", "learner.max_tokens_per_micro_batch=16384")
@@ -137,10 +204,13 @@ def test_overrides_follow_the_config():
     assert ov[-2:] == ["trainer.save_freq=1", "actor_rollout_ref.rollout.n=2"]  # extras last: Hydra's last one wins
 
 
-@pytest.mark.parametrize("extra, field", [
-    (["backend.verl.n_gpus_per_node=3"], "backend.verl.nnodes x n_gpus_per_node"),
-    (["learner.lora=true"], "learner.lora"),
-])
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        (["backend.verl.n_gpus_per_node=3"], "backend.verl.nnodes x n_gpus_per_node"),
+        (["learner.lora=true"], "learner.lora"),
+    ],
+)
 def test_override_config_errors_name_the_field(extra, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         _overrides(*extra)
@@ -159,12 +229,17 @@ def test_backend_config_errors_name_the_field(tmp_path):
         default_commands(load_config("grpo", None, ["backend.verl.merger=[python, '']"]).backend.verl)
     cfg = load_config("grpo", None, ["backend=verl", "backend.verl.python=/opt/verl/bin/python"])
     assert cfg.backend.kind == "verl"
-    assert default_commands(cfg.backend.verl) == (["/opt/verl/bin/python", "-m", "verl.trainer.main_ppo"],
-                                                  ["/opt/verl/bin/python", "-m", "verl.model_merger"])
+    assert default_commands(cfg.backend.verl) == (
+        ["/opt/verl/bin/python", "-m", "verl.trainer.main_ppo"],
+        ["/opt/verl/bin/python", "-m", "verl.model_merger"],
+    )
     # writer phases load under verl (docs/scale.md's commands); solver_model is a field
     assert load_config("d2evo", None, ["backend=verl"]).questioner.steps == 5
-    cfg = load_config("diagevo", None, ["backend=verl", "backend.verl.solver_url=http://h:8000/v1",
-                                        "backend.verl.solver_model=solver-r01"])
+    cfg = load_config(
+        "diagevo",
+        None,
+        ["backend=verl", "backend.verl.solver_url=http://h:8000/v1", "backend.verl.solver_model=solver-r01"],
+    )
     assert (cfg.challenger.steps, cfg.backend.verl.solver_model) == (5, "solver-r01")
 
 
@@ -177,15 +252,22 @@ def test_step_audit_is_the_same_for_both_backends():
     from coevolve.types import Completion
     from coevolve.verl.reward import compute_score
 
-    tasks = [Task("a", "1+2=", "3", features={"targets": ["c1"], "oracle": "3"}),
-             Task("b", "x", "\\frac{1}{2}", features={"targets": [], "oracle": "0.25"})]
-    texts = [["<think>k</think>\\boxed{3}", "\\boxed{4}", "no answer"], ["\\boxed{0.5}", "<think>h</think>\\boxed{1/4}", ""]]
+    tasks = [
+        Task("a", "1+2=", "3", features={"targets": ["c1"], "oracle": "3"}),
+        Task("b", "x", "\\frac{1}{2}", features={"targets": [], "oracle": "0.25"}),
+    ]
+    texts = [
+        ["<think>k</think>\\boxed{3}", "\\boxed{4}", "no answer"],
+        ["\\boxed{0.5}", "<think>h</think>\\boxed{1/4}", ""],
+    ]
     comps = [[Completion(x, [], []) for x in g] for g in texts]
     with make_grader(5.0, 1) as grader:
         for spec in (RewardSpec("solver", 0.9), RewardSpec("match")):
             rewards, local = local_reward(spec, grader)(0, tasks, comps)
-            extras = [[compute_score("s", x, t.answer, {"reward": spec.to_dict(), "index": i}) for x in g]
-                      for i, (t, g) in enumerate(zip(tasks, texts))]
+            extras = [
+                [compute_score("s", x, t.answer, {"reward": spec.to_dict(), "index": i}) for x in g]
+                for i, (t, g) in enumerate(zip(tasks, texts))
+            ]
             remote = audit_step(spec, tasks, texts, extras, grader)
             assert [[e["score"] for e in g] for g in extras] == rewards, spec.kind
             assert (remote.metrics, remote.records) == (local.metrics, local.records), spec.kind
@@ -204,7 +286,10 @@ def test_rzero_reward_is_refused_under_verl_before_any_work():
     assert backend_problems(load_config("diagevo", None, ["backend=verl"])) == []
     d = backend_problems(load_config("d2evo", None, ["backend=verl", "questioner_reward=rzero"]))
     assert [p.split("=")[0] for p in d] == ["questioner.reward.kind"]
-    assert backend_problems(load_config("d2evo", None, ["backend=verl", "questioner_reward=rzero", "questioner=false"])) == []
+    assert (
+        backend_problems(load_config("d2evo", None, ["backend=verl", "questioner_reward=rzero", "questioner=false"]))
+        == []
+    )
 
 
 def test_reward_module_equals_coevolve_rewards():
@@ -215,22 +300,29 @@ def test_reward_module_equals_coevolve_rewards():
     from coevolve.verl.reward import VerlRewardError, compute_score
 
     tasks = [Task("a", "1+2=", "3"), Task("b", "x", "\\frac{1}{2}"), Task("c", "y", None)]
-    texts = [["<think>k</think>\\boxed{3}", "\\boxed{3}", "\\boxed{4}", "<think></think>\\boxed{4}"],
-             ["\\boxed{0.5}", "<think>h</think>\\boxed{1/2}", "no answer", "\\boxed{2}"],
-             ["\\boxed{1}", "<think>h</think>\\boxed{1}", "", "\\boxed{}"]]
+    texts = [
+        ["<think>k</think>\\boxed{3}", "\\boxed{3}", "\\boxed{4}", "<think></think>\\boxed{4}"],
+        ["\\boxed{0.5}", "<think>h</think>\\boxed{1/2}", "no answer", "\\boxed{2}"],
+        ["\\boxed{1}", "<think>h</think>\\boxed{1}", "", "\\boxed{}"],
+    ]
     comps = [[Completion(t, [], []) for t in g] for g in texts]
     for kind, alpha in (("solver", 0.9), ("solver", 0.5), ("match", 0.9)):
         with make_grader(5.0, 1) as grader:
             fn = labelled_reward(alpha, grader) if kind == "solver" else match_reward(grader)
-            tasks_k = tasks if kind == "solver" else [Task(t.id, t.question, t.answer, features={"targets": []})
-                                                      for t in tasks]
+            tasks_k = (
+                tasks
+                if kind == "solver"
+                else [Task(t.id, t.question, t.answer, features={"targets": []}) for t in tasks]
+            )
             want, _ = fn(0, tasks_k, comps)
         # pinned, not only equal on both sides: a correct answer without the think format earns
         # the configured α (a dropped α would give both sides the same default)
         assert want[0][:3] == ([1.0, alpha, 0.0] if kind == "solver" else [1.0, 1.0, -1.0]), (kind, alpha)
         spec = RewardSpec(kind, alpha).to_dict()
-        got = [[compute_score("coevolve/solver", x, t.answer or "", {"reward": spec, "index": i})["score"] for x in g]
-               for i, (t, g) in enumerate(zip(tasks, texts))]
+        got = [
+            [compute_score("coevolve/solver", x, t.answer or "", {"reward": spec, "index": i})["score"] for x in g]
+            for i, (t, g) in enumerate(zip(tasks, texts))
+        ]
         assert got == want, kind
     out = compute_score("s", "<think>k</think>\\boxed{3}", "3", {"reward": RewardSpec("solver").to_dict(), "index": 7})
     assert out == {"score": 1.0, "acc": 1.0, "format": 1.0, "row": 7.0}
@@ -311,7 +403,10 @@ def test_cli_run_with_a_crashing_trainer_then_resume(tmp_path, cache):
     run = Run.open(rd)
     assert [x.key for x in run.state.records()] == ["base/eval", "01/solver", "01/eval"]
     rows = run.read_jsonl("round_01/solver_rollouts.jsonl")
-    assert len(rows) == 8 and [m["step"] for m in run.metrics.rows() if m.get("phase") == "solver" and "step" in m] == [0, 1]
+    assert len(rows) == 8 and [m["step"] for m in run.metrics.rows() if m.get("phase") == "solver" and "step" in m] == [
+        0,
+        1,
+    ]
 
 
 @pytest.mark.slow
@@ -320,10 +415,23 @@ def test_diagevo_solver_phase_on_the_standin_feeds_the_diagnosis(tmp_path, cache
     match reward, and its per-question records (responses, matches) reach optimisation.jsonl,
     which the diagnosis reads."""
     from coevolve.recipes import execute
+
     smoke = Path(__file__).resolve().parents[1] / "configs" / "diagevo_smoke.yaml"
-    cfg = load_config("diagevo", smoke, ["rounds=1", "memory.embedder=hash", "eval.heldout_size=8", "eval.samples=0",
-                                         "pool.size=16", "solver.steps=1", "challenger_frozen=true",
-                                         "run.progress=false", *standin(cache)])
+    cfg = load_config(
+        "diagevo",
+        smoke,
+        [
+            "rounds=1",
+            "memory.embedder=hash",
+            "eval.heldout_size=8",
+            "eval.samples=0",
+            "pool.size=16",
+            "solver.steps=1",
+            "challenger_frozen=true",
+            "run.progress=false",
+            *standin(cache),
+        ],
+    )
     execute(cfg, tmp_path / "run")
     run = Run.open(tmp_path / "run")
     rows = run.read_jsonl("round_01/solver_rollouts.jsonl")
@@ -331,8 +439,10 @@ def test_diagevo_solver_phase_on_the_standin_feeds_the_diagnosis(tmp_path, cache
     assert rows, "the default toy base kept no question: the solver phase had nothing to train on"
     assert all(r["rewards"] == [1.0, -1.0] * (len(r["rewards"]) // 2) for r in rows)
     assert {o["id"] for o in opt} == {r["task_id"] for r in rows}
-    assert all(o["matches"] == [True, False] * (len(o["matches"]) // 2) and len(o["responses"]) == len(o["matches"])
-               for o in opt)
+    assert all(
+        o["matches"] == [True, False] * (len(o["matches"]) // 2) and len(o["responses"]) == len(o["matches"])
+        for o in opt
+    )
 
 
 def test_converters_refuse_outputs_that_do_not_match_the_rows(tmp_path):
@@ -343,9 +453,15 @@ def test_converters_refuse_outputs_that_do_not_match_the_rows(tmp_path):
     d.mkdir()
 
     def dump(step: int, samples: list[tuple[int, float]]) -> None:
-        (d / f"{step}.jsonl").write_text("".join(json.dumps({"input": "p", "output": f"o{r}", "gts": "", "score": s,
-                                                             "step": step, "row": float(r), "acc": s}) + "\n"
-                                                 for r, s in samples))
+        (d / f"{step}.jsonl").write_text(
+            "".join(
+                json.dumps(
+                    {"input": "p", "output": f"o{r}", "gts": "", "score": s, "step": step, "row": float(r), "acc": s}
+                )
+                + "\n"
+                for r, s in samples
+            )
+        )
 
     dump(1, [(r, float(i % 2)) for r in (0, 1, 2) for i in range(2)])
     with pytest.raises(VerlOutputError, match="2.jsonl"):  # step 2's dump is missing
@@ -373,12 +489,17 @@ def test_converters_refuse_outputs_that_do_not_match_the_rows(tmp_path):
 
 
 def test_step_metrics_use_coevolves_definitions():
-    from coevolve.verl.convert import StepRollouts, step_metrics
     from coevolve.types import Completion
+    from coevolve.verl.convert import StepRollouts, step_metrics
 
     rows = phase_rows(1, lambda s: _tasks(s)[:2], str, "solver", RewardSpec("solver"))
-    sr = StepRollouts(0, rows, [["a", "b"], ["c", "d"]], [[1.0, 0.0], [1.0, 1.0]],
-                      [[{"acc": 1.0, "format": 0.0}, {"acc": 0.0, "format": 1.0}], [{"acc": 1.0, "format": 1.0}] * 2])
+    sr = StepRollouts(
+        0,
+        rows,
+        [["a", "b"], ["c", "d"]],
+        [[1.0, 0.0], [1.0, 1.0]],
+        [[{"acc": 1.0, "format": 0.0}, {"acc": 0.0, "format": 1.0}], [{"acc": 1.0, "format": 1.0}] * 2],
+    )
     comps = [[Completion(t, [1] * n, []) for t, n in zip(g, (3, 5))] for g in sr.texts]
     m = step_metrics(sr, comps, {"actor/pg_loss": 0.25, "timing_s/gen": 2.0, "actor/unmapped": 7.0})
     assert m["reward_mean"] == 0.75 and m["frac_zero_std"] == 0.5 and m["skipped"] == 0.0
@@ -418,9 +539,16 @@ class _CannedSolver:
 def _writer_spec(kind: str, **kw):
     from coevolve.verl.writer import WriterSpec
 
-    return WriterSpec(reward={"kind": kind, "samples": 4}, seed=3, ns="verify",
-                      params={"temperature": 1.0, "max_new_tokens": 8}, prompter={"kind": "toy"},
-                      rep_tokenizer="char", batch_prompts=8, **kw)
+    return WriterSpec(
+        reward={"kind": kind, "samples": 4},
+        seed=3,
+        ns="verify",
+        params={"temperature": 1.0, "max_new_tokens": 8},
+        prompter={"kind": "toy"},
+        rep_tokenizer="char",
+        batch_prompts=8,
+        **kw,
+    )
 
 
 def test_writer_reward_equals_coevolve_rewards():
@@ -433,8 +561,10 @@ def test_writer_reward_equals_coevolve_rewards():
     from coevolve.types import Completion, SamplingParams
     from coevolve.verl.writer import score_sample
 
-    texts = [[question_completion("1+2"), "junk", question_completion("2+3")],
-             [question_completion("1+2"), question_completion("3+4"), "<question>x</question>"]]
+    texts = [
+        [question_completion("1+2"), "junk", question_completion("2+3")],
+        [question_completion("1+2"), question_completion("3+4"), "<question>x</question>"],
+    ]
     prompter = ToyPrompter()
     with make_grader(5.0, 1) as grader:
         with pytest.raises(ConfigError, match="one sample at a time"):
@@ -445,9 +575,17 @@ def test_writer_reward_equals_coevolve_rewards():
             got = [[score_sample(spec, t, 0, grader, solver, prompter) for t in g] for g in texts]
             # one vote per distinct question per step, as the local scorer's "unique questions"
             assert solver.calls == 3 and sum(e["solver_rollouts"] for g in got for e in g) == 3 * 4
-            wb = score_writer_batch([[Completion(t, [], []) for t in g] for g in texts], parse=prompter.parse_question,
-                                    scorer=_CannedSolver(), prompter=prompter, reward=WriterReward(**spec.reward),
-                                    grader=grader, params=SamplingParams(), batch_prompts=8, rep_tokenizer="char")
+            wb = score_writer_batch(
+                [[Completion(t, [], []) for t in g] for g in texts],
+                parse=prompter.parse_question,
+                scorer=_CannedSolver(),
+                prompter=prompter,
+                reward=WriterReward(**spec.reward),
+                grader=grader,
+                params=SamplingParams(),
+                batch_prompts=8,
+                rep_tokenizer="char",
+            )
             assert [[e["p1"] if e["well_formed"] else None for e in g] for g in got] == wb.x
             assert [[bool(e["in_band"]) for e in g] for g in got] == wb.in_band
             assert [[e["score"] for e in g] for g in got] == wb.rewards
@@ -466,16 +604,19 @@ def _fake_openai(model: str):
 
     class H(JsonHandler):
         def do_GET(self):
-            self._send({"data": [{"id": model}]} if self.path == "/v1/models" else {"error": "no"}, 200 if
-                       self.path == "/v1/models" else 404)
+            self._send(
+                {"data": [{"id": model}]} if self.path == "/v1/models" else {"error": "no"},
+                200 if self.path == "/v1/models" else 404,
+            )
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             bodies.append(body)
             if body.get("model") != model:
                 return self._send({"error": "unknown model"}, 404)
-            self._send({"choices": [{"index": i, "text": "\\boxed{3}", "finish_reason": "stop"}
-                                    for i in range(body["n"])]})
+            self._send(
+                {"choices": [{"index": i, "text": "\\boxed{3}", "finish_reason": "stop"} for i in range(body["n"])]}
+            )
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
@@ -492,21 +633,35 @@ def test_writer_reward_through_a_solver_server():
     srv, url, bodies = _fake_openai("solver-r01")
     try:
         assert check_served_model(url, "solver-r01") == "solver-r01" and check_served_model(url, None) == "solver-r01"
-        with pytest.raises(SolverServerError, match=r"serves \['solver-r01'\], not backend\.verl\.solver_model='solver-r00'"):
+        with pytest.raises(
+            SolverServerError, match=r"serves \['solver-r01'\], not backend\.verl\.solver_model='solver-r00'"
+        ):
             check_served_model(url, "solver-r00")
-        comps = RemoteSolver(url, "solver-r01").sample(["a", "b"], 3, SamplingParams(temperature=0.7, max_new_tokens=9,
-                                                                                    seed=5))
+        comps = RemoteSolver(url, "solver-r01").sample(
+            ["a", "b"], 3, SamplingParams(temperature=0.7, max_new_tokens=9, seed=5)
+        )
         assert [[c.text for c in g] for g in comps] == [["\\boxed{3}"] * 3] * 2
-        assert bodies[-1] == {"model": "solver-r01", "prompt": "b", "n": 3, "temperature": 0.7, "top_p": 1.0,
-                              "max_tokens": 9, "seed": 6}
+        assert bodies[-1] == {
+            "model": "solver-r01",
+            "prompt": "b",
+            "n": 3,
+            "temperature": 0.7,
+            "top_p": 1.0,
+            "max_tokens": 9,
+            "seed": 6,
+        }
         with make_grader(5.0, 1) as grader:
             spec = _writer_spec("plateau", solver_url=url, solver_model="solver-r01", retries=0)
             out = score_sample(spec, question_completion("1+2"), 1, grader)
         assert out["p1"] == 1.0 and out["score"] == 0.0 and out["label"] == "3"  # all agree: too easy
         assert bodies[-1]["prompt"] == solver_prompt("1+2") and bodies[-1]["n"] == 4
         with pytest.raises(SolverServerError, match=r"serves .*solver_model='other'"):
-            score_sample(_writer_spec("plateau", solver_url=url, solver_model="other", retries=0),
-                         question_completion("2+3"), 1, grader)
+            score_sample(
+                _writer_spec("plateau", solver_url=url, solver_model="other", retries=0),
+                question_completion("2+3"),
+                1,
+                grader,
+            )
     finally:
         srv.shutdown()
         srv.server_close()
@@ -523,8 +678,18 @@ def test_d2evo_smoke_on_the_standin_trains_the_questioner(tmp_path, cache):
     from coevolve.recipes import execute
 
     smoke = Path(__file__).resolve().parents[1] / "configs" / "d2evo_smoke.yaml"
-    cfg = load_config("d2evo", smoke, ["rounds=1", "eval.heldout_size=8", "eval.samples=0", "solver.steps=1",
-                                       "backend.verl.keep_workdir=true", *standin(cache)])
+    cfg = load_config(
+        "d2evo",
+        smoke,
+        [
+            "rounds=1",
+            "eval.heldout_size=8",
+            "eval.samples=0",
+            "solver.steps=1",
+            "backend.verl.keep_workdir=true",
+            *standin(cache),
+        ],
+    )
     execute(cfg, tmp_path / "run")
     run = Run.open(tmp_path / "run")
     recs = {r.key: r for r in run.state.records()}

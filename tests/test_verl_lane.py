@@ -50,17 +50,41 @@ def _phase_overrides(tmp: Path, *extra: str) -> list[str]:
     from coevolve.verl.overrides import PhasePaths, phase_overrides
 
     cfg = load_config("grpo", None, ["backend=verl", "solver.steps=3", "solver.prompts_per_step=8", *extra])
-    paths = PhasePaths(tmp / "model", tmp / "train.parquet", tmp / "ckpt", tmp / "dumps",
-                       Path(SRC) / "coevolve" / "verl" / "reward.py")
-    return phase_overrides(phase=cfg.solver, learner=cfg.learner, verl=cfg.backend.verl, engine=cfg.engine,
-                           temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=64, max_prompt_tokens=32, paths=paths,
-                           experiment="01-solver", seed=123)
+    paths = PhasePaths(
+        tmp / "model", tmp / "train.parquet", tmp / "ckpt", tmp / "dumps", Path(SRC) / "coevolve" / "verl" / "reward.py"
+    )
+    return phase_overrides(
+        phase=cfg.solver,
+        learner=cfg.learner,
+        verl=cfg.backend.verl,
+        engine=cfg.engine,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=64,
+        max_prompt_tokens=32,
+        paths=paths,
+        experiment="01-solver",
+        seed=123,
+    )
 
 
-@pytest.mark.parametrize("extra", [(), ("learner.beta_kl=0.04", "backend.verl.nnodes=2", "backend.verl.n_gpus_per_node=8",
-                                        "engine.tensor_parallel_size=2", "engine.ray.address=auto",
-                                        "solver.prompts_per_step=16", "learner.max_tokens_per_micro_batch=16384",
-                                        "learner.gradient_checkpointing=true")])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        (),
+        (
+            "learner.beta_kl=0.04",
+            "backend.verl.nnodes=2",
+            "backend.verl.n_gpus_per_node=8",
+            "engine.tensor_parallel_size=2",
+            "engine.ray.address=auto",
+            "solver.prompts_per_step=16",
+            "learner.max_tokens_per_micro_batch=16384",
+            "learner.gradient_checkpointing=true",
+        ),
+    ],
+)
 def test_overrides_pass_verls_own_config_validation(tmp_path, extra):
     from verl.trainer.main_ppo import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
@@ -109,15 +133,18 @@ def test_reward_module_through_verls_naive_reward_manager(toy):
     mask = torch.zeros((3, P + R), dtype=torch.long)
     for i, (p, a) in enumerate(zip(prompts, answers)):
         pi, ai = tok(p, add_special_tokens=False)["input_ids"], tok(a, add_special_tokens=False)["input_ids"]
-        pid[i, P - len(pi):] = torch.tensor(pi)  # left-padded prompt, right-padded response (verl's layout)
+        pid[i, P - len(pi) :] = torch.tensor(pi)  # left-padded prompt, right-padded response (verl's layout)
         rid[i, : len(ai)] = torch.tensor(ai)
-        mask[i, P - len(pi): P + len(ai)] = 1
+        mask[i, P - len(pi) : P + len(ai)] = 1
     spec = RewardSpec("solver", 0.9).to_dict()
     data = DataProto.from_dict(
         tensors={"prompts": pid, "responses": rid, "attention_mask": mask},
-        non_tensors={"data_source": np.array(["coevolve/solver"] * 3, dtype=object),
-                     "reward_model": np.array([{"style": "rule", "ground_truth": g} for g in golds], dtype=object),
-                     "extra_info": np.array([{"index": i, "reward": spec} for i in range(3)], dtype=object)})
+        non_tensors={
+            "data_source": np.array(["coevolve/solver"] * 3, dtype=object),
+            "reward_model": np.array([{"style": "rule", "ground_truth": g} for g in golds], dtype=object),
+            "extra_info": np.array([{"index": i, "reward": spec} for i in range(3)], dtype=object),
+        },
+    )
     out = NaiveRewardManager(tok, num_examine=0, compute_score=compute_score)(data, return_dict=True)
     last = [len(tok(a, add_special_tokens=False)["input_ids"]) - 1 for a in answers]
     got = [float(out["reward_tensor"][i, j]) for i, j in enumerate(last)]
@@ -135,7 +162,9 @@ def test_grpo_advantages_equal_coevolves_with_eps_matched(scale_std):
 
     g = torch.Generator().manual_seed(0)
     B, G, T = 6, 8, 5
-    r_BG = torch.randint(0, 2, (B, G), generator=g).float() * 0.9 + 0.1 * torch.randint(0, 2, (B, G), generator=g).float()
+    r_BG = (
+        torch.randint(0, 2, (B, G), generator=g).float() * 0.9 + 0.1 * torch.randint(0, 2, (B, G), generator=g).float()
+    )
     r_BG[0] = 1.0  # a zero-variance group
     want_BG, _ = group_advantages(r_BG, scale_std=scale_std, eps=1e-4)
     lens = torch.randint(1, T + 1, (B * G,), generator=g)
@@ -155,13 +184,42 @@ def test_model_merger_on_a_two_rank_fsdp2_gloo_checkpoint(toy, tmp_path):
     ckpt, merged = tmp_path / "global_step_3" / "actor", tmp_path / "merged"
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
-    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", str(Path(__file__).with_name("verl_fsdp_ckpt.py")),
-                        str(toy), str(ckpt)], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [
+            torchrun,
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(Path(__file__).with_name("verl_fsdp_ckpt.py")),
+            str(toy),
+            str(ckpt),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert {p.name for p in ckpt.glob("model_world_size_2_rank_*.pt")} == {"model_world_size_2_rank_0.pt",
-                                                                         "model_world_size_2_rank_1.pt"}
-    r = subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(ckpt),
-                        "--target_dir", str(merged)], capture_output=True, text=True, env=env)
+    assert {p.name for p in ckpt.glob("model_world_size_2_rank_*.pt")} == {
+        "model_world_size_2_rank_0.pt",
+        "model_world_size_2_rank_1.pt",
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(ckpt),
+            "--target_dir",
+            str(merged),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     ref, tok = load_model(str(toy), device="cpu", dtype="float32")
     got, _ = load_model(str(merged), device="cpu", dtype="float32")
@@ -201,9 +259,17 @@ def test_writer_reward_through_verls_naive_reward_manager(toy, tmp_path):
     from coevolve.verl.parquet import RewardSpec
     from coevolve.verl.reward import compute_score
 
-    spec = writer.WriterSpec(reward={"kind": "plateau", "samples": 4}, seed=1, ns="verify",
-                             params={"temperature": 1.0, "max_new_tokens": 16}, prompter={"kind": "toy"},
-                             rep_tokenizer="char", batch_prompts=8, solver_path=str(toy), device="cpu")
+    spec = writer.WriterSpec(
+        reward={"kind": "plateau", "samples": 4},
+        seed=1,
+        ns="verify",
+        params={"temperature": 1.0, "max_new_tokens": 16},
+        prompter={"kind": "toy"},
+        rep_tokenizer="char",
+        batch_prompts=8,
+        solver_path=str(toy),
+        device="cpu",
+    )
     path = spec.write(tmp_path / "writer_spec.json")
     tok = load_tokenizer(toy)
     answers = [question_completion("1+2"), "junk", question_completion("3*4")]
@@ -215,13 +281,16 @@ def test_writer_reward_through_verls_naive_reward_manager(toy, tmp_path):
     for i, a in enumerate(answers):
         ai = tok(a, add_special_tokens=False)["input_ids"]
         rid[i, : len(ai)] = torch.tensor(ai)
-        mask[i, P: P + len(ai)] = 1
+        mask[i, P : P + len(ai)] = 1
     rs = RewardSpec("writer", writer=str(path)).to_dict()
     data = DataProto.from_dict(
         tensors={"prompts": pid, "responses": rid, "attention_mask": mask},
-        non_tensors={"data_source": np.array(["coevolve/questioner"] * 3, dtype=object),
-                     "reward_model": np.array([{"style": "rule", "ground_truth": "7"}] * 3, dtype=object),
-                     "extra_info": np.array([{"index": i, "step": 0, "reward": rs} for i in range(3)], dtype=object)})
+        non_tensors={
+            "data_source": np.array(["coevolve/questioner"] * 3, dtype=object),
+            "reward_model": np.array([{"style": "rule", "ground_truth": "7"}] * 3, dtype=object),
+            "extra_info": np.array([{"index": i, "step": 0, "reward": rs} for i in range(3)], dtype=object),
+        },
+    )
     out = NaiveRewardManager(tok, num_examine=0, compute_score=compute_score)(data, return_dict=True)
     info = out["reward_extra_info"]
     assert info["well_formed"] == [1.0, 0.0, 1.0] and info["row"] == [0.0, 1.0, 2.0]

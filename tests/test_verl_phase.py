@@ -38,8 +38,9 @@ def test_a_failing_command_reports_its_status_log_and_the_log_tail(tmp_path: Pat
     assert log.read_text().splitlines()[-1] == "ok"
 
 
-def test_subprocesses_import_this_coevolve_and_log_metrics_to_the_phase_file(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_subprocesses_import_this_coevolve_and_log_metrics_to_the_phase_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = str(Path(coevolve.__file__).resolve().parent.parent)
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     env = P._env(tmp_path / "m.jsonl")  # noqa: SLF001
@@ -50,19 +51,40 @@ def test_subprocesses_import_this_coevolve_and_log_metrics_to_the_phase_file(tmp
 
 
 def _trainer(released: list[int]) -> P.VerlTrainer:
-    return P.VerlTrainer(learner=None, verl=SimpleNamespace(solver_url="", keep_workdir=False), engine=None,
-                         device="cpu", dtype="float32", grader=None, grader_timeout=5.0,  # type: ignore[arg-type]
-                         save_rollouts=True, release=lambda: released.append(1))
+    return P.VerlTrainer(
+        learner=None,
+        verl=SimpleNamespace(solver_url="", keep_workdir=False),
+        engine=None,
+        device="cpu",
+        dtype="float32",
+        grader=None,
+        grader_timeout=5.0,  # type: ignore[arg-type]
+        save_rollouts=True,
+        release=lambda: released.append(1),
+    )
 
 
 def _request(steps: int, reward: RewardSpec, writer: WriterScoring | None = None) -> TrainRequest:
-    return TrainRequest(phase=GRPOPhase(steps=steps), ns="questioner", batches=lambda s: [], prompt=lambda t: "",
-                        params=SamplingParams(), reward=reward, writer=writer)
+    return TrainRequest(
+        phase=GRPOPhase(steps=steps),
+        ns="questioner",
+        batches=lambda s: [],
+        prompt=lambda t: "",
+        params=SamplingParams(),
+        reward=reward,
+        writer=writer,
+    )
 
 
 def _writer(kind: str) -> WriterScoring:
-    rule = WriterRule(reward=WriterReward(kind=kind), seed=0, ns="verify", params=SamplingParams(), rep_tokenizer="char",
-                      batch_prompts=8)
+    rule = WriterRule(
+        reward=WriterReward(kind=kind),
+        seed=0,
+        ns="verify",
+        params=SamplingParams(),
+        rep_tokenizer="char",
+        batch_prompts=8,
+    )
     return WriterScoring(rule=rule, solver=None, scorer=None, prompter=None, audit=lambda *a: None)  # type: ignore[arg-type]
 
 

@@ -34,8 +34,9 @@ def _cmd(tmp_path: Path, name: str, port: int) -> list[str]:
 def test_the_server_is_up_inside_the_block_and_gone_after(tmp_path, monkeypatch):
     monkeypatch.setenv("STANDIN_SERVED", str(tmp_path / "served.jsonl"))
     port = free_port()
-    with SolverServer(_cmd(tmp_path, "solver-01-questioner", port), port, "solver-01-questioner",
-                      tmp_path / "server.log", "3", 60.0) as url:
+    with SolverServer(
+        _cmd(tmp_path, "solver-01-questioner", port), port, "solver-01-questioner", tmp_path / "server.log", "3", 60.0
+    ) as url:
         assert url == f"http://127.0.0.1:{port}/v1"
         assert served_models(url) == ["solver-01-questioner"]
     with pytest.raises(SolverServerError):
@@ -63,13 +64,27 @@ def test_a_server_that_exits_or_never_serves_fails_with_its_log(tmp_path, monkey
 
 
 def test_serve_command_carries_the_runs_vllm_settings(tmp_path):
-    cfg = load_config("d2evo", None, ["backend=verl", "engine.gpu_memory_utilization=0.25",
-                                      "engine.tensor_parallel_size=2", "backend.verl.n_gpus_per_node=2"])
+    cfg = load_config(
+        "d2evo",
+        None,
+        [
+            "backend=verl",
+            "engine.gpu_memory_utilization=0.25",
+            "engine.tensor_parallel_size=2",
+            "backend.verl.n_gpus_per_node=2",
+        ],
+    )
     cmd = serve_command(cfg.backend.verl, cfg.engine, tmp_path, "solver-02-questioner", 1234)
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     flags = dict(zip(cmd[3::2], cmd[4::2]))
-    assert flags == {"--model": str(tmp_path), "--served-model-name": "solver-02-questioner", "--host": "127.0.0.1",
-                     "--port": "1234", "--gpu-memory-utilization": "0.25", "--tensor-parallel-size": "2"}
+    assert flags == {
+        "--model": str(tmp_path),
+        "--served-model-name": "solver-02-questioner",
+        "--host": "127.0.0.1",
+        "--port": "1234",
+        "--gpu-memory-utilization": "0.25",
+        "--tensor-parallel-size": "2",
+    }
 
 
 @pytest.mark.slow
@@ -82,12 +97,27 @@ def test_each_rounds_writer_is_scored_by_that_rounds_solver(tmp_path, toy_overri
     served = tmp_path / "served.jsonl"
     monkeypatch.setenv("STANDIN_SERVED", str(served))
     smoke = HERE.parent / "configs" / "d2evo_smoke.yaml"
-    cfg = load_config("d2evo", smoke, [
-        "rounds=2", "eval.heldout_size=8", "eval.samples=0", "eval.every_round=false", "solver.steps=1",
-        "questioner.steps=1", "difficulty.measure_final=false", "run.keep_checkpoints=4", "backend=verl",
-        f"backend.verl.main=[{sys.executable},{TRAINER},main]", f"backend.verl.merger=[{sys.executable},{TRAINER}]",
-        "backend.verl.serve_solver=true", f"backend.verl.solver_serve=[{SERVER[0]},{SERVER[1]}]",
-        "backend.verl.keep_workdir=true", *toy_overrides])
+    cfg = load_config(
+        "d2evo",
+        smoke,
+        [
+            "rounds=2",
+            "eval.heldout_size=8",
+            "eval.samples=0",
+            "eval.every_round=false",
+            "solver.steps=1",
+            "questioner.steps=1",
+            "difficulty.measure_final=false",
+            "run.keep_checkpoints=4",
+            "backend=verl",
+            f"backend.verl.main=[{sys.executable},{TRAINER},main]",
+            f"backend.verl.merger=[{sys.executable},{TRAINER}]",
+            "backend.verl.serve_solver=true",
+            f"backend.verl.solver_serve=[{SERVER[0]},{SERVER[1]}]",
+            "backend.verl.keep_workdir=true",
+            *toy_overrides,
+        ],
+    )
     execute(cfg, tmp_path / "run")
     run = Run.open(tmp_path / "run")
     starts = [json.loads(line) for line in served.read_text().splitlines()]
@@ -111,10 +141,23 @@ def test_plan_and_preflight_refuse_real_writer_phases_without_a_solver_that_foll
     d = model_dir(tmp_path, QWEN3_4B)
 
     def problems(*extra, recipe="d2evo", device="h200"):
-        cfg = load_config(recipe, None, [f"model.path={d}", "data.source=x.jsonl", "backend=verl",
-                                         "backend.verl.n_gpus_per_node=8", "engine.gpu_memory_utilization=0.35", *extra])
-        return [p for p in make_plan(cfg, device_for(device), gpus=8 if device == "h200" else None).problems
-                if "solver" in p]
+        cfg = load_config(
+            recipe,
+            None,
+            [
+                f"model.path={d}",
+                "data.source=x.jsonl",
+                "backend=verl",
+                "backend.verl.n_gpus_per_node=8",
+                "engine.gpu_memory_utilization=0.35",
+                *extra,
+            ],
+        )
+        return [
+            p
+            for p in make_plan(cfg, device_for(device), gpus=8 if device == "h200" else None).problems
+            if "solver" in p
+        ]
 
     none = problems()
     assert len(none) == 1 and "questioner rewards" in none[0] and "backend.verl.serve_solver=true" in none[0]
@@ -137,8 +180,13 @@ def test_the_plan_counts_the_solver_server_on_the_writer_phases_gpus(tmp_path):
     from coevolve.plan import GiB, device_for, make_plan
 
     d = model_dir(tmp_path, QWEN3_4B)
-    base = [f"model.path={d}", "data.source=x.jsonl", "backend=verl", "backend.verl.n_gpus_per_node=8",
-            "engine.gpu_memory_utilization=0.4"]
+    base = [
+        f"model.path={d}",
+        "data.source=x.jsonl",
+        "backend=verl",
+        "backend.verl.n_gpus_per_node=8",
+        "engine.gpu_memory_utilization=0.4",
+    ]
 
     def phase(extra, gpus, name):
         plan = make_plan(load_config("d2evo", None, base + extra), device_for("h200"), gpus=gpus)

@@ -28,10 +28,10 @@ from coevolve.types import Completion, SamplingParams, Stop
 torch.set_num_threads(1)
 
 
-
 def vllm_test(fn):
     """Mark a test as needing vLLM: selected by ``-m vllm``, skipped where vllm is missing."""
     return pytest.mark.vllm(pytest.mark.skipif(not vllm_available(), reason="vllm is not installed (vLLM lane)")(fn))
+
 
 KV = 0.25
 """GiB of KV cache per test engine: the toy context is 256 tokens, SmolLM2's is capped below."""
@@ -83,8 +83,10 @@ def test_default_lane_never_imports_vllm():
     import subprocess
     import sys
 
-    code = ("import sys; from coevolve.config import load_config; import coevolve.engine, coevolve.engine.vllm, "
-            "coevolve.recipes.d2evo; load_config('grpo', None, ['engine=vllm']); print('vllm' in sys.modules)")
+    code = (
+        "import sys; from coevolve.config import load_config; import coevolve.engine, coevolve.engine.vllm, "
+        "coevolve.recipes.d2evo; load_config('grpo', None, ['engine=vllm']); print('vllm' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -163,8 +165,13 @@ def toy_tasks(n: int, seed: int = 0):
 
 
 def same(a: Completion, b: Completion) -> bool:
-    return (a.token_ids, a.prompt_ids, a.text, a.finish_reason, a.stop_reason) == \
-        (b.token_ids, b.prompt_ids, b.text, b.finish_reason, b.stop_reason)
+    return (a.token_ids, a.prompt_ids, a.text, a.finish_reason, a.stop_reason) == (
+        b.token_ids,
+        b.prompt_ids,
+        b.text,
+        b.finish_reason,
+        b.stop_reason,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,10 +212,20 @@ def test_greedy_identical_on_smollm2(smol):
     """A real BPE model with a chat template: prompts tokenised by the chat template, ``<|im_end|>``
     as a stop id, a stop string, fp32 on both engines."""
     model, tok, hf, vs = smol
-    questions = ["What is 2+3?", "Name a colour.", "Say hi.", "What is the capital of France?",
-                 "Write one word that rhymes with cat.", "Count from 1 to 5.", "What is 12*12?", "Is the sky blue?"]
-    chats = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-             for q in questions]
+    questions = [
+        "What is 2+3?",
+        "Name a colour.",
+        "Say hi.",
+        "What is the capital of France?",
+        "Write one word that rhymes with cat.",
+        "Count from 1 to 5.",
+        "What is 12*12?",
+        "Is the sky blue?",
+    ]
+    chats = [
+        tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in questions
+    ]
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     for stop in (Stop(token_ids=(im_end,)), Stop(strings=(".",), token_ids=(im_end,))):
         params = SamplingParams(temperature=0.0, max_new_tokens=40, stop=stop)
@@ -224,16 +241,25 @@ def test_logprobs_agree_with_a_forward_pass(engines):
     values must still be the raw distribution's) equal HF's forward pass over the same ids."""
     for kind in ("toy", "smol"):
         model, tok, hf, vs = engines.get(kind)
-        prompts = ([solve(t.question) for t in toy_tasks(16, seed=1)] if kind == "toy" else
-                   [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-                    for q in ("Tell me a fact about cats.", "What is 7+8?")])
+        prompts = (
+            [solve(t.question) for t in toy_tasks(16, seed=1)]
+            if kind == "toy"
+            else [
+                tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+                for q in ("Tell me a fact about cats.", "What is 7+8?")
+            ]
+        )
         for temp in (1.0, 0.7):
-            out = vs.sample(prompts, 2, SamplingParams(temperature=temp, max_new_tokens=24, seed=3, return_logprobs=True))
+            out = vs.sample(
+                prompts, 2, SamplingParams(temperature=temp, max_new_tokens=24, seed=3, return_logprobs=True)
+            )
             flat = [c for g in out for c in g]
             ref = hf.completion_logprobs([c.prompt_ids for c in flat], [c.token_ids for c in flat])
             worst = max(abs(u - v) for c, r in zip(flat, ref) for u, v in zip(c.logprobs, r))
             assert all(len(c.logprobs) == len(c.token_ids) for c in flat)
-            print(f"[logprobs] {type(model).__name__} T={temp}: {sum(map(len, ref))} tokens, max |vllm - hf| = {worst:.2e}")
+            print(
+                f"[logprobs] {type(model).__name__} T={temp}: {sum(map(len, ref))} tokens, max |vllm - hf| = {worst:.2e}"
+            )
             assert worst < 2e-3, f"T={temp}: max |logp_vllm - logp_hf| = {worst}"
 
 
@@ -256,14 +282,18 @@ def test_sampled_pass_rates_agree_within_sampling_error(toy):
     # variance of a mean of n problem rates, each a binomial over 32 draws
     var = sum(p * (1 - p) / 32 for v in rates.values() for p in v) / n**2
     se = math.sqrt(var)
-    assert abs(mean["hf"] - mean["vllm"]) <= 4 * se, f"pass rate hf {mean['hf']:.4f} vs vllm {mean['vllm']:.4f} (se {se:.4f})"
+    assert abs(mean["hf"] - mean["vllm"]) <= 4 * se, (
+        f"pass rate hf {mean['hf']:.4f} vs vllm {mean['vllm']:.4f} (se {se:.4f})"
+    )
     assert 0.1 < mean["hf"] < 0.9, "the toy base should be of partial competence"
     xs, ys = rates["hf"], rates["vllm"]
     mx, my = sum(xs) / n, sum(ys) / n
     cov = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
     r = cov / math.sqrt(sum((x - mx) ** 2 for x in xs) * sum((y - my) ** 2 for y in ys))
-    print(f"[pass rates] 200 x 32: hf {mean['hf']:.4f}, vllm {mean['vllm']:.4f}, |diff| {abs(mean['hf'] - mean['vllm']):.4f}, "
-          f"se of the diff {se:.4f}, per-problem r {r:.3f}")
+    print(
+        f"[pass rates] 200 x 32: hf {mean['hf']:.4f}, vllm {mean['vllm']:.4f}, |diff| {abs(mean['hf'] - mean['vllm']):.4f}, "
+        f"se of the diff {se:.4f}, per-problem r {r:.3f}"
+    )
     assert r > 0.8, f"per-problem pass rates correlate only r={r:.3f}"
 
 
@@ -314,10 +344,21 @@ def test_vllm_samples_with_the_weights_of_the_last_learner_step(lora, no_engine)
     try:
         frozen = freeze_sampler(vllm_cfg(), vs, learner.model, tok)
         # one real GRPO update from the engine's own rollouts (rewards favour short completions)
-        out = vs.sample([solve(t.question) for t in toy_tasks(4, seed=5)], 4,
-                        SamplingParams(temperature=1.0, max_new_tokens=32, seed=9))
-        learner.step([RolloutGroup(g[0].prompt_ids, [c.token_ids for c in g],
-                                   [-len(c.token_ids) / 32 + 0.1 * i for i, c in enumerate(g)]) for g in out])
+        out = vs.sample(
+            [solve(t.question) for t in toy_tasks(4, seed=5)],
+            4,
+            SamplingParams(temperature=1.0, max_new_tokens=32, seed=9),
+        )
+        learner.step(
+            [
+                RolloutGroup(
+                    g[0].prompt_ids,
+                    [c.token_ids for c in g],
+                    [-len(c.token_ids) / 32 + 0.1 * i for i, c in enumerate(g)],
+                )
+                for g in out
+            ]
+        )
         vs.sync_weights(learner.model)
         new_hf = HFSampler(learner.model, tok)
         old_hf = HFSampler(old, tok)
@@ -331,7 +372,9 @@ def test_vllm_samples_with_the_weights_of_the_last_learner_step(lora, no_engine)
             d_ref = max(abs(u - v) for c, r in zip(got, want) for u, v in zip(c.logprobs, r.logprobs))
             d_other = max(abs(u - v) for c, r in zip(got, lp_other) for u, v in zip(c.logprobs, r))
             print(f"[sync lora={lora}] max |logp - wanted| {d_ref:.2e}, max |logp - other weights| {d_other:.2e}")
-            assert d_ref < 1e-3 < d_other, f"engine log-probs: {d_ref} from the wanted weights, {d_other} from the others"
+            assert d_ref < 1e-3 < d_other, (
+                f"engine log-probs: {d_ref} from the wanted weights, {d_other} from the others"
+            )
     finally:
         vs.close()
 
@@ -350,8 +393,10 @@ def test_one_engine_serves_a_folder_and_a_live_model(smol):
     live = make_sampler(vllm_cfg(max_model_len=1024), other, tok)
     try:
         assert live.engine is disk.engine
-        chats = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-                 for q in ("What is 2+3?", "Name a colour.", "Say hi.", "Count from 1 to 5.")]
+        chats = [
+            tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+            for q in ("What is 2+3?", "Name a colour.", "Say hi.", "Count from 1 to 5.")
+        ]
         params = SamplingParams(temperature=0.0, max_new_tokens=16)
         want = {"disk": hf.sample(chats, 1, params), "live": HFSampler(other, tok).sample(chats, 1, params)}
         assert any(not same(x[0], y[0]) for x, y in zip(want["disk"], want["live"])), "the versions should differ"
@@ -368,18 +413,52 @@ def test_one_engine_serves_a_folder_and_a_live_model(smol):
 
 
 RECIPE_OVERRIDES = {
-    "grpo": ["solver.steps=2", "solver.prompts_per_step=4", "solver.group_size=4", "eval.heldout_size=12",
-             "eval.samples=2", "sampling.max_new_tokens=40", "eval.max_new_tokens=40"],
-    "d2evo": ["rounds=1", "difficulty.pool_size=16", "difficulty.samples=4", "questioner.steps=1",
-              "questioner.prompts_per_step=4", "questioner.group_size=2", "questioner.reward.samples=4",
-              "buffer.generate=8", "buffer.voting.samples=4", "solver.steps=1", "solver.prompts_per_step=4",
-              "solver.group_size=2", "eval.heldout_size=12", "eval.samples=2", "eval.max_new_tokens=40",
-              "sampling.max_new_tokens=40"],
-    "diagevo": ["rounds=1", "challenger.steps=1", "challenger.prompts_per_step=4", "challenger.group_size=2",
-                "challenger.reward.samples=4", "pool.size=16", "pool.voting.samples=4", "solver.steps=1",
-                "solver.prompts_per_step=4", "solver.group_size=2", "memory.min_targeted=1",
-                "memory.max_diagnoses_per_round=8", "diagnoser.max_new_tokens=40", "eval.benches=[toy]",
-                "eval.heldout_size=12", "eval.samples=0", "sampling.max_new_tokens=40"],
+    "grpo": [
+        "solver.steps=2",
+        "solver.prompts_per_step=4",
+        "solver.group_size=4",
+        "eval.heldout_size=12",
+        "eval.samples=2",
+        "sampling.max_new_tokens=40",
+        "eval.max_new_tokens=40",
+    ],
+    "d2evo": [
+        "rounds=1",
+        "difficulty.pool_size=16",
+        "difficulty.samples=4",
+        "questioner.steps=1",
+        "questioner.prompts_per_step=4",
+        "questioner.group_size=2",
+        "questioner.reward.samples=4",
+        "buffer.generate=8",
+        "buffer.voting.samples=4",
+        "solver.steps=1",
+        "solver.prompts_per_step=4",
+        "solver.group_size=2",
+        "eval.heldout_size=12",
+        "eval.samples=2",
+        "eval.max_new_tokens=40",
+        "sampling.max_new_tokens=40",
+    ],
+    "diagevo": [
+        "rounds=1",
+        "challenger.steps=1",
+        "challenger.prompts_per_step=4",
+        "challenger.group_size=2",
+        "challenger.reward.samples=4",
+        "pool.size=16",
+        "pool.voting.samples=4",
+        "solver.steps=1",
+        "solver.prompts_per_step=4",
+        "solver.group_size=2",
+        "memory.min_targeted=1",
+        "memory.max_diagnoses_per_round=8",
+        "diagnoser.max_new_tokens=40",
+        "eval.benches=[toy]",
+        "eval.heldout_size=12",
+        "eval.samples=0",
+        "sampling.max_new_tokens=40",
+    ],
 }
 
 
@@ -397,8 +476,11 @@ def test_one_round_of_each_recipe_with_vllm(recipe, tmp_path, monkeypatch, no_en
         built.append(self)
 
     monkeypatch.setattr(VLLMSampler, "__init__", spy)
-    cfg = load_config(recipe, None, RECIPE_OVERRIDES[recipe] + ["engine=vllm", f"engine.kv_cache_gib={KV}",
-                                                                "run.progress=false", "run.threads=1"])
+    cfg = load_config(
+        recipe,
+        None,
+        RECIPE_OVERRIDES[recipe] + ["engine=vllm", f"engine.kv_cache_gib={KV}", "run.progress=false", "run.threads=1"],
+    )
     try:
         summary = execute(cfg, tmp_path / "r")
     finally:

@@ -20,8 +20,8 @@ import torch
 import coevolve.engine.vllm as v
 from coevolve.config.base import EngineConfig
 from coevolve.engine import freeze_sampler, make_sampler
-from coevolve.errors import ConfigError
 from coevolve.engine.base import SamplerError
+from coevolve.errors import ConfigError
 from coevolve.types import SamplingParams
 
 torch.set_num_threads(1)
@@ -56,8 +56,9 @@ class FakeLLM:
         self.shut = False
         for tag in ("weights", "kv_cache"):
             allocator.blocks.append({"llm": self, "tag": tag, "state": "awake"})
-        self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(max_model_len=256),
-                                          engine_core=SimpleNamespace(shutdown=self._shutdown))
+        self.llm_engine = SimpleNamespace(
+            model_config=SimpleNamespace(max_model_len=256), engine_core=SimpleNamespace(shutdown=self._shutdown)
+        )
 
     def mapped(self, tag: str) -> bool:
         return all(b["state"] == "awake" for b in self.alloc.blocks if b["llm"] is self and b["tag"] == tag)
@@ -84,8 +85,15 @@ class FakeLLM:
         assert isinstance(self.weights, float), f"generate from {self.weights} weights"
         self.generated_with.append(self.weights)
         eos = 2
-        return [SimpleNamespace(outputs=[SimpleNamespace(index=k, token_ids=[eos], finish_reason="stop", stop_reason=eos,
-                                                         logprobs=None) for k in range(params.n)]) for _ in requests]
+        return [
+            SimpleNamespace(
+                outputs=[
+                    SimpleNamespace(index=k, token_ids=[eos], finish_reason="stop", stop_reason=eos, logprobs=None)
+                    for k in range(params.n)
+                ]
+            )
+            for _ in requests
+        ]
 
     def _shutdown(self) -> None:
         assert all(b["state"] == "awake" for b in self.alloc.blocks if b["llm"] is self), "freeing unmapped memory"
@@ -127,9 +135,20 @@ def tiny(seed: int, hidden: int = 32):
 
     tok = build_tokenizer()
     torch.manual_seed(seed)
-    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=256,
-                      tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     return Qwen3ForCausalLM(cfg).eval(), tok
 
 
@@ -169,7 +188,7 @@ def test_one_engine_serves_live_roles_frozen_copies_and_folders_at_sleep_level_2
     assert sleeps and set(sleeps) == {2}, "every sleep must discard (level 2): versions are pushed on wake"
     # level 2 discards: every call reloads its version after waking, the folder's from disk too
     reloads = [x for what, x in fake.log if what == "reload"]
-    assert reloads[-len(order):] == expect
+    assert reloads[-len(order) :] == expect
 
 
 def test_a_folder_engine_alone_sleeps_at_level_2_and_reloads_from_disk(fake, tmp_path):
@@ -210,8 +229,11 @@ def test_a_model_of_another_shape_is_refused_while_an_engine_runs(fake, sleeps):
     m1, tok = tiny(6)
     other, _ = tiny(7, hidden=48)
     a = make_sampler(CFG, m1, tok)
-    with pytest.raises(ConfigError, match=r"(?s)cannot be served by the vLLM engine already running.*config.hidden_size: "
-                                          r"48 vs 32.*One process holds one vLLM engine"):
+    with pytest.raises(
+        ConfigError,
+        match=r"(?s)cannot be served by the vLLM engine already running.*config.hidden_size: "
+        r"48 vs 32.*One process holds one vLLM engine",
+    ):
         make_sampler(CFG, other, tok)
     with pytest.raises(ConfigError, match=r"engine.kv_cache_gib: 0.5 vs 0.25"):
         make_sampler(EngineConfig(kind="vllm", kv_cache_gib=0.5), m1, tok)
@@ -287,8 +309,14 @@ def test_serves_ignores_where_a_config_came_from(tmp_path):
     m, tok = tiny(14)
     m.save_pretrained(tmp_path / "c")
     a = v.serves(CFG, m.config, tok, m.generation_config, torch.float32, torch.device("cpu"), arch=type(m).__name__)
-    b = v.serves(CFG, AutoConfig.from_pretrained(tmp_path / "c"), tok, GenerationConfig.from_pretrained(tmp_path / "c"),
-                 torch.float32, torch.device("cpu"))
+    b = v.serves(
+        CFG,
+        AutoConfig.from_pretrained(tmp_path / "c"),
+        tok,
+        GenerationConfig.from_pretrained(tmp_path / "c"),
+        torch.float32,
+        torch.device("cpu"),
+    )
     assert a == b, a.differences(b)
     c = v.serves(CFG, m.config, tok, m.generation_config, torch.bfloat16, torch.device("cpu"), arch=type(m).__name__)
     assert c.differences(a) == ["dtype: bfloat16 vs float32"]

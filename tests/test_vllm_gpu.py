@@ -13,12 +13,23 @@ import torch
 
 from coevolve.engine.vllm import vllm_available
 
-pytestmark = [pytest.mark.gpu, pytest.mark.vllm,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-              pytest.mark.skipif(not vllm_available(), reason="vllm is not installed (vLLM lane)")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.vllm,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+    pytest.mark.skipif(not vllm_available(), reason="vllm is not installed (vLLM lane)"),
+]
 
-QUESTIONS = ["What is 2+3?", "Name a colour.", "Say hi.", "What is the capital of France?", "Count from 1 to 5.",
-             "What is 12*12?", "Is the sky blue?", "Write one word that rhymes with cat."]
+QUESTIONS = [
+    "What is 2+3?",
+    "Name a colour.",
+    "Say hi.",
+    "What is the capital of France?",
+    "Count from 1 to 5.",
+    "What is 12*12?",
+    "Is the sky blue?",
+    "Write one word that rhymes with cat.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +45,10 @@ def smol_cuda(smollm2):
         for layer in other.model.layers:
             w = layer.mlp.down_proj.weight
             w.add_(0.5 * w.std() * torch.randn(w.shape, generator=g, device="cuda", dtype=w.dtype))
-    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-               for q in QUESTIONS]
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in QUESTIONS
+    ]
     return smollm2, model, other, tok, prompts
 
 
@@ -62,8 +75,10 @@ def test_one_engine_serves_two_live_versions_a_frozen_one_and_a_folder(smol_cuda
 
     folder, model, other, tok, prompts = smol_cuda
     greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
-    ref = {"a": first_tokens(HFSampler(model, tok).sample(prompts, 1, greedy)),
-           "b": first_tokens(HFSampler(other, tok).sample(prompts, 1, greedy))}
+    ref = {
+        "a": first_tokens(HFSampler(model, tok).sample(prompts, 1, greedy)),
+        "b": first_tokens(HFSampler(other, tok).sample(prompts, 1, greedy)),
+    }
     assert agree(ref["a"], ref["b"]) < 0.5, "the two versions should answer differently"
     torch.cuda.synchronize()
     free0 = torch.cuda.mem_get_info()[0]

@@ -87,8 +87,9 @@ def test_benchmark_questions_are_normalised_and_missing_data_is_skipped(tmp_path
 
 
 def test_world_from_config(tmp_path: Path) -> None:
-    cfg = load_config("grpo", None, [f"data.source={MATH6}", "model.path=/models/some-real-model",
-                                     "eval.benches=[math500]"])
+    cfg = load_config(
+        "grpo", None, [f"data.source={MATH6}", "model.path=/models/some-real-model", "eval.benches=[math500]"]
+    )
     said: list[str] = []
     world = RealWorld.from_config(cfg, None, said.append)
     assert len(world.tasks) == 6 and world.source == str(MATH6) and any("6 questions" in m for m in said)
@@ -97,8 +98,11 @@ def test_world_from_config(tmp_path: Path) -> None:
     assert world.oracle("1+1") is None and world.bench_tasks("math500", None, 3) is None
     with pytest.raises(ConfigError, match="diagnoser.kind=trace needs the toy world"):
         world.trace_diagnoser()
-    off = RealWorld.from_config(load_config("grpo", None, [f"data.source={MATH6}", "data.exclude_heldout=false",
-                                                          "model.path=/m"]), None, lambda m: None)
+    off = RealWorld.from_config(
+        load_config("grpo", None, [f"data.source={MATH6}", "data.exclude_heldout=false", "model.path=/m"]),
+        None,
+        lambda m: None,
+    )
     assert off.excluded() == frozenset()
     label_free = RealWorld.from_config(load_config("diagevo", None, ["model.path=/m"]), None, lambda m: None)
     assert label_free.tasks == []

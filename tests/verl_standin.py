@@ -51,7 +51,11 @@ def main(args: list[str]) -> int:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     score = getattr(mod, ov["reward.custom_reward_function.name"])
-    bs, n, steps = int(ov["data.train_batch_size"]), int(ov["actor_rollout_ref.rollout.n"]), int(ov["trainer.total_training_steps"])
+    bs, n, steps = (
+        int(ov["data.train_batch_size"]),
+        int(ov["actor_rollout_ref.rollout.n"]),
+        int(ov["trainer.total_training_steps"]),
+    )
     dumps = Path(ov["trainer.rollout_data_dir"])
     dumps.mkdir(parents=True, exist_ok=True)
     metrics = open(os.environ["VERL_FILE_LOGGER_PATH"], "w")
@@ -68,12 +72,33 @@ def main(args: list[str]) -> int:
                     text = f"<think>ok</think>\\boxed{{{gt}}}" if i % 2 == 0 else "\\boxed{-1}"
                 res = score(row["data_source"], text, gt, extra_info=row["extra_info"])
                 res = res if isinstance(res, dict) else {"score": res}
-                lines.append(json.dumps({"input": row["prompt"][0]["content"], "output": text, "gts": gt,
-                                         "score": res["score"], "step": step,
-                                         **{k: v for k, v in res.items() if k != "score"}}))
+                lines.append(
+                    json.dumps(
+                        {
+                            "input": row["prompt"][0]["content"],
+                            "output": text,
+                            "gts": gt,
+                            "score": res["score"],
+                            "step": step,
+                            **{k: v for k, v in res.items() if k != "score"},
+                        }
+                    )
+                )
         (dumps / f"{step}.jsonl").write_text("\n".join(lines) + "\n")
-        metrics.write(json.dumps({"step": step, "data": {"actor/pg_loss": 0.5, "actor/grad_norm": 1.5,
-                                                         "timing_s/gen": 0.25, "critic/score/mean": 0.0}}) + "\n")
+        metrics.write(
+            json.dumps(
+                {
+                    "step": step,
+                    "data": {
+                        "actor/pg_loss": 0.5,
+                        "actor/grad_norm": 1.5,
+                        "timing_s/gen": 0.25,
+                        "critic/score/mean": 0.0,
+                    },
+                }
+            )
+            + "\n"
+        )
         metrics.flush()
         if os.environ.get("STANDIN_FAIL") == "1":
             print("stand-in: simulated crash", file=sys.stderr)

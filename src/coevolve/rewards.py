@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Callable, Literal, Sequence
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -35,7 +36,6 @@ Breakdown = dict[str, "list[float] | float"]
 
 Tokenizer = Callable[[str], list[str]]
 """``tokenize(text) -> tokens`` used by BLEU."""
-
 
 
 class RewardInputError(CoevolveError, ValueError):
@@ -100,9 +100,7 @@ def format_ok(text: str) -> bool:
 
 
 def solver_rewards(
-    completions: Sequence[str],
-    correct: Sequence[bool],
-    alpha: float = 0.9,
+    completions: Sequence[str], correct: Sequence[bool], alpha: float = 0.9
 ) -> tuple[list[float], Breakdown]:
     """``R = α·acc + (1-α)·fmt`` per completion (D²Evo step 4, R-Zero ``math.py``).
 
@@ -182,11 +180,7 @@ def plateau(x: float, tau_l: float = 0.4, tau_u: float = 0.8, a: float = 2.0) ->
 
 
 def questioner_rewards(
-    parsed_ok: Sequence[bool],
-    x: Sequence[float | None],
-    tau_l: float = 0.4,
-    tau_u: float = 0.8,
-    a: float = 2.0,
+    parsed_ok: Sequence[bool], x: Sequence[float | None], tau_l: float = 0.4, tau_u: float = 0.8, a: float = 2.0
 ) -> tuple[list[float], Breakdown]:
     """D²Evo questioner reward R_comp = 1[exactly one well-formed <question>] · r_diff(x).
 
@@ -214,12 +208,7 @@ def questioner_rewards(
         rewards.append(plateau(float(xi), tau_l, tau_u, a))
         band.append(float(in_band(float(xi), tau_l, tau_u)))
     fmt = [float(bool(ok)) for ok in parsed_ok]
-    return rewards, {
-        "format": fmt,
-        "in_band": band,
-        "mean": _mean(rewards),
-        "format_mean": _mean(fmt),
-    }
+    return rewards, {"format": fmt, "in_band": band, "mean": _mean(rewards), "format_mean": _mean(fmt)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,9 +252,7 @@ def _ngrams(tokens: Sequence[str], n: int) -> Counter[tuple[str, ...]]:
     return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
 
 
-def sentence_bleu(
-    reference: Sequence[str], hypothesis: Sequence[str], max_n: int = 4, epsilon: float = 0.1
-) -> float:
+def sentence_bleu(reference: Sequence[str], hypothesis: Sequence[str], max_n: int = 4, epsilon: float = 0.1) -> float:
     """Sentence BLEU with uniform weights and smoothing method1, as ``nltk`` computes it.
 
     Equivalent to ``nltk.translate.bleu_score.sentence_bleu([reference], hypothesis,
@@ -408,9 +395,7 @@ def rzero_rewards(
         raise RewardInputError(
             f"rzero_rewards: lengths differ (parsed_ok={len(parsed_ok)}, p_hat={len(p_hat)}, questions={len(questions)})"
         )
-    rep = repetition_penalty(
-        [q if ok else "" for ok, q in zip(parsed_ok, questions)], tokenizer, threshold
-    )
+    rep = repetition_penalty([q if ok else "" for ok, q in zip(parsed_ok, questions)], tokenizer, threshold)
     unc: list[float] = []
     rewards: list[float] = []
     for ok, p, r in zip(parsed_ok, p_hat, rep):
@@ -424,12 +409,7 @@ def rzero_rewards(
             unc.append(0.0)
             rewards.append(-1.0 - r)
     fmt = [float(bool(ok)) for ok in parsed_ok]
-    return rewards, {
-        "uncertainty": unc,
-        "repetition": rep,
-        "format": fmt,
-        "mean": _mean(rewards),
-    }
+    return rewards, {"uncertainty": unc, "repetition": rep, "format": fmt, "mean": _mean(rewards)}
 
 
 def _mean(v: Sequence[float]) -> float:

@@ -169,7 +169,7 @@ class Band(Strict):
     high: float = Field(0.8, ge=0, le=1, description="Upper edge (inclusive).")
 
     @model_validator(mode="after")
-    def _ordered(self) -> "Band":
+    def _ordered(self) -> Band:
         if self.low > self.high:
             raise ValueError(f"band low={self.low} must be <= high={self.high}")
         return self
@@ -195,7 +195,12 @@ class GRPOPhase(Strict):
 class SolverPhase(GRPOPhase):
     """Solver GRPO with the labelled reward ``R = α·acc + (1-α)·fmt``."""
 
-    alpha: float = Field(0.9, ge=0, le=1, description="R = α·acc + (1-α)·format (paper); α = 0.9 is our default, as R-Zero (the paper gives no α).")
+    alpha: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="R = α·acc + (1-α)·format (paper); α = 0.9 is our default, as R-Zero (the paper gives no α).",
+    )
 
 
 class WriterReward(Strict):
@@ -210,18 +215,28 @@ class WriterReward(Strict):
     RENAMED = {"solver_samples": "samples"}
 
     kind: Literal["plateau", "rzero"] = Field("plateau", description="'plateau' (D²Evo) or 'rzero' (R-Zero).")
-    band: Band = Field(default_factory=Band, description="Plateau edges τ_l, τ_u (our default: the anchor band 0.4-0.8).")
+    band: Band = Field(
+        default_factory=Band, description="Plateau edges τ_l, τ_u (our default: the anchor band 0.4-0.8)."
+    )
     a: float = Field(2.0, ge=1, description="Plateau decay exponent a >= 1 (our default: 2).")
-    samples: int = Field(8, ge=1, description="Frozen-solver answers per generated question, N_v (our default: 8); "
-                         "formerly solver_samples.")
+    samples: int = Field(
+        8,
+        ge=1,
+        description="Frozen-solver answers per generated question, N_v (our default: 8); formerly solver_samples.",
+    )
     rep_tokenizer: Literal["auto", "whitespace", "char"] = Field(
-        "auto", description="BLEU tokens of the R-Zero repetition penalty; auto = the world's (char for the toy world).")
-    rep_threshold: float = Field(0.5, gt=0, le=1, description="R-Zero BLEU-distance clustering threshold (R-Zero: 0.5).")
+        "auto", description="BLEU tokens of the R-Zero repetition penalty; auto = the world's (char for the toy world)."
+    )
+    rep_threshold: float = Field(
+        0.5, gt=0, le=1, description="R-Zero BLEU-distance clustering threshold (R-Zero: 0.5)."
+    )
 
     @model_validator(mode="after")
-    def _plateau_band(self) -> "WriterReward":
+    def _plateau_band(self) -> WriterReward:
         if self.kind == "plateau" and not (0.0 < self.band.low and self.band.high < 1.0):
-            raise ValueError(f"plateau reward needs 0 < band.low and band.high < 1, got {self.band.low}, {self.band.high}")
+            raise ValueError(
+                f"plateau reward needs 0 < band.low and band.high < 1, got {self.band.low}, {self.band.high}"
+            )
         return self
 
 
@@ -242,15 +257,22 @@ class Sequential(Strict):
     decision (rule and error rate: ``coevolve.curriculum.sequential``, docs/difficulty.md).
     """
 
-    stages: list[int] = Field(default_factory=lambda: [4, 8, 16], description="Cumulative answers per question at "
-                              "each interim look (strictly increasing, all below the cap `samples`).")
-    confidence: float = Field(0.95, gt=0.5, lt=1, description="Stop a question when the posterior probability of "
-                              "its verdict is >= this (1 - delta).")
+    stages: list[int] = Field(
+        default_factory=lambda: [4, 8, 16],
+        description="Cumulative answers per question at "
+        "each interim look (strictly increasing, all below the cap `samples`).",
+    )
+    confidence: float = Field(
+        0.95,
+        gt=0.5,
+        lt=1,
+        description="Stop a question when the posterior probability of its verdict is >= this (1 - delta).",
+    )
     prior_a: float = Field(1.0, gt=0, description="Beta prior pseudo-successes (1, 1 = uniform).")
     prior_b: float = Field(1.0, gt=0, description="Beta prior pseudo-failures (1, 1 = uniform).")
 
     @model_validator(mode="after")
-    def _increasing(self) -> "Sequential":
+    def _increasing(self) -> Sequential:
         if not self.stages or self.stages[0] < 1 or any(b <= a for a, b in zip(self.stages, self.stages[1:])):
             raise ValueError(f"sequential.stages must be strictly increasing positive counts, got {self.stages}")
         return self
@@ -274,13 +296,17 @@ class Voting(Strict):
     filter: FilterMode = Field("dual", description="'dual' (DiagEvo), 'absolute' (band only) or 'none'.")
     band: Band = Field(default_factory=Band, description="Absolute filter on p1.")
     tau: float = Field(1.6, ge=0, description="Relative filter: keep when p1 >= tau·p2 (DiagEvo: 1.6).")
-    estimator: Estimator = Field("fixed", description="'fixed' = `samples` answers per question (the papers); "
-                                 "'adaptive' = stop drawing once the filter's verdict is decided (`sequential`).")
-    sequential: Sequential = Field(default_factory=Sequential, description="Stages and confidence of 'adaptive' "
-                                   "(the cap is `samples`).")
+    estimator: Estimator = Field(
+        "fixed",
+        description="'fixed' = `samples` answers per question (the papers); "
+        "'adaptive' = stop drawing once the filter's verdict is decided (`sequential`).",
+    )
+    sequential: Sequential = Field(
+        default_factory=Sequential, description="Stages and confidence of 'adaptive' (the cap is `samples`)."
+    )
 
     @model_validator(mode="after")
-    def _stages_below_cap(self) -> "Voting":
+    def _stages_below_cap(self) -> Voting:
         if self.estimator == "adaptive":
             self.sequential.schedule(self.samples)
         return self
@@ -293,11 +319,36 @@ class Probe(Strict):
     D²Evo's candidate pool) and saved in the run folder as ``probe.jsonl``; nothing trains on
     it. Not in either paper: our addition for the checkpoint choice both leave to hand."""
 
-    size: int = Field(32, ge=0, description="Probe questions (0 = no probe: no signals, run.select=last only). "
-                      "32 x 8 answers cost a toy DiagEvo round about 3% more rollouts.")
-    samples: int = Field(8, ge=1, description="Solver answers per probe question (T=1, the run's sampling), voted "
-                      "like the pseudo-labels (p1, entropy, agreement).")
+    size: int = Field(
+        32,
+        ge=0,
+        description="Probe questions (0 = no probe: no signals, run.select=last only). "
+        "32 x 8 answers cost a toy DiagEvo round about 3% more rollouts.",
+    )
+    samples: int = Field(
+        8,
+        ge=1,
+        description="Solver answers per probe question (T=1, the run's sampling), voted "
+        "like the pseudo-labels (p1, entropy, agreement).",
+    )
 
 
-__all__ = ["BAND_TOLERANCE", "Band", "ModelPath", "VLLM_SHARE", "in_band", "nearest_dividing", "verl_micro_batch", "vllm_share", "Estimator", "Probe", "FilterMode", "GRPOPhase", "Sequential", "SolverPhase", "Strict",
-           "Voting", "WriterReward"]
+__all__ = [
+    "BAND_TOLERANCE",
+    "Band",
+    "ModelPath",
+    "VLLM_SHARE",
+    "in_band",
+    "nearest_dividing",
+    "verl_micro_batch",
+    "vllm_share",
+    "Estimator",
+    "Probe",
+    "FilterMode",
+    "GRPOPhase",
+    "Sequential",
+    "SolverPhase",
+    "Strict",
+    "Voting",
+    "WriterReward",
+]

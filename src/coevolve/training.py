@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
 from coevolve.curriculum.proposals import WriterBatch, score_writer_batch
 from coevolve.errors import ConfigError
@@ -74,8 +75,10 @@ class TrainResult:
     def problem(self) -> str | None:
         """Why the phase trained nothing, when it should have."""
         if self.steps > 0 and self.updates == 0:
-            return (f"all {self.steps} steps had zero reward variance in every group (every answer equally right or "
-                    "wrong): nothing was learned; check the answer budget, the prompts and the difficulty band")
+            return (
+                f"all {self.steps} steps had zero reward variance in every group (every answer equally right or "
+                "wrong): nothing was learned; check the answer budget, the prompts and the difficulty band"
+            )
         return None
 
 
@@ -104,9 +107,13 @@ class RewardSpec:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RewardSpec":
-        return cls(kind=d["kind"], alpha=float(d.get("alpha", 0.9)), grader_timeout=float(d.get("grader_timeout", 5.0)),
-                   writer=str(d.get("writer") or ""))
+    def from_dict(cls, d: dict[str, Any]) -> RewardSpec:
+        return cls(
+            kind=d["kind"],
+            alpha=float(d.get("alpha", 0.9)),
+            grader_timeout=float(d.get("grader_timeout", 5.0)),
+            writer=str(d.get("writer") or ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -145,7 +152,9 @@ class WriterScoring:
 # evaluating the reward: per sample (verl's workers) and per step (the local loop)
 
 
-def solver_scores(labels: Sequence[str], texts: Sequence[str], grader: AnswerGrader, alpha: float) -> list[dict[str, float]]:
+def solver_scores(
+    labels: Sequence[str], texts: Sequence[str], grader: AnswerGrader, alpha: float
+) -> list[dict[str, float]]:
     """``{"score", "acc", "format"}`` per completion: ``α·acc + (1-α)·fmt`` against its label
     (a task without a label is never correct)."""
     correct = [bool(lab) and ok for lab, ok in zip(labels, grader.grade_batch(list(labels), list(texts)))]
@@ -170,8 +179,13 @@ def score_sample(spec: RewardSpec, text: str, label: str, grader: AnswerGrader) 
     raise ConfigError(f"score_sample: a {spec.kind!r} reward is scored by verl.writer.score_sample")
 
 
-def audit_step(spec: RewardSpec, tasks: Sequence[Task], texts: Sequence[Sequence[str]],
-               extras: Sequence[Sequence[dict[str, Any]]], grader: AnswerGrader) -> Observed:
+def audit_step(
+    spec: RewardSpec,
+    tasks: Sequence[Task],
+    texts: Sequence[Sequence[str]],
+    extras: Sequence[Sequence[dict[str, Any]]],
+    grader: AnswerGrader,
+) -> Observed:
     """A solver phase's step figures and records from its samples' extras, the same for both
     backends. ``solver``: ``acc_mean``, ``format_mean``. ``match`` (DiagEvo): ``match_rate``,
     ``oracle_acc`` where the tasks carry the world's answer, and one record per question with its
@@ -180,12 +194,23 @@ def audit_step(spec: RewardSpec, tasks: Sequence[Task], texts: Sequence[Sequence
     mean = lambda key: sum(float(e[key]) for e in flat) / max(1, len(flat))  # noqa: E731
     if spec.kind == "solver":
         return Observed({"acc_mean": mean("acc"), "format_mean": mean("format")})
-    records = [{"id": t.id, "question": t.question, "label": t.answer, "targets": t.features.get("targets", []),
-                "responses": list(g), "matches": [bool(e["match"]) for e in ex]} for t, g, ex in zip(tasks, texts, extras)]
+    records = [
+        {
+            "id": t.id,
+            "question": t.question,
+            "label": t.answer,
+            "targets": t.features.get("targets", []),
+            "responses": list(g),
+            "matches": [bool(e["match"]) for e in ex],
+        }
+        for t, g, ex in zip(tasks, texts, extras)
+    ]
     metrics = {"match_rate": mean("match")}
     known = [(t, g) for t, g in zip(tasks, texts) if t.features.get("oracle") is not None]
     if known:
-        truth = grader.grade_batch([t.features["oracle"] for t, g in known for _ in g], [x for _, g in known for x in g])
+        truth = grader.grade_batch(
+            [t.features["oracle"] for t, g in known for _ in g], [x for _, g in known for x in g]
+        )
         metrics["oracle_acc"] = sum(float(v) for v in truth) / max(1, len(truth))
     return Observed(metrics, records)
 
@@ -208,10 +233,20 @@ def local_reward(spec: RewardSpec, grader: AnswerGrader, writer: WriterScoring |
             raise ConfigError("a writer reward needs its WriterScoring (the frozen solver and the rule)")
         w, rule = writer, writer.rule
 
-        def writer_reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
-            wb = score_writer_batch(comps, parse=w.prompter.parse_question, scorer=w.scorer, prompter=w.prompter,
-                                    reward=rule.reward, grader=grader, params=rule.step_params(step),
-                                    batch_prompts=rule.batch_prompts, rep_tokenizer=rule.rep_tokenizer)
+        def writer_reward(
+            step: int, tasks: list[Task], comps: list[list[Completion]]
+        ) -> tuple[list[list[float]], Observed]:
+            wb = score_writer_batch(
+                comps,
+                parse=w.prompter.parse_question,
+                scorer=w.scorer,
+                prompter=w.prompter,
+                reward=rule.reward,
+                grader=grader,
+                params=rule.step_params(step),
+                batch_prompts=rule.batch_prompts,
+                rep_tokenizer=rule.rep_tokenizer,
+            )
             return wb.rewards, w.audit(step, tasks, comps, wb)
 
         return writer_reward
@@ -219,8 +254,11 @@ def local_reward(spec: RewardSpec, grader: AnswerGrader, writer: WriterScoring |
     def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
         texts = [c.text for g in comps for c in g]
         labels = [t.answer or "" for t, g in zip(tasks, comps) for _ in g]
-        flat = (solver_scores(labels, texts, grader, spec.alpha) if spec.kind == "solver"
-                else match_scores(labels, texts, grader))
+        flat = (
+            solver_scores(labels, texts, grader, spec.alpha)
+            if spec.kind == "solver"
+            else match_scores(labels, texts, grader)
+        )
         extras = _groups(flat, comps)
         rewards = [[float(e["score"]) for e in g] for g in extras]
         return rewards, audit_step(spec, tasks, [[c.text for c in g] for g in comps], extras, grader)
@@ -266,38 +304,66 @@ class StepBook:
     figures, then the reward's, under ``ns/``) and its lines in the rollouts file (rewritten from
     scratch when the phase restarts). Use as a context manager (the file is closed on exit)."""
 
-    def __init__(self, ctx: PhaseContext, ns: str, rollouts_file: Path | None, epochs_per_batch: int,
-                 prior: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        ctx: PhaseContext,
+        ns: str,
+        rollouts_file: Path | None,
+        epochs_per_batch: int,
+        prior: dict[str, Any] | None = None,
+    ) -> None:
         self.ctx, self.ns, self.epochs = ctx, ns, epochs_per_batch
         # a continued phase (``prior``: its ``state()`` when it ended) keeps its first steps' lines
-        kept = [] if prior is None or rollouts_file is None or not rollouts_file.is_file() else [
-            line for line in rollouts_file.read_text(encoding="utf-8").splitlines(keepends=True)
-            if line.strip() and json.loads(line)["step"] < prior["steps"]]
+        kept = (
+            []
+            if prior is None or rollouts_file is None or not rollouts_file.is_file()
+            else [
+                line
+                for line in rollouts_file.read_text(encoding="utf-8").splitlines(keepends=True)
+                if line.strip() and json.loads(line)["step"] < prior["steps"]
+            ]
+        )
         self.fh = open(rollouts_file, "w", encoding="utf-8") if rollouts_file is not None else None  # noqa: SIM115
         if self.fh is not None:
             self.fh.writelines(kept)
         p = prior or {}
         self.seen: list[float] = list(p.get("seen", []))
         self.records: list[dict[str, Any]] = list(p.get("records", []))
-        self.rollouts, self.reward_rollouts, self.updates = (int(p.get(k, 0)) for k in ("rollouts", "reward_rollouts",
-                                                                                         "updates"))
+        self.rollouts, self.reward_rollouts, self.updates = (
+            int(p.get(k, 0)) for k in ("rollouts", "reward_rollouts", "updates")
+        )
 
     def state(self, steps: int, compute: dict[str, int]) -> dict[str, Any]:
         """What the phase booked in its first ``steps`` steps (and the ``compute`` they took): a
         continued phase (``coevolve resume RUN solver.steps=N``) starts its book from it."""
-        return {"steps": steps, "seen": self.seen, "records": self.records, "rollouts": self.rollouts,
-                "reward_rollouts": self.reward_rollouts, "updates": self.updates, "compute": compute}
+        return {
+            "steps": steps,
+            "seen": self.seen,
+            "records": self.records,
+            "rollouts": self.rollouts,
+            "reward_rollouts": self.reward_rollouts,
+            "updates": self.updates,
+            "compute": compute,
+        }
 
-    def __enter__(self) -> "StepBook":
+    def __enter__(self) -> StepBook:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.fh is not None:
             self.fh.close()
 
-    def step(self, step: int, tasks: Sequence[Task], prompts: Sequence[str], comps: Sequence[Sequence[Completion]],
-             rewards: Sequence[Sequence[float]], metrics: dict[str, Any], observed: Observed,
-             timings: dict[str, float] | None = None) -> None:
+    def step(
+        self,
+        step: int,
+        tasks: Sequence[Task],
+        prompts: Sequence[str],
+        comps: Sequence[Sequence[Completion]],
+        rewards: Sequence[Sequence[float]],
+        metrics: dict[str, Any],
+        observed: Observed,
+        timings: dict[str, float] | None = None,
+    ) -> None:
         """Book step ``step``: ``metrics`` are the update's (``skipped``, ``n_tokens``, loss ...),
         ``timings`` the step's generation and learning seconds where the backend measures them."""
         skipped = bool(metrics.get("skipped"))
@@ -308,17 +374,39 @@ class StepBook:
         self.rollouts += sum(len(c) for c in comps)
         self.reward_rollouts += observed.rollouts
         self.records.extend({"step": step, **r} for r in observed.records)
-        self.ctx.log({f"{self.ns}/{k}": v for k, v in {**metrics, **observed.metrics, **(timings or {})}.items()
-                      if isinstance(v, (int, float))}, step=step)
+        self.ctx.log(
+            {
+                f"{self.ns}/{k}": v
+                for k, v in {**metrics, **observed.metrics, **(timings or {})}.items()
+                if isinstance(v, (int, float))
+            },
+            step=step,
+        )
         if self.fh is not None:
             fault_point("rollouts")
-            self.fh.writelines(json_line({"step": step, "task_id": t.id, "prompt": p, "label": t.answer,
-                                          "completions": [x.text for x in c], "rewards": list(r)})
-                               for t, p, c, r in zip(tasks, prompts, comps, rewards))
+            self.fh.writelines(
+                json_line(
+                    {
+                        "step": step,
+                        "task_id": t.id,
+                        "prompt": p,
+                        "label": t.answer,
+                        "completions": [x.text for x in c],
+                        "rewards": list(r),
+                    }
+                )
+                for t, p, c, r in zip(tasks, prompts, comps, rewards)
+            )
 
     def result(self, steps: int) -> TrainResult:
-        return TrainResult(sum(self.seen) / max(1, len(self.seen)), steps, self.rollouts, self.reward_rollouts,
-                           self.records, self.updates)
+        return TrainResult(
+            sum(self.seen) / max(1, len(self.seen)),
+            steps,
+            self.rollouts,
+            self.reward_rollouts,
+            self.records,
+            self.updates,
+        )
 
 
 def book_file(phase_dir: Path, ns: str) -> Path:
@@ -347,6 +435,26 @@ def make_trainer(cfg: Any, engine: Any, grader: AnswerGrader) -> Trainer:
     return getattr(importlib.import_module(module), name).from_config(cfg, engine, grader)
 
 
-__all__ = ["AuditFn", "BACKENDS", "Observed", "RewardFn", "RewardKind", "RewardSpec", "StepBook", "TrainRequest",
-           "TrainResult", "Trainer", "WriterRule", "WriterScoring", "audit_step", "book_file", "labelled_reward",
-           "local_reward", "make_trainer", "match_reward", "match_scores", "score_sample", "solver_scores"]
+__all__ = [
+    "AuditFn",
+    "BACKENDS",
+    "Observed",
+    "RewardFn",
+    "RewardKind",
+    "RewardSpec",
+    "StepBook",
+    "TrainRequest",
+    "TrainResult",
+    "Trainer",
+    "WriterRule",
+    "WriterScoring",
+    "audit_step",
+    "book_file",
+    "labelled_reward",
+    "local_reward",
+    "make_trainer",
+    "match_reward",
+    "match_scores",
+    "score_sample",
+    "solver_scores",
+]

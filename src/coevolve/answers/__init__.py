@@ -16,8 +16,8 @@ from coevolve.types import Vote
 
 from .extract import answer_or_whole, extract_answer, last_boxed
 from .grader import Grader, GraderStats
-from .pool import GraderPool, default_workers, make_grader
 from .normalize import canon, cheap_equiv, normalize
+from .pool import GraderPool, default_workers, make_grader
 
 __all__ = [
     "Grader",
@@ -86,9 +86,7 @@ def grade_pair(gold: str, pred: str) -> bool:
 
 
 def grade_jsonl(
-    path: str | Path,
-    out: TextIO | Path | None = None,
-    on_error: Literal["raise", "skip"] = "raise",
+    path: str | Path, out: TextIO | Path | None = None, on_error: Literal["raise", "skip"] = "raise"
 ) -> tuple[int, int]:
     """CLI helper: grade a JSONL of ``{"gold", "pred"}`` rows; returns (n_equal, n_graded)."""
     return default_grader().grade_jsonl(path, out, on_error=on_error)

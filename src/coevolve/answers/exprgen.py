@@ -143,8 +143,10 @@ def _interval(rng: random.Random) -> tuple[str, str, bool]:
     lo = expression(rng, 1).value
     hi = lo + Fraction(rng.randint(1, 40), rng.choice([1, 2, 4, 5]))
     left, right = rng.choice("[("), rng.choice("])")
+
     def render(a: Fraction, b: Fraction, lft: str, rgt: str) -> str:
         return f"{lft}{canonical(a, rng)}, {canonical(b, rng)}{rgt}"
+
     gold = render(lo, hi, left, right)
     if rng.random() < 0.4:
         return gold, render(lo, hi, left, right), True
@@ -236,7 +238,7 @@ class _Parser:
     def parse(self) -> Fraction:
         v = self.sum()
         if self.i != len(self.s):
-            raise ValueError(f"unparsed tail {self.s[self.i:]!r}")
+            raise ValueError(f"unparsed tail {self.s[self.i :]!r}")
         return v
 
     def peek(self) -> str:

@@ -149,11 +149,50 @@ _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 # Answer words, from lighteval's TRANSLATION_LITERALS[language].answer
 # (huggingface/lighteval, MIT, src/lighteval/tasks/templates/utils/translation_literals.py).
 ANSWER_WORDS: tuple[str, ...] = (
-    "answer", "antwoord", "antwort", "cevap", "erantzuna", "javob", "jawaban", "jibu", "odgovor",
-    "odpoveď", "odpověď", "odpowiedź", "resposta", "respuesta", "risposta", "réponse", "răspuns",
-    "sagot", "svar", "trả lời", "tubag", "vastaus", "vastus", "válasz", "απάντηση", "адказ",
-    "валэктон", "відповідь", "одговор", "ответ", "отговор", "яуап", "җавап", "إجابة", "جواب",
-    "उत्तर", "উত্তর", "ਜਵਾਬ", "જવાબ", "பதில்", "జవాబు", "คำตอบ", "回答", "答案",
+    "answer",
+    "antwoord",
+    "antwort",
+    "cevap",
+    "erantzuna",
+    "javob",
+    "jawaban",
+    "jibu",
+    "odgovor",
+    "odpoveď",
+    "odpověď",
+    "odpowiedź",
+    "resposta",
+    "respuesta",
+    "risposta",
+    "réponse",
+    "răspuns",
+    "sagot",
+    "svar",
+    "trả lời",
+    "tubag",
+    "vastaus",
+    "vastus",
+    "válasz",
+    "απάντηση",
+    "адказ",
+    "валэктон",
+    "відповідь",
+    "одговор",
+    "ответ",
+    "отговор",
+    "яуап",
+    "җавап",
+    "إجابة",
+    "جواب",
+    "उत्तर",
+    "উত্তর",
+    "ਜਵਾਬ",
+    "જવાબ",
+    "பதில்",
+    "జవాబు",
+    "คำตอบ",
+    "回答",
+    "答案",
 )
 _WORD_ALT = "|".join(re.escape(w) for w in sorted(ANSWER_WORDS, key=len, reverse=True))
 # Anchors of answer statements: (a) "final answer ... is" (math-verify's final answer.{0,100}?\s+is,
@@ -171,8 +210,10 @@ def _anchor_res(words: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str
     """(colon, word) anchor patterns for the answer words present in a text: scanning for 44
     alternatives at every position cost most of the reading time; most outputs hold one or none."""
     alt = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
-    return (re.compile(rf"{_WORD_START}(?i:{alt}){_WORD_END}\s*(?:\*\*)?\s*[:：]"),
-            re.compile(rf"{_WORD_START}(?i:{alt}){_WORD_END}"))
+    return (
+        re.compile(rf"{_WORD_START}(?i:{alt}){_WORD_END}\s*(?:\*\*)?\s*[:：]"),
+        re.compile(rf"{_WORD_START}(?i:{alt}){_WORD_END}"),
+    )
 
 
 def _anchor_kinds(s: str) -> list[tuple[re.Pattern[str], bool]]:
@@ -225,7 +266,9 @@ _DIGIT_RE = re.compile(r"\d")
 _ALNUM_RE = re.compile(r"[^\W_]")
 _LONE_LETTER_RE = re.compile(r"^(?:[A-Za-z]\s+)+(?=[-\d$.(\\])")  # "a 5", "I 3": an article, not a variable
 _TRAILING_LETTER_RE = re.compile(r"(?<=[$€£¥₹%])\s+[A-Za-z]$")  # "2,74 $ a": a word after a price
-_SENTENCE_RE = re.compile(r"(?<![\\\w])[^\W\d_]{2,}\s+[^\W\d_]{2,}|[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\u0e00-\u0e7f]")
+_SENTENCE_RE = re.compile(
+    r"(?<![\\\w])[^\W\d_]{2,}\s+[^\W\d_]{2,}|[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\u0e00-\u0e7f]"
+)
 _TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mbox)\s*\{([^{}]*)\}")
 _EQ_SPLIT_RE = re.compile(r"(?<![<>!:=\\])=(?!=)")
 _LATEX_CMD_RE = re.compile(r"\\[A-Za-z]+")
@@ -361,7 +404,7 @@ class _Doc:
             if not sentence.strip() or _SIGN_OFF_RE.match(sentence):
                 continue
             last = None
-            for last in self.spans(a, b):
+            for last in self.spans(a, b):  # noqa: B007 (the loop keeps the last span)
                 pass
             return None if last is None else _span_answer(last)
         return None

@@ -37,11 +37,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Sequence, TextIO
+from typing import Any, Literal, TextIO
 
 from coevolve.errors import DataError, GraderError
 from coevolve.run.faults import fault_point
@@ -108,7 +109,7 @@ def _int_exponent(s: str) -> float | None:
         return float(base)
     if exp > 64 or base**exp > MAX_EXPONENT:  # float exp: no huge int is ever built
         return float("inf")
-    return float(base**int(exp))
+    return float(base ** int(exp))
 
 
 def _brace_group(s: str, open_idx: int) -> str | None:
@@ -146,6 +147,7 @@ def over_limit(text: str) -> str | None:
         if exp is not None and exp > MAX_EXPONENT:
             return "huge"
     return None
+
 
 _PROSE_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}|\$|\\\(|\\\[")
 
@@ -308,14 +310,11 @@ class Grader:
                     pass
             self._kill()
 
-    def __enter__(self) -> "Grader":
+    def __enter__(self) -> Grader:
         return self
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
 
@@ -472,8 +471,11 @@ class Grader:
         if on_error not in ("raise", "skip"):
             raise GraderError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if not path.is_file():
-            raise DataError(f"{path}: cannot read grading file (no such file)" if not path.exists()
-                            else f"{path}: cannot read grading file (a folder, not a JSONL file)")
+            raise DataError(
+                f"{path}: cannot read grading file (no such file)"
+                if not path.exists()
+                else f"{path}: cannot read grading file (a folder, not a JSONL file)"
+            )
         opened: TextIO | None = None
         if isinstance(out, Path):
             opened = out.open("w", encoding="utf-8")

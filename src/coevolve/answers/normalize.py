@@ -32,16 +32,20 @@ _PERCENT_RE = re.compile(r"\\%|%|\\percent")
 _DOLLAR_RE = re.compile(r"\\\$|\$|€|£|¥")
 _THOUSANDS_RE = re.compile(r"(?<![\d.])([1-9]\d{0,2})((?:,\d{3})+)(?![\d])")
 _ASSIGN_RE = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*=\s*(?=[^=])")
-UNIT_WORDS: tuple[str, ...] = tuple((
-    "dollars|dollar|cents|cent|units|unit|degrees|degree|percent|pct|meters|meter|metres|cm|mm|km|"
-    "kg|mg|inches|inch|feet|foot|ft|miles|mile|hours|hour|minutes|minute|seconds|second|days|day|"
-    "years|year|square|sq|cubic|people|students|ways|points|marbles|apples|cookies|cups|pounds|lbs|"
-    "grams|gram|liters|litres|liter|mph|m|s|g|h"
-).split("|"))
+UNIT_WORDS: tuple[str, ...] = tuple(
+    (
+        "dollars|dollar|cents|cent|units|unit|degrees|degree|percent|pct|meters|meter|metres|cm|mm|km|"
+        "kg|mg|inches|inch|feet|foot|ft|miles|mile|hours|hour|minutes|minute|seconds|second|days|day|"
+        "years|year|square|sq|cubic|people|students|ways|points|marbles|apples|cookies|cups|pounds|lbs|"
+        "grams|gram|liters|litres|liter|mph|m|s|g|h"
+    ).split("|")
+)
 """Unit words an answer may carry after its number (``5 dollars``, ``12 cm``): dropped by
 ``normalize``, and not a sign of a sentence to the pair grader."""
 _TRAILING_UNIT_RE = re.compile(
-    r"^([-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:/\d+)?)\s*(?:(?:" + "|".join(UNIT_WORDS) + r")(?:\^?\{?[23]\}?|²|³)?\s*)+\.?$",
+    r"^([-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:/\d+)?)\s*(?:(?:"
+    + "|".join(UNIT_WORDS)
+    + r")(?:\^?\{?[23]\}?|²|³)?\s*)+\.?$",
     re.IGNORECASE,
 )
 _NUM_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d{1,3})?")

@@ -12,10 +12,11 @@ each vote is still computed by one grader in answer order.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from types import TracebackType
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 from coevolve.errors import GraderError
 from coevolve.types import Vote
@@ -60,8 +61,12 @@ class GraderPool:
         if k <= 1:
             return [fn(self.graders[0], x) for x in items]
         bounds = [n * i // k for i in range(k + 1)]
-        jobs = [self._threads.submit(lambda g, lo, hi: [fn(g, x) for x in items[lo:hi]], self.graders[i],
-                                     bounds[i], bounds[i + 1]) for i in range(k)]
+        jobs = [
+            self._threads.submit(
+                lambda g, lo, hi: [fn(g, x) for x in items[lo:hi]], self.graders[i], bounds[i], bounds[i + 1]
+            )
+            for i in range(k)
+        ]
         return [r for j in jobs for r in j.result()]
 
     # ------------------------------------------------------------------ AnswerGrader
@@ -88,10 +93,12 @@ class GraderPool:
         for g in self.graders:
             g.close()
 
-    def __enter__(self) -> "GraderPool":
+    def __enter__(self) -> GraderPool:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 

@@ -12,8 +12,8 @@ request. The default is ``verify_any`` below; tests inject a function that never
 from __future__ import annotations
 
 import importlib
-from fractions import Fraction
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -97,7 +97,9 @@ def _decimal_verdict(a: Any, b: Any, a_percent: bool = False, b_percent: bool = 
     from .normalize import FLOAT_ROUNDING
 
     try:
-        if not (isinstance(a, sympy.Basic) and isinstance(b, sympy.Basic)) or not (a.has(sympy.Float) or b.has(sympy.Float)):
+        if not (isinstance(a, sympy.Basic) and isinstance(b, sympy.Basic)) or not (
+            a.has(sympy.Float) or b.has(sympy.Float)
+        ):
             return None
         ra, rb = _exact(a), _exact(b)
         if not (ra.is_Rational and rb.is_Rational):

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
-
 from collections.abc import Sequence
+from pathlib import Path
 
 from coevolve.config.base import DEFAULTS, Layer, RecipeConfig, build_config, dump_yaml, read_yaml
 from coevolve.config.presets import find_preset, is_preset_name, preset_label, real_model_given
@@ -41,8 +40,12 @@ def recipe_of(recipe: str):
     return _resolve(RECIPES[recipe][1])
 
 
-def load_config(recipe: str | None, file: str | Path | Sequence[str | Path] | None = None,
-                overrides: list[str] | None = None, presets: Sequence[str] = ()) -> RecipeConfig:
+def load_config(
+    recipe: str | None,
+    file: str | Path | Sequence[str | Path] | None = None,
+    overrides: list[str] | None = None,
+    presets: Sequence[str] = (),
+) -> RecipeConfig:
     """Load a recipe config: defaults <- ``presets`` <- YAML files in order <- key=value overrides.
 
     ``file`` is one config file or several (``-c a.yaml -c b.yaml``: later files win, key by
@@ -81,7 +84,9 @@ def _validates(recipe: str, file: Path) -> bool:
     return True
 
 
-def load_saved_config(recipe: str, file: Path, overrides: list[str], force: bool = False) -> tuple[RecipeConfig, list[str]]:
+def load_saved_config(
+    recipe: str, file: Path, overrides: list[str], force: bool = False
+) -> tuple[RecipeConfig, list[str]]:
     """A run folder's saved config for ``coevolve resume``, and the fields dropped to load it.
 
     A config that no longer validates (this coevolve renamed, removed or narrowed a field) is
@@ -93,14 +98,26 @@ def load_saved_config(recipe: str, file: Path, overrides: list[str], force: bool
         if overrides and _validates(recipe, file):
             raise  # the saved config is sound: the command line's value is what is wrong (the error names it)
         if not force:
-            raise ConfigError(f"the run's saved config no longer validates with this coevolve: {e}\n"
-                              "resume with --force to drop these fields (they take this version's defaults), "
-                              "or start a new run") from None
+            raise ConfigError(
+                f"the run's saved config no longer validates with this coevolve: {e}\n"
+                "resume with --force to drop these fields (they take this version's defaults), "
+                "or start a new run"
+            ) from None
     data = read_yaml(file)
     data["recipe"] = recipe
     dropped: list[str] = []
-    return build_config(config_class(recipe), [(f"config file {file}", data)], list(overrides), dropped=dropped), dropped
+    return build_config(
+        config_class(recipe), [(f"config file {file}", data)], list(overrides), dropped=dropped
+    ), dropped
 
 
-__all__ = ["RECIPES", "RecipeConfig", "config_class", "recipe_of", "load_config", "load_saved_config",
-           "dump_yaml", "find_preset"]
+__all__ = [
+    "RECIPES",
+    "RecipeConfig",
+    "config_class",
+    "recipe_of",
+    "load_config",
+    "load_saved_config",
+    "dump_yaml",
+    "find_preset",
+]

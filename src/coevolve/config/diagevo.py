@@ -30,8 +30,11 @@ class ChallengerSection(GRPOPhase):
     """Stage 1: challenger generation and GRPO update against the frozen solver."""
 
     frozen: bool = Field(False, description="Ablation 'frozen challenger': never update the challenger (paper: -3.8).")
-    reward: WriterReward = Field(default_factory=WriterReward, description="Difficulty reward on the frozen solver's "
-                                 "p1: plateau (our default, as D²Evo) or R-Zero's (the paper builds on R-Zero).")
+    reward: WriterReward = Field(
+        default_factory=WriterReward,
+        description="Difficulty reward on the frozen solver's "
+        "p1: plateau (our default, as D²Evo) or R-Zero's (the paper builds on R-Zero).",
+    )
 
 
 class PoolSection(Strict):
@@ -41,7 +44,8 @@ class PoolSection(Strict):
     voting: Voting = Field(
         default_factory=lambda: Voting(samples=8, filter="dual", band=Band(low=0.3, high=0.8), tau=1.6),
         description="N construction responses per candidate; dual filter p_low <= p1 <= p_high (our default 0.3 / 0.8, "
-        "R-Zero's band) and p1 >= τ·p2 (paper: τ = 1.6).")
+        "R-Zero's band) and p1 >= τ·p2 (paper: τ = 1.6).",
+    )
 
 
 class DiagnoserSection(Strict):
@@ -51,14 +55,21 @@ class DiagnoserSection(Strict):
     ``self_diagnosis=true`` as a stated deviation (preflight refuses neither set)."""
 
     kind: Literal["auto", "trace", "llm"] = Field(
-        "auto", description="'trace' (toy rule-based trace diagnosis), 'llm' (prompted model), 'auto' = the world's "
-        "default (trace in the toy world, llm otherwise).")
-    model_path: str | None = Field(None, description="HF folder, built-in name (smollm2) or cached Hub id of the "
-                                  "separate, frozen diagnosis model (llm; paper: Qwen3-4B-Instruct-2507), served by the "
-                                  "run's engine like every frozen model. None = the current solver (self-diagnosis).")
+        "auto",
+        description="'trace' (toy rule-based trace diagnosis), 'llm' (prompted model), 'auto' = the world's "
+        "default (trace in the toy world, llm otherwise).",
+    )
+    model_path: str | None = Field(
+        None,
+        description="HF folder, built-in name (smollm2) or cached Hub id of the "
+        "separate, frozen diagnosis model (llm; paper: Qwen3-4B-Instruct-2507), served by the "
+        "run's engine like every frozen model. None = the current solver (self-diagnosis).",
+    )
     self_diagnosis: bool = Field(
-        False, description="Deviation (ours): the solver under training diagnoses its own failures instead of a frozen "
-        "instruct model; diagnoser.model_path is then not used. A real-model run needs model_path or this set true.")
+        False,
+        description="Deviation (ours): the solver under training diagnoses its own failures instead of a frozen "
+        "instruct model; diagnoser.model_path is then not used. A real-model run needs model_path or this set true.",
+    )
 
     @field_validator("model_path", mode="after")
     @classmethod
@@ -74,12 +85,16 @@ class DiagnoserSection(Strict):
             return resolve_model_path(v)
         except CoevolveError:
             return v
+
     max_new_tokens: int = Field(256, ge=1, description="Diagnosis completion cap (toy model: 64 is plenty).")
     temperature: float = Field(0.0, ge=0, description="Diagnosis sampling temperature (0 = greedy).")
     max_field_chars: int = Field(
-        12_000, ge=200, description="Each model-written text put into a diagnosis prompt (question, label, failed and "
+        12_000,
+        ge=200,
+        description="Each model-written text put into a diagnosis prompt (question, label, failed and "
         "successful solution) is cut to this many characters, its start and end kept: the prompt stays bounded "
-        "(and inside the diagnosis model's context) however long an output is.")
+        "(and inside the diagnosis model's context) however long an output is.",
+    )
 
 
 class DiagEvoConfig(RecipeConfig):
@@ -94,13 +109,16 @@ class DiagEvoConfig(RecipeConfig):
     recipe: Literal["diagevo"] = "diagevo"
     rounds: int = Field(5, ge=1, description="Self-evolution rounds t (paper: best at round 5).")
     challenger: ChallengerSection = Field(
-        default_factory=lambda: ChallengerSection(steps=5, prompts_per_step=32, group_size=4, max_new_tokens=24,
-                                                  temperature=1.0),
-        description="Challenger GRPO (toy: 5 steps x 32 memory plans x 4 questions; toy questions are < 20 chars).")
+        default_factory=lambda: ChallengerSection(
+            steps=5, prompts_per_step=32, group_size=4, max_new_tokens=24, temperature=1.0
+        ),
+        description="Challenger GRPO (toy: 5 steps x 32 memory plans x 4 questions; toy questions are < 20 chars).",
+    )
     pool: PoolSection = Field(default_factory=PoolSection)
     solver: GRPOPhase = Field(
         default_factory=lambda: GRPOPhase(steps=40, prompts_per_step=16, group_size=8),
-        description="Stage 3: solver GRPO on the kept questions, G fresh responses, reward +1 / -1 for matching ŷ.")
+        description="Stage 3: solver GRPO on the kept questions, G fresh responses, reward +1 / -1 for matching ŷ.",
+    )
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     diagnoser: DiagnoserSection = Field(default_factory=DiagnoserSection)
     probe: Probe = Field(default_factory=Probe, description="Round signals on a fixed probe set (docs/stopping.md).")

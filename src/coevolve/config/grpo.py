@@ -14,4 +14,5 @@ class GRPOConfig(RecipeConfig):
     recipe: Literal["grpo"] = "grpo"
     solver: SolverPhase = Field(
         default_factory=lambda: SolverPhase(steps=80, prompts_per_step=16, group_size=8),
-        description="Solver GRPO (toy: 80 steps x 16 prompts x 8 samples).")
+        description="Solver GRPO (toy: 80 steps x 16 prompts x 8 samples).",
+    )

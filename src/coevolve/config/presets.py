@@ -55,8 +55,9 @@ def find_preset(name: str, real: bool) -> Path:
             f = root / f"{cand}.yaml"
             if f.is_file():
                 return f
-    raise ConfigError(f"config {name!r} is neither a file nor a preset shipped with coevolve (presets: "
-                      f"{', '.join(list_presets())})")
+    raise ConfigError(
+        f"config {name!r} is neither a file nor a preset shipped with coevolve (presets: {', '.join(list_presets())})"
+    )
 
 
 def preset_label(path: Path) -> str:

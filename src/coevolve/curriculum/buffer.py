@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from coevolve.curriculum.difficulty import PassRecord
 from coevolve.curriculum.voting import VoteRecord
@@ -38,16 +39,32 @@ def dedupe(items: Sequence[T], against: Iterable[str] = (), key: Callable[[T], s
     return out
 
 
-def build_hybrid_buffer(anchors: Sequence[PassRecord], generated: Sequence[VoteRecord], round_idx: int = 0) -> list[Task]:
+def build_hybrid_buffer(
+    anchors: Sequence[PassRecord], generated: Sequence[VoteRecord], round_idx: int = 0
+) -> list[Task]:
     """D_hybrid as solver tasks: anchors keep their real answer, generated questions carry their
     pseudo-label. Generated questions that duplicate an anchor or each other (normalised text)
     or have no label are dropped here too, so the buffer never double-weights a question.
     ``features["origin"]`` is ``"real"`` or ``"generated"``."""
-    buf = [Task(a.task_id, a.question, a.answer, source="anchor",
-                features={**a.features, "origin": "real", "pass_rate": a.pass_rate})
-           for a in anchors]
+    buf = [
+        Task(
+            a.task_id,
+            a.question,
+            a.answer,
+            source="anchor",
+            features={**a.features, "origin": "real", "pass_rate": a.pass_rate},
+        )
+        for a in anchors
+    ]
     gen = dedupe([g for g in generated if g.label is not None], [a.question for a in anchors], key=lambda g: g.question)
     for i, g in enumerate(gen):
-        buf.append(Task(g.id or f"gen-r{round_idx:02d}-{i:05d}", g.question, g.label, source="generated",
-                        features={"origin": "generated", "p1": g.p1, "p2": g.p2}))
+        buf.append(
+            Task(
+                g.id or f"gen-r{round_idx:02d}-{i:05d}",
+                g.question,
+                g.label,
+                source="generated",
+                features={"origin": "generated", "p1": g.p1, "p2": g.p2},
+            )
+        )
     return buf

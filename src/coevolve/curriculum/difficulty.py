@@ -11,8 +11,9 @@ answers in stages and stops a question once its band membership is decided
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from coevolve.answers import extract_answer
 from coevolve.curriculum.sampling import CurriculumError, sample_chunked, sample_staged
@@ -46,15 +47,26 @@ class PassRecord:
     decision: str | None = None
 
     @classmethod
-    def from_counts(cls, task: Task, correct: int, n: int, answers: list[str | None] | None = None,
-                    decision: str | None = None) -> "PassRecord":
+    def from_counts(
+        cls, task: Task, correct: int, n: int, answers: list[str | None] | None = None, decision: str | None = None
+    ) -> PassRecord:
         if task.answer is None:
             raise CurriculumError(f"task {task.id!r} has no answer: difficulty needs a labelled question")
         if not 0 <= correct <= n or n < 1:
             raise CurriculumError(f"task {task.id!r}: correct={correct} out of n={n}")
         rate = correct / n
-        return cls(task.id, task.question, task.answer, n, correct, rate, (1.0 - rate) * 100.0,
-                   list(answers or []), dict(task.features), decision)
+        return cls(
+            task.id,
+            task.question,
+            task.answer,
+            n,
+            correct,
+            rate,
+            (1.0 - rate) * 100.0,
+            list(answers or []),
+            dict(task.features),
+            decision,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -63,13 +75,17 @@ class PassRecord:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "PassRecord":
+    def from_dict(cls, d: dict[str, Any]) -> PassRecord:
         return cls(**d)
 
     def to_task(self) -> Task:
         """The question as a solver task, carrying its measured difficulty and pass rate."""
-        return Task(self.task_id, self.question, self.answer,
-                    features={**self.features, "difficulty": self.difficulty, "pass_rate": self.pass_rate})
+        return Task(
+            self.task_id,
+            self.question,
+            self.answer,
+            features={**self.features, "difficulty": self.difficulty, "pass_rate": self.pass_rate},
+        )
 
 
 def estimate_difficulty(
@@ -137,7 +153,7 @@ def estimate_difficulty_adaptive(
     decided: dict[int, str] = {}
 
     def grade_new(idx: list[int], groups: list[list[Completion]]) -> None:
-        pairs = [(i, c.text) for i, g in zip(idx, groups) for c in g[len(verdicts[i]):]]
+        pairs = [(i, c.text) for i, g in zip(idx, groups) for c in g[len(verdicts[i]) :]]
         for (i, _), v in zip(pairs, grader.grade_batch([golds[i] for i, _ in pairs], [t for _, t in pairs])):
             verdicts[i].append(bool(v))
 
@@ -153,9 +169,12 @@ def estimate_difficulty_adaptive(
 
     groups = sample_staged(sampler, [prompter.solver(t.question) for t in tasks], schedule, params, batch_prompts, stop)
     grade_new(list(range(len(tasks))), groups)
-    return [PassRecord.from_counts(t, sum(verdicts[i]), len(verdicts[i]), [extract_answer(c.text) for c in groups[i]],
-                                   decided.get(i, "cap"))
-            for i, t in enumerate(tasks)]
+    return [
+        PassRecord.from_counts(
+            t, sum(verdicts[i]), len(verdicts[i]), [extract_answer(c.text) for c in groups[i]], decided.get(i, "cap")
+        )
+        for i, t in enumerate(tasks)
+    ]
 
 
 def mine_anchors(records: Sequence[PassRecord], band: Band) -> list[PassRecord]:

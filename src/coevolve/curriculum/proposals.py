@@ -11,8 +11,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from coevolve.curriculum.buffer import normalize_question
 from coevolve.curriculum.sampling import sample_chunked
@@ -60,9 +61,13 @@ class WriterBatch:
         ok = [q for q in flat if q is not None]
         xs = [x for row in self.x for x in row if x is not None]
         rewards = [r for row in self.rewards for r in row]
-        return {"reward_mean": _rate(sum(rewards), len(rewards)), "well_formed": _rate(len(ok), len(flat)),
-                "in_band": _rate(sum(b for row in self.in_band for b in row), len(ok)),
-                "distinct": _rate(len(self.votes), len(ok)), "p1_mean": _rate(sum(xs), len(xs))}
+        return {
+            "reward_mean": _rate(sum(rewards), len(rewards)),
+            "well_formed": _rate(len(ok), len(flat)),
+            "in_band": _rate(sum(b for row in self.in_band for b in row), len(ok)),
+            "distinct": _rate(len(self.votes), len(ok)),
+            "p1_mean": _rate(sum(xs), len(xs)),
+        }
 
 
 def score_writer_batch(
@@ -83,8 +88,9 @@ def score_writer_batch(
     reward's malformed value and draws no answers."""
     questions = [[parse(c.text) for c in g] for g in completions]
     uniq = sorted({q for row in questions for q in row if q is not None})
-    votes = {v.question: v for v in
-             label_questions(scorer, prompter, uniq, reward.samples, params, grader, batch_prompts)}
+    votes = {
+        v.question: v for v in label_questions(scorer, prompter, uniq, reward.samples, params, grader, batch_prompts)
+    }
     flat_q = [q for row in questions for q in row]
     ok = [q is not None for q in flat_q]
     flat_x = [votes[q].p1 if q is not None else None for q in flat_q]
@@ -102,8 +108,9 @@ def score_writer_batch(
             i += k
         return out
 
-    return WriterBatch(questions, rows(flat_x), rows(flat_r), rows(flat_band), votes,
-                       rollouts=len(uniq) * reward.samples)
+    return WriterBatch(
+        questions, rows(flat_x), rows(flat_r), rows(flat_band), votes, rollouts=len(uniq) * reward.samples
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,8 +158,15 @@ class CandidatePool:
         """``pool.jsonl``: one row per labelled question with its vote, whether it was kept, the
         oracle's and the verifier's verdicts."""
         kept = {v.id for v in self.kept}
-        return [{**v.to_dict(), "kept": v.id in kept, "label_correct": self.correct.get(v.id),
-                 "verdict": self.verdicts.get(v.id)} for v in self.votes]
+        return [
+            {
+                **v.to_dict(),
+                "kept": v.id in kept,
+                "label_correct": self.correct.get(v.id),
+                "verdict": self.verdicts.get(v.id),
+            }
+            for v in self.votes
+        ]
 
     def accuracy(self, votes: Sequence[VoteRecord]) -> float | None:
         """Oracle agreement of ``votes``' labels (None when the oracle knows none of them)."""
@@ -160,16 +174,25 @@ class CandidatePool:
         return _rate(sum(bool(c) for c in known), len(known)) if known else None
 
     def stats(self) -> dict[str, float | int | None]:
-        count = {s: sum(c.status == s for c in self.candidates) for s in
-                 ("malformed", "banned", "duplicate", "heldout")}
+        count = {
+            s: sum(c.status == s for c in self.candidates) for s in ("malformed", "banned", "duplicate", "heldout")
+        }
         n, n_ok = len(self.candidates), len(self.candidates) - count["malformed"]
         out: dict[str, float | int | None] = {
-            "generated": n, "well_formed": _rate(n_ok, n), **count, "labelled": len(self.votes),
-            "distinct": _rate(len(self.votes) + count["heldout"], n_ok), "kept": len(self.kept),
+            "generated": n,
+            "well_formed": _rate(n_ok, n),
+            **count,
+            "labelled": len(self.votes),
+            "distinct": _rate(len(self.votes) + count["heldout"], n_ok),
+            "kept": len(self.kept),
             **{f"kept_{m}": len(v) for m, v in self.filtered.items()},
-            "oracle_valid": (_rate(sum(v.meta.get("oracle") is not None for v in self.votes), len(self.votes))
-                             if self.has_oracle else None),
-            "oracle_acc_labelled": self.accuracy(self.votes), "oracle_acc_kept": self.accuracy(self.kept),
+            "oracle_valid": (
+                _rate(sum(v.meta.get("oracle") is not None for v in self.votes), len(self.votes))
+                if self.has_oracle
+                else None
+            ),
+            "oracle_acc_labelled": self.accuracy(self.votes),
+            "oracle_acc_kept": self.accuracy(self.kept),
             **{f"oracle_acc_{m}": self.accuracy(v) for m, v in self.filtered.items()},
             "rollouts": self.rollouts,
         }
@@ -245,7 +268,22 @@ def propose_questions(
     for c in cands:
         if c.status == "labelled":
             v = by_id[c.vote_id]
-            c.status = ("kept" if v.id in kept_ids else "rejected" if v.id in passed_ids
-                        else "no_label" if v.label is None else "filtered")
-    return CandidatePool(cands, votes, filtered, kept, verdict, correct,
-                         rollouts=len(prompts) + sum(v.n for v in votes), has_oracle=oracle is not None)
+            c.status = (
+                "kept"
+                if v.id in kept_ids
+                else "rejected"
+                if v.id in passed_ids
+                else "no_label"
+                if v.label is None
+                else "filtered"
+            )
+    return CandidatePool(
+        cands,
+        votes,
+        filtered,
+        kept,
+        verdict,
+        correct,
+        rollouts=len(prompts) + sum(v.n for v in votes),
+        has_oracle=oracle is not None,
+    )

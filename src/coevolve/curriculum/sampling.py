@@ -13,8 +13,9 @@ uses the caller's seeds unchanged, a staged run is reproducible from its seed al
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from coevolve.errors import CoevolveError, ConfigError
 from coevolve.types import Completion, Sampler, SamplingParams
@@ -30,7 +31,11 @@ def chunk_params(params: SamplingParams, chunk: int) -> SamplingParams:
 
 
 def sample_chunked(
-    sampler: Sampler, prompts: Sequence[str], n: int, params: SamplingParams, batch_prompts: int,
+    sampler: Sampler,
+    prompts: Sequence[str],
+    n: int,
+    params: SamplingParams,
+    batch_prompts: int,
     progress: str | None = None,
 ) -> list[list[Completion]]:
     """``n`` completions for each prompt, one ``sampler.sample`` call per ``batch_prompts``
@@ -73,7 +78,11 @@ def stage_params(params: SamplingParams, stage: int) -> SamplingParams:
 
 
 def sample_staged(
-    sampler: Sampler, prompts: Sequence[str], schedule: Sequence[int], params: SamplingParams, batch_prompts: int,
+    sampler: Sampler,
+    prompts: Sequence[str],
+    schedule: Sequence[int],
+    params: SamplingParams,
+    batch_prompts: int,
     stop: StopFn,
 ) -> list[list[Completion]]:
     """Completions in stages: every prompt is topped up to ``schedule[j]`` completions at stage

@@ -34,9 +34,10 @@ docs/difficulty.md). Cost: 8 answers at p = 0, 16 at p = 1, ~31 inside the band.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Sequence
+from typing import Literal
 
 from coevolve.errors import ConfigError
 from coevolve.schema import Band, Sequential, in_band
@@ -113,8 +114,9 @@ def point_side(correct: int, n: int, band: Band) -> Decision:
     return "below" if rate < band.low else "above"
 
 
-def band_decision(correct: int, n: int, band: Band, confidence: float,
-                  prior: tuple[float, float] = (1.0, 1.0)) -> Decision | None:
+def band_decision(
+    correct: int, n: int, band: Band, confidence: float, prior: tuple[float, float] = (1.0, 1.0)
+) -> Decision | None:
     """The verdict on which a question may stop after ``n`` answers, or None (draw more).
 
     Stops with v when ``P_v >= confidence`` (module docstring) and ``correct / n`` lies on side v.
@@ -143,8 +145,9 @@ class StagedOutcome:
     expected_samples: float
 
 
-def staged_outcome(p: float, schedule: Sequence[int], band: Band, confidence: float,
-                   prior: tuple[float, float] = (1.0, 1.0)) -> StagedOutcome:
+def staged_outcome(
+    p: float, schedule: Sequence[int], band: Band, confidence: float, prior: tuple[float, float] = (1.0, 1.0)
+) -> StagedOutcome:
     """Enumerate every path of the staged estimator (cumulative answers ``schedule``, the last the
     cap) for a question of true pass rate ``p``: the distribution of successes among the still
     running paths is propagated stage by stage with binomial increments. Exact, no sampling."""
@@ -185,8 +188,15 @@ def fixed_error(p: float, n: int, band: Band) -> float:
 VoteDecision = Literal["pass", "fail"]
 
 
-def vote_decision(sizes: Sequence[int], n: int, band: Band, tau: float, mode: str, confidence: float,
-                  prior: tuple[float, float] = (1.0, 1.0)) -> VoteDecision | None:
+def vote_decision(
+    sizes: Sequence[int],
+    n: int,
+    band: Band,
+    tau: float,
+    mode: str,
+    confidence: float,
+    prior: tuple[float, float] = (1.0, 1.0),
+) -> VoteDecision | None:
     """The filter verdict on which a vote may stop after ``n`` answers (``sizes``: answer
     clusters, largest first), or None (draw more).
 

@@ -11,7 +11,8 @@ says whether the recipe drops rejected records (False = measure only).
 from __future__ import annotations
 
 import re
-from typing import Literal, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Literal, Protocol, runtime_checkable
 
 from coevolve.curriculum.sampling import sample_chunked
 from coevolve.curriculum.voting import OracleFn, VoteRecord, label_correct
@@ -98,7 +99,9 @@ class JudgeVerifier:
         prompts = [self.prompter.judge(records[i].question, str(records[i].label)) for i in idx]
         out: list[bool | None] = [None] * len(records)
         if prompts:
-            params = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens, stop=self.prompter.stop("answer"))
+            params = SamplingParams(
+                temperature=0.0, max_new_tokens=self.max_new_tokens, stop=self.prompter.stop("answer")
+            )
             groups = sample_chunked(self.sampler, prompts, 1, params, self.batch_prompts)
             self.rollouts += len(groups)
             for i, g in zip(idx, groups):

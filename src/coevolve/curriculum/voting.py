@@ -3,8 +3,9 @@ stage 2): the one place where p1 / p2 of a question are computed and filtered.""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from coevolve.answers import extract_answer
 from coevolve.curriculum.sampling import sample_chunked, sample_staged
@@ -42,7 +43,7 @@ class VoteRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "VoteRecord":
+    def from_dict(cls, d: dict[str, Any]) -> VoteRecord:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
@@ -60,8 +61,10 @@ def label_questions(
     groups = sample_chunked(sampler, [prompter.solver(q) for q in questions], n, params, batch_prompts)
     answers = [[extract_answer(c.text) for c in g] for g in groups]
     votes = grader.vote_batch(answers)
-    return [VoteRecord(q, n, a, v.label, float(v.p1), float(v.p2), list(v.sizes))
-            for q, a, v in zip(questions, answers, votes)]
+    return [
+        VoteRecord(q, n, a, v.label, float(v.p1), float(v.p2), list(v.sizes))
+        for q, a, v in zip(questions, answers, votes)
+    ]
 
 
 def label_questions_adaptive(
@@ -82,15 +85,21 @@ def label_questions_adaptive(
 
     def stop(idx: list[int], groups: list[list[Completion]]) -> list[bool]:
         votes = grader.vote_batch([[extract_answer(c.text) for c in g] for g in groups])
-        return [vote_decision(list(v.sizes), len(g), voting.band, voting.tau, voting.filter, seq.confidence, prior)
-                is not None for v, g in zip(votes, groups)]
+        return [
+            vote_decision(list(v.sizes), len(g), voting.band, voting.tau, voting.filter, seq.confidence, prior)
+            is not None
+            for v, g in zip(votes, groups)
+        ]
 
-    groups = sample_staged(sampler, [prompter.solver(q) for q in questions], schedule_of(seq, voting.samples), params,
-                           batch_prompts, stop)
+    groups = sample_staged(
+        sampler, [prompter.solver(q) for q in questions], schedule_of(seq, voting.samples), params, batch_prompts, stop
+    )
     answers = [[extract_answer(c.text) for c in g] for g in groups]
     votes = grader.vote_batch(answers)
-    return [VoteRecord(q, len(a), a, v.label, float(v.p1), float(v.p2), list(v.sizes))
-            for q, a, v in zip(questions, answers, votes)]
+    return [
+        VoteRecord(q, len(a), a, v.label, float(v.p1), float(v.p2), list(v.sizes))
+        for q, a, v in zip(questions, answers, votes)
+    ]
 
 
 def confidence_filter(

@@ -12,8 +12,9 @@ import gzip
 import io
 import json
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from coevolve.errors import DataError
 from coevolve.types import Task
@@ -78,13 +79,16 @@ def iter_jsonl(
                     continue
                 yield lineno, obj
         except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
-            raise DataError(f"{name}: compressed stream broken after line {lineno} ({e}); "
-                            "the file is truncated or not gzip") from None
+            raise DataError(
+                f"{name}: compressed stream broken after line {lineno} ({e}); the file is truncated or not gzip"
+            ) from None
     finally:
         raw.close()
 
 
-def read_jsonl(path: str | Path, on_error: OnError = "raise", problems: list[str] | None = None) -> list[dict[str, Any]]:
+def read_jsonl(
+    path: str | Path, on_error: OnError = "raise", problems: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Every JSON object of a JSONL / JSONL.gz file, in file order."""
     return [obj for _, obj in iter_jsonl(path, on_error=on_error, problems=problems)]
 
@@ -97,7 +101,7 @@ def load_tasks(
     on_error: OnError = "raise",
     limit: int | None = None,
     require_answer: bool = True,
-) -> tuple[list[Task], "LoadReport"]:
+) -> tuple[list[Task], LoadReport]:
     """Labelled tasks of a JSONL / JSONL.gz file, answers as written (``coevolve.data.sources``
     reads every other form; both go through its ``load_labelled_tasks``). Extra fields of each
     row go into ``Task.features``."""
@@ -110,6 +114,12 @@ def load_tasks(
         raise DataError(f"dataset file {p} is a folder, not a JSONL file")
     if not p.is_file():
         raise DataError(f"dataset file {p} does not exist")
-    data = SimpleNamespace(source=str(p), question_key=question_key, answer_key=answer_key, on_error=on_error,
-                           limit=limit, answer_format="raw")
+    data = SimpleNamespace(
+        source=str(p),
+        question_key=question_key,
+        answer_key=answer_key,
+        on_error=on_error,
+        limit=limit,
+        answer_format="raw",
+    )
     return load_labelled_tasks(data, require_answer=require_answer)

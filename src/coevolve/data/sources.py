@@ -31,8 +31,9 @@ import gzip
 import io
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from coevolve.errors import DataError
 from coevolve.types import Task
@@ -45,8 +46,17 @@ HUB_DATASET_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 """A Hub dataset id, ``owner/name``."""
 
 QUESTION_NAMES = ("question", "problem", "prompt", "query", "input", "instruction", "messages", "conversations")
-ANSWER_NAMES = ("answer", "solution", "ground_truth", "reward_model.ground_truth", "final_answer", "target", "output",
-                "expected_answer", "label")
+ANSWER_NAMES = (
+    "answer",
+    "solution",
+    "ground_truth",
+    "reward_model.ground_truth",
+    "final_answer",
+    "target",
+    "output",
+    "expected_answer",
+    "label",
+)
 """Field names other datasets use, offered in the message when the configured key is missing."""
 
 GENERATED = ("toy", "arith", "skill")
@@ -72,8 +82,9 @@ def source_kind(source: str) -> SourceKind:
         return "jsonl"
     if HUB_DATASET_RE.fullmatch(source) and not source.endswith((".jsonl", ".json", ".gz", ".parquet", ".csv")):
         return "hub"
-    raise DataError(f"data.source: dataset file {source} does not exist (a Hub dataset is named owner/name, e.g. "
-                    "openai/gsm8k)")
+    raise DataError(
+        f"data.source: dataset file {source} does not exist (a Hub dataset is named owner/name, e.g. openai/gsm8k)"
+    )
 
 
 def source_label(data: Any) -> str:
@@ -173,8 +184,10 @@ def _dataset(data: Any, kind: SourceKind) -> tuple[Any, str]:
     try:
         import datasets
     except ImportError:
-        raise DataError(f"data.source={data.source}: a dataset folder or a Hub dataset is read with the 'datasets' "
-                        "package: pip install 'coevolve[datasets]'") from None
+        raise DataError(
+            f"data.source={data.source}: a dataset folder or a Hub dataset is read with the 'datasets' "
+            "package: pip install 'coevolve[datasets]'"
+        ) from None
     datasets.disable_progress_bars()  # the console is for coevolve's own progress
     source, subset, split = str(data.source), getattr(data, "subset", None), getattr(data, "split", "train")
     name = source_label(data)
@@ -213,10 +226,12 @@ def _hub_dataset(datasets: Any, name: str, subset: str | None, split: str) -> An
     try:
         return datasets.load_dataset(name, subset, split=split)
     except Exception as e:  # noqa: BLE001
-        raise DataError(f"data.source={name}: not in the local Hugging Face cache ({hub_cache_dir()}) and not "
-                        f"loadable by datasets ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                        f"download it where the Hub is reachable (`hf download {name} --repo-type dataset`) or give "
-                        "a file") from None
+        raise DataError(
+            f"data.source={name}: not in the local Hugging Face cache ({hub_cache_dir()}) and not "
+            f"loadable by datasets ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+            f"download it where the Hub is reachable (`hf download {name} --repo-type dataset`) or give "
+            "a file"
+        ) from None
 
 
 def _dataset_problem(e: Exception, subset: str | None, split: str) -> str:
@@ -247,8 +262,12 @@ def field_value(row: dict[str, Any], key: str) -> Any:
 
 def is_messages(value: Any) -> bool:
     """Chat messages: a non-empty list of ``{"role", "content"}`` (or ShareGPT's ``{"from", "value"}``)."""
-    return (isinstance(value, list) and bool(value) and all(isinstance(m, dict) for m in value)
-            and all(("role" in m and "content" in m) or ("from" in m and "value" in m) for m in value))
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(m, dict) for m in value)
+        and all(("role" in m and "content" in m) or ("from" in m and "value" in m) for m in value)
+    )
 
 
 def last_turn(messages: list[dict[str, Any]], roles: tuple[str, ...]) -> str | None:
@@ -306,8 +325,10 @@ def _suggest(row: dict[str, Any], key: str, names: tuple[str, ...], field: str) 
     hits = [n for n in names if n != key and field_value(row, n) is not None]
     hits += [str(n) for n, v in row.items() if n != key and is_messages(v)]  # chat rows: both turns in one field
     if hits and is_messages(row.get(hits[0])):
-        hint = (f"; chat rows: set data.question_key={hits[0]} data.answer_key={hits[0]} (last user turn, last "
-                "assistant turn)")
+        hint = (
+            f"; chat rows: set data.question_key={hits[0]} data.answer_key={hits[0]} (last user turn, last "
+            "assistant turn)"
+        )
     else:
         hint = f"; set data.{field}={hits[0]}" if hits else f"; set data.{field} to the field that holds it"
     return f" (this row's fields: {have}{hint})"
@@ -322,8 +343,10 @@ def row_task(where: str, row: Any, data: Any, require_answer: bool = True) -> Ta
     if is_messages(q):
         q = last_turn(q, ("user", "human"))
     if not isinstance(q, str) or not q.strip():
-        raise ValueError(f"field {qkey!r} is missing or empty" + (_suggest(row, qkey, QUESTION_NAMES, "question_key")
-                                                                 if field_value(row, qkey) is None else ""))
+        raise ValueError(
+            f"field {qkey!r} is missing or empty"
+            + (_suggest(row, qkey, QUESTION_NAMES, "question_key") if field_value(row, qkey) is None else "")
+        )
     a = field_value(row, akey)
     if is_messages(a):
         a = last_turn(a, ("assistant", "gpt"))
@@ -336,8 +359,10 @@ def row_task(where: str, row: Any, data: Any, require_answer: bool = True) -> Ta
         except ValueError as e:
             raise ValueError(f"field {akey!r}: {e} (data.answer_format={data.answer_format})") from None
     elif require_answer:
-        raise ValueError(f"field {akey!r} is missing or empty" + (_suggest(row, akey, ANSWER_NAMES, "answer_key")
-                                                                 if a is None else ""))
+        raise ValueError(
+            f"field {akey!r} is missing or empty"
+            + (_suggest(row, akey, ANSWER_NAMES, "answer_key") if a is None else "")
+        )
     top = {qkey.split(".")[0], akey.split(".")[0], "id"}
     extra = {k: v for k, v in row.items() if k not in top and _json_safe(v)}
     return Task(id=str(row.get("id", where)), question=q, answer=answer, source=str(data.source), features=extra)
@@ -396,5 +421,20 @@ def check_source(data: Any) -> tuple[list[Task], LoadReport]:
     return tasks, report
 
 
-__all__ = ["ANSWER_NAMES", "AnswerFormat", "GENERATED", "LoadReport", "QUESTION_NAMES", "check_source", "field_value",
-           "final_answer", "is_messages", "iter_rows", "last_turn", "load_labelled_tasks", "row_task", "source_kind", "source_label"]
+__all__ = [
+    "ANSWER_NAMES",
+    "AnswerFormat",
+    "GENERATED",
+    "LoadReport",
+    "QUESTION_NAMES",
+    "check_source",
+    "field_value",
+    "final_answer",
+    "is_messages",
+    "iter_rows",
+    "last_turn",
+    "load_labelled_tasks",
+    "row_task",
+    "source_kind",
+    "source_label",
+]

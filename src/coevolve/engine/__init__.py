@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import copy
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from coevolve.engine.base import SamplerError, freeze_module, resolve_seed_scope, validate_params
 from coevolve.engine.hf import HFSampler, load_model, load_tokenizer, resolve_device, resolve_dtype
@@ -96,7 +97,7 @@ class Engine:
             res.close()
         self._shared.clear()
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -127,6 +128,22 @@ def load_sampler(engine: Any, path: str, device: str = "auto", dtype: str = "aut
     return sampler_class(engine.kind).load(engine, path, device, dtype)
 
 
-__all__ = ["ENGINES", "Engine", "HFSampler", "KINDS", "Sampler", "SamplerError", "check_engine", "freeze_sampler",
-           "load_model", "load_sampler", "load_tokenizer", "make_sampler", "resolve_device", "resolve_dtype",
-           "sampler_class", "seed_scope", "validate_params"]
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "HFSampler",
+    "KINDS",
+    "Sampler",
+    "SamplerError",
+    "check_engine",
+    "freeze_sampler",
+    "load_model",
+    "load_sampler",
+    "load_tokenizer",
+    "make_sampler",
+    "resolve_device",
+    "resolve_dtype",
+    "sampler_class",
+    "seed_scope",
+    "validate_params",
+]

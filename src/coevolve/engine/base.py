@@ -7,7 +7,8 @@ evaluation only talk to it, which is what makes the backends swappable.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from coevolve.errors import CoevolveError
 from coevolve.run import derive_seed
@@ -29,9 +30,7 @@ def validate_params(n: int, params: SamplingParams) -> None:
     if params.top_k < 0:
         raise SamplerError(f"SamplingParams.top_k must be >= 0 (0 = off), got {params.top_k}")
     if params.max_new_tokens < 1:
-        raise SamplerError(
-            f"SamplingParams.max_new_tokens must be >= 1, got {params.max_new_tokens}"
-        )
+        raise SamplerError(f"SamplingParams.max_new_tokens must be >= 1, got {params.max_new_tokens}")
 
 
 def prompt_seeds(seed: int | None, prompts: Sequence[str]) -> list[int | None]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -47,8 +48,14 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
         return dtype
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
-             "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
+    table = {
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+        "fp16": torch.float16,
+        "float16": torch.float16,
+        "fp32": torch.float32,
+        "float32": torch.float32,
+    }
     if dtype not in table:
         raise ModelLoadError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(table)}")
     return table[dtype]
@@ -77,8 +84,10 @@ def _adapter_base(p: Path) -> Path:
     """The base model folder a LoRA adapter checkpoint was trained from."""
     base = json.loads((p / ADAPTER_CONFIG).read_text(encoding="utf-8")).get("base_model_name_or_path")
     if not base or not Path(base).is_dir():
-        raise ModelLoadError(f"{p} is a LoRA adapter whose base model {base!r} is not a local folder; "
-                             "export a merged model with `coevolve export`")
+        raise ModelLoadError(
+            f"{p} is a LoRA adapter whose base model {base!r} is not a local folder; "
+            "export a merged model with `coevolve export`"
+        )
     return Path(base)
 
 
@@ -159,12 +168,12 @@ class _StopStrings:
     token decodes to at least one character, so ``len(stop) + 1`` tokens cover any stop string
     (transformers' own ``StopStringCriteria`` cannot read every tokenizer's vocabulary)."""
 
-    def __init__(self, sampler: "HFSampler", strings: Sequence[str], prompt_len: int) -> None:
+    def __init__(self, sampler: HFSampler, strings: Sequence[str], prompt_len: int) -> None:
         self.sampler, self.strings, self.prompt_len = sampler, tuple(strings), prompt_len
         self.window = max(len(s) for s in strings) + 1
 
     def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: Any) -> Tensor:
-        tail = input_ids[:, self.prompt_len:][:, -self.window:].tolist()  # (B, <= window)
+        tail = input_ids[:, self.prompt_len :][:, -self.window :].tolist()  # (B, <= window)
         done = [any(s in self.sampler.decode(row) for s in self.strings) for row in tail]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
@@ -209,23 +218,35 @@ class HFSampler:
         """Nothing to check: the hf engine needs only what coevolve installs."""
 
     @classmethod
-    def for_model(cls, engine: Any, model: Any, tokenizer: Any, owner: Any = None) -> "HFSampler":
+    def for_model(cls, engine: Any, model: Any, tokenizer: Any, owner: Any = None) -> HFSampler:
         """A sampler over ``model`` itself (a learner's module: ``sync_weights`` has nothing to do)."""
-        return cls(model, tokenizer, max_batch=engine.max_batch, max_batch_tokens=engine.max_batch_tokens,
-                   seed_scope=resolve_seed_scope(engine), prefix_cache=bool(getattr(engine, "prefix_caching", None)))  # None: off on hf
+        return cls(
+            model,
+            tokenizer,
+            max_batch=engine.max_batch,
+            max_batch_tokens=engine.max_batch_tokens,
+            seed_scope=resolve_seed_scope(engine),
+            prefix_cache=bool(getattr(engine, "prefix_caching", None)),
+        )  # None: off on hf
 
     @classmethod
-    def load(cls, engine: Any, path: str, device: str = "auto", dtype: str = "auto", owner: Any = None) -> "HFSampler":
+    def load(cls, engine: Any, path: str, device: str = "auto", dtype: str = "auto", owner: Any = None) -> HFSampler:
         """A read-only sampler over the model folder (or LoRA adapter checkpoint) ``path``."""
         model, tokenizer = load_model(path, device=device, dtype=dtype)
         return cls.for_model(engine, freeze_module(model), tokenizer)
 
-    def pinned(self, model: Any) -> "HFSampler":
+    def pinned(self, model: Any) -> HFSampler:
         """A sampler that keeps serving the weights ``model`` has now while ``model`` trains on:
         a frozen deep copy of the module (one more copy of the weights on its device)."""
-        return HFSampler(freeze_module(copy.deepcopy(model)), self.tokenizer, max_batch=self.max_batch,
-                         max_batch_tokens=self.max_batch_tokens, logprob_batch=self.logprob_batch,
-                         seed_scope=self.seed_scope, prefix_cache=self.prefix_cache)
+        return HFSampler(
+            freeze_module(copy.deepcopy(model)),
+            self.tokenizer,
+            max_batch=self.max_batch,
+            max_batch_tokens=self.max_batch_tokens,
+            logprob_batch=self.logprob_batch,
+            seed_scope=self.seed_scope,
+            prefix_cache=self.prefix_cache,
+        )
 
     def __init__(
         self,
@@ -279,8 +300,8 @@ class HFSampler:
         mask = torch.zeros((len(seqs), L), dtype=torch.long)  # (B, L)
         for i, s in enumerate(seqs):
             if s:
-                ids[i, L - len(s):] = torch.tensor(list(s), dtype=torch.long)
-                mask[i, L - len(s):] = 1
+                ids[i, L - len(s) :] = torch.tensor(list(s), dtype=torch.long)
+                mask[i, L - len(s) :] = 1
         return ids.to(self.device), mask.to(self.device)
 
     def _generation_config(self, params: SamplingParams) -> Any:
@@ -298,8 +319,11 @@ class HFSampler:
         # transformers 5 defaults top_k/top_p to None and then fills them from the model's
         # generation_config (Qwen3: top_k=20, top_p=0.95); pass neutral values explicitly.
         return GenerationConfig(
-            do_sample=True, temperature=float(params.temperature), top_k=int(params.top_k),
-            top_p=float(params.top_p), **common,
+            do_sample=True,
+            temperature=float(params.temperature),
+            top_k=int(params.top_k),
+            top_p=float(params.top_p),
+            **common,
         )
 
     def _generate_chunk(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[int]]:
@@ -312,12 +336,17 @@ class HFSampler:
             extra: dict[str, Any] = {}
         else:
             ids, mask, extra = cached
-        stops = StoppingCriteriaList([_StopStrings(self, params.stop.strings, ids.shape[1])] if params.stop.strings else [])
+        stops = StoppingCriteriaList(
+            [_StopStrings(self, params.stop.strings, ids.shape[1])] if params.stop.strings else []
+        )
         out = self.model.generate(
-            input_ids=ids, attention_mask=mask, generation_config=self._generation_config(params),
-            stopping_criteria=stops, **extra,
+            input_ids=ids,
+            attention_mask=mask,
+            generation_config=self._generation_config(params),
+            stopping_criteria=stops,
+            **extra,
         )  # (B, L + new)
-        return out[:, ids.shape[1]:].tolist()
+        return out[:, ids.shape[1] :].tolist()
 
     def _shared_prefix(self, prompt_ids: list[list[int]]) -> tuple[Tensor, Tensor, dict[str, Any]] | None:
         """``prefix_cache``: the longest prefix common to every row (few-shot examples, the system
@@ -340,12 +369,14 @@ class HFSampler:
         ids[:, :k] = torch.tensor(first[:k], dtype=torch.long)
         mask[:, :k] = 1
         for i, p in enumerate(prompt_ids):
-            ids[i, k + S - (len(p) - k):] = torch.tensor(p[k:], dtype=torch.long)
-            mask[i, k + S - (len(p) - k):] = 1
+            ids[i, k + S - (len(p) - k) :] = torch.tensor(p[k:], dtype=torch.long)
+            mask[i, k + S - (len(p) - k) :] = 1
         cache = DynamicCache()
         kw = _cache_kwarg(self.model)
         extra = {"logits_to_keep": 1} if "logits_to_keep" in _forward_params(self.model) else {}
-        self.model(input_ids=ids[:1, :k].to(self.device), use_cache=True, **{kw: cache}, **extra)  # (1, k) prefill, once
+        self.model(
+            input_ids=ids[:1, :k].to(self.device), use_cache=True, **{kw: cache}, **extra
+        )  # (1, k) prefill, once
         cache.batch_repeat_interleave(B)
         return ids.to(self.device), mask.to(self.device), {kw: cache}
 
@@ -397,14 +428,22 @@ class HFSampler:
                 )
         return encoded
 
-    def _completion(self, prompt_ids: list[int], cut: tuple[list[int], str, str | int | None],
-                    logprobs: list[float] | None) -> Completion:
+    def _completion(
+        self, prompt_ids: list[int], cut: tuple[list[int], str, str | int | None], logprobs: list[float] | None
+    ) -> Completion:
         ids, reason, why = cut
-        return Completion(text=self.decode(ids), token_ids=ids, prompt_ids=list(prompt_ids),
-                          finish_reason=reason, logprobs=logprobs, stop_reason=why)  # type: ignore[arg-type]
+        return Completion(
+            text=self.decode(ids),
+            token_ids=ids,
+            prompt_ids=list(prompt_ids),
+            finish_reason=reason,
+            logprobs=logprobs,
+            stop_reason=why,
+        )  # type: ignore[arg-type]
 
-    def sample_seeded(self, prompts: Sequence[str], n: int, params: SamplingParams,
-                      seeds: Sequence[int | None]) -> list[list[Completion]]:
+    def sample_seeded(
+        self, prompts: Sequence[str], n: int, params: SamplingParams, seeds: Sequence[int | None]
+    ) -> list[list[Completion]]:
         """Per-prompt sampling (``seed_scope="prompt"``) with the seeds given: prompt ``i``'s
         ``n`` rows are generated as one group (chunked by ``max_batch`` / ``max_batch_tokens``)
         under ``seeds[i]``. A pool sends each actor its share of a call with the seeds of the
@@ -420,8 +459,9 @@ class HFSampler:
                     for chunk in self._chunks(list(range(n)), [len(e)] * n, params.max_new_tokens):
                         gen += self._generate_chunk([e] * len(chunk), params)
                     cut = [self._cut(g, params.stop) for g in gen]
-                    lps = (self.completion_logprobs([e] * n, [c[0] for c in cut]) if params.return_logprobs
-                           else [None] * n)
+                    lps = (
+                        self.completion_logprobs([e] * n, [c[0] for c in cut]) if params.return_logprobs else [None] * n
+                    )
                 result.append([self._completion(e, c, lp) for c, lp in zip(cut, lps)])
         return result
 
@@ -442,9 +482,7 @@ class HFSampler:
             cut = [self._cut(gen_rows[r], params.stop) for r in range(len(rows))]
             logprobs: list[list[float]] | None = None
             if params.return_logprobs and rows:
-                logprobs = self.completion_logprobs(
-                    [encoded[pi] for pi, _ in rows], [c[0] for c in cut]
-                )
+                logprobs = self.completion_logprobs([encoded[pi] for pi, _ in rows], [c[0] for c in cut])
         result: list[list[Completion]] = [[] for _ in prompts]
         for r, (pi, _) in enumerate(rows):
             result[pi].append(self._completion(encoded[pi], cut[r], None if logprobs is None else logprobs[r]))

@@ -51,9 +51,10 @@ import itertools
 import os
 import sys
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from coevolve.engine.base import SamplerError, prompt_seeds, resolve_seed_scope, unwrap_peft, validate_params
 from coevolve.engine.weights import host_snapshot, module_from_state
@@ -87,11 +88,15 @@ def tensor_parallel_refusal(engine: Any) -> str | None:
     if getattr(engine, "kind", None) != "ray" or tp <= 1 or ray is None:
         return None
     if ray.actor_engine == "hf":
-        return (f"engine.tensor_parallel_size={tp}: hf actors run on one GPU each; set "
-                "engine.ray.actor_engine=vllm or engine.tensor_parallel_size=1")
-    return (f"engine.tensor_parallel_size={tp} with engine.ray.actor_engine=vllm: each actor runs vLLM's in-process "
-            "single-GPU executor and cannot shard a model over its GPUs; set engine.tensor_parallel_size=1 (one "
-            "actor per GPU) or, for a model that needs several GPUs, backend=verl (its rollout engines shard)")
+        return (
+            f"engine.tensor_parallel_size={tp}: hf actors run on one GPU each; set "
+            "engine.ray.actor_engine=vllm or engine.tensor_parallel_size=1"
+        )
+    return (
+        f"engine.tensor_parallel_size={tp} with engine.ray.actor_engine=vllm: each actor runs vLLM's in-process "
+        "single-GPU executor and cannot shard a model over its GPUs; set engine.tensor_parallel_size=1 (one "
+        "actor per GPU) or, for a model that needs several GPUs, backend=verl (its rollout engines shard)"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,8 +185,9 @@ class EngineActor:
         """Test hook: the next ``sample`` call kills this process mid-call."""
         self.fault = True
 
-    def sample(self, slot: int, prompts: list[str], n: int, params: SamplingParams,
-               seeds: list[int | None]) -> list[list[Completion]]:
+    def sample(
+        self, slot: int, prompts: list[str], n: int, params: SamplingParams, seeds: list[int | None]
+    ) -> list[list[Completion]]:
         if self.fault:
             os._exit(1)
         return self.samplers[slot].sample_seeded(prompts, n, params, seeds)
@@ -238,8 +244,13 @@ def _init_ray(engine: Any) -> bool:
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path  # inherited by the raylet and its workers (a local cluster only)
     try:
-        ray.init(num_cpus=want, include_dashboard=False, object_store_memory=r.object_store_memory,
-                 logging_level="WARNING", log_to_driver=False)
+        ray.init(
+            num_cpus=want,
+            include_dashboard=False,
+            object_store_memory=r.object_store_memory,
+            logging_level="WARNING",
+            log_to_driver=False,
+        )
     finally:
         if old is None:
             os.environ.pop("PYTHONPATH", None)
@@ -263,7 +274,7 @@ class RayPool:
     _ids: Any = field(default_factory=itertools.count)
 
     @classmethod
-    def start(cls, engine: Any) -> "RayPool":
+    def start(cls, engine: Any) -> RayPool:
         require_ray()
         pool = cls(engine)
         pool._start()
@@ -294,9 +305,11 @@ class RayPool:
         if not ready:
             have = ray.available_resources()
             ray.util.remove_placement_group(self.pg)
-            raise SamplerError(f"engine.ray: the cluster cannot place {n} actors of {bundle} within "
-                               f"{timeout:.0f} s (available: {have}); lower engine.ray.num_actors, "
-                               "cpus_per_actor or engine.tensor_parallel_size")
+            raise SamplerError(
+                f"engine.ray: the cluster cannot place {n} actors of {bundle} within "
+                f"{timeout:.0f} s (available: {have}); lower engine.ray.num_actors, "
+                "cpus_per_actor or engine.tensor_parallel_size"
+            )
         self.actors = [self._new_actor(i) for i in range(n)]
         self.restarts = [0] * n
         ray.get([a.pid.remote() for a in self.actors])  # constructed and importable everywhere
@@ -308,8 +321,9 @@ class RayPool:
         r = self.engine.ray
         cls = ray.remote(EngineActor)
         strategy = PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=i)
-        return cls.options(num_cpus=r.cpus_per_actor, num_gpus=self.gpus, max_restarts=0,
-                           scheduling_strategy=strategy).remote(self._inner_engine(), r.cpus_per_actor)
+        return cls.options(
+            num_cpus=r.cpus_per_actor, num_gpus=self.gpus, max_restarts=0, scheduling_strategy=strategy
+        ).remote(self._inner_engine(), r.cpus_per_actor)
 
     def release(self) -> None:
         """Free the actors and the placement group (their GPUs and memory) but keep every slot at
@@ -333,8 +347,12 @@ class RayPool:
             return
         self._start()
         for i in range(len(self.actors)):
-            self._call(i, lambda a: [a.add.remote(sid, s.folder, s.device, s.dtype, s.blob, s.state)
-                                     for sid, s in self.slots.items()])
+            self._call(
+                i,
+                lambda a: [
+                    a.add.remote(sid, s.folder, s.device, s.dtype, s.blob, s.state) for sid, s in self.slots.items()
+                ],
+            )
 
     def _restart(self, i: int, cause: BaseException) -> None:
         """Recreate actor ``i`` with every slot at its current weights (or give up)."""
@@ -342,18 +360,24 @@ class RayPool:
 
         self.restarts[i] += 1
         if self.restarts[i] > self.engine.ray.max_restarts:
-            raise SamplerError(f"Ray engine actor {i} died {self.restarts[i]} times (engine.ray.max_restarts="
-                               f"{self.engine.ray.max_restarts}); last cause: {type(cause).__name__}: {cause}")
+            raise SamplerError(
+                f"Ray engine actor {i} died {self.restarts[i]} times (engine.ray.max_restarts="
+                f"{self.engine.ray.max_restarts}); last cause: {type(cause).__name__}: {cause}"
+            )
         with contextlib.suppress(Exception):
             ray.kill(self.actors[i], no_restart=True)
         self.actors[i] = self._new_actor(i)
-        self._call(i, lambda a: [a.add.remote(sid, s.folder, s.device, s.dtype, s.blob, s.state)
-                                 for sid, s in self.slots.items()])
+        self._call(
+            i,
+            lambda a: [
+                a.add.remote(sid, s.folder, s.device, s.dtype, s.blob, s.state) for sid, s in self.slots.items()
+            ],
+        )
 
     def _call(self, i: int, submit: Any) -> Any:
         """``ray.get`` of what ``submit(actor i)`` returns, recreating the actor when it dies."""
-        from ray.exceptions import RayActorError
         import ray
+        from ray.exceptions import RayActorError
 
         while True:
             try:
@@ -363,8 +387,8 @@ class RayPool:
 
     def on_all(self, submit: Any) -> list[Any]:
         """``submit`` on every actor at once; an actor that dies is recreated and asked again."""
-        from ray.exceptions import RayActorError
         import ray
+        from ray.exceptions import RayActorError
 
         self.ensure()
         refs = [submit(a) for a in self.actors]
@@ -410,12 +434,13 @@ class RayPool:
             self.started_ray = False
 
     # ---------------------------------------------------------------- sampling
-    def sample(self, sid: int, prompts: list[str], n: int, params: SamplingParams,
-               seeds: list[int | None]) -> list[list[Completion]]:
+    def sample(
+        self, sid: int, prompts: list[str], n: int, params: SamplingParams, seeds: list[int | None]
+    ) -> list[list[Completion]]:
         """Contiguous shares balanced by prompt count (call order kept); a share whose actor
         died is sent again to its recreated actor."""
-        from ray.exceptions import RayActorError
         import ray
+        from ray.exceptions import RayActorError
 
         self.ensure()
         k = min(len(self.actors), len(prompts))
@@ -423,8 +448,12 @@ class RayPool:
         parts: dict[int, list[list[Completion]]] = {}
         pending = list(range(k))
         while pending:
-            refs = {j: self.actors[j].sample.remote(sid, prompts[bounds[j][0]:bounds[j][1]], n, params,
-                                                    seeds[bounds[j][0]:bounds[j][1]]) for j in pending}
+            refs = {
+                j: self.actors[j].sample.remote(
+                    sid, prompts[bounds[j][0] : bounds[j][1]], n, params, seeds[bounds[j][0] : bounds[j][1]]
+                )
+                for j in pending
+            }
             pending = []
             for j, ref in refs.items():
                 try:
@@ -462,8 +491,10 @@ class RaySampler:
         if refusal:
             raise ConfigError(refusal)
         if resolve_seed_scope(engine) == "call":
-            raise ConfigError("engine.seed_scope=call with engine.kind=ray: a pool splits every call over its actors, "
-                              "so only per-prompt seeds reproduce; use engine.seed_scope=prompt (the default for ray)")
+            raise ConfigError(
+                "engine.seed_scope=call with engine.kind=ray: a pool splits every call over its actors, "
+                "so only per-prompt seeds reproduce; use engine.seed_scope=prompt (the default for ray)"
+            )
         require_ray()
 
     @staticmethod
@@ -476,25 +507,31 @@ class RaySampler:
         return pool, False
 
     @classmethod
-    def for_model(cls, engine: Any, model: Any, tokenizer: Any, owner: Any = None) -> "RaySampler":
+    def for_model(cls, engine: Any, model: Any, tokenizer: Any, owner: Any = None) -> RaySampler:
         """A slot serving ``model``'s current weights (a learner's module)."""
         pool, own = cls._pool(engine, owner)
         return cls._slot_of(engine, pool, model, tokenizer, frozen=False, owns_pool=own)
 
     @classmethod
-    def _slot_of(cls, engine: Any, pool: RayPool, model: Any, tokenizer: Any, frozen: bool,
-                 owns_pool: bool = False) -> "RaySampler":
+    def _slot_of(
+        cls, engine: Any, pool: RayPool, model: Any, tokenizer: Any, frozen: bool, owns_pool: bool = False
+    ) -> RaySampler:
         import ray
 
         base = unwrap_peft(model)
         dtype = next(model.parameters()).dtype
         blob = ModelBlob(base.config, getattr(base, "generation_config", None), tokenizer)
-        slot = _Slot(device="auto" if pool.gpus else "cpu", dtype=str(dtype).removeprefix("torch."),
-                     blob=ray.put(blob), state=ray.put(host_snapshot(model, dtype)), frozen=frozen)
+        slot = _Slot(
+            device="auto" if pool.gpus else "cpu",
+            dtype=str(dtype).removeprefix("torch."),
+            blob=ray.put(blob),
+            state=ray.put(host_snapshot(model, dtype)),
+            frozen=frozen,
+        )
         return cls(engine, pool, pool.add_slot(slot), tokenizer, owns_pool)
 
     @classmethod
-    def load(cls, engine: Any, path: str, device: str = "auto", dtype: str = "auto", owner: Any = None) -> "RaySampler":
+    def load(cls, engine: Any, path: str, device: str = "auto", dtype: str = "auto", owner: Any = None) -> RaySampler:
         """A slot loaded by every actor from the model folder ``path`` (a judge, a diagnoser,
         a model to evaluate); on several nodes the folder must be on a filesystem they share."""
         from coevolve.engine.hf import load_tokenizer
@@ -504,7 +541,7 @@ class RaySampler:
         slot = _Slot(device=dev, dtype=dtype, folder=str(Path(path).resolve()), frozen=True)
         return cls(engine, pool, pool.add_slot(slot), load_tokenizer(path), own)
 
-    def pinned(self, model: Any) -> "RaySampler":
+    def pinned(self, model: Any) -> RaySampler:
         """A frozen slot of ``model``'s current weights in the same actors (one more copy of the
         weights per actor, no new actors)."""
         return RaySampler._slot_of(self.engine, self.pool, model, self.tokenizer, frozen=True)
@@ -518,7 +555,9 @@ class RaySampler:
         if slot is None:
             raise SamplerError("sync_weights on a closed Ray sampler")
         if slot.frozen:
-            raise SamplerError("sync_weights on a frozen (pinned or loaded) Ray sampler: its weights are fixed by design")
+            raise SamplerError(
+                "sync_weights on a frozen (pinned or loaded) Ray sampler: its weights are fixed by design"
+            )
         dtype = next(model.parameters()).dtype
         if self.engine.ray.weight_sync == "broadcast":
             slot.state = ray.put(host_snapshot(model, dtype))

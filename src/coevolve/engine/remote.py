@@ -13,8 +13,9 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 
 from coevolve.errors import CoevolveError
 from coevolve.types import Completion, SamplingParams
@@ -28,14 +29,21 @@ VERL_HINT = "backend.verl.solver_url; is `vllm serve` running and reachable from
 """What a failed request says to do, for the frozen solver of ``backend=verl``."""
 
 
-def _request(url: str, body: dict[str, Any] | None, timeout: float, retries: int, what: str = "frozen solver server",
-             hint: str = VERL_HINT) -> dict[str, Any]:
+def _request(
+    url: str,
+    body: dict[str, Any] | None,
+    timeout: float,
+    retries: int,
+    what: str = "frozen solver server",
+    hint: str = VERL_HINT,
+) -> dict[str, Any]:
     """GET (``body`` None) or POST JSON, with ``retries`` retries on connection errors and 5xx."""
     data = None if body is None else json.dumps(body).encode("utf-8")
     last = ""
     for attempt in range(retries + 1):
-        req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
-                                     method="GET" if body is None else "POST")
+        req = urllib.request.Request(
+            url, data=data, headers={"Content-Type": "application/json"}, method="GET" if body is None else "POST"
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return json.loads(resp.read().decode("utf-8"))
@@ -49,20 +57,27 @@ def _request(url: str, body: dict[str, Any] | None, timeout: float, retries: int
             last = f"not JSON ({e.msg})"
             break
         if attempt < retries:
-            time.sleep(min(2.0 ** attempt, 10.0))
+            time.sleep(min(2.0**attempt, 10.0))
     raise SolverServerError(f"{what} {url}: {last} ({hint})")
 
 
-def served_models(url: str, timeout: float = 30.0, retries: int = 1, what: str = "frozen solver server",
-                  hint: str = VERL_HINT) -> list[str]:
+def served_models(
+    url: str, timeout: float = 30.0, retries: int = 1, what: str = "frozen solver server", hint: str = VERL_HINT
+) -> list[str]:
     """The model names ``GET {url}/models`` lists."""
     got = _request(url.rstrip("/") + "/models", None, timeout, retries, what, hint)
     return [str(m.get("id")) for m in got.get("data", []) if isinstance(m, dict)]
 
 
-def check_served_model(url: str, model: str | None, timeout: float = 30.0, retries: int = 1,
-                       what: str = "frozen solver server", field: str = "backend.verl.solver_model",
-                       hint: str = VERL_HINT) -> str:
+def check_served_model(
+    url: str,
+    model: str | None,
+    timeout: float = 30.0,
+    retries: int = 1,
+    what: str = "frozen solver server",
+    field: str = "backend.verl.solver_model",
+    hint: str = VERL_HINT,
+) -> str:
     """The served model name, checked against ``field`` (``model``): the server must serve the
     model meant (nothing here can tell which weights it holds); None = the first one it lists."""
     names = served_models(url, timeout, retries, what, hint)
@@ -83,15 +98,29 @@ class RemoteSolver:
 
     tokenizer: Any = None
 
-    def __init__(self, url: str, model: str, timeout: float = 300.0, retries: int = 3, workers: int = 1,
-                 what: str = "frozen solver server", hint: str = VERL_HINT):
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        timeout: float = 300.0,
+        retries: int = 3,
+        workers: int = 1,
+        what: str = "frozen solver server",
+        hint: str = VERL_HINT,
+    ):
         self.url, self.model, self.timeout, self.retries = url.rstrip("/"), model, timeout, retries
         self.workers, self.what, self.hint = max(1, workers), what, hint
 
     def _one(self, i: int, prompt: str, n: int, params: SamplingParams) -> list[Completion]:
-        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "n": n, "temperature": params.temperature,
-                                "top_p": params.top_p, "max_tokens": params.max_new_tokens,
-                                "seed": None if params.seed is None else params.seed + i}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "n": n,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_new_tokens,
+            "seed": None if params.seed is None else params.seed + i,
+        }
         if params.top_k:
             body["top_k"] = params.top_k
         if params.stop.strings:
@@ -102,8 +131,9 @@ class RemoteSolver:
         choices = sorted(got.get("choices", []), key=lambda c: c.get("index", 0))
         if len(choices) != n:
             raise SolverServerError(f"{self.what} {self.url}/completions returned {len(choices)} choices for n={n}")
-        return [Completion(str(c.get("text", "")), [], [], finish_reason=c.get("finish_reason") or "stop")
-                for c in choices]
+        return [
+            Completion(str(c.get("text", "")), [], [], finish_reason=c.get("finish_reason") or "stop") for c in choices
+        ]
 
     def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
         if self.workers == 1 or len(prompts) <= 1:

@@ -63,10 +63,11 @@ import logging
 import os
 import random
 import weakref
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -175,13 +176,31 @@ def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
 # what one engine can serve
 
 
-ENGINE_FIELDS = ("max_batch", "prefix_caching", "enforce_eager", "gpu_memory_utilization", "kv_cache_gib",
-                 "max_model_len", "max_num_batched_tokens", "sleep_mode")
+ENGINE_FIELDS = (
+    "max_batch",
+    "prefix_caching",
+    "enforce_eager",
+    "gpu_memory_utilization",
+    "kv_cache_gib",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "sleep_mode",
+)
 """Fields of the ``engine`` section a vLLM engine is built with: samplers whose sections differ
 in one of them cannot share an engine."""
-_CONFIG_NOISE = ("_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache", "_commit_hash",
-                 "_attn_implementation", "_attn_implementation_autoset", "output_attentions", "output_hidden_states",
-                 "return_dict")
+_CONFIG_NOISE = (
+    "_name_or_path",
+    "transformers_version",
+    "torch_dtype",
+    "dtype",
+    "use_cache",
+    "_commit_hash",
+    "_attn_implementation",
+    "_attn_implementation_autoset",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+)
 """Config keys that say where a model came from or how HF runs it, not what vLLM builds."""
 SLEEP_LEVEL = 2
 """The only safe level with several weight versions: level 1 would back up whichever version is
@@ -239,7 +258,7 @@ class Serves:
     def sleeps(self) -> bool:
         return dict(self.engine).get("sleep_mode", False) is True and _sleep_capable(torch.device(self.device))
 
-    def differences(self, other: "Serves") -> list[str]:
+    def differences(self, other: Serves) -> list[str]:
         """What differs from ``other``, field by field, in words a user can act on."""
         out: list[str] = []
         a, b = json.loads(self.model), json.loads(other.model)
@@ -258,13 +277,22 @@ class Serves:
         return out
 
 
-def serves(cfg: Any, config: Any, tokenizer: Any, generation_config: Any, dtype: torch.dtype, device: torch.device,
-           arch: str | None = None) -> Serves:
+def serves(
+    cfg: Any,
+    config: Any,
+    tokenizer: Any,
+    generation_config: Any,
+    dtype: torch.dtype,
+    device: torch.device,
+    arch: str | None = None,
+) -> Serves:
     """``Serves`` of a model (its HF ``config``) under the ``engine`` section ``cfg``."""
     return Serves(
         model=json.dumps(_model_config(config, arch), sort_keys=True, default=str),
-        tokenizer=_tokenizer_fingerprint(tokenizer), generation_eos=tuple(_gen_eos(generation_config)),
-        dtype=str(dtype).removeprefix("torch."), device=_device_name(device),
+        tokenizer=_tokenizer_fingerprint(tokenizer),
+        generation_eos=tuple(_gen_eos(generation_config)),
+        dtype=str(dtype).removeprefix("torch."),
+        device=_device_name(device),
         engine=tuple((k, getattr(cfg, k, None)) for k in ENGINE_FIELDS),
     )
 
@@ -302,8 +330,18 @@ class _Engine:
     whose ``Serves`` it matches (``_engine_for``). ``holders`` counts the samplers that own a
     share of it (not the pinned ones); the last ``release`` closes it."""
 
-    def __init__(self, what: Serves, folder: str, cfg: Any, dtype: torch.dtype, device: torch.device, *,
-                 dummy: bool, loaded: object | None = None, keep: Any = None) -> None:
+    def __init__(
+        self,
+        what: Serves,
+        folder: str,
+        cfg: Any,
+        dtype: torch.dtype,
+        device: torch.device,
+        *,
+        dummy: bool,
+        loaded: object | None = None,
+        keep: Any = None,
+    ) -> None:
         self.serves = what
         self.device = device
         self.dtype = dtype
@@ -313,13 +351,21 @@ class _Engine:
         self.llm: Any = None
         self._keep = keep  # the temporary folder the engine reads its config/tokenizer from
         kw: dict[str, Any] = dict(
-            model=folder, tokenizer=folder, dtype=str(dtype).removeprefix("torch."), seed=0,
-            max_num_seqs=int(cfg.max_batch), enable_prefix_caching=cfg.prefix_caching is not False,
+            model=folder,
+            tokenizer=folder,
+            dtype=str(dtype).removeprefix("torch."),
+            seed=0,
+            max_num_seqs=int(cfg.max_batch),
+            enable_prefix_caching=cfg.prefix_caching is not False,
             enforce_eager=(device.type == "cpu") if cfg.enforce_eager is None else bool(cfg.enforce_eager),
-            gpu_memory_utilization=vllm_share(cfg), logprobs_mode="raw_logprobs",
-            disable_log_stats=True, load_format="dummy" if dummy else "auto",
+            gpu_memory_utilization=vllm_share(cfg),
+            logprobs_mode="raw_logprobs",
+            disable_log_stats=True,
+            load_format="dummy" if dummy else "auto",
         )
-        kv_gib = cfg.kv_cache_gib if cfg.kv_cache_gib is not None else (CPU_KV_CACHE_GIB if device.type == "cpu" else None)
+        kv_gib = (
+            cfg.kv_cache_gib if cfg.kv_cache_gib is not None else (CPU_KV_CACHE_GIB if device.type == "cpu" else None)
+        )
         if kv_gib is not None:
             kw["kv_cache_memory_bytes"] = int(kv_gib * GiB)
         if cfg.max_model_len is not None:
@@ -331,9 +377,11 @@ class _Engine:
         try:
             self.llm = _start_llm(kw, device)
         except Exception as e:  # noqa: BLE001 - re-raised naming the config section
-            raise SamplerError(f"engine.kind=vllm: could not start a vLLM engine for {folder} "
-                               f"(engine section: {cfg.model_dump() if hasattr(cfg, 'model_dump') else cfg}): "
-                               f"{type(e).__name__}: {e}") from e
+            raise SamplerError(
+                f"engine.kind=vllm: could not start a vLLM engine for {folder} "
+                f"(engine section: {cfg.model_dump() if hasattr(cfg, 'model_dump') else cfg}): "
+                f"{type(e).__name__}: {e}"
+            ) from e
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.loaded: object | None = None if dummy else loaded
         self.asleep = False
@@ -400,7 +448,7 @@ class _Engine:
             self.close()
 
 
-_ENGINES: "weakref.WeakSet[_Engine]" = weakref.WeakSet()
+_ENGINES: weakref.WeakSet[_Engine] = weakref.WeakSet()
 """The engines alive in this process. Process-wide on purpose: it mirrors vLLM's process-wide
 sleep allocator, which is what makes a second sleeping engine unsafe."""
 
@@ -420,7 +468,8 @@ def _engine_for(what: Serves, build: Any, wanted: str) -> tuple[_Engine, bool]:
             f"({diff}). One process holds one vLLM engine: vLLM's sleep allocator and its distributed state are "
             "process-wide (a second engine's sleep would discard the first one's weights, and closing either tears "
             "down the other's), so every model of a run must be a weight version of one engine: same architecture, "
-            "tokenizer, dtype and engine section. Use a model of the same shape for it, or engine=hf")
+            "tokenizer, dtype and engine section. Use a model of the same shape for it, or engine=hf"
+        )
     engine = build()
     _ENGINES.add(engine)
     return engine, True
@@ -431,8 +480,10 @@ def check_seed_scope(seed_scope: str | None, device: torch.device) -> None:
     build they fail ("CPU Generator does not use offset"), so that is a ``ConfigError``, raised
     before an engine is built."""
     if seed_scope == "prompt" and device.type != "cuda":
-        raise ConfigError("engine.seed_scope=prompt with a vllm engine needs CUDA: vLLM's CPU build cannot "
-                          "seed single requests; use engine.seed_scope=call (or the hf engine) on CPU")
+        raise ConfigError(
+            "engine.seed_scope=prompt with a vllm engine needs CUDA: vLLM's CPU build cannot "
+            "seed single requests; use engine.seed_scope=call (or the hf engine) on CPU"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -451,9 +502,18 @@ class VLLMSampler:
     to it stop working then.
     """
 
-    def __init__(self, engine: _Engine, tokenizer: Any, eos_ids: list[int], *, source: Any = None,
-                 snapshot: dict[str, torch.Tensor] | None = None, folder: str | Path | None = None,
-                 version: object | None = None, owner: bool = True) -> None:
+    def __init__(
+        self,
+        engine: _Engine,
+        tokenizer: Any,
+        eos_ids: list[int],
+        *,
+        source: Any = None,
+        snapshot: dict[str, torch.Tensor] | None = None,
+        folder: str | Path | None = None,
+        version: object | None = None,
+        owner: bool = True,
+    ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
@@ -467,7 +527,7 @@ class VLLMSampler:
         if owner:
             engine.acquire()
 
-    def scoped(self, seed_scope: str | None) -> "VLLMSampler":
+    def scoped(self, seed_scope: str | None) -> VLLMSampler:
         """Set ``engine.seed_scope``: 'prompt' gives every prompt's request its own vLLM seed
         (``prompt_seeds``); see ``check_seed_scope``."""
         check_seed_scope(seed_scope, self.engine.device)
@@ -481,31 +541,39 @@ class VLLMSampler:
         require_vllm()
 
     @classmethod
-    def load(cls, cfg: Any, path: str, device: str = "auto", dtype: str = "auto", owner: Any = None) -> "VLLMSampler":
+    def load(cls, cfg: Any, path: str, device: str = "auto", dtype: str = "auto", owner: Any = None) -> VLLMSampler:
         """A read-only sampler over the model folder ``path``: a version of this process's engine
         read from the folder itself (no Hugging Face copy in memory); a LoRA adapter checkpoint is
         merged by ``load_model`` first and pushed."""
         if (Path(path) / "config.json").is_file():
             return cls.for_path(cfg, path, load_tokenizer(path), device=device, dtype=dtype).scoped(
-                resolve_seed_scope(cfg))
+                resolve_seed_scope(cfg)
+            )
         model, tokenizer = load_model(path, device=device, dtype=dtype)
         return cls.for_model(cfg, freeze_module(model), tokenizer)
 
     @classmethod
-    def for_model(cls, cfg: Any, model: Any, tokenizer: Any, owner: Any = None) -> "VLLMSampler":
+    def for_model(cls, cfg: Any, model: Any, tokenizer: Any, owner: Any = None) -> VLLMSampler:
         """A sampler serving ``model``'s weights (a learner's module) from this process's engine
         for its shape, started here when there is none, with the configured ``engine.seed_scope``."""
         return cls._colocated(cfg, model, tokenizer).scoped(resolve_seed_scope(cfg))
 
     @classmethod
-    def _colocated(cls, cfg: Any, model: Any, tokenizer: Any) -> "VLLMSampler":
+    def _colocated(cls, cfg: Any, model: Any, tokenizer: Any) -> VLLMSampler:
         require_vllm()
         device = next(model.parameters()).device
         check_seed_scope(getattr(cfg, "seed_scope", None), device)
         dtype = next(model.parameters()).dtype
         base = unwrap_peft(model)
-        what = serves(cfg, base.config, tokenizer, getattr(base, "generation_config", None), dtype, device,
-                      arch=type(base).__name__)
+        what = serves(
+            cfg,
+            base.config,
+            tokenizer,
+            getattr(base, "generation_config", None),
+            dtype,
+            device,
+            arch=type(base).__name__,
+        )
 
         def build() -> _Engine:
             folder = model_folder(model, tokenizer)
@@ -519,7 +587,9 @@ class VLLMSampler:
         return sampler
 
     @classmethod
-    def for_path(cls, cfg: Any, path: str | Path, tokenizer: Any, device: str = "auto", dtype: str = "auto") -> "VLLMSampler":
+    def for_path(
+        cls, cfg: Any, path: str | Path, tokenizer: Any, device: str = "auto", dtype: str = "auto"
+    ) -> VLLMSampler:
         """A sampler over a model folder (a judge, a diagnoser, a model to evaluate): a version
         of this process's engine for its shape (a new engine reads the folder itself; a running
         one gets the folder's weights pushed from disk). No Hugging Face copy is loaded. The
@@ -532,24 +602,28 @@ class VLLMSampler:
         check_seed_scope(getattr(cfg, "seed_scope", None), dev)
         dt = resolve_dtype(dtype, dev)
         if not _weight_files(Path(path)):
-            raise ConfigError(f"engine.kind=vllm: model folder {path} has no *.safetensors weights; a vLLM engine that "
-                              "serves several weight versions reads a folder's weights again at every switch. Save it "
-                              "with save_pretrained (safetensors), or use engine=hf")
+            raise ConfigError(
+                f"engine.kind=vllm: model folder {path} has no *.safetensors weights; a vLLM engine that "
+                "serves several weight versions reads a folder's weights again at every switch. Save it "
+                "with save_pretrained (safetensors), or use engine=hf"
+            )
         try:
             gen = GenerationConfig.from_pretrained(str(path))
         except Exception:  # noqa: BLE001 - a folder without generation_config.json: tokenizer EOS only
             gen = None
         what = serves(cfg, AutoConfig.from_pretrained(str(path)), tokenizer, gen, dt, dev)
         version = object()
-        engine, new = _engine_for(what, lambda: _Engine(what, str(path), cfg, dt, dev, dummy=False, loaded=version),
-                                  f"model folder {path}")
-        sampler = cls(engine, tokenizer, eos_ids(SimpleNamespace(generation_config=gen), tokenizer), folder=path,
-                      version=version)
+        engine, new = _engine_for(
+            what, lambda: _Engine(what, str(path), cfg, dt, dev, dummy=False, loaded=version), f"model folder {path}"
+        )
+        sampler = cls(
+            engine, tokenizer, eos_ids(SimpleNamespace(generation_config=gen), tokenizer), folder=path, version=version
+        )
         if new:
             engine.rest()
         return sampler
 
-    def pinned(self, model: Any) -> "VLLMSampler":
+    def pinned(self, model: Any) -> VLLMSampler:
         """A sampler over this sampler's engine that always serves the weights ``model`` has
         now (a frozen scorer while the role trains on): a host-memory snapshot, pushed to the
         engine whenever the frozen sampler samples after another version did."""
@@ -563,8 +637,10 @@ class VLLMSampler:
         """Serve ``model``'s current weights: a new version, reloaded in memory now (or, while
         the engine sleeps on CUDA, when it next wakes to sample)."""
         if self._snapshot is not None or self._folder is not None:
-            raise SamplerError("sync_weights on a vLLM sampler with fixed weights (a pinned snapshot or a model "
-                               "folder): its weights are fixed by design")
+            raise SamplerError(
+                "sync_weights on a vLLM sampler with fixed weights (a pinned snapshot or a model "
+                "folder): its weights are fixed by design"
+            )
         self._source = model
         self._version = object()
         if not self.engine.asleep and not self.engine.sleep_mode:
@@ -605,13 +681,19 @@ class VLLMSampler:
 
         greedy = params.temperature == 0
         return VParams(
-            n=n, temperature=0.0 if greedy else float(params.temperature),
-            top_p=1.0 if greedy else float(params.top_p), top_k=0 if greedy else int(params.top_k),
-            max_tokens=int(params.max_new_tokens), min_tokens=0, repetition_penalty=1.0,
+            n=n,
+            temperature=0.0 if greedy else float(params.temperature),
+            top_p=1.0 if greedy else float(params.top_p),
+            top_k=0 if greedy else int(params.top_k),
+            max_tokens=int(params.max_new_tokens),
+            min_tokens=0,
+            repetition_penalty=1.0,
             stop_token_ids=self.eos_ids + [t for t in params.stop.token_ids if t not in self.eos_ids],
-            stop=list(params.stop.strings) or None, include_stop_str_in_output=True,
+            stop=list(params.stop.strings) or None,
+            include_stop_str_in_output=True,
             # vLLM's own text is only needed to find stop strings; ours comes from decode_ids
-            detokenize=bool(params.stop.strings), skip_special_tokens=True,
+            detokenize=bool(params.stop.strings),
+            skip_special_tokens=True,
             logprobs=0 if params.return_logprobs else None,
         )
 
@@ -622,16 +704,18 @@ class VLLMSampler:
         seeds = prompt_seeds(params.seed, list(prompts)) if self.seed_scope == "prompt" else None
         return self._sample(prompts, n, params, seeds)
 
-    def sample_seeded(self, prompts: Sequence[str], n: int, params: SamplingParams,
-                      seeds: Sequence[int | None]) -> list[list[Completion]]:
+    def sample_seeded(
+        self, prompts: Sequence[str], n: int, params: SamplingParams, seeds: Sequence[int | None]
+    ) -> list[list[Completion]]:
         """Per-prompt seeds given by the caller (a Ray pool's share of a call); CUDA only."""
         self.scoped("prompt")
         if len(seeds) != len(prompts):
             raise SamplerError(f"sample_seeded: {len(seeds)} seeds for {len(prompts)} prompts")
         return self._sample(prompts, n, params, list(seeds))
 
-    def _sample(self, prompts: Sequence[str], n: int, params: SamplingParams,
-                seeds: list[int | None] | None) -> list[list[Completion]]:
+    def _sample(
+        self, prompts: Sequence[str], n: int, params: SamplingParams, seeds: list[int | None] | None
+    ) -> list[list[Completion]]:
         validate_params(n, params)
         if isinstance(prompts, str):
             raise SamplerError("sample: prompts must be a sequence of strings, not one string")
@@ -641,11 +725,15 @@ class VLLMSampler:
         limit = self.engine.max_model_len
         for i, e in enumerate(encoded):
             if not e:
-                raise SamplerError(f"sample: prompt {i} encodes to zero tokens and the tokenizer adds no BOS; "
-                                   "cannot condition on an empty prompt")
+                raise SamplerError(
+                    f"sample: prompt {i} encodes to zero tokens and the tokenizer adds no BOS; "
+                    "cannot condition on an empty prompt"
+                )
             if len(e) >= limit:
-                raise SamplerError(f"sample: prompt {i} has {len(e)} tokens, the engine's context is {limit} "
-                                   "(engine.max_model_len, default the model's)")
+                raise SamplerError(
+                    f"sample: prompt {i} has {len(e)} tokens, the engine's context is {limit} "
+                    "(engine.max_model_len, default the model's)"
+                )
         self.engine.wake()
         self._ensure()
         if self.engine.loaded is not self._version:  # never sample from weights a sleep discarded
@@ -665,8 +753,7 @@ class VLLMSampler:
                     vparams = [vparams.clone() for _ in seeds]
                     for vp, sd in zip(vparams, seeds):
                         vp.seed = sd
-                outs = self.engine.llm.generate([{"prompt_token_ids": e} for e in encoded],
-                                                vparams, use_tqdm=False)
+                outs = self.engine.llm.generate([{"prompt_token_ids": e} for e in encoded], vparams, use_tqdm=False)
         finally:
             self.engine.rest()
         result: list[list[Completion]] = []
@@ -680,8 +767,16 @@ class VLLMSampler:
                 lps = None
                 if params.return_logprobs:
                     lps = [float(pos[t].logprob) for pos, t in zip(c.logprobs or [], ids)]
-                comps.append(Completion(text=self.decode(ids), token_ids=ids, prompt_ids=list(encoded[i]),
-                                        finish_reason=reason, logprobs=lps, stop_reason=why))  # type: ignore[arg-type]
+                comps.append(
+                    Completion(
+                        text=self.decode(ids),
+                        token_ids=ids,
+                        prompt_ids=list(encoded[i]),
+                        finish_reason=reason,
+                        logprobs=lps,
+                        stop_reason=why,
+                    )
+                )  # type: ignore[arg-type]
             if len(comps) < n:
                 comps = [copy.deepcopy(comps[k % len(comps)]) for k in range(n)]
             result.append(comps)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -20,8 +21,11 @@ def hf_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
     added (W + ΔW, ``get_delta_weight``), computed per layer without touching the learner's
     module (no merge/unmerge round trip that would perturb the trained weights)."""
     base = unwrap_peft(model)
-    loras = {name: mod for name, mod in base.named_modules()
-             if hasattr(mod, "base_layer") and hasattr(mod, "get_delta_weight") and hasattr(mod, "lora_A")}
+    loras = {
+        name: mod
+        for name, mod in base.named_modules()
+        if hasattr(mod, "base_layer") and hasattr(mod, "get_delta_weight") and hasattr(mod, "lora_A")
+    }
     with torch.no_grad():
         for name, tensor in base.state_dict().items():
             if ".lora_" in name:
@@ -41,8 +45,10 @@ def hf_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
 
 def host_snapshot(model: Any, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """A fixed weight version: host-memory copies of ``model``'s weights in the engine's dtype."""
-    return {name: t.detach().to("cpu", dtype=dtype if t.is_floating_point() else t.dtype, copy=True)
-            for name, t in hf_weights(model)}
+    return {
+        name: t.detach().to("cpu", dtype=dtype if t.is_floating_point() else t.dtype, copy=True)
+        for name, t in hf_weights(model)
+    }
 
 
 def model_folder(model: Any, tokenizer: Any, prefix: str = "coevolve-engine-") -> tempfile.TemporaryDirectory[str]:
@@ -75,7 +81,9 @@ def module_from_state(config: Any, state: dict[str, torch.Tensor], dtype: torch.
     with torch.device("meta"):  # only to learn the concrete class; allocates nothing
         cls = type(AutoModelForCausalLM.from_config(config))
     model, info = cls.from_pretrained(None, config=config, state_dict=state, dtype=dtype, output_loading_info=True)
-    wrong = {k: sorted(v)[:5] for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    wrong = {
+        k: sorted(v)[:5] for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v
+    }
     if wrong:  # the loader would have initialised the missing ones at random
         raise ValueError(f"module_from_state: the state dict does not fit {cls.__name__}: {wrong}")
     model.eval()

@@ -9,6 +9,16 @@ from coevolve.eval.core import EvalResult, evaluate_tasks
 from coevolve.eval.suite import compare, evaluate_benchmark, evaluate_suite, format_table, load_results
 
 __all__ = [
-    "BENCHMARKS", "GROUPS", "Benchmark", "EvalResult", "compare", "evaluate_benchmark", "evaluate_suite",
-    "evaluate_tasks", "format_table", "load_results", "load_tasks", "resolve_benches",
+    "BENCHMARKS",
+    "GROUPS",
+    "Benchmark",
+    "EvalResult",
+    "compare",
+    "evaluate_benchmark",
+    "evaluate_suite",
+    "evaluate_tasks",
+    "format_table",
+    "load_results",
+    "load_tasks",
+    "resolve_benches",
 ]

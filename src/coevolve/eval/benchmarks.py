@@ -25,10 +25,11 @@ from __future__ import annotations
 import os
 import random
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from coevolve.answers import extract_answer
 from coevolve.answers.extract import last_boxed
@@ -37,7 +38,6 @@ from coevolve.errors import ConfigError, DataError
 from coevolve.prompts import Prompter
 from coevolve.prompts.chat import LETTERS
 from coevolve.types import AnswerGrader, Task
-
 
 # ----------------------------------------------------------------------------------------------
 # answer extraction (last_boxed is the answer pipeline's: pure text, no math-verify worker)
@@ -161,9 +161,7 @@ def grade_bbeh(gold: str, text: str) -> bool:
 # loading
 
 
-def rows_to_tasks(
-    rows: Iterable[tuple[int, dict[str, Any]]], where: str, multiple_choice: bool
-) -> list[Task]:
+def rows_to_tasks(rows: Iterable[tuple[int, dict[str, Any]]], where: str, multiple_choice: bool) -> list[Task]:
     """Validate rows and turn them into Tasks; errors name ``where:line`` and the field.
 
     Every field other than id/question/answer/source goes into ``Task.features`` (level,
@@ -194,9 +192,7 @@ def rows_to_tasks(
                 raise DataError(f"{loc}: field 'choices' has {len(ch)} options (max 26)")
             answer = answer.upper()
             if answer not in LETTERS[: len(ch)]:
-                raise DataError(
-                    f"{loc}: field 'answer' must be a letter A-{LETTERS[len(ch) - 1]}, got {answer!r}"
-                )
+                raise DataError(f"{loc}: field 'answer' must be a letter A-{LETTERS[len(ch) - 1]}, got {answer!r}")
         feats = {k: v for k, v in r.items() if k not in ("id", "question", "answer", "source")}
         tasks.append(Task(tid, r["question"], answer, str(r.get("source", "")), feats))
     return tasks
@@ -243,8 +239,17 @@ class Benchmark:
 
 
 def _math(name: str, folder: str, items: int, k: int = 0, group: str = "level", tokens: int = 600) -> Benchmark:
-    return Benchmark(name, "math", "math", folder=folder, shipped=f"{folder}.jsonl.gz",
-                     default_samples=k, group_key=group, answer_tokens=tokens, items=items)
+    return Benchmark(
+        name,
+        "math",
+        "math",
+        folder=folder,
+        shipped=f"{folder}.jsonl.gz",
+        default_samples=k,
+        group_key=group,
+        answer_tokens=tokens,
+        items=items,
+    )
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -257,22 +262,58 @@ BENCHMARKS: dict[str, Benchmark] = {
         _math("amc23", "amc23", 40, k=32, tokens=1000),
         _math("minerva", "minerva_math", 272),
         _math("olympiadbench", "olympiadbench", 675, tokens=1000),
-        Benchmark("mmlu_pro", "mc", "general", folder="mmlu_pro", hub="TIGER-Lab/MMLU-Pro",
-                  group_key="subject", items=12032),
-        Benchmark("supergpqa", "mc", "general", folder="supergpqa",
-                  files=("test.jsonl", "test.jsonl.gz", "sample300.jsonl", "sample300.jsonl.gz"),
-                  hub="m-a-p/SuperGPQA", group_key="discipline",
-                  note="offline copy is the 300-question sample", items=300),
-        Benchmark("gpqa_diamond", "mc", "general", folder="gpqa_diamond", hub="Idavidrein/gpqa",
-                  group_key="subject", items=198),
+        Benchmark(
+            "mmlu_pro", "mc", "general", folder="mmlu_pro", hub="TIGER-Lab/MMLU-Pro", group_key="subject", items=12032
+        ),
+        Benchmark(
+            "supergpqa",
+            "mc",
+            "general",
+            folder="supergpqa",
+            files=("test.jsonl", "test.jsonl.gz", "sample300.jsonl", "sample300.jsonl.gz"),
+            hub="m-a-p/SuperGPQA",
+            group_key="discipline",
+            note="offline copy is the 300-question sample",
+            items=300,
+        ),
+        Benchmark(
+            "gpqa_diamond",
+            "mc",
+            "general",
+            folder="gpqa_diamond",
+            hub="Idavidrein/gpqa",
+            group_key="subject",
+            items=198,
+        ),
         Benchmark("bbeh", "bbeh", "general", folder="bbeh", group_key="task", answer_tokens=1000, items=4520),
-        Benchmark("bbeh_mini", "bbeh", "general", folder="bbeh",
-                  files=("mini.jsonl", "mini.jsonl.gz"), group_key="task", answer_tokens=1000, items=460),
+        Benchmark(
+            "bbeh_mini",
+            "bbeh",
+            "general",
+            folder="bbeh",
+            files=("mini.jsonl", "mini.jsonl.gz"),
+            group_key="task",
+            answer_tokens=1000,
+            items=460,
+        ),
         Benchmark("toy", "toy", "toy", group_key="level", answer_tokens=40, generator="coevolve.toy:heldout_tasks"),
-        Benchmark("arith", "math", "arith", group_key="level", answer_tokens=40,
-                  generator="coevolve.world.arith:heldout_tasks"),
-        Benchmark("skill", "toy", "toy", group_key="focus", answer_tokens=60, generator="coevolve.skill.world:heldout_tasks",
-                  note="the skill world's held-out strata (data.source=skill)"),
+        Benchmark(
+            "arith",
+            "math",
+            "arith",
+            group_key="level",
+            answer_tokens=40,
+            generator="coevolve.world.arith:heldout_tasks",
+        ),
+        Benchmark(
+            "skill",
+            "toy",
+            "toy",
+            group_key="focus",
+            answer_tokens=60,
+            generator="coevolve.skill.world:heldout_tasks",
+            note="the skill world's held-out strata (data.source=skill)",
+        ),
     )
 }
 
@@ -287,8 +328,17 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "diagevo_math5": ("amc23", "gsm8k", "math500", "olympiadbench", "minerva"),
     "diagevo_general4": ("mmlu_pro", "gpqa_diamond", "bbeh", "supergpqa"),
     "all": (
-        "amc23", "minerva", "math500", "gsm8k", "olympiadbench", "aime24", "aime25",
-        "mmlu_pro", "supergpqa", "gpqa_diamond", "bbeh",
+        "amc23",
+        "minerva",
+        "math500",
+        "gsm8k",
+        "olympiadbench",
+        "aime24",
+        "aime25",
+        "mmlu_pro",
+        "supergpqa",
+        "gpqa_diamond",
+        "bbeh",
     ),
     "toy": ("toy",),
     "arith": ("arith",),
@@ -312,8 +362,7 @@ def resolve_benches(names: Sequence[str]) -> list[Benchmark]:
                 expanded = (name,)
             else:
                 raise ConfigError(
-                    f"unknown benchmark {name!r}; benchmarks: {', '.join(BENCHMARKS)}; "
-                    f"groups: {', '.join(GROUPS)}"
+                    f"unknown benchmark {name!r}; benchmarks: {', '.join(BENCHMARKS)}; groups: {', '.join(GROUPS)}"
                 )
             out.extend(n for n in expanded if n not in out)
     if not out:
@@ -340,8 +389,7 @@ def find_data_file(bench: Benchmark, data_dir: Path | None) -> Path | None:
     return None
 
 
-def load_tasks(bench: Benchmark | str, data_dir: Path | None = None,
-               limit: int | None = None) -> list[Task]:
+def load_tasks(bench: Benchmark | str, data_dir: Path | None = None, limit: int | None = None) -> list[Task]:
     """Tasks of one benchmark, first ``limit`` items (deterministic file order).
 
     Lookup order: ``data_dir`` (or ``$COEVOLVE_DATA``) ``/<folder>/<file>``, then the shipped
@@ -380,8 +428,10 @@ def _load_hub(b: Benchmark, data_dir: Path | None) -> list[Task]:
         if root is not None
         else "no --data-dir / $COEVOLVE_DATA given"
     )
-    hint = (f"benchmark {b.name!r}: no data file found ({tried}); pass --data-dir or set "
-            f"COEVOLVE_DATA to a folder with {b.folder}/{b.files[0]}")
+    hint = (
+        f"benchmark {b.name!r}: no data file found ({tried}); pass --data-dir or set "
+        f"COEVOLVE_DATA to a folder with {b.folder}/{b.files[0]}"
+    )
     if b.hub is None:
         raise DataError(hint)
     try:
@@ -401,23 +451,36 @@ def _hub_rows(b: Benchmark) -> Iterable[dict[str, Any]]:
 
     if b.name == "mmlu_pro":
         for r in load_dataset(b.hub, split="test"):
-            yield {"id": f"mmlu_pro-{r['question_id']}", "question": r["question"],
-                   "choices": list(r["options"]), "answer": r["answer"], "subject": r["category"]}
+            yield {
+                "id": f"mmlu_pro-{r['question_id']}",
+                "question": r["question"],
+                "choices": list(r["options"]),
+                "answer": r["answer"],
+                "subject": r["category"],
+            }
     elif b.name == "supergpqa":
         for r in load_dataset(b.hub, split="train"):
-            yield {"id": r["uuid"], "question": r["question"], "choices": list(r["options"]),
-                   "answer": r["answer_letter"], "discipline": r["discipline"]}
+            yield {
+                "id": r["uuid"],
+                "question": r["question"],
+                "choices": list(r["options"]),
+                "answer": r["answer_letter"],
+                "discipline": r["discipline"],
+            }
     elif b.name == "gpqa_diamond":
         rng = random.Random(0)  # simple-evals' permutation, as in the offline copy
         for r in load_dataset(b.hub, "gpqa_diamond", split="train"):
-            opts = [r["Correct Answer"], r["Incorrect Answer 1"], r["Incorrect Answer 2"],
-                    r["Incorrect Answer 3"]]
+            opts = [r["Correct Answer"], r["Incorrect Answer 1"], r["Incorrect Answer 2"], r["Incorrect Answer 3"]]
             opts = [str(o).strip() for o in opts]
             perm = rng.sample(range(4), 4)
             choices = [opts[i] for i in perm]
-            yield {"id": r["Record ID"], "question": r["Question"], "choices": choices,
-                   "answer": LETTERS[choices.index(opts[0])],
-                   "subject": r.get("High-level domain", "")}
+            yield {
+                "id": r["Record ID"],
+                "question": r["Question"],
+                "choices": choices,
+                "answer": LETTERS[choices.index(opts[0])],
+                "subject": r.get("High-level domain", ""),
+            }
     else:
         raise DataError(f"no hub conversion for {b.name!r}")
 
@@ -448,6 +511,7 @@ def grader_for(bench: Benchmark, grader: AnswerGrader) -> tuple[Callable[[str, s
 def get(name: str) -> Benchmark:
     """The registered benchmark ``name``; ``ConfigError`` listing the valid names otherwise."""
     if name not in BENCHMARKS:
-        raise ConfigError(f"unknown benchmark {name!r}; benchmarks: {', '.join(BENCHMARKS)}; "
-                          f"groups: {', '.join(GROUPS)}")
+        raise ConfigError(
+            f"unknown benchmark {name!r}; benchmarks: {', '.join(BENCHMARKS)}; groups: {', '.join(GROUPS)}"
+        )
     return BENCHMARKS[name]

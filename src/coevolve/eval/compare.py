@@ -41,7 +41,11 @@ def method_of(cfg: dict[str, Any]) -> str:
     """The method a saved config runs: its recipe, or ``rzero`` for the R-Zero-style baseline
     (the diagevo recipe with R-Zero's challenger reward and no error memory)."""
     recipe = str(cfg.get("recipe", "?"))
-    if recipe == "diagevo" and field_value(cfg, "challenger.reward.kind") == "rzero" and field_value(cfg, "memory.enabled") is False:
+    if (
+        recipe == "diagevo"
+        and field_value(cfg, "challenger.reward.kind") == "rzero"
+        and field_value(cfg, "memory.enabled") is False
+    ):
         return "rzero"
     return recipe
 
@@ -67,8 +71,11 @@ def settings_of(cfg: dict[str, Any]) -> str:
         if alias in ("engine", "backend"):  # where it ran, not what it computed
             continue
         have, want = field_value(cfg, target), field_value(default, target)
-        if have is not None and have != want and not (method_of(cfg) == "rzero" and alias in ("schedule", "stitching",
-                                                                                             "filter")):
+        if (
+            have is not None
+            and have != want
+            and not (method_of(cfg) == "rzero" and alias in ("schedule", "stitching", "filter"))
+        ):
             out.append(f"{alias}={have}")
     return " ".join(out)
 
@@ -90,8 +97,10 @@ def read_run(run_dir: Path) -> RunRow:
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
     except FileNotFoundError as e:
-        raise DataError(f"{run_dir}: not a finished run folder (no {Path(e.filename).name}; `coevolve resume "
-                        f"{run_dir}` finishes it)") from None
+        raise DataError(
+            f"{run_dir}: not a finished run folder (no {Path(e.filename).name}; `coevolve resume "
+            f"{run_dir}` finishes it)"
+        ) from None
     except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:
         raise DataError(f"{run_dir}: unreadable summary.json / config.yaml ({e})") from None
     ev = summary.get("eval") or {}
@@ -99,10 +108,18 @@ def read_run(run_dir: Path) -> RunRow:
     def scores(block: Any) -> dict[str, float]:
         return {b: float(r["score"]) for b, r in (block or {}).items() if isinstance(r, dict) and "score" in r}
 
-    return RunRow(run=run_dir.name, method=method_of(cfg), seed=field_value(cfg, "run.seed"), model=_model_name(cfg),
-                  settings=settings_of(cfg), base=scores(ev.get("base")), final=scores(ev.get("final")),
-                  compute=summary.get("compute") or {}, wall_seconds=summary.get("wall_seconds"),
-                  ok=bool(summary.get("ok", True)))
+    return RunRow(
+        run=run_dir.name,
+        method=method_of(cfg),
+        seed=field_value(cfg, "run.seed"),
+        model=_model_name(cfg),
+        settings=settings_of(cfg),
+        base=scores(ev.get("base")),
+        final=scores(ev.get("final")),
+        compute=summary.get("compute") or {},
+        wall_seconds=summary.get("wall_seconds"),
+        ok=bool(summary.get("ok", True)),
+    )
 
 
 def benches_of(rows: list[RunRow]) -> list[str]:
@@ -127,14 +144,21 @@ def table(rows: list[RunRow]) -> tuple[list[str], list[list[Any]]]:
             base, final = r.base.get(b), r.final.get(b)
             line += [base, final, None if base is None or final is None else final - base]
         train, ev = r.compute.get("train") or {}, r.compute.get("eval") or {}
-        line += [train.get("rollouts"), train.get("generated_tokens"), train.get("trained_tokens"), ev.get("rollouts"),
-                 r.wall_seconds, r.ok]
+        line += [
+            train.get("rollouts"),
+            train.get("generated_tokens"),
+            train.get("trained_tokens"),
+            ev.get("rollouts"),
+            r.wall_seconds,
+            r.ok,
+        ]
         body.append(line)
     return head, body
 
 
 def to_markdown(head: list[str], body: list[list[Any]]) -> str:
     """The table in markdown: scores in % (deltas signed), counts with thousands separators."""
+
     def cell(h: str, v: Any) -> str:
         if v is None or v == "":
             return "–"
@@ -151,8 +175,10 @@ def to_markdown(head: list[str], body: list[list[Any]]) -> str:
         return str(v)
 
     numeric = {i for i, h in enumerate(head) if i >= 5}
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if i in numeric else "---" for i in range(len(head)))
-             + "|"]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---:" if i in numeric else "---" for i in range(len(head))) + "|",
+    ]
     lines += ["| " + " | ".join(cell(h, v) for h, v in zip(head, row)) + " |" for row in body]
     return "\n".join(lines) + "\n"
 

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from coevolve.curriculum.sampling import sample_chunked
 from coevolve.errors import DataError
 from coevolve.types import Completion, Sampler, SamplingParams, Stop, Task
+
 
 def repeat_seed(seed: int, repeat: int) -> int:
     """Sampling seed of evaluation run ``repeat`` (0-based): run 0 keeps ``seed`` (so one run
@@ -85,8 +87,14 @@ class EvalResult:
     def summary(self) -> dict[str, Any]:
         """JSON-ready numbers without the per-item records (for results.json / metrics); with
         several runs also ``sampled_runs`` and ``sampled_std`` (sample std, ddof 1)."""
-        out = {"n": self.n, "greedy": self.greedy, "sampled": self.sampled, "samples": self.samples,
-               "sampled_any": self.sampled_any, "by_group": self.by_group}
+        out = {
+            "n": self.n,
+            "greedy": self.greedy,
+            "sampled": self.sampled,
+            "samples": self.samples,
+            "sampled_any": self.sampled_any,
+            "by_group": self.by_group,
+        }
         if self.sampled_runs is not None:
             out["sampled_runs"] = self.sampled_runs
             out["sampled_std"] = mean_std(self.sampled_runs)[1]
@@ -111,8 +119,9 @@ def _sampled_scores(records: list[dict], samples: int, repeats: int) -> tuple[fl
     if repeats == 1:
         return (sum(r["sampled_acc"] for r in records) / n, sum(any(r["sampled_correct"]) for r in records) / n, None)
     sampled_runs = [sum(r["sampled_acc_runs"][j] for r in records) / n for j in range(repeats)]
-    any_runs = [sum(any(r["sampled_correct"][j * samples:(j + 1) * samples]) for r in records) / n
-                for j in range(repeats)]
+    any_runs = [
+        sum(any(r["sampled_correct"][j * samples : (j + 1) * samples]) for r in records) / n for j in range(repeats)
+    ]
     return mean_std(sampled_runs)[0], mean_std(any_runs)[0], sampled_runs
 
 
@@ -153,17 +162,31 @@ def evaluate_tasks(
     _check_eval_inputs(tasks, prompt_list, samples, repeats)
     if not tasks:
         return EvalResult(greedy=0.0, sampled=None if samples == 0 else 0.0, n=0, records=[], samples=samples)
-    greedy_params = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed,
-                                   stop=stop or Stop())
+    greedy_params = SamplingParams(
+        temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed, stop=stop or Stop()
+    )
     chunk = batch_size if batch_size and 0 < batch_size < len(prompt_list) else len(prompt_list)
     greedy_out = sample_chunked(sampler, prompt_list, 1, greedy_params, chunk, "greedy" if progress else None)
-    runs = [] if samples == 0 else [sample_chunked(
-        sampler, prompt_list, samples, replace(greedy_params, temperature=1.0, seed=repeat_seed(seed, r)), chunk,
-        (f"mean@{samples}" + (f" run {r + 1}/{repeats}" if repeats > 1 else "")) if progress else None)
-        for r in range(repeats)]
+    runs = (
+        []
+        if samples == 0
+        else [
+            sample_chunked(
+                sampler,
+                prompt_list,
+                samples,
+                replace(greedy_params, temperature=1.0, seed=repeat_seed(seed, r)),
+                chunk,
+                (f"mean@{samples}" + (f" run {r + 1}/{repeats}" if repeats > 1 else "")) if progress else None,
+            )
+            for r in range(repeats)
+        ]
+    )
 
-    records = [_record(task, prompt, greedy_out[i][0], [run[i] for run in runs] if runs else None, grade, extract,
-                       group_key) for i, (task, prompt) in enumerate(zip(tasks, prompt_list))]
+    records = [
+        _record(task, prompt, greedy_out[i][0], [run[i] for run in runs] if runs else None, grade, extract, group_key)
+        for i, (task, prompt) in enumerate(zip(tasks, prompt_list))
+    ]
     n = len(records)
     sampled, sampled_any, sampled_runs = _sampled_scores(records, samples, repeats) if runs else (None, None, None)
     return EvalResult(
@@ -178,14 +201,27 @@ def evaluate_tasks(
     )
 
 
-def _record(task: Task, prompt: str, comp: Completion, sampled: list[list[Completion]] | None, grade: GradeFn,
-            extract: Extractor, group_key: str) -> dict[str, Any]:
+def _record(
+    task: Task,
+    prompt: str,
+    comp: Completion,
+    sampled: list[list[Completion]] | None,
+    grade: GradeFn,
+    extract: Extractor,
+    group_key: str,
+) -> dict[str, Any]:
     """One task's evaluation record (``evaluate_tasks``): its greedy answer graded, and its
     samples' verdicts when there are any (``sampled``: one list of k completions per run)."""
     gold = str(task.answer)
     rec: dict[str, Any] = {
-        "id": task.id, "question": task.question, "gold": gold, "prompt": prompt, "output": comp.text,
-        "extracted": extract(comp.text), "correct": bool(grade(gold, comp.text)), "finish_reason": comp.finish_reason,
+        "id": task.id,
+        "question": task.question,
+        "gold": gold,
+        "prompt": prompt,
+        "output": comp.text,
+        "extracted": extract(comp.text),
+        "correct": bool(grade(gold, comp.text)),
+        "finish_reason": comp.finish_reason,
         "group": None if group_key not in task.features else str(task.features[group_key]),
     }
     if sampled is not None:

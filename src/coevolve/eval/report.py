@@ -12,17 +12,18 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from coevolve.curriculum.difficulty import histogram_labels, pass_rate_histogram
 from coevolve.data.jsonl import iter_jsonl
 from coevolve.errors import DataError, RunStateError
 from coevolve.run import METRICS_FILE, STATE_FILE, SUMMARY_FILE
 from coevolve.run.compute import COUNTERS, EVAL_PHASE, Compute, cumulative
-from coevolve.run.state import PhaseRecord
 from coevolve.run.files import atomic_write_text
+from coevolve.run.state import PhaseRecord
 
 _ROUND_DIR = re.compile(r"^round_(\d+)$")
 FINAL = -1
@@ -89,8 +90,11 @@ def load_run(run_dir: Path) -> RunData:
     for rnd, d in folders + [(FINAL, run_dir / "final")]:
         if not (d / "difficulty.jsonl").is_file():
             continue
-        rates = [v for _, obj in iter_jsonl(d / "difficulty.jsonl", on_error="skip", problems=bad)
-                 if (v := _num(obj.get("pass_rate"))) is not None]
+        rates = [
+            v
+            for _, obj in iter_jsonl(d / "difficulty.jsonl", on_error="skip", problems=bad)
+            if (v := _num(obj.get("pass_rate"))) is not None
+        ]
         if rates:
             difficulty[rnd] = rates
     return RunData(run_dir, rows, summary, difficulty, bad, _phase_records(run_dir / STATE_FILE, bad))
@@ -141,14 +145,20 @@ def compute_curve(data: RunData, name: str | None = None) -> list[ComputePoint] 
         ev = rec.values.get("eval") if isinstance(rec.values.get("eval"), dict) else {}
         for bench, vals in ev.items():
             if isinstance(vals, dict):
-                out.append(ComputePoint(label, rec.key, bench, _num(vals.get("greedy")), _num(vals.get("sampled")),
-                                        pt.train, pt.eval))
+                out.append(
+                    ComputePoint(
+                        label, rec.key, bench, _num(vals.get("greedy")), _num(vals.get("sampled")), pt.train, pt.eval
+                    )
+                )
     return out
 
 
-COUNTER_LABELS = {"rollouts": "rollouts (cumulative, training)",
-                  "generated_tokens": "generated tokens (cumulative, training)",
-                  "trained_tokens": "trained tokens (cumulative)", "labels": "gold labels used (cumulative)"}
+COUNTER_LABELS = {
+    "rollouts": "rollouts (cumulative, training)",
+    "generated_tokens": "generated tokens (cumulative, training)",
+    "trained_tokens": "trained tokens (cumulative)",
+    "labels": "gold labels used (cumulative)",
+}
 
 
 def plot_compute(curves: dict[str, list[ComputePoint]], out_dir: Path, file: str = "accuracy_vs_compute.png") -> Plot:
@@ -163,8 +173,12 @@ def plot_compute(curves: dict[str, list[ComputePoint]], out_dir: Path, file: str
             for bench in benches:
                 xy = [(getattr(p.train, counter), p.greedy) for p in pts if p.bench == bench and p.greedy is not None]
                 if xy:
-                    ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o",
-                            label=run if len(benches) == 1 else f"{run} {bench}")
+                    ax.plot(
+                        [x for x, _ in xy],
+                        [y for _, y in xy],
+                        marker="o",
+                        label=run if len(benches) == 1 else f"{run} {bench}",
+                    )
         ax.set_xlabel(COUNTER_LABELS[counter])
         ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))  # 10^5 tokens: no overlapping tick labels
         ax.set_ylabel("held-out greedy accuracy")
@@ -178,14 +192,22 @@ def plot_compute(curves: dict[str, list[ComputePoint]], out_dir: Path, file: str
 
 def compute_table(curves: dict[str, list[ComputePoint]]) -> list[str]:
     """Markdown table of every (compute, accuracy) point: one row per run, evaluation, benchmark."""
-    head = ("| run | phase | bench | greedy | sampled | " + " | ".join(COUNTERS) + " | "
-            + " | ".join(f"eval {k}" for k in ("rollouts", "generated_tokens")) + " |")
+    head = (
+        "| run | phase | bench | greedy | sampled | "
+        + " | ".join(COUNTERS)
+        + " | "
+        + " | ".join(f"eval {k}" for k in ("rollouts", "generated_tokens"))
+        + " |"
+    )
     out = [head, "|---|---|---|---:|---:|" + "---:|" * (len(COUNTERS) + 2)]
     for run, pts in curves.items():
         for p in pts:
-            out.append(f"| {run} | {p.key} | {p.bench} | {_fmt(p.greedy)} | {_fmt(p.sampled)} | "
-                       + " | ".join(str(getattr(p.train, k)) for k in COUNTERS) + " | "
-                       + f"{p.eval.rollouts} | {p.eval.generated_tokens} |")
+            out.append(
+                f"| {run} | {p.key} | {p.bench} | {_fmt(p.greedy)} | {_fmt(p.sampled)} | "
+                + " | ".join(str(getattr(p.train, k)) for k in COUNTERS)
+                + " | "
+                + f"{p.eval.rollouts} | {p.eval.generated_tokens} |"
+            )
     return out
 
 
@@ -197,12 +219,30 @@ def write_compute_points(curves: dict[str, list[ComputePoint]], path: Path) -> P
 
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["run", "phase", "bench", "greedy", "sampled", *(f"train_{k}" for k in COUNTERS),
-                *(f"eval_{k}" for k in COUNTERS)])
+    w.writerow(
+        [
+            "run",
+            "phase",
+            "bench",
+            "greedy",
+            "sampled",
+            *(f"train_{k}" for k in COUNTERS),
+            *(f"eval_{k}" for k in COUNTERS),
+        ]
+    )
     for pts in curves.values():
         for p in pts:
-            w.writerow([p.run, p.key, p.bench, p.greedy, p.sampled, *(getattr(p.train, k) for k in COUNTERS),
-                        *(getattr(p.eval, k) for k in COUNTERS)])
+            w.writerow(
+                [
+                    p.run,
+                    p.key,
+                    p.bench,
+                    p.greedy,
+                    p.sampled,
+                    *(getattr(p.train, k) for k in COUNTERS),
+                    *(getattr(p.eval, k) for k in COUNTERS),
+                ]
+            )
     atomic_write_text(path, buf.getvalue())
     return path
 
@@ -384,19 +424,38 @@ class Plot:
 
 PER_ROUND_PLOTS = [
     ("anchors.png", "Anchors per round", ["curriculum/anchors"], "last", "count"),
-    ("in_band.png", "Share of generated questions inside the band",
-     ["questioner/in_band", "challenger/in_band"], "mean", "share"),
-    ("pseudo_label_acc.png", "Pseudo-label accuracy vs oracle",
-     ["curriculum/buffer/oracle_acc_kept", "curriculum/oracle_acc_kept"], "mean", "accuracy"),
-    ("memory.png", "Error-cause memory", ["memory/causes", "memory/nodes", "memory/active",
-                                          "memory/mastered"], "last", "count"),
+    (
+        "in_band.png",
+        "Share of generated questions inside the band",
+        ["questioner/in_band", "challenger/in_band"],
+        "mean",
+        "share",
+    ),
+    (
+        "pseudo_label_acc.png",
+        "Pseudo-label accuracy vs oracle",
+        ["curriculum/buffer/oracle_acc_kept", "curriculum/oracle_acc_kept"],
+        "mean",
+        "accuracy",
+    ),
+    (
+        "memory.png",
+        "Error-cause memory",
+        ["memory/causes", "memory/nodes", "memory/active", "memory/mastered"],
+        "last",
+        "count",
+    ),
     ("epsilon.png", "Exploration rate ε for the next round", ["memory/next_epsilon"], "last", "ε"),
 ]
 """(file, title, metric keys, how a round's values are folded, y label) of the per-round plots."""
 
 STEP_PLOTS = [
     ("writer_reward.png", "Questioner / challenger reward", [["questioner/reward_mean", "challenger/reward_mean"]]),
-    ("solver.png", "Solver reward and share of zero-variance groups", [["solver/reward_mean"], ["solver/frac_zero_std"]]),
+    (
+        "solver.png",
+        "Solver reward and share of zero-variance groups",
+        [["solver/reward_mean"], ["solver/frac_zero_std"]],
+    ),
 ]
 """(file, title, panels of metric keys) of the per-step plots."""
 
@@ -458,8 +517,13 @@ def _signal_plot(data: RunData, out_dir: Path) -> list[Plot]:
         axes[j // cols][j % cols].axis("off")
     fig.suptitle("Probe signals (blue) and held-out accuracy" + (f" {truth[0]} (red, dashed)" if truth else ""))
     _save(fig, out_dir / "round_signals.png")
-    return [Plot("round_signals.png", "Probe signals by round beside held-out accuracy",
-                 [f"probe/{k}" for k in sig] + ([f"eval/{truth[0]}"] if truth else []))]
+    return [
+        Plot(
+            "round_signals.png",
+            "Probe signals by round beside held-out accuracy",
+            [f"probe/{k}" for k in sig] + ([f"eval/{truth[0]}"] if truth else []),
+        )
+    ]
 
 
 def _signals_section(data: RunData) -> list[str]:
@@ -473,9 +537,14 @@ def _signals_section(data: RunData) -> list[str]:
     truth = _true_accuracy(data)
     rounds = sorted({t for ser in sig.values() for t in ser})
     head = ["round", *sig, *([f"held-out {truth[0]}"] if truth else [])]
-    lines = ["## Round signals (probe set)", "",
-             "Measured on the fixed probe set after every round (round 0: the base model); definitions in "
-             "docs/stopping.md.", "", "| " + " | ".join(head) + " |", "|---:|" + "---:|" * (len(head) - 1)]
+    lines = [
+        "## Round signals (probe set)",
+        "",
+        "Measured on the fixed probe set after every round (round 0: the base model); definitions in docs/stopping.md.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|---:|" + "---:|" * (len(head) - 1),
+    ]
     for t in rounds:
         cells = [_fmt(ser.get(t)) for ser in sig.values()] + ([_fmt(truth[1].get(t), True)] if truth else [])
         lines.append(f"| {t} | " + " | ".join(cells) + " |")
@@ -511,9 +580,15 @@ def _hist_plot(data: RunData, out_dir: Path, present: set[str]) -> list[Plot]:
         axes[j // cols][j % cols].axis("off")
     fig.suptitle("Pass-rate histogram of the question pool")
     _save(fig, out_dir / "pass_rate_hist.png")
-    return [Plot("pass_rate_hist.png", "Pass-rate histograms per round",
-                 ["curriculum/pass_rate_hist"] if "curriculum/pass_rate_hist" in present
-                 else ["round_NN/difficulty.jsonl:pass_rate"])]
+    return [
+        Plot(
+            "pass_rate_hist.png",
+            "Pass-rate histograms per round",
+            ["curriculum/pass_rate_hist"]
+            if "curriculum/pass_rate_hist" in present
+            else ["round_NN/difficulty.jsonl:pass_rate"],
+        )
+    ]
 
 
 def _per_round_plots(data: RunData, out_dir: Path, present: set[str]) -> list[Plot]:
@@ -572,10 +647,21 @@ def _fmt(v: float | None, pct: bool = False) -> str:
     return f"{100 * v:.1f}%" if pct else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
 
-KEY_NUMBERS = ["solver/reward_mean", "solver/frac_zero_std", "questioner/reward_mean", "challenger/reward_mean",
-               "questioner/in_band", "curriculum/anchors", "curriculum/buffer/oracle_acc_kept",
-               "curriculum/oracle_acc_kept", "memory/causes", "memory/nodes", "memory/active", "memory/mastered",
-               "memory/next_epsilon"]
+KEY_NUMBERS = [
+    "solver/reward_mean",
+    "solver/frac_zero_std",
+    "questioner/reward_mean",
+    "challenger/reward_mean",
+    "questioner/in_band",
+    "curriculum/anchors",
+    "curriculum/buffer/oracle_acc_kept",
+    "curriculum/oracle_acc_kept",
+    "memory/causes",
+    "memory/nodes",
+    "memory/active",
+    "memory/mastered",
+    "memory/next_epsilon",
+]
 """Metrics whose first and last values report.md lists."""
 
 
@@ -585,8 +671,14 @@ def render_markdown(data: RunData, plots: list[Plot]) -> str:
     lines = [f"# Run report: {data.path.name}", "", _facts(data), ""] + _accuracy_section(data) + ["## Plots", ""]
     if plots:
         for p in plots:
-            lines += [f"### {p.title}", "", f"![{p.title}]({p.file})", "",
-                      "Series: " + ", ".join(f"`{k}`" for k in p.keys), ""]
+            lines += [
+                f"### {p.title}",
+                "",
+                f"![{p.title}]({p.file})",
+                "",
+                "Series: " + ", ".join(f"`{k}`" for k in p.keys),
+                "",
+            ]
     else:
         lines += ["No plottable series found.", ""]
     lines += _signals_section(data) + _compute_section(data) + _histogram_table(data) + _rounds_table(data.summary)
@@ -602,10 +694,13 @@ def render_markdown(data: RunData, plots: list[Plot]) -> str:
         lines += ["## Phases", "", "| phase | seconds | rollouts |", "|---|---:|---:|"]
         lines += [f"| {name} | {d['seconds']:.1f} | {int(d['rollouts'])} |" for name, d in phases.items()] + [""]
     if data.bad_lines:
-        lines += ["## Skipped malformed lines", "",
-                  *(f"- {b}" for b in data.bad_lines[:20]),
-                  *([f"- ... and {len(data.bad_lines) - 20} more"] if len(data.bad_lines) > 20 else []),
-                  ""]
+        lines += [
+            "## Skipped malformed lines",
+            "",
+            *(f"- {b}" for b in data.bad_lines[:20]),
+            *([f"- ... and {len(data.bad_lines) - 20} more"] if len(data.bad_lines) > 20 else []),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -632,8 +727,10 @@ def _accuracy_section(data: RunData) -> list[str]:
     for name, ser in ev.items():
         rs = sorted(ser)
         base, final = ser[rs[0]], ser[rs[-1]]
-        lines.append(f"| {name} | {_fmt(base, True)} (r{rs[0]}) | {_fmt(final, True)} "
-                     f"(r{rs[-1]}) | {100 * (final - base):+.1f} |")
+        lines.append(
+            f"| {name} | {_fmt(base, True)} (r{rs[0]}) | {_fmt(final, True)} "
+            f"(r{rs[-1]}) | {100 * (final - base):+.1f} |"
+        )
     all_rounds = sorted({r for ser in ev.values() for r in ser})
     lines += ["", "Per round:", "", "| round | " + " | ".join(ev) + " |", "|---:|" + "---:|" * len(ev)]
     for r in all_rounds:
@@ -650,23 +747,38 @@ def _spread_lines(summary: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     runs = rows[0][1].get("repeats", "several")
-    return [f"Last evaluation, mean ± sample std (ddof 1) over {runs} evaluation runs (greedy metrics run once):", "",
-            "| benchmark | metric | score |", "|---|---|---:|",
-            *(f"| {b} | {r.get('metric', '')} | {100 * r['score']:.1f} ± {100 * r['score_std']:.1f}% |" for b, r in rows),
-            ""]
+    return [
+        f"Last evaluation, mean ± sample std (ddof 1) over {runs} evaluation runs (greedy metrics run once):",
+        "",
+        "| benchmark | metric | score |",
+        "|---|---|---:|",
+        *(f"| {b} | {r.get('metric', '')} | {100 * r['score']:.1f} ± {100 * r['score_std']:.1f}% |" for b, r in rows),
+        "",
+    ]
 
 
 def _compute_section(data: RunData) -> list[str]:
     """Held-out accuracy against cumulative compute (``coevolve.run.compute``), or why not."""
     curve = compute_curve(data)
     if curve is None:
-        return ["## Compute", "", "No compute counters in this run (made before coevolve recorded them, or no "
-                "state.json): accuracy against compute is not available.", ""]
+        return [
+            "## Compute",
+            "",
+            "No compute counters in this run (made before coevolve recorded them, or no "
+            "state.json): accuracy against compute is not available.",
+            "",
+        ]
     if not curve:
         return []
-    return ["## Accuracy against compute", "",
-            "Cumulative training compute when each evaluation ran (eval columns: evaluation compute so far); "
-            "points also in `accuracy_vs_compute.csv`.", "", *compute_table({data.path.name: curve}), ""]
+    return [
+        "## Accuracy against compute",
+        "",
+        "Cumulative training compute when each evaluation ran (eval columns: evaluation compute so far); "
+        "points also in `accuracy_vs_compute.csv`.",
+        "",
+        *compute_table({data.path.name: curve}),
+        "",
+    ]
 
 
 def _histogram_table(data: RunData) -> list[str]:
@@ -678,7 +790,11 @@ def _histogram_table(data: RunData) -> list[str]:
     out = ["## Pool pass-rate histogram", "", "| when | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
     for rnd, rates in data.difficulty.items():
         h = pass_rate_histogram(min(1.0, max(0.0, r)) for r in rates)
-        out.append(f"| {'after last round' if rnd == FINAL else f'round {rnd}'} | " + " | ".join(str(h[k]) for k in labels) + " |")
+        out.append(
+            f"| {'after last round' if rnd == FINAL else f'round {rnd}'} | "
+            + " | ".join(str(h[k]) for k in labels)
+            + " |"
+        )
     return out + [""]
 
 
@@ -688,8 +804,12 @@ def _rounds_table(summary: dict[str, Any]) -> list[str]:
     keys = sorted({k for r in rows for k, v in r.items() if k != "round" and (_num(v) is not None)})
     if not rows or not keys:
         return []
-    out = ["## Per round", "", "| figure | " + " | ".join(f"round {r.get('round')}" for r in rows) + " |",
-           "|---|" + "---:|" * len(rows)]
+    out = [
+        "## Per round",
+        "",
+        "| figure | " + " | ".join(f"round {r.get('round')}" for r in rows) + " |",
+        "|---|" + "---:|" * len(rows),
+    ]
     out += [f"| `{k}` | " + " | ".join(_fmt(_num(r.get(k))) for r in rows) + " |" for k in keys]
     return out + [""]
 
@@ -715,8 +835,20 @@ def compare_compute(run_dirs: list[Path], out_dir: Path) -> tuple[list[Path], li
     plot = plot_compute(curves, out_dir)
     csv_path = write_compute_points(curves, out_dir / "accuracy_vs_compute.csv")
     md = out_dir / "accuracy_vs_compute.md"
-    atomic_write_text(md, "\n".join(["# Held-out accuracy against compute", "", f"![{plot.title}]({plot.file})", "",
-                                      *compute_table(curves), *(f"- {n}" for n in notes), ""]))
+    atomic_write_text(
+        md,
+        "\n".join(
+            [
+                "# Held-out accuracy against compute",
+                "",
+                f"![{plot.title}]({plot.file})",
+                "",
+                *compute_table(curves),
+                *(f"- {n}" for n in notes),
+                "",
+            ]
+        ),
+    )
     return [out_dir / plot.file, csv_path, md], notes
 
 

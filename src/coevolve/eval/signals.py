@@ -74,10 +74,15 @@ def answer_entropy(sizes: Sequence[int], unparsed: int) -> float:
     return -sum(c / n * math.log(c / n) for c in [*sizes, unparsed] if c > 0)
 
 
-def probe_signals(sizes: Sequence[Sequence[int]], n: Sequence[int], answer_tokens: Sequence[Sequence[int]],
-                  agree_prev: Sequence[bool] | None = None, correct: Sequence[Sequence[bool]] | None = None,
-                  label_correct: Sequence[bool] | None = None,
-                  question_chars: Sequence[int] = ()) -> dict[str, float | None]:
+def probe_signals(
+    sizes: Sequence[Sequence[int]],
+    n: Sequence[int],
+    answer_tokens: Sequence[Sequence[int]],
+    agree_prev: Sequence[bool] | None = None,
+    correct: Sequence[Sequence[bool]] | None = None,
+    label_correct: Sequence[bool] | None = None,
+    question_chars: Sequence[int] = (),
+) -> dict[str, float | None]:
     """The round's signals from the probe's answers: per question ``sizes`` (answer clusters,
     descending, parseable answers only) of ``n`` answers, each answer's length in tokens
     (``answer_tokens``), whether its majority label equals the previous round's
@@ -89,8 +94,10 @@ def probe_signals(sizes: Sequence[Sequence[int]], n: Sequence[int], answer_token
     (0.625, 0.875, 0.5, 4.0)
     """
     if not len(sizes) == len(n) == len(answer_tokens):
-        raise ValueError(f"probe_signals: {len(sizes)} questions with sizes, {len(n)} with n, "
-                         f"{len(answer_tokens)} with answer lengths")
+        raise ValueError(
+            f"probe_signals: {len(sizes)} questions with sizes, {len(n)} with n, "
+            f"{len(answer_tokens)} with answer lengths"
+        )
     q = len(sizes)
     total = sum(n)
     p1 = [s[0] / k if s and k else 0.0 for s, k in zip(sizes, n)]  # (Q,)
@@ -153,8 +160,9 @@ def parse_select(text: str) -> SelectRule:
     kind, _, name = text.partition(":")
     if kind == "best_signal" and name in SIGNALS:
         return SelectRule("best_signal", name)
-    raise ConfigError(f"run.select={text!r}: expected 'last' or 'best_signal:<name>' with a name among "
-                      f"{', '.join(SIGNALS)}")
+    raise ConfigError(
+        f"run.select={text!r}: expected 'last' or 'best_signal:<name>' with a name among {', '.join(SIGNALS)}"
+    )
 
 
 def _better(a: float, b: float, direction: Direction) -> bool:
@@ -208,8 +216,6 @@ def select_round(rule: SelectRule, values: Mapping[int, float | None], last: int
     return t, f"run.select={rule}: round {t} has the {best} probe {rule.signal} ({rounds[t]:.4f}) of rounds 1-{last}"
 
 
-
-
 def rank_correlation(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     """Spearman's rank correlation (average ranks for ties; Pearson on the ranks); None with
     fewer than 3 pairs or a constant side.
@@ -261,5 +267,18 @@ def oracle_regret(chosen: int, accuracy: Mapping[int, float]) -> tuple[bool, flo
     return accuracy[chosen] >= best, best - accuracy[chosen]
 
 
-__all__ = ["LABEL_FREE", "PROBE_PREFIX", "SIGNALS", "SIGNAL_ORDER", "SelectRule", "answer_entropy", "best_round",
-           "oracle_regret", "parse_select", "probe_signals", "rank_correlation", "select_round", "stop_round"]
+__all__ = [
+    "LABEL_FREE",
+    "PROBE_PREFIX",
+    "SIGNALS",
+    "SIGNAL_ORDER",
+    "SelectRule",
+    "answer_entropy",
+    "best_round",
+    "oracle_regret",
+    "parse_select",
+    "probe_signals",
+    "rank_correlation",
+    "select_round",
+    "stop_round",
+]

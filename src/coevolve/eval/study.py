@@ -26,9 +26,10 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from coevolve.errors import CoevolveError
 from coevolve.run.compute import COUNTERS, EVAL_PHASE, Compute
@@ -65,43 +66,79 @@ def _abl(method: str, short: str, overrides: Sequence[str], paper: str) -> Varia
     return Variant(f"{method}.{short}", method, f"{method}.yaml", tuple(overrides), method, paper)
 
 
-VARIANTS: dict[str, Variant] = {v.name: v for v in [
-    Variant("grpo", "grpo", "grpo.yaml", (), None, "full-data GRPO (19K labels): 49.28 (4B math)", main=True),
-    Variant("d2evo", "d2evo", "d2evo.yaml", (), None, "D²Evo (0.1K labels): 51.35 (4B math)", main=True),
-    Variant("diagevo", "diagevo", "diagevo.yaml", (), None, "DiagEvo: 72.3 (8B math)", main=True),
-    Variant("rzero", "diagevo", "rzero.yaml", (), None, "R-Zero: 46.91 (4B math, D²Evo table); 67.8 (8B, DiagEvo)",
-            main=True),
-    # D²Evo paper ablations (Qwen3-4B-Base math avg; full 51.35) and one of ours
-    _abl("d2evo", "no_questioner", ["questioner=false"], "47.94"),
-    _abl("d2evo", "no_share_weights", ["share_weights=false"], "49.99"),
-    _abl("d2evo", "no_synthesis", ["synthesis=false"], "48.71"),
-    _abl("d2evo", "random_anchors", ["anchor_selection=random"], "49.22"),
-    _abl("d2evo", "rzero_reward", ["questioner_reward=rzero"], "ours: R-Zero's questioner reward"),
-    _abl("d2evo", "checked", ["label_verifier=checker"],
-         "the paper's label check (GPT-5.2), a perfect checker standing in: wrong labels dropped"),
-    # DiagEvo paper ablations (Qwen3-8B math avg; full 72.3) and ours
-    _abl("diagevo", "frozen_challenger", ["challenger.frozen=true"], "68.5 (-3.8)"),
-    _abl("diagevo", "explore_only", ["memory.schedule=explore_only"], "69.5"),
-    _abl("diagevo", "targeted_only", ["memory.schedule=targeted_only"], "70.1"),
-    _abl("diagevo", "no_filter", ["pool.voting.filter=none"], "69.4"),
-    _abl("diagevo", "absolute_filter", ["pool.voting.filter=absolute"], "70.9"),
-    _abl("diagevo", "random_pair", ["memory.stitching=random_pair"], "71.3 (same-node +1.0)"),
-    _abl("diagevo", "no_stitching", ["memory.stitching=off"], "-"),
-    _abl("diagevo", "no_memory", ["memory.enabled=false", "memory.schedule=explore_only"],
-         "ours: no error memory (free exploration, no diagnosis)"),
-    _abl("diagevo", "llm_diagnoser", ["diagnoser.kind=llm"], "+1 math from 4B to 235B diagnoser"),
-    _abl("diagevo", "rzero_reward", ["challenger.reward.kind=rzero"], "ours: R-Zero's challenger reward"),
-    # the skill world's positive controls and label-budget axis (coevolve.eval.skill_study; preset configs/skill,
-    # whose labelled set is L = 256: data.limit overrides give grpo 4L and 16L)
-    Variant("control.uniform", "grpo", "grpo.yaml", ("data.limit=null",), None,
-            "ours: fresh gold draws, every skill (positive control)"),
-    Variant("control.targeted", "grpo", "grpo.yaml", ("data.limit=null", "data.skill.focus=[sub,mul,div]"), None,
-            "ours: fresh gold draws of the deficient skills only (positive control)"),
-    Variant("control.random_anchors", "d2evo", "d2evo.yaml", ("questioner=false", "anchor_selection=random"), None,
-            "ours: gold anchors drawn at random, no questioner (positive control; its pair is d2evo.no_questioner)"),
-    Variant("grpo.4L", "grpo", "grpo.yaml", ("data.limit=1024",), None, "ours: GRPO with 4L labels"),
-    Variant("grpo.16L", "grpo", "grpo.yaml", ("data.limit=4096",), None, "ours: GRPO with 16L labels"),
-]}
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in [
+        Variant("grpo", "grpo", "grpo.yaml", (), None, "full-data GRPO (19K labels): 49.28 (4B math)", main=True),
+        Variant("d2evo", "d2evo", "d2evo.yaml", (), None, "D²Evo (0.1K labels): 51.35 (4B math)", main=True),
+        Variant("diagevo", "diagevo", "diagevo.yaml", (), None, "DiagEvo: 72.3 (8B math)", main=True),
+        Variant(
+            "rzero",
+            "diagevo",
+            "rzero.yaml",
+            (),
+            None,
+            "R-Zero: 46.91 (4B math, D²Evo table); 67.8 (8B, DiagEvo)",
+            main=True,
+        ),
+        # D²Evo paper ablations (Qwen3-4B-Base math avg; full 51.35) and one of ours
+        _abl("d2evo", "no_questioner", ["questioner=false"], "47.94"),
+        _abl("d2evo", "no_share_weights", ["share_weights=false"], "49.99"),
+        _abl("d2evo", "no_synthesis", ["synthesis=false"], "48.71"),
+        _abl("d2evo", "random_anchors", ["anchor_selection=random"], "49.22"),
+        _abl("d2evo", "rzero_reward", ["questioner_reward=rzero"], "ours: R-Zero's questioner reward"),
+        _abl(
+            "d2evo",
+            "checked",
+            ["label_verifier=checker"],
+            "the paper's label check (GPT-5.2), a perfect checker standing in: wrong labels dropped",
+        ),
+        # DiagEvo paper ablations (Qwen3-8B math avg; full 72.3) and ours
+        _abl("diagevo", "frozen_challenger", ["challenger.frozen=true"], "68.5 (-3.8)"),
+        _abl("diagevo", "explore_only", ["memory.schedule=explore_only"], "69.5"),
+        _abl("diagevo", "targeted_only", ["memory.schedule=targeted_only"], "70.1"),
+        _abl("diagevo", "no_filter", ["pool.voting.filter=none"], "69.4"),
+        _abl("diagevo", "absolute_filter", ["pool.voting.filter=absolute"], "70.9"),
+        _abl("diagevo", "random_pair", ["memory.stitching=random_pair"], "71.3 (same-node +1.0)"),
+        _abl("diagevo", "no_stitching", ["memory.stitching=off"], "-"),
+        _abl(
+            "diagevo",
+            "no_memory",
+            ["memory.enabled=false", "memory.schedule=explore_only"],
+            "ours: no error memory (free exploration, no diagnosis)",
+        ),
+        _abl("diagevo", "llm_diagnoser", ["diagnoser.kind=llm"], "+1 math from 4B to 235B diagnoser"),
+        _abl("diagevo", "rzero_reward", ["challenger.reward.kind=rzero"], "ours: R-Zero's challenger reward"),
+        # the skill world's positive controls and label-budget axis (coevolve.eval.skill_study; preset configs/skill,
+        # whose labelled set is L = 256: data.limit overrides give grpo 4L and 16L)
+        Variant(
+            "control.uniform",
+            "grpo",
+            "grpo.yaml",
+            ("data.limit=null",),
+            None,
+            "ours: fresh gold draws, every skill (positive control)",
+        ),
+        Variant(
+            "control.targeted",
+            "grpo",
+            "grpo.yaml",
+            ("data.limit=null", "data.skill.focus=[sub,mul,div]"),
+            None,
+            "ours: fresh gold draws of the deficient skills only (positive control)",
+        ),
+        Variant(
+            "control.random_anchors",
+            "d2evo",
+            "d2evo.yaml",
+            ("questioner=false", "anchor_selection=random"),
+            None,
+            "ours: gold anchors drawn at random, no questioner (positive control; its pair is d2evo.no_questioner)",
+        ),
+        Variant("grpo.4L", "grpo", "grpo.yaml", ("data.limit=1024",), None, "ours: GRPO with 4L labels"),
+        Variant("grpo.16L", "grpo", "grpo.yaml", ("data.limit=4096",), None, "ours: GRPO with 16L labels"),
+    ]
+}
 """Every variant the study knows, main methods first; ablations are named ``method.short``."""
 
 
@@ -166,9 +203,21 @@ def run_command(cell: Cell, preset: Path, overrides: Sequence[str], python: str 
     (they win), then the seed. None of these is needed for a finished cell (the caller skips it)."""
     if cell_status(cell.path) == "unfinished":
         return [python, "-m", "coevolve", "resume", str(cell.path), "run.progress=false"]
-    return [python, "-m", "coevolve", "run", cell.variant.recipe, "-c", str(Path(preset) / cell.variant.config),
-            "--run-dir", str(cell.path), "run.progress=false", *overrides, *cell.variant.overrides,
-            f"run.seed={cell.seed}"]
+    return [
+        python,
+        "-m",
+        "coevolve",
+        "run",
+        cell.variant.recipe,
+        "-c",
+        str(Path(preset) / cell.variant.config),
+        "--run-dir",
+        str(cell.path),
+        "run.progress=false",
+        *overrides,
+        *cell.variant.overrides,
+        f"run.seed={cell.seed}",
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -308,8 +357,15 @@ class Difference:
         return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in asdict(self).items()}
 
 
-def _finish(kind: str, n: int, mean: float, seed_terms: Sequence[tuple[float, float]], item_var: float, n_items: int,
-            conf: float) -> Difference:
+def _finish(
+    kind: str,
+    n: int,
+    mean: float,
+    seed_terms: Sequence[tuple[float, float]],
+    item_var: float,
+    n_items: int,
+    conf: float,
+) -> Difference:
     terms = [*seed_terms, *([(item_var, max(1, n_items - 1))] if item_var > 0 else [])]
     var = sum(v for v, _ in terms)
     se_seed = math.sqrt(sum(v for v, _ in seed_terms))
@@ -319,12 +375,14 @@ def _finish(kind: str, n: int, mean: float, seed_terms: Sequence[tuple[float, fl
     df = welch_df(terms)
     h = t_quantile(conf, _int_df(df)) * se
     p = 2 * (1 - t_cdf(abs(mean) / se, df))
-    return Difference(kind, n, mean, se, se_seed, math.sqrt(max(item_var, 0.0)), df, mean - h, mean + h, p, n_items,
-                      conf)
+    return Difference(
+        kind, n, mean, se, se_seed, math.sqrt(max(item_var, 0.0)), df, mean - h, mean + h, p, n_items, conf
+    )
 
 
-def welch_difference(a: Sequence[float], b: Sequence[float], item_var: float = 0.0, n_items: int = 0,
-                     conf: float = CONFIDENCE) -> Difference:
+def welch_difference(
+    a: Sequence[float], b: Sequence[float], item_var: float = 0.0, n_items: int = 0, conf: float = CONFIDENCE
+) -> Difference:
     """Unpaired difference mean(a) - mean(b) of two recipes' per-seed results (module doc):
 
         se² = s_a²/n_a + s_b²/n_b + item_var,   df by Welch–Satterthwaite over the three terms
@@ -335,22 +393,24 @@ def welch_difference(a: Sequence[float], b: Sequence[float], item_var: float = 0
         mean = (sum(a) / na - sum(b) / nb) if na and nb else None
         return Difference("welch", min(na, nb), mean, None, None, 0.0, None, None, None, None, n_items, conf)
     ia, ib = t_interval(list(a)), t_interval(list(b))
-    terms = [(ia.sd ** 2 / na, na - 1), (ib.sd ** 2 / nb, nb - 1)]
+    terms = [(ia.sd**2 / na, na - 1), (ib.sd**2 / nb, nb - 1)]
     return _finish("welch", min(na, nb), ia.mean - ib.mean, terms, item_var, n_items, conf)
 
 
-def paired_items_difference(a: dict[int, float], b: dict[int, float], item_var: float = 0.0, n_items: int = 0,
-                            conf: float = CONFIDENCE) -> Difference:
+def paired_items_difference(
+    a: dict[int, float], b: dict[int, float], item_var: float = 0.0, n_items: int = 0, conf: float = CONFIDENCE
+) -> Difference:
     """Paired difference over the seeds both ran, d_s = a_s - b_s (an ablation within a recipe):
 
-        se² = s_d²/n + item_var,   df by Welch–Satterthwaite over the two terms."""
+    se² = s_d²/n + item_var,   df by Welch–Satterthwaite over the two terms."""
     seeds = sorted(set(a) & set(b))
     d = [a[s] - b[s] for s in seeds]
     if len(d) < 2:
-        return Difference("paired", len(d), (d[0] if d else None), None, None, 0.0, None, None, None, None, n_items,
-                          conf)
+        return Difference(
+            "paired", len(d), (d[0] if d else None), None, None, 0.0, None, None, None, None, n_items, conf
+        )
     i = t_interval(d)
-    return _finish("paired", len(d), i.mean, [(i.sd ** 2 / len(d), len(d) - 1)], item_var, n_items, conf)
+    return _finish("paired", len(d), i.mean, [(i.sd**2 / len(d), len(d) - 1)], item_var, n_items, conf)
 
 
 def item_variance(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], paired: bool = False) -> float:
@@ -420,8 +480,16 @@ def _crit(alpha: float, df: int) -> float:
     return t_quantile(1 - alpha, df)
 
 
-def power(effect: float, sd: float, n: int, item_var: float = 0.0, alpha: float = 0.05, paired: bool = False,
-          sims: int = 20_000, seed: int = 0) -> float:
+def power(
+    effect: float,
+    sd: float,
+    n: int,
+    item_var: float = 0.0,
+    alpha: float = 0.05,
+    paired: bool = False,
+    sims: int = 20_000,
+    seed: int = 0,
+) -> float:
     """Power of the study's own two-sided level-``alpha`` test (``welch_difference``, or
     ``paired_items_difference`` with ``paired``) of a true difference ``effect`` with ``n`` seeds
     per arm, by simulation (``sims`` draws, seeded: a pure function). ``sd`` is the seed sd of one
@@ -454,8 +522,15 @@ def power(effect: float, sd: float, n: int, item_var: float = 0.0, alpha: float 
     return float(np.mean(t > crit))
 
 
-def seeds_for_power(effect: float, sd: float, item_var: float = 0.0, alpha: float = 0.05, target: float = 0.8,
-                    paired: bool = False, max_seeds: int = 50) -> int | None:
+def seeds_for_power(
+    effect: float,
+    sd: float,
+    item_var: float = 0.0,
+    alpha: float = 0.05,
+    target: float = 0.8,
+    paired: bool = False,
+    max_seeds: int = 50,
+) -> int | None:
     """The fewest seeds per arm (>= 2) at which ``power`` reaches ``target``; None when even
     ``max_seeds`` do not (the item term alone can make an effect undetectable on these items)."""
     for n in range(2, max_seeds + 1):
@@ -465,7 +540,11 @@ def seeds_for_power(effect: float, sd: float, item_var: float = 0.0, alpha: floa
 
 
 REPRODUCED, NOT_REPRODUCED, NOT_DISTINGUISHABLE, NOT_RUN = (
-    "reproduced", "not reproduced", "not distinguishable", "not run")
+    "reproduced",
+    "not reproduced",
+    "not distinguishable",
+    "not run",
+)
 
 
 def claim_verdict(diff: Interval) -> str:
@@ -506,21 +585,34 @@ class CellResult:
     world: dict[str, Any] = field(default_factory=dict, compare=False)  # summary.json's world section (skill world)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "compute": self.compute.to_dict(), "path": None if self.path is None else str(self.path)}
+        return {
+            **asdict(self),
+            "compute": self.compute.to_dict(),
+            "path": None if self.path is None else str(self.path),
+        }
 
 
 ORACLE_FILTERS = ("none", "absolute", "dual", "kept")
 
-CURRICULUM_KEYS = ("anchors/anchors", "buffer/buffer_real", "buffer/buffer_generated", "pool/kept",
-                   "solver/reward_mean")
+CURRICULUM_KEYS = (
+    "anchors/anchors",
+    "buffer/buffer_real",
+    "buffer/buffer_generated",
+    "pool/kept",
+    "solver/reward_mean",
+)
 """Per-round figures of what each solver phase trained on (mean over rounds in the per-run table):
 real anchors and generated questions in D²Evo's buffer, questions DiagEvo's filter kept, and the
 solver's mean training reward; they explain accuracy differences that compute alone does not."""
 
 
 def _round_mean(rounds: Sequence[dict[str, Any]], keys: Sequence[str]) -> float | None:
-    vals = [float(r[k]) for r in rounds for k in keys if isinstance(r.get(k), (int, float))
-            and not isinstance(r.get(k), bool)]
+    vals = [
+        float(r[k])
+        for r in rounds
+        for k in keys
+        if isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)
+    ]
     return sum(vals) / len(vals) if vals else None
 
 
@@ -538,12 +630,27 @@ def read_cell(variant: str, seed: int, path: Path) -> CellResult:
     bench = next(iter(final))
     f, base = final[bench], ((s.get("eval") or {}).get("base") or {}).get(bench) or {}
     rounds = s.get("rounds") or []
-    oracle = {m: v for m in ORACLE_FILTERS
-              if (v := _round_mean(rounds, (f"pool/oracle_acc_{m}", f"buffer/oracle_acc_{m}"))) is not None}
+    oracle = {
+        m: v
+        for m in ORACLE_FILTERS
+        if (v := _round_mean(rounds, (f"pool/oracle_acc_{m}", f"buffer/oracle_acc_{m}"))) is not None
+    }
     curriculum = {k: v for k in CURRICULUM_KEYS if (v := _round_mean(rounds, (k,))) is not None}
-    return CellResult(variant, seed, bench, int(f.get("n") or 0), float(f["greedy"]), f.get("sampled"),
-                      base.get("greedy"), _compute_at_final_eval(Path(path), s), s.get("wall_seconds"), oracle,
-                      curriculum, Path(path), s.get("skill_world") or {})
+    return CellResult(
+        variant,
+        seed,
+        bench,
+        int(f.get("n") or 0),
+        float(f["greedy"]),
+        f.get("sampled"),
+        base.get("greedy"),
+        _compute_at_final_eval(Path(path), s),
+        s.get("wall_seconds"),
+        oracle,
+        curriculum,
+        Path(path),
+        s.get("skill_world") or {},
+    )
 
 
 def _compute_at_final_eval(path: Path, summary: dict[str, Any]) -> Compute:
@@ -617,11 +724,25 @@ def variant_stats(results: Sequence[CellResult], variant: Variant) -> VariantSta
     gi = t_interval(list(g.values()))
     n = mine[0].n
     comp = {k: sum(getattr(r.compute, k) for r in mine) / len(mine) for k in COUNTERS}
-    oracle = {m: sum(r.oracle_agreement[m] for r in mine if m in r.oracle_agreement)
-              / sum(m in r.oracle_agreement for r in mine)
-              for m in ORACLE_FILTERS if any(m in r.oracle_agreement for r in mine)}
-    return VariantStats(variant.name, sorted(g), gi, t_interval(list(sm.values())), versus, dg, ds, n,
-                        binomial_se(gi.mean, n) if gi.mean is not None and n else None, comp, oracle)
+    oracle = {
+        m: sum(r.oracle_agreement[m] for r in mine if m in r.oracle_agreement)
+        / sum(m in r.oracle_agreement for r in mine)
+        for m in ORACLE_FILTERS
+        if any(m in r.oracle_agreement for r in mine)
+    }
+    return VariantStats(
+        variant.name,
+        sorted(g),
+        gi,
+        t_interval(list(sm.values())),
+        versus,
+        dg,
+        ds,
+        n,
+        binomial_se(gi.mean, n) if gi.mean is not None and n else None,
+        comp,
+        oracle,
+    )
 
 
 @dataclass(frozen=True)
@@ -671,18 +792,32 @@ def claims() -> list[Claim]:
     """The directions METHODS.md claims, each as a paired comparison."""
     out = [
         Claim("D²Evo beats the R-Zero-style baseline", "d2evo", "rzero", "51.35 vs 46.91 (4B math)"),
-        Claim("D²Evo beats GRPO on the same labelled set (the preset's labels: a fraction only where grpo gets more)",
-              "d2evo", "grpo", "51.35 (0.1K labels) vs 49.28 (19K)"),
+        Claim(
+            "D²Evo beats GRPO on the same labelled set (the preset's labels: a fraction only where grpo gets more)",
+            "d2evo",
+            "grpo",
+            "51.35 (0.1K labels) vs 49.28 (19K)",
+        ),
         Claim("DiagEvo beats the R-Zero-style baseline", "diagevo", "rzero", "72.3 vs 67.8 (8B math)"),
     ]
     for v in VARIANTS.values():
         if v.reference and not v.paper.startswith(("ours", "-", "+")):
             out.append(Claim(f"ablation {v.name} lowers accuracy", v.reference, v.name, f"{v.paper}"))
     out += [
-        Claim("the dual filter raises pseudo-label accuracy over no filter (label precision)", "dual", "none",
-              "no filter 69.4 vs 72.3", "oracle"),
-        Claim("the dual filter raises pseudo-label accuracy over the absolute filter alone (label precision)", "dual",
-              "absolute", "absolute only 70.9 vs 72.3; oracle agreement 72% -> 75%", "oracle"),
+        Claim(
+            "the dual filter raises pseudo-label accuracy over no filter (label precision)",
+            "dual",
+            "none",
+            "no filter 69.4 vs 72.3",
+            "oracle",
+        ),
+        Claim(
+            "the dual filter raises pseudo-label accuracy over the absolute filter alone (label precision)",
+            "dual",
+            "absolute",
+            "absolute only 70.9 vs 72.3; oracle agreement 72% -> 75%",
+            "oracle",
+        ),
         Claim("memory-guided targeting beats free exploration", "diagevo", "diagevo.explore_only", "72.3 vs 69.5"),
         Claim("memory-guided targeting beats no memory at all", "diagevo", "diagevo.no_memory", "(R-Zero has none)"),
         Claim("same-node stitching beats random pairs", "diagevo", "diagevo.random_pair", "+1.0"),
@@ -714,8 +849,11 @@ def judge_claims(results: Sequence[CellResult]) -> list[ClaimResult]:
         else:
             a, b = _by_seed(results, c.better, "greedy"), _by_seed(results, c.worse, "greedy")
         d = paired_difference(a, b)
-        ds = None if c.metric == "oracle" else paired_difference(_by_seed(results, c.better, "sampled"),
-                                                                  _by_seed(results, c.worse, "sampled"))
+        ds = (
+            None
+            if c.metric == "oracle"
+            else paired_difference(_by_seed(results, c.better, "sampled"), _by_seed(results, c.worse, "sampled"))
+        )
         out.append(ClaimResult(c, d, claim_verdict(d), ds, None if ds is None else claim_verdict(ds)))
     return out
 
@@ -744,100 +882,186 @@ def _big(x: float) -> str:
 
 def runs_table(results: Sequence[CellResult]) -> list[str]:
     """One row per finished run: accuracy, wall time, compute and the curriculum means."""
-    head = ["variant", "seed", "base greedy", "greedy", "sampled", "wall s", "rollouts", "trained tokens", "labels",
-            *(k.split("/")[1] if k != "solver/reward_mean" else "solver reward" for k in CURRICULUM_KEYS)]
+    head = [
+        "variant",
+        "seed",
+        "base greedy",
+        "greedy",
+        "sampled",
+        "wall s",
+        "rollouts",
+        "trained tokens",
+        "labels",
+        *(k.split("/")[1] if k != "solver/reward_mean" else "solver reward" for k in CURRICULUM_KEYS),
+    ]
     out = ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(head) - 2)]
     for r in results:
-        out.append(f"| {r.variant} | {r.seed} | {_f(r.base_greedy)} | {_f(r.greedy)} | {_f(r.sampled)} | "
-                   f"{_f(r.wall_seconds, 0)} | {_big(r.compute.rollouts)} | {_big(r.compute.trained_tokens)} | "
-                   f"{r.compute.labels} | " + " | ".join(_f(r.curriculum.get(k), 1 if k != "solver/reward_mean" else 3)
-                                                         for k in CURRICULUM_KEYS) + " |")
+        out.append(
+            f"| {r.variant} | {r.seed} | {_f(r.base_greedy)} | {_f(r.greedy)} | {_f(r.sampled)} | "
+            f"{_f(r.wall_seconds, 0)} | {_big(r.compute.rollouts)} | {_big(r.compute.trained_tokens)} | "
+            f"{r.compute.labels} | "
+            + " | ".join(_f(r.curriculum.get(k), 1 if k != "solver/reward_mean" else 3) for k in CURRICULUM_KEYS)
+            + " |"
+        )
     return out
 
 
-def render_markdown(stats: Sequence[VariantStats], verdicts: Sequence[ClaimResult], missing: Sequence[str],
-                    setting: Sequence[str], figure: str | None, notes: Sequence[str] = (),
-                    results: Sequence[CellResult] = (), sep: Sequence[Separation] = ()) -> str:
+def render_markdown(
+    stats: Sequence[VariantStats],
+    verdicts: Sequence[ClaimResult],
+    missing: Sequence[str],
+    setting: Sequence[str],
+    figure: str | None,
+    notes: Sequence[str] = (),
+    results: Sequence[CellResult] = (),
+    sep: Sequence[Separation] = (),
+) -> str:
     """``docs/results/study.md``: setting, main methods, ablations, oracle agreement, compute,
     the figure, the claims table, every run, and every cell not run."""
     pct = int(CONFIDENCE * 100)
-    L = ["# Multi-seed study: methods, paper ablations and the papers' claims", "",
-         "Written by `coevolve study` from the run folders (every figure also in `study.json`).", "",
-         "## Setting", "", *setting, "",
-         f"Intervals are {pct} % t-intervals over seeds; `Δ vs` is the paired difference to the named variant on "
-         "the same seeds and held-out set. `sd` is the seed-to-seed standard deviation of greedy accuracy, "
-         "`binomial se` the held-out set's own standard error sqrt(p(1-p)/N) at the mean.", ""]
+    L = [
+        "# Multi-seed study: methods, paper ablations and the papers' claims",
+        "",
+        "Written by `coevolve study` from the run folders (every figure also in `study.json`).",
+        "",
+        "## Setting",
+        "",
+        *setting,
+        "",
+        f"Intervals are {pct} % t-intervals over seeds; `Δ vs` is the paired difference to the named variant on "
+        "the same seeds and held-out set. `sd` is the seed-to-seed standard deviation of greedy accuracy, "
+        "`binomial se` the held-out set's own standard error sqrt(p(1-p)/N) at the mean.",
+        "",
+    ]
 
     def rows(sel: Sequence[VariantStats]) -> list[str]:
-        head = ["variant", "seeds", "greedy", "sampled", "sd (greedy)", "binomial se", "Δ greedy vs", "Δ sampled",
-                "paper"]
+        head = [
+            "variant",
+            "seeds",
+            "greedy",
+            "sampled",
+            "sd (greedy)",
+            "binomial se",
+            "Δ greedy vs",
+            "Δ sampled",
+            "paper",
+        ]
         out = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---:|---:|---|---:|---|"]
         for s in sel:
-            out.append(f"| {s.variant} | {','.join(map(str, s.seeds))} | {_ci(s.greedy)} | {_ci(s.sampled)} | "
-                       f"{_f(s.greedy.sd, 4)} | {_f(s.binomial_se, 4)} | "
-                       f"{(s.versus + ': ' + _ci(s.diff_greedy, signed=True)) if s.versus else '-'} | "
-                       f"{_ci(s.diff_sampled, signed=True)} | {VARIANTS[s.variant].paper} |")
+            out.append(
+                f"| {s.variant} | {','.join(map(str, s.seeds))} | {_ci(s.greedy)} | {_ci(s.sampled)} | "
+                f"{_f(s.greedy.sd, 4)} | {_f(s.binomial_se, 4)} | "
+                f"{(s.versus + ': ' + _ci(s.diff_greedy, signed=True)) if s.versus else '-'} | "
+                f"{_ci(s.diff_sampled, signed=True)} | {VARIANTS[s.variant].paper} |"
+            )
         return out
 
     main = [s for s in stats if VARIANTS[s.variant].main]
     abl = [s for s in stats if not VARIANTS[s.variant].main]
     L += ["## Main methods (held-out accuracy at the end of the run)", "", *rows(main), ""]
     for sp in sep:
-        L += [f"Separation of the main methods on {sp.metric} accuracy: best {sp.best} - worst {sp.worst} = "
-              f"{_ci(sp.diff, signed=True)} over {sp.diff.n} paired seeds, paired se {_f(sp.diff.se, 4)}: "
-              f"{_f(sp.ratio, 1)} standard errors; unpaired (each method's own seed se): "
-              f"{_f(sp.ratio_unpaired, 1)} (quote the unpaired figure: seeds pair nothing between recipes).", ""]
+        L += [
+            f"Separation of the main methods on {sp.metric} accuracy: best {sp.best} - worst {sp.worst} = "
+            f"{_ci(sp.diff, signed=True)} over {sp.diff.n} paired seeds, paired se {_f(sp.diff.se, 4)}: "
+            f"{_f(sp.ratio, 1)} standard errors; unpaired (each method's own seed se): "
+            f"{_f(sp.ratio_unpaired, 1)} (quote the unpaired figure: seeds pair nothing between recipes).",
+            "",
+        ]
     if abl:
         L += ["## Ablations (Δ vs the full method: negative = the ablation lowers accuracy)", "", *rows(abl), ""]
     orc = [s for s in stats if s.oracle_agreement]
     if orc:
-        L += ["## Pseudo-label oracle agreement (mean over rounds and seeds)", "",
-              "Share of generated questions whose pseudo-label (majority vote) equals the oracle's answer, "
-              "for the questions each filter keeps from the same candidates (`kept` = the run's own filter).", "",
-              "| variant | " + " | ".join(ORACLE_FILTERS) + " |", "|---|" + "---:|" * len(ORACLE_FILTERS)]
-        L += [f"| {s.variant} | " + " | ".join(_f(s.oracle_agreement.get(m)) for m in ORACLE_FILTERS) + " |"
-              for s in orc]
+        L += [
+            "## Pseudo-label oracle agreement (mean over rounds and seeds)",
+            "",
+            "Share of generated questions whose pseudo-label (majority vote) equals the oracle's answer, "
+            "for the questions each filter keeps from the same candidates (`kept` = the run's own filter).",
+            "",
+            "| variant | " + " | ".join(ORACLE_FILTERS) + " |",
+            "|---|" + "---:|" * len(ORACLE_FILTERS),
+        ]
+        L += [
+            f"| {s.variant} | " + " | ".join(_f(s.oracle_agreement.get(m)) for m in ORACLE_FILTERS) + " |" for s in orc
+        ]
         L.append("")
-    L += ["## Compute at the end of the run (mean over seeds)", "",
-          "Training compute spent before the final held-out evaluation (evaluations and D²Evo's report-only "
-          "re-measure of the pool after it excluded): the x of each run's last point in the figure below.", "",
-          "| variant | " + " | ".join(COUNTERS) + " |", "|---|" + "---:|" * len(COUNTERS)]
+    L += [
+        "## Compute at the end of the run (mean over seeds)",
+        "",
+        "Training compute spent before the final held-out evaluation (evaluations and D²Evo's report-only "
+        "re-measure of the pool after it excluded): the x of each run's last point in the figure below.",
+        "",
+        "| variant | " + " | ".join(COUNTERS) + " |",
+        "|---|" + "---:|" * len(COUNTERS),
+    ]
     L += [f"| {s.variant} | " + " | ".join(_big(s.compute[k]) for k in COUNTERS) + " |" for s in stats]
     L.append("")
     if figure:
-        L += ["## Held-out accuracy against compute (main methods, every seed)", "", f"![accuracy vs compute]({figure})",
-              ""]
-    L += ["## The papers' claims", "",
-          f"Rule: the paired {pct} % interval of (claimed better - claimed worse) above 0 = reproduced, below 0 = "
-          "not reproduced, containing 0 = not distinguishable; fewer than 2 paired seeds = not run. Greedy held-out "
-          "accuracy, except the filter claims (oracle agreement of the kept pseudo-labels, filters compared on the "
-          "same candidate pools of the full DiagEvo runs). One configuration for every claim.", "",
-          "The verdict is on greedy accuracy (declared before the runs); the same rule on sampled accuracy (mean "
-          "over the eval samples per question, less noisy per seed) is shown beside it.", "",
-          "| claim | better - worse | seeds | paired Δ greedy [95 % CI] | verdict | paired Δ sampled [95 % CI] | "
-          "on sampled | paper |", "|---|---|---:|---|---|---|---|---|"]
+        L += [
+            "## Held-out accuracy against compute (main methods, every seed)",
+            "",
+            f"![accuracy vs compute]({figure})",
+            "",
+        ]
+    L += [
+        "## The papers' claims",
+        "",
+        f"Rule: the paired {pct} % interval of (claimed better - claimed worse) above 0 = reproduced, below 0 = "
+        "not reproduced, containing 0 = not distinguishable; fewer than 2 paired seeds = not run. Greedy held-out "
+        "accuracy, except the filter claims (oracle agreement of the kept pseudo-labels, filters compared on the "
+        "same candidate pools of the full DiagEvo runs). One configuration for every claim.",
+        "",
+        "The verdict is on greedy accuracy (declared before the runs); the same rule on sampled accuracy (mean "
+        "over the eval samples per question, less noisy per seed) is shown beside it.",
+        "",
+        "| claim | better - worse | seeds | paired Δ greedy [95 % CI] | verdict | paired Δ sampled [95 % CI] | "
+        "on sampled | paper |",
+        "|---|---|---:|---|---|---|---|---|",
+    ]
     for v in verdicts:
-        L.append(f"| {v.claim.text} | {v.claim.better} - {v.claim.worse} | {v.diff.n} | "
-                 f"{_ci(v.diff, signed=True)} | **{v.verdict}** | {_ci(v.diff_sampled, signed=True)} | "
-                 f"{v.verdict_sampled or '-'} | {v.claim.paper} |")
+        L.append(
+            f"| {v.claim.text} | {v.claim.better} - {v.claim.worse} | {v.diff.n} | "
+            f"{_ci(v.diff, signed=True)} | **{v.verdict}** | {_ci(v.diff_sampled, signed=True)} | "
+            f"{v.verdict_sampled or '-'} | {v.claim.paper} |"
+        )
     L.append("")
     if notes:
         L += ["## Notes", "", *notes, ""]
     if results:
-        L += ["## Every run", "", "Curriculum columns: mean over rounds of D²Evo's anchors and buffer (real / "
-              "generated), DiagEvo's kept questions, and the solver's mean training reward.", "",
-              *runs_table(results), ""]
+        L += [
+            "## Every run",
+            "",
+            "Curriculum columns: mean over rounds of D²Evo's anchors and buffer (real / "
+            "generated), DiagEvo's kept questions, and the solver's mean training reward.",
+            "",
+            *runs_table(results),
+            "",
+        ]
     if missing:
         L += ["## Not run", "", *(f"- {m}" for m in missing), ""]
     return "\n".join(L)
 
 
-def study_json(results: Sequence[CellResult], stats: Sequence[VariantStats], verdicts: Sequence[ClaimResult],
-               missing: Sequence[str], setting: Sequence[str]) -> dict[str, Any]:
+def study_json(
+    results: Sequence[CellResult],
+    stats: Sequence[VariantStats],
+    verdicts: Sequence[ClaimResult],
+    missing: Sequence[str],
+    setting: Sequence[str],
+) -> dict[str, Any]:
     """Every figure of the study as plain JSON."""
-    return {"setting": list(setting), "cells": [r.to_dict() for r in results],
-            "variants": [asdict(s) for s in stats],
-            "claims": [{**asdict(v.claim), "diff": v.diff.to_dict(), "verdict": v.verdict,
-                        "diff_sampled": v.diff_sampled.to_dict() if v.diff_sampled else None,
-                        "verdict_sampled": v.verdict_sampled} for v in verdicts],
-            "missing": list(missing)}
+    return {
+        "setting": list(setting),
+        "cells": [r.to_dict() for r in results],
+        "variants": [asdict(s) for s in stats],
+        "claims": [
+            {
+                **asdict(v.claim),
+                "diff": v.diff.to_dict(),
+                "verdict": v.verdict,
+                "diff_sampled": v.diff_sampled.to_dict() if v.diff_sampled else None,
+                "verdict_sampled": v.verdict_sampled,
+            }
+            for v in verdicts
+        ],
+        "missing": list(missing),
+    }

@@ -46,15 +46,16 @@ def stop_deadline(spec: str | None, now: dt.datetime) -> dt.datetime | None:
     if not spec:
         return None
     if "T" in spec:
-        return dt.datetime.fromisoformat(spec).replace(tzinfo=dt.timezone.utc)
+        return dt.datetime.fromisoformat(spec).replace(tzinfo=dt.UTC)
     h, m = (int(x) for x in spec.split(":"))
     t = now.replace(hour=h, minute=m, second=0, microsecond=0)
     half = dt.timedelta(hours=12)
     return t + dt.timedelta(days=1) if now - t > half else t - dt.timedelta(days=1) if t - now > half else t
 
 
-def run_grid(cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: dt.datetime | None, log,
-             src: Path = SRC) -> list[str]:
+def run_grid(
+    cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: dt.datetime | None, log, src: Path = SRC
+) -> list[str]:
     """Advance every cell that is not finished, one process at a time, each importing coevolve from
     ``src``; returns the failures."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
@@ -63,8 +64,10 @@ def run_grid(cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: 
         status = st.cell_status(c.path)
         if status == "finished":
             continue
-        if stop_at is not None and dt.datetime.now(dt.timezone.utc) >= stop_at:
-            log(f"stop-at {stop_at:%Y-%m-%d %H:%M} UTC reached: not launching {c.variant.name} seed{c.seed} and the rest")
+        if stop_at is not None and dt.datetime.now(dt.UTC) >= stop_at:
+            log(
+                f"stop-at {stop_at:%Y-%m-%d %H:%M} UTC reached: not launching {c.variant.name} seed{c.seed} and the rest"
+            )
             break
         if status == "empty" and c.path.exists() and any(c.path.iterdir()):
             failures.append(f"{c.path}: a folder without state.json (not a run); left alone")
@@ -107,13 +110,22 @@ def resolved_config(cell: st.Cell, preset: Path, overrides: list[str], env: dict
 
     cmd = st.run_command(st.Cell(cell.variant, cell.seed, Path("/nonexistent")), preset, overrides, sys.executable)
     args = [x for x in cmd[4:] if x not in ("--run-dir", "/nonexistent")]
-    out = subprocess.run([sys.executable, "-m", "coevolve", "config", *args], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "coevolve", "config", *args], env=env, capture_output=True, text=True, check=True
+    ).stdout
     return yaml.safe_load(out)
 
 
-def adopt_runs(cells: list[st.Cell], candidates: list[Path], preset: Path, overrides: list[str], src: Path,
-               ignore: list[str], log, resolve=resolved_config) -> list[str]:
+def adopt_runs(
+    cells: list[st.Cell],
+    candidates: list[Path],
+    preset: Path,
+    overrides: list[str],
+    src: Path,
+    ignore: list[str],
+    log,
+    resolve=resolved_config,
+) -> list[str]:
     """Copy each finished run folder of ``candidates`` (made outside the study, e.g. by another
     helper with the same preset) into the first unfinished cell whose resolved config equals the
     folder's config.yaml, apart from ``ADOPT_ALWAYS_IGNORED`` and ``ignore``; checkpoints are not
@@ -124,8 +136,9 @@ def adopt_runs(cells: list[st.Cell], candidates: list[Path], preset: Path, overr
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     keys = [*ADOPT_ALWAYS_IGNORED, *ignore]
-    wanted = [(c, strip_keys(resolve(c, preset, overrides, env), keys)) for c in cells
-              if st.cell_status(c.path) != "finished"]
+    wanted = [
+        (c, strip_keys(resolve(c, preset, overrides, env), keys)) for c in cells if st.cell_status(c.path) != "finished"
+    ]
     lines = []
     for d in candidates:
         if st.cell_status(d) != "finished":
@@ -139,8 +152,11 @@ def adopt_runs(cells: list[st.Cell], candidates: list[Path], preset: Path, overr
         if match.path.exists():
             shutil.rmtree(match.path)  # an unfinished folder of ours: the adopted run replaces it
         shutil.copytree(d, match.path, ignore=shutil.ignore_patterns("checkpoints", "run.lock"))
-        lines.append(f"- {match.variant.name} seed{match.seed}: adopted from a run folder `{Path(d).name}` (same resolved config"
-                     + (f" apart from {', '.join(ignore)}" if ignore else "") + ")")
+        lines.append(
+            f"- {match.variant.name} seed{match.seed}: adopted from a run folder `{Path(d).name}` (same resolved config"
+            + (f" apart from {', '.join(ignore)}" if ignore else "")
+            + ")"
+        )
         log(lines[-1])
     return lines
 
@@ -155,8 +171,12 @@ def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[st
     verdicts = st.judge_claims(results)
     sizes = sorted({(r.bench, r.n) for r in results})
     if sizes:
-        setting = [*setting, "- held-out set: " + ", ".join(f"{n} questions of `{b}`" for b, n in sizes)
-                   + " (fixed by the world and its size, not by run.seed: every run of the study answers the same questions)"]
+        setting = [
+            *setting,
+            "- held-out set: "
+            + ", ".join(f"{n} questions of `{b}`" for b, n in sizes)
+            + " (fixed by the world and its size, not by run.seed: every run of the study answers the same questions)",
+        ]
     curves = {}
     for c in cells:
         if c.variant.main and st.cell_status(c.path) == "finished":
@@ -171,11 +191,14 @@ def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[st
     out_md.parent.mkdir(parents=True, exist_ok=True)
     mains = [v for v in variants if st.VARIANTS[v].main]
     sep = [sp for m in ("greedy", "sampled") if (sp := st.separation(results, mains, m)) is not None]
-    out_md.write_text(st.render_markdown(stats, verdicts, missing, setting, figure, notes, results, sep),
-                      encoding="utf-8")
+    out_md.write_text(
+        st.render_markdown(stats, verdicts, missing, setting, figure, notes, results, sep), encoding="utf-8"
+    )
     out.mkdir(parents=True, exist_ok=True)
-    data = {**st.study_json(results, stats, verdicts, missing, setting),
-            "separation": [{**sp.__dict__, "diff": sp.diff.to_dict()} for sp in sep]}
+    data = {
+        **st.study_json(results, stats, verdicts, missing, setting),
+        "separation": [{**sp.__dict__, "diff": sp.diff.to_dict()} for sp in sep],
+    }
     (out / "study.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return out_md
 
@@ -196,30 +219,55 @@ def write_skill_report(cells: list[st.Cell], out: Path, out_md: Path, setting: l
 def _arg_parser() -> argparse.ArgumentParser:
     """The ``coevolve study`` command line (the module docstring is its help text), kept apart
     from ``main`` so that the options read as one list and ``main`` as the study's steps."""
-    ap = argparse.ArgumentParser(prog="coevolve study", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", type=Path, default=preset_roots()[-1],
-                    help="folder with grpo.yaml, d2evo.yaml, diagevo.yaml, rzero.yaml (default: coevolve's presets)")
+    ap = argparse.ArgumentParser(
+        prog="coevolve study", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--preset",
+        type=Path,
+        default=preset_roots()[-1],
+        help="folder with grpo.yaml, d2evo.yaml, diagevo.yaml, rzero.yaml (default: coevolve's presets)",
+    )
     ap.add_argument("--out", type=Path, required=True, help="study folder: OUT/<variant>/seed<k>, study.json")
     ap.add_argument("--out-md", type=Path, default=None, help="the markdown report (default OUT/study.md)")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated run.seed values")
     ap.add_argument("--only", default="", help="comma-separated variants (see coevolve.eval.study.VARIANTS)")
     ap.add_argument("--methods", default="", help="comma-separated methods: each with all its ablations")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from existing run folders")
-    ap.add_argument("--stop-at", default=None,
-                    help="HH:MM UTC (its next occurrence) or YYYY-MM-DDTHH:MM: launch no run after this time")
+    ap.add_argument(
+        "--stop-at",
+        default=None,
+        help="HH:MM UTC (its next occurrence) or YYYY-MM-DDTHH:MM: launch no run after this time",
+    )
     ap.add_argument("--note", action="append", default=[], help="a line for the report's Notes section")
-    ap.add_argument("--src", type=Path, default=SRC,
-                    help="the coevolve source tree the runs import (default: this checkout's src/), e.g. another "
-                         "commit's checkout whose preset needs its config fields")
-    ap.add_argument("--adopt", type=Path, action="append", default=[],
-                    help="a finished run folder made outside the study (repeatable): copied into the unfinished cell "
-                         "whose resolved config it equals (checked with `coevolve config`)")
-    ap.add_argument("--adopt-ignore", action="append", default=[],
-                    help="a dotted config field that may differ for --adopt (said in the report)")
-    ap.add_argument("--declaration", choices=("toy_scarce", "skill"), default="toy_scarce",
-                    help="which claims the report judges: the toy_scarce study's (study.md) or the skill world's "
-                         "declared claims per stratum (coevolve.eval.skill_study; --out-md defaults to OUT/skill_study.md)")
+    ap.add_argument(
+        "--src",
+        type=Path,
+        default=SRC,
+        help="the coevolve source tree the runs import (default: this checkout's src/), e.g. another "
+        "commit's checkout whose preset needs its config fields",
+    )
+    ap.add_argument(
+        "--adopt",
+        type=Path,
+        action="append",
+        default=[],
+        help="a finished run folder made outside the study (repeatable): copied into the unfinished cell "
+        "whose resolved config it equals (checked with `coevolve config`)",
+    )
+    ap.add_argument(
+        "--adopt-ignore",
+        action="append",
+        default=[],
+        help="a dotted config field that may differ for --adopt (said in the report)",
+    )
+    ap.add_argument(
+        "--declaration",
+        choices=("toy_scarce", "skill"),
+        default="toy_scarce",
+        help="which claims the report judges: the toy_scarce study's (study.md) or the skill world's "
+        "declared claims per stratum (coevolve.eval.skill_study; --out-md defaults to OUT/skill_study.md)",
+    )
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     return ap
 
@@ -236,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     cells = st.expand_grid(variants, a.seeds, a.out)
 
     def log(msg: str) -> None:
-        print(f"{dt.datetime.now(dt.timezone.utc):%H:%M:%S} {msg}", flush=True)
+        print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {msg}", flush=True)
 
     spec_path = a.out / "study_spec.json"
     try:
@@ -256,12 +304,17 @@ def main(argv: list[str] | None = None) -> int:
         prev = spec.get("adopted", [])
         spec["adopted"] = [*prev, *adopted]
         spec_path.write_text(json.dumps(spec) + "\n", encoding="utf-8")
-    failures = [] if a.report_only else run_grid(cells, a.preset, a.overrides, stop_deadline(a.stop_at, dt.datetime.now(dt.timezone.utc)),
-                                                 log, a.src)
-    setting = [f"- preset: `{spec['preset']}` ({', '.join(sorted({c.variant.config for c in cells}))})",
-               f"- overrides on every run: `{' '.join(spec['overrides']) or '(none)'}`",
-               *([f"- coevolve source of the runs: `{spec['src']}`"] if spec.get("src") != str(SRC) else []),
-               f"- seeds: {' '.join(map(str, a.seeds))}; variants: {', '.join(v.name for v in variants)}"]
+    failures = (
+        []
+        if a.report_only
+        else run_grid(cells, a.preset, a.overrides, stop_deadline(a.stop_at, dt.datetime.now(dt.UTC)), log, a.src)
+    )
+    setting = [
+        f"- preset: `{spec['preset']}` ({', '.join(sorted({c.variant.config for c in cells}))})",
+        f"- overrides on every run: `{' '.join(spec['overrides']) or '(none)'}`",
+        *([f"- coevolve source of the runs: `{spec['src']}`"] if spec.get("src") != str(SRC) else []),
+        f"- seeds: {' '.join(map(str, a.seeds))}; variants: {', '.join(v.name for v in variants)}",
+    ]
     notes = [*a.note, *spec.get("adopted", []), *(f"- failed: {f}" for f in failures)]
     if a.declaration == "skill":
         md = write_skill_report(cells, a.out, a.out_md, setting, notes)

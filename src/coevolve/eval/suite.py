@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from coevolve.errors import DataError
 from coevolve.eval.benchmarks import (
@@ -120,8 +121,12 @@ def group_averages(requested: Sequence[str], benchmarks: dict[str, dict[str, Any
             if name not in GROUPS or name in out:
                 continue
             ran = [benchmarks[b]["score"] for b in GROUPS[name] if b in benchmarks]
-            out[name] = {"score": round(sum(ran) / len(ran), 6) if ran else None, "n": len(ran),
-                         "of": len(GROUPS[name]), "missing": [b for b in GROUPS[name] if b not in benchmarks]}
+            out[name] = {
+                "score": round(sum(ran) / len(ran), 6) if ran else None,
+                "n": len(ran),
+                "of": len(GROUPS[name]),
+                "missing": [b for b in GROUPS[name] if b not in benchmarks],
+            }
             runs = [score_runs(benchmarks[b]) for b in GROUPS[name] if b in benchmarks]
             if runs and len(runs[0]) > 1:  # evaluated several times: mean ± std over the runs
                 sp = spread(runs)
@@ -146,14 +151,31 @@ def evaluate_benchmark(
     """One benchmark with its own prompt form, extraction and metric (its sampled pass drawn
     ``repeats`` times, ``evaluate_tasks``)."""
     grade, extract = grader_for(bench, grader)
-    return evaluate_tasks(sampler, tasks, build_prompts(bench, tasks, prompter), grade=grade, extract=extract,
-                          samples=samples, max_new_tokens=max_new_tokens, seed=seed, progress=progress,
-                          group_key=bench.group_key, batch_size=batch_size, stop=prompter.stop("answer"),
-                          repeats=repeats)
+    return evaluate_tasks(
+        sampler,
+        tasks,
+        build_prompts(bench, tasks, prompter),
+        grade=grade,
+        extract=extract,
+        samples=samples,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        progress=progress,
+        group_key=bench.group_key,
+        batch_size=batch_size,
+        stop=prompter.stop("answer"),
+        repeats=repeats,
+    )
 
 
-def _tasks_or_skip(b: Benchmark, bench_tasks: BenchTasks | None, data_dir: Path | None, limit: int | None,
-                   skipped: dict[str, str], say: Callable[[str], None]) -> list[Task] | None:
+def _tasks_or_skip(
+    b: Benchmark,
+    bench_tasks: BenchTasks | None,
+    data_dir: Path | None,
+    limit: int | None,
+    skipped: dict[str, str],
+    say: Callable[[str], None],
+) -> list[Task] | None:
     """The world's own tasks for a benchmark it owns, else the benchmark's data file. A general
     benchmark whose data is absent is noted in ``skipped`` (None); absent math data raises."""
     tasks = bench_tasks(b.name, data_dir, limit) if bench_tasks is not None else None
@@ -172,16 +194,30 @@ def _bench_row(b: Benchmark, res: EvalResult, data_dir: Path | None, repeats: in
     """One benchmark's row of results.json (with R > 1 repeats: each run's score and their std)."""
     metric, score = primary_metric(b, res)
     src = find_data_file(b, data_dir) if b.kind != "toy" else None
-    row = {"category": b.category, "kind": b.kind, "metric": metric, "score": score, **res.summary(),
-           "data": str(src) if src else ("shipped" if b.shipped else b.kind), "seconds": seconds}
+    row = {
+        "category": b.category,
+        "kind": b.kind,
+        "metric": metric,
+        "score": score,
+        **res.summary(),
+        "data": str(src) if src else ("shipped" if b.shipped else b.kind),
+        "seconds": seconds,
+    }
     if repeats > 1:
         per_run = run_scores(b, res, repeats)
         row.update(repeats=repeats, score_runs=per_run, score_std=mean_std(per_run)[1])
     return row
 
 
-def _suite_results(benches: Sequence[str], rows: dict[str, dict[str, Any]], skipped: dict[str, str],
-                   config: dict[str, Any], rollouts: int, wall_seconds: float, repeats: int) -> dict[str, Any]:
+def _suite_results(
+    benches: Sequence[str],
+    rows: dict[str, dict[str, Any]],
+    skipped: dict[str, str],
+    config: dict[str, Any],
+    rollouts: int,
+    wall_seconds: float,
+    repeats: int,
+) -> dict[str, Any]:
     """results.json: the benchmark rows, their averages and groups (with R > 1 repeats, the
     averages' std too), what was skipped and why, the settings and the cost."""
     return {
@@ -241,15 +277,33 @@ def evaluate_suite(
         tasks = _tasks_or_skip(b, bench_tasks, data_dir, limit, skipped, say)
         if tasks is None:
             continue
-        res = evaluate_benchmark(sampler, b, tasks, prompter, grader, samples=k, max_new_tokens=max_new_tokens,
-                                 seed=seed, batch_size=batch_size, progress=progress, repeats=repeats)
+        res = evaluate_benchmark(
+            sampler,
+            b,
+            tasks,
+            prompter,
+            grader,
+            samples=k,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            batch_size=batch_size,
+            progress=progress,
+            repeats=repeats,
+        )
         rollouts += res.n * (1 + k * repeats)
         rows[b.name] = _bench_row(b, res, data_dir, repeats, seconds=round(time.time() - tb, 3))
         if out_dir is not None:
             atomic_write_jsonl(Path(out_dir) / f"items_{b.name}.jsonl", res.records)
-    config = {**(meta or {}), "benches": [b.name for b in resolved], "limit": limit, "samples": samples,
-              "samples_by_bench": samples_by_bench or {}, "max_new_tokens": max_new_tokens, "seed": seed,
-              **({"repeats": repeats} if repeats > 1 else {})}
+    config = {
+        **(meta or {}),
+        "benches": [b.name for b in resolved],
+        "limit": limit,
+        "samples": samples,
+        "samples_by_bench": samples_by_bench or {},
+        "max_new_tokens": max_new_tokens,
+        "seed": seed,
+        **({"repeats": repeats} if repeats > 1 else {}),
+    }
     results = _suite_results(benches, rows, skipped, config, rollouts, round(time.time() - t0, 3), repeats)
     if out_dir is not None:
         atomic_write_json(Path(out_dir) / "results.json", results)
@@ -270,10 +324,7 @@ def _pct(x: float | None, std: float | None = None) -> str:
 def format_table(results: dict[str, Any]) -> str:
     """Markdown table of one results dict: a row per benchmark, then the averages (in %);
     mean ± std over the evaluation runs when there were several (said under the table)."""
-    lines = [
-        "| benchmark | category | n | metric | score | greedy | mean@k |",
-        "|---|---|---:|---|---:|---:|---:|",
-    ]
+    lines = ["| benchmark | category | n | metric | score | greedy | mean@k |", "|---|---|---:|---|---:|---:|---:|"]
     for name, r in results["benchmarks"].items():
         k = f"{_pct(r['sampled'], r.get('sampled_std'))} (k={r['samples']})" if r.get("sampled") is not None else "–"
         lines.append(
@@ -289,8 +340,11 @@ def format_table(results: dict[str, Any]) -> str:
         lines.append(f"| **avg {name}**{part} | | | | **{_pct(g['score'], g.get('std'))}** | | |")
     repeats = results.get("config", {}).get("repeats", 1)
     if repeats > 1:
-        lines += ["", f"Scores are mean ± sample std (ddof 1) over {repeats} evaluation runs with different sampling "
-                      "seeds; greedy metrics are deterministic, evaluated once (std 0)."]
+        lines += [
+            "",
+            f"Scores are mean ± sample std (ddof 1) over {repeats} evaluation runs with different sampling "
+            "seeds; greedy metrics are deterministic, evaluated once (std 0).",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -337,8 +391,10 @@ def load_compared(path: Path) -> dict[str, Any]:
         return run_results(p)
     if (p / "results.json").is_file() or (p.is_file() and p.name.endswith(".json")):
         return load_results(p)
-    raise DataError(f"{p}: neither a result folder of `coevolve eval` (no results.json) nor a run folder "
-                    "(no state.json + config.yaml)")
+    raise DataError(
+        f"{p}: neither a result folder of `coevolve eval` (no results.json) nor a run folder "
+        "(no state.json + config.yaml)"
+    )
 
 
 def compare(dirs: list[Path]) -> str:
@@ -362,8 +418,7 @@ def compare(dirs: list[Path]) -> str:
         benches.extend(b for b in r["benchmarks"] if b not in benches)
     rows: list[tuple[str, list[float | None]]] = []
     for b in benches:
-        rows.append((b, [r["benchmarks"][b]["score"] if b in r["benchmarks"] else None
-                         for r in runs]))
+        rows.append((b, [r["benchmarks"][b]["score"] if b in r["benchmarks"] else None for r in runs]))
     for cat in AVERAGE_ORDER:
         vals = [r.get("averages", {}).get(cat) for r in runs]
         if any(v is not None for v in vals):
@@ -441,18 +496,42 @@ def evaluate_model(
     max_new_tokens = defaults.max_new_tokens if max_new_tokens is None else max_new_tokens
     repeats = defaults.repeats if repeats is None else repeats
     seed = derive_seed(0, "eval") if seed is None else seed
-    meta = {"model": None if model is None else str(model), "world": world.name, "chat_template": world.chat_template,
-            "engine": "endpoint" if endpoint else engine, **({"endpoint": endpoint, "served_model": sampler.model}
-                                                           if endpoint else {})}
+    meta = {
+        "model": None if model is None else str(model),
+        "world": world.name,
+        "chat_template": world.chat_template,
+        "engine": "endpoint" if endpoint else engine,
+        **({"endpoint": endpoint, "served_model": sampler.model} if endpoint else {}),
+    }
     with Grader() as grader:
         return evaluate_suite(
-            sampler, world.prompter, list(benches or world.default_benches), grader=grader, samples=samples,
-            max_new_tokens=max_new_tokens, seed=seed, limit=limit, data_dir=data_dir, bench_tasks=world.bench_tasks,
-            out_dir=out_dir, samples_by_bench=samples_by_bench, progress=progress, meta=meta, repeats=repeats)
+            sampler,
+            world.prompter,
+            list(benches or world.default_benches),
+            grader=grader,
+            samples=samples,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            limit=limit,
+            data_dir=data_dir,
+            bench_tasks=world.bench_tasks,
+            out_dir=out_dir,
+            samples_by_bench=samples_by_bench,
+            progress=progress,
+            meta=meta,
+            repeats=repeats,
+        )
 
 
-def _eval_model(model: str | Path | None, chat_template: bool | None, batch_size: int, engine: str,
-                endpoint: str | None, served_model: str | None, concurrency: int) -> tuple[Any, Any]:
+def _eval_model(
+    model: str | Path | None,
+    chat_template: bool | None,
+    batch_size: int,
+    engine: str,
+    endpoint: str | None,
+    served_model: str | None,
+    concurrency: int,
+) -> tuple[Any, Any]:
     """(sampler, world) of ``evaluate_model``: a served model, or a folder loaded by ``engine``."""
     from coevolve.config.base import EngineConfig
     from coevolve.engine import load_sampler, load_tokenizer
@@ -471,8 +550,10 @@ def _eval_model(model: str | Path | None, chat_template: bool | None, batch_size
     if model is not None:
         return sampler, world_of_model(model, load_tokenizer(model), chat_template)
     if chat_template:
-        raise DataError("--chat-template with --endpoint needs --model: the served model's folder, whose tokenizer "
-                        "renders the chat prompts as in training")
+        raise DataError(
+            "--chat-template with --endpoint needs --model: the served model's folder, whose tokenizer "
+            "renders the chat prompts as in training"
+        )
     from coevolve.prompts.chat import ChatPrompter
     from coevolve.world.real import RealWorld
 

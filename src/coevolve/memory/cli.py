@@ -47,8 +47,10 @@ def memory_command(run_dir: str | Path, round_number: int | None = None) -> str:
         raise RunStateError(f"{run_dir}: no such run folder")
     rounds = memory_rounds(run_dir)
     if not rounds:
-        raise RunStateError(f"{run_dir}: no round_NN/{MEMORY_FILE} yet (not a DiagEvo run, or round 1 "
-                            "has not finished its memory phase)")
+        raise RunStateError(
+            f"{run_dir}: no round_NN/{MEMORY_FILE} yet (not a DiagEvo run, or round 1 "
+            "has not finished its memory phase)"
+        )
     r = rounds[-1] if round_number is None else round_number
     if r not in rounds:
         raise RunStateError(f"{run_dir}: round {r} has no memory (available: {', '.join(map(str, rounds))})")

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from coevolve.types import Sampler, SamplingParams
 
@@ -97,7 +98,7 @@ def clip_middle(text: str, max_chars: int) -> str:
     head = keep // 2
     cut = len(text) - keep
     marker = f"\n[... {cut} characters cut ...]\n"
-    return text[:head] + marker + text[len(text) - (keep - head):]
+    return text[:head] + marker + text[len(text) - (keep - head) :]
 
 
 _JSON_STARTS = 32
@@ -132,7 +133,7 @@ def extract_json_object(text: str) -> dict[str, Any] | None:
                 depth -= 1
                 if depth == 0:
                     try:
-                        obj = json.loads(text[start:i + 1])
+                        obj = json.loads(text[start : i + 1])
                     except (json.JSONDecodeError, RecursionError):
                         break
                     return obj if isinstance(obj, dict) else None
@@ -227,8 +228,12 @@ class TraceDiagnoser:
             self.stats.garbage += 1
             return None
         self.stats.ok += 1
-        return Diagnosis(divergence_step=int(div.step), cause=cause, skill=str(div.skill),
-                         source_id=None if getattr(div, "cause_id", None) is None else str(div.cause_id))
+        return Diagnosis(
+            divergence_step=int(div.step),
+            cause=cause,
+            skill=str(div.skill),
+            source_id=None if getattr(div, "cause_id", None) is None else str(div.cause_id),
+        )
 
     def diagnose_batch(self, requests: Sequence[tuple[str, str, str, str]]) -> list[Diagnosis | None]:
         return [self.diagnose(*r) for r in requests]

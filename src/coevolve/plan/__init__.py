@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from coevolve.plan.devices import DEVICES, Device, GiB, Rate, device_for, local_device
-from coevolve.plan.estimate import Plan, PhaseEstimate, make_plan
+from coevolve.plan.estimate import PhaseEstimate, Plan, make_plan
 from coevolve.plan.layouts import Layout, LayoutPhase, LayoutPlan, VerlMemory, layout_plan, make_layout, verl_memory
 from coevolve.plan.memory import SAFETY_MARGIN, RoleMemory, role_memory, sampler_call_bytes
 from coevolve.plan.printing import format_layout, format_plan
@@ -55,7 +55,6 @@ def preflight_problems(cfg: Any) -> list[str]:
     return [f"{p} (see `coevolve plan {cfg.recipe}`)" for p in plan.problems]
 
 
-
 def with_vllm_share(cfg: Any) -> Any:
     """``cfg`` with ``engine.gpu_memory_utilization`` set to the largest share that fits this
     GPU (``Plan.vllm_share``) when it is unset and the run's in-process vLLM engine is on CUDA;
@@ -72,8 +71,39 @@ def with_vllm_share(cfg: Any) -> Any:
 
 
 __all__ = [
-    "COMPLETION_FILL", "DEVICES", "Device", "Gen", "GiB", "Layout", "LayoutPhase", "LayoutPlan", "ModelShape",
-    "gen_seconds", "train_seconds", "PROMPT_TOKENS", "PhaseEstimate", "PhaseWork", "Plan", "Rate", "RoleMemory", "SAFETY_MARGIN", "Train", "VerlMemory",
-    "device_for", "format_layout", "format_plan", "layout_plan", "load_model_shape", "local_device", "make_layout",
-    "make_plan", "phases", "preflight_problems", "with_vllm_share", "role_memory", "sampler_call_bytes", "trainable_roles", "verl_memory",
+    "COMPLETION_FILL",
+    "DEVICES",
+    "Device",
+    "Gen",
+    "GiB",
+    "Layout",
+    "LayoutPhase",
+    "LayoutPlan",
+    "ModelShape",
+    "gen_seconds",
+    "train_seconds",
+    "PROMPT_TOKENS",
+    "PhaseEstimate",
+    "PhaseWork",
+    "Plan",
+    "Rate",
+    "RoleMemory",
+    "SAFETY_MARGIN",
+    "Train",
+    "VerlMemory",
+    "device_for",
+    "format_layout",
+    "format_plan",
+    "layout_plan",
+    "load_model_shape",
+    "local_device",
+    "make_layout",
+    "make_plan",
+    "phases",
+    "preflight_problems",
+    "with_vllm_share",
+    "role_memory",
+    "sampler_call_bytes",
+    "trainable_roles",
+    "verl_memory",
 ]

@@ -28,23 +28,30 @@ def combined_fix(problems: list[str]) -> dict[str, int]:
     return out
 
 
-
 def _fits_learner(plan: Plan, lcfg: LearnerConfig, train: Train, resident_other: float, **update: Any) -> bool:
     """Would the learner step of ``train`` fit with ``update`` applied to the learner config?"""
     rm = role_memory(train.role, plan.shape, lcfg.model_copy(update=update), plan.device, plan.dtype_bytes, train, None)
     return resident_other + rm.weights + rm.state + rm.learner_transient <= plan.limit
 
 
-def _budget_that_fits(plan: Plan, lcfg: LearnerConfig, train: Train, resident_other: float,
-                      **update: Any) -> int | None:
+def _budget_that_fits(
+    plan: Plan, lcfg: LearnerConfig, train: Train, resident_other: float, **update: Any
+) -> int | None:
     """The largest ``max_tokens_per_micro_batch`` (a multiple of 1024, at least one capped row)
     with which the learner step of ``train`` fits (with ``update`` applied too), or None."""
     row = train.prompt + train.max_new
     best = None
     for k in range(1, 257):
         budget = max(row, 1024 * k)
-        if not _fits_learner(plan, lcfg, train, resident_other, max_tokens_per_micro_batch=budget,
-                             micro_batch_size=max(lcfg.micro_batch_size, 4096), **update):
+        if not _fits_learner(
+            plan,
+            lcfg,
+            train,
+            resident_other,
+            max_tokens_per_micro_batch=budget,
+            micro_batch_size=max(lcfg.micro_batch_size, 4096),
+            **update,
+        ):
             break
         best = budget
     return best
@@ -56,8 +63,14 @@ def _learner_fixes(plan: Plan, lcfg: LearnerConfig, tr: Train, resident: float) 
     other = resident - rm.weights - rm.state
     fixes: list[str] = []
     # the memory switches that are off, each alone, then all of them with the largest budget that fits
-    switches = {k: v for k, v, off in (("gradient_checkpointing", True, not rm.checkpointing),
-                                       ("logprob_chunk_tokens", 1024, not rm.chunk)) if off}
+    switches = {
+        k: v
+        for k, v, off in (
+            ("gradient_checkpointing", True, not rm.checkpointing),
+            ("logprob_chunk_tokens", 1024, not rm.chunk),
+        )
+        if off
+    }
     for k, v in switches.items():
         if _fits_learner(plan, lcfg, tr, other, **{k: v}):
             fixes.append(f"learner.{k}={str(v).lower()}")
@@ -67,18 +80,30 @@ def _learner_fixes(plan: Plan, lcfg: LearnerConfig, tr: Train, resident: float) 
     if switches:
         b2 = _budget_that_fits(plan, lcfg, tr, other, **switches)
         if b2 is not None and b2 != budget:
-            fixes.append(" with ".join(f"learner.{k}={str(v).lower()}" for k, v in switches.items())
-                         + f" with learner.max_tokens_per_micro_batch={b2}")
+            fixes.append(
+                " with ".join(f"learner.{k}={str(v).lower()}" for k, v in switches.items())
+                + f" with learner.max_tokens_per_micro_batch={b2}"
+            )
     if not fixes:
-        least = dict(gradient_checkpointing=True, logprob_chunk_tokens=1024, max_tokens_per_micro_batch=tr.prompt + tr.max_new)
-        if not lcfg.offload_optimizer and not lcfg.lora and plan.device.kind == "cuda" and _fits_learner(
-                plan, lcfg, tr, other, offload_optimizer=True, **least):
-            fixes.append("learner.offload_optimizer=true (with checkpointing, chunked log-probs, one row per micro-batch)")
+        least = dict(
+            gradient_checkpointing=True, logprob_chunk_tokens=1024, max_tokens_per_micro_batch=tr.prompt + tr.max_new
+        )
+        if (
+            not lcfg.offload_optimizer
+            and not lcfg.lora
+            and plan.device.kind == "cuda"
+            and _fits_learner(plan, lcfg, tr, other, offload_optimizer=True, **least)
+        ):
+            fixes.append(
+                "learner.offload_optimizer=true (with checkpointing, chunked log-probs, one row per micro-batch)"
+            )
         if not lcfg.lora and _fits_learner(plan, lcfg, tr, other, lora=True, **least):
             fixes.append("learner.lora=true (configs/real/lora_8b.yaml)")
     if not fixes:
-        fixes.append(f"a smaller model or a lower {tr.section}.max_new_tokens: even "
-                     "one capped row per micro-batch with LoRA does not fit")
+        fixes.append(
+            f"a smaller model or a lower {tr.section}.max_new_tokens: even "
+            "one capped row per micro-batch with LoRA does not fit"
+        )
     return fixes
 
 
@@ -91,14 +116,22 @@ def _sampler_fixes(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, g: Ge
     rows = int(room // per_row) if per_row > 0 else 0
     fixes = []
     if rows >= 1:
-        fixes.append(f"engine.max_batch={rows}" + (f" (or engine.max_batch_tokens={rows * (g.prompt + g.max_new)})"
-                                                  if hasattr(cfg.engine, "max_batch_tokens") else ""))
+        fixes.append(
+            f"engine.max_batch={rows}"
+            + (
+                f" (or engine.max_batch_tokens={rows * (g.prompt + g.max_new)})"
+                if hasattr(cfg.engine, "max_batch_tokens")
+                else ""
+            )
+        )
     if rows < 16:  # a handful of rows per call wastes the GPU: free resident memory instead
         fixes.append("learner.lora=true or learner.offload_optimizer=true (less resident state, room for the KV cache)")
     return fixes
 
 
-def plan_problems(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, max_batch_tokens: int | None) -> tuple[list[str], list[str]]:
+def plan_problems(
+    plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, max_batch_tokens: int | None
+) -> tuple[list[str], list[str]]:
     problems: list[str] = []
     notes: list[str] = []
     gib = lambda x: f"{x / GiB:.1f} GiB"  # noqa: E731
@@ -107,8 +140,10 @@ def plan_problems(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, max_ba
         if e.peak <= limit:
             continue
         w = e.work
-        head = (f"phase {w.name}: peak {gib(e.peak)} > {gib(limit)} ({1 - SAFETY_MARGIN:.0%} of "
-                f"{plan.device.memory_gib.value:g} GiB on {plan.device.name}) with {gib(e.resident)} resident")
+        head = (
+            f"phase {w.name}: peak {gib(e.peak)} > {gib(limit)} ({1 - SAFETY_MARGIN:.0%} of "
+            f"{plan.device.memory_gib.value:g} GiB on {plan.device.name}) with {gib(e.resident)} resident"
+        )
         parts = []
         for size, what, g in sorted(e.parts, key=lambda x: -x[0]):
             if e.resident + size <= limit:
@@ -121,16 +156,22 @@ def plan_problems(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, max_ba
                 fixes = []
             parts.append(f"{what} needs {gib(size)}: change " + " or ".join(fixes))
         if not parts:
-            parts.append("the resident weights and state alone are too large: change learner.lora=true or "
-                         "learner.offload_optimizer=true")
+            parts.append(
+                "the resident weights and state alone are too large: change learner.lora=true or "
+                "learner.offload_optimizer=true"
+            )
         problems.append(head + "; " + "; ".join(parts))
     host_cap = plan.device.host_memory_gib.value * GiB
     if plan.device.kind == "cuda" and plan.host_bytes > 0.9 * host_cap:
-        problems.append(f"host memory: offloaded state and parked weights need {gib(plan.host_bytes)} > 90% of "
-                        f"{plan.device.host_memory_gib.value:g} GiB; change learner.lora=true or learner.offload_when_idle=false")
+        problems.append(
+            f"host memory: offloaded state and parked weights need {gib(plan.host_bytes)} > 90% of "
+            f"{plan.device.host_memory_gib.value:g} GiB; change learner.lora=true or learner.offload_when_idle=false"
+        )
     if getattr(cfg, "recipe", None) == "diagevo" and cfg.diagnosis_model_path() is not None:
-        notes.append("diagnoser.model_path: the frozen diagnoser is counted at the solver's shape in the memory "
-                     "phase (its weights stay loaded for the rest of the run)")
+        notes.append(
+            "diagnoser.model_path: the frozen diagnoser is counted at the solver's shape in the memory "
+            "phase (its weights stay loaded for the rest of the run)"
+        )
     if getattr(getattr(cfg, "buffer", None), "judge_model_path", None):
         notes.append("buffer.judge_model_path: that model's weights and KV cache are not counted")
     if plan.shape.model_type not in ("llama", "qwen2", "qwen3", "mistral", "smollm3", "?"):
@@ -139,8 +180,9 @@ def plan_problems(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, max_ba
         if rm.micro_batch_rows and lcfg.max_tokens_per_micro_batch is not None:
             train = next(e.work.train for e in plan.phases if e.work.train is not None and e.work.train.role == name)
             if train.prompt + train.max_new > lcfg.max_tokens_per_micro_batch:
-                notes.append(f"{name}: a capped row ({train.prompt + train.max_new} tokens) exceeds "
-                             f"learner.max_tokens_per_micro_batch={lcfg.max_tokens_per_micro_batch}; such rows get a "
-                             "micro-batch of their own (counted)")
+                notes.append(
+                    f"{name}: a capped row ({train.prompt + train.max_new} tokens) exceeds "
+                    f"learner.max_tokens_per_micro_batch={lcfg.max_tokens_per_micro_batch}; such rows get a "
+                    "micro-batch of their own (counted)"
+                )
     return problems, notes
-

@@ -40,19 +40,25 @@ class Device:
 
 DEVICES: dict[str, Device] = {
     "h200": Device(
-        "h200", "cuda",
+        "h200",
+        "cuda",
         memory_gib=Rate(139.0, False, "assumed: an H200 (141 GB) as torch reports it, about 139 GiB"),
         host_memory_gib=Rate(128.0, False, "assumed: host memory of a one-H200 server"),
         matmul_tflops=Rate(790.0, False, "assumed: dense bf16 matmul on an H200 reaches about 790 TFLOP/s (spec 989)"),
         train_mfu=Rate(0.35, False, "assumed: HF eager model, checkpointing recompute counted separately"),
         mem_gbps=Rate(4800.0, False, "assumed: H200 HBM3e spec"),
-        hf_step_ms_per_layer=Rate(83.0 / 36, True, "HF generate of a random-weight Qwen3-4B-shaped model at batch 256 "
-                                  "on an H200: 81-86 ms per decode step over 36 layers (the setting of "
-                                  "benchmarks/gpu_smoke.py's sampler section)"),
+        hf_step_ms_per_layer=Rate(
+            83.0 / 36,
+            True,
+            "HF generate of a random-weight Qwen3-4B-shaped model at batch 256 "
+            "on an H200: 81-86 ms per decode step over 36 layers (the setting of "
+            "benchmarks/gpu_smoke.py's sampler section)",
+        ),
         vllm_bw_efficiency=Rate(0.6, False, "assumed: continuous batching with CUDA graphs"),
     ),
     "a100-80g": Device(
-        "a100-80g", "cuda",
+        "a100-80g",
+        "cuda",
         memory_gib=Rate(79.2, False, "assumed: 80 GB card, memory torch reports"),
         host_memory_gib=Rate(256.0, False, "assumed host memory"),
         matmul_tflops=Rate(312.0, False, "assumed: A100 bf16 dense spec"),
@@ -62,7 +68,8 @@ DEVICES: dict[str, Device] = {
         vllm_bw_efficiency=Rate(0.6, False, "assumed"),
     ),
     "a100-40g": Device(
-        "a100-40g", "cuda",
+        "a100-40g",
+        "cuda",
         memory_gib=Rate(39.4, False, "assumed: 40 GB card, memory torch reports"),
         host_memory_gib=Rate(128.0, False, "assumed host memory"),
         matmul_tflops=Rate(312.0, False, "assumed: A100 bf16 dense spec"),
@@ -72,15 +79,24 @@ DEVICES: dict[str, Device] = {
         vllm_bw_efficiency=Rate(0.6, False, "assumed"),
     ),
     "cpu": Device(
-        "cpu", "cpu",
+        "cpu",
+        "cpu",
         memory_gib=Rate(24.0, True, "this project's 2-core CI machine (24 GiB); `coevolve run` uses the real figure"),
         host_memory_gib=Rate(24.0, True, "same memory"),
-        matmul_tflops=Rate(0.0178, True, "effective fp32 rate of a SmolLM2-135M learner step, 2 shared cores "
-                           "(benchmarks/bench_learner_memory.py --rates, load average ~5)"),
+        matmul_tflops=Rate(
+            0.0178,
+            True,
+            "effective fp32 rate of a SmolLM2-135M learner step, 2 shared cores "
+            "(benchmarks/bench_learner_memory.py --rates, load average ~5)",
+        ),
         train_mfu=Rate(1.0, True, "already folded into the measured effective rate"),
         mem_gbps=Rate(10.0, False, "assumed"),
-        hf_step_ms_per_layer=Rate(10.1, True, "HF generate, SmolLM2-135M fp32 at batch 1: 303 ms per decode step / "
-                                  "30 layers, 2 shared cores (benchmarks/bench_learner_memory.py --rates)"),
+        hf_step_ms_per_layer=Rate(
+            10.1,
+            True,
+            "HF generate, SmolLM2-135M fp32 at batch 1: 303 ms per decode step / "
+            "30 layers, 2 shared cores (benchmarks/bench_learner_memory.py --rates)",
+        ),
         vllm_bw_efficiency=Rate(0.3, False, "assumed"),
     ),
 }
@@ -103,15 +119,36 @@ def local_device(model_device: str = "auto") -> Device:
         props = torch.cuda.get_device_properties(idx or 0)
         total = props.total_memory / GiB
         name = props.name.lower()
-        base = DEVICES["h200"] if ("h200" in name or "h100" in name) else (
-            DEVICES["a100-80g"] if total > 60 else DEVICES["a100-40g"])
+        base = (
+            DEVICES["h200"]
+            if ("h200" in name or "h100" in name)
+            else (DEVICES["a100-80g"] if total > 60 else DEVICES["a100-40g"])
+        )
         mem = Rate(round(total, 1), True, f"torch.cuda: {props.name}")
-        return Device(f"{base.name} (here: {props.name})", "cuda", mem, _host_memory(), base.matmul_tflops,
-                      base.train_mfu, base.mem_gbps, base.hf_step_ms_per_layer, base.vllm_bw_efficiency)
+        return Device(
+            f"{base.name} (here: {props.name})",
+            "cuda",
+            mem,
+            _host_memory(),
+            base.matmul_tflops,
+            base.train_mfu,
+            base.mem_gbps,
+            base.hf_step_ms_per_layer,
+            base.vllm_bw_efficiency,
+        )
     cpu = DEVICES["cpu"]
     host = _host_memory()
-    return Device("cpu (here)", "cpu", host, host, cpu.matmul_tflops, cpu.train_mfu, cpu.mem_gbps,
-                  cpu.hf_step_ms_per_layer, cpu.vllm_bw_efficiency)
+    return Device(
+        "cpu (here)",
+        "cpu",
+        host,
+        host,
+        cpu.matmul_tflops,
+        cpu.train_mfu,
+        cpu.mem_gbps,
+        cpu.hf_step_ms_per_layer,
+        cpu.vllm_bw_efficiency,
+    )
 
 
 def _host_memory() -> Rate:
@@ -120,4 +157,3 @@ def _host_memory() -> Rate:
         return Rate(round(total, 1), True, "this machine (os.sysconf)")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - exotic platforms
         return DEVICES["cpu"].memory_gib
-

@@ -10,9 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from coevolve.errors import ConfigError
 from coevolve.plan.advice import combined_fix, plan_problems
-from coevolve.plan.devices import GiB, Device
+from coevolve.plan.devices import Device, GiB
 from coevolve.plan.layouts import _vllm_rows, layout_plan, make_layout, solver_server_problems, verl_batch_problems
-from coevolve.plan.memory import SAFETY_MARGIN, RoleMemory, _engine, _kv_rows, dtype_bytes, role_memory, sampler_call_bytes
+from coevolve.plan.memory import (
+    SAFETY_MARGIN,
+    RoleMemory,
+    _engine,
+    _kv_rows,
+    dtype_bytes,
+    role_memory,
+    sampler_call_bytes,
+)
 from coevolve.plan.shapes import ModelShape, load_model_shape
 from coevolve.plan.timing import COMPLETION_FILL, gen_seconds, train_seconds
 from coevolve.plan.work import Gen, PhaseWork, phases, trainable_roles
@@ -52,8 +60,12 @@ class Plan:
     host_bytes: float
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    layout: "LayoutPlan | None" = None  # a multi-GPU layout (``make_plan(..., gpus=, nodes=)``); its problems are the plan's
-    vllm_share: float | None = None  # engine.gpu_memory_utilization derived (unset, engine=vllm on a GPU): the largest that fits
+    layout: LayoutPlan | None = (
+        None  # a multi-GPU layout (``make_plan(..., gpus=, nodes=)``); its problems are the plan's
+    )
+    vllm_share: float | None = (
+        None  # engine.gpu_memory_utilization derived (unset, engine=vllm on a GPU): the largest that fits
+    )
 
     @property
     def capacity(self) -> float:
@@ -93,7 +105,11 @@ class _Sizing:
     @property
     def vllm_engine(self) -> float:
         """Bytes of one vLLM engine's share of the GPU (0 unless engine=vllm on a GPU)."""
-        return self.util * self.device.memory_gib.value * GiB if (self.engine == "vllm" and self.gpu and self.util) else 0.0
+        return (
+            self.util * self.device.memory_gib.value * GiB
+            if (self.engine == "vllm" and self.gpu and self.util)
+            else 0.0
+        )
 
     def kv_rows(self, g: Gen) -> int:
         return _kv_rows(g.call_rows, g.prompt, g.max_new, self.max_batch_tokens)
@@ -103,13 +119,22 @@ class _Sizing:
         less the weights) takes at the full context, at most ``engine.max_batch``; hf's call
         chunks (``kv_rows``) otherwise."""
         if self.engine == "vllm" and self.gpu and self.util:
-            return min(g.call_rows, _vllm_rows(self.shape, self.b, self.vllm_engine, 1, g.prompt + g.max_new, g.call_rows))
+            return min(
+                g.call_rows, _vllm_rows(self.shape, self.b, self.vllm_engine, 1, g.prompt + g.max_new, g.call_rows)
+            )
         return self.kv_rows(g)
 
 
-def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_label: str | None = None,
-              toy: bool | None = None, suggest: bool = True, gpus: int | None = None,
-              nodes: int | None = None) -> Plan:
+def make_plan(
+    cfg: Any,
+    device: Device,
+    shape: ModelShape | None = None,
+    model_label: str | None = None,
+    toy: bool | None = None,
+    suggest: bool = True,
+    gpus: int | None = None,
+    nodes: int | None = None,
+) -> Plan:
     """The plan of ``cfg`` on ``device`` (``shape`` / ``toy`` default to ``cfg.model``'s). When
     it does not fit and ``suggest``, the tightest ``engine.max_batch`` /
     ``learner.max_tokens_per_micro_batch`` named by the problems are tried together, and a set
@@ -133,20 +158,32 @@ def make_plan(cfg: Any, device: Device, shape: ModelShape | None = None, model_l
         derived = vllm_share_that_fits(estimates, device)
         z = replace(z, util=derived)
         estimates = [_estimate(w, roles, z) for w in works]
-    plan = Plan(cfg.recipe, model_label or "?", shape, device, z.b, roles, estimates, _host_bytes(roles, works, z),
-                vllm_share=derived)
+    plan = Plan(
+        cfg.recipe,
+        model_label or "?",
+        shape,
+        device,
+        z.b,
+        roles,
+        estimates,
+        _host_bytes(roles, works, z),
+        vllm_share=derived,
+    )
     plan.problems, plan.notes = plan_problems(plan, cfg, z.lcfg, engine, max_batch_tokens)
     if derived is not None:
-        plan.notes.append(f"engine.gpu_memory_utilization unset: {derived:g}, the largest share that fits beside the "
-                          "largest resident of a sampling phase (a run on this GPU starts its engine with it)")
+        plan.notes.append(
+            f"engine.gpu_memory_utilization unset: {derived:g}, the largest share that fits beside the "
+            "largest resident of a sampling phase (a run on this GPU starts its engine with it)"
+        )
     verl = getattr(getattr(cfg, "backend", None), "kind", "local") == "verl"
     # on any device: what the run's preflight refuses before any work (it runs this plan)
     batches = verl_batch_problems(cfg, works) + solver_server_problems(cfg, works, toy)
     if z.gpu and (gpus is not None or nodes is not None or engine == "ray" or verl):
         plan.layout = layout_plan(plan, cfg, make_layout(cfg, gpus, nodes), works)
         # with verl the optimizer state lives in verl's job, not in this process's host memory
-        plan.problems = batches + plan.layout.problems + [p for p in plan.problems
-                                                          if p.startswith("host memory") and not verl]
+        plan.problems = (
+            batches + plan.layout.problems + [p for p in plan.problems if p.startswith("host memory") and not verl]
+        )
         return plan
     plan.problems = batches + plan.problems
     if plan.problems and suggest:
@@ -182,8 +219,10 @@ def _role_memories(cfg: Any, works: list[PhaseWork], z: _Sizing) -> dict[str, Ro
     roles: dict[str, RoleMemory] = {}
     for r in trainable_roles(cfg):
         trains = [w.train for w in works if w.train is not None and w.train.role == r] or [None]
-        roles[r] = max((role_memory(r, z.shape, z.lcfg, z.device, z.b, t, _largest_call(works, r, z)) for t in trains),
-                       key=lambda m: m.train_peak)
+        roles[r] = max(
+            (role_memory(r, z.shape, z.lcfg, z.device, z.b, t, _largest_call(works, r, z)) for t in trains),
+            key=lambda m: m.train_peak,
+        )
     return roles
 
 
@@ -201,8 +240,14 @@ def _estimate(w: PhaseWork, roles: dict[str, RoleMemory], z: _Sizing) -> PhaseEs
     transients: list[tuple[float, str, Gen | None]] = []
     if trainer:
         step = role_memory(trainer, z.shape, z.lcfg, z.device, z.b, w.train, None)
-        transients.append((step.learner_transient, f"{trainer} learner step ({step.micro_batch_rows} rows / "
-                                                    f"{step.micro_batch_tokens} tokens per micro-batch)", None))
+        transients.append(
+            (
+                step.learner_transient,
+                f"{trainer} learner step ({step.micro_batch_rows} rows / "
+                f"{step.micro_batch_tokens} tokens per micro-batch)",
+                None,
+            )
+        )
     resident_roles: set[str] = set()
     for g in w.gens:
         extra, part = _sampling_transient(g, z)
@@ -218,7 +263,9 @@ def _estimate(w: PhaseWork, roles: dict[str, RoleMemory], z: _Sizing) -> PhaseEs
     if w.train is not None:
         train_s = train_seconds(w.train, w.times, z.shape, z.lcfg, z.device, roles[w.train.role].checkpointing)
     gen_tok = w.times * sum(g.rows * COMPLETION_FILL * g.max_new for g in w.gens)
-    tr_tok = 0.0 if w.train is None else w.times * w.train.steps * w.train.rows_per_step * COMPLETION_FILL * w.train.max_new
+    tr_tok = (
+        0.0 if w.train is None else w.times * w.train.steps * w.train.rows_per_step * COMPLETION_FILL * w.train.max_new
+    )
     return PhaseEstimate(w, resident, transient, what, transients, gen_s, train_s, gen_tok, tr_tok)
 
 
@@ -228,7 +275,11 @@ def _sampling_transient(g: Gen, z: _Sizing) -> tuple[float, tuple[float, str, Ge
     call = sampler_call_bytes(z.shape, z.b, kvr, g.prompt, g.max_new)
     label = f"{g.role} sampling ({kvr} rows x {g.prompt}+{g.max_new} tokens)"
     if z.engine == "vllm" and z.gpu:  # (a frozen copy is a pinned host snapshot served by the role's engine)
-        return 0.0, (0.0 if not z.sleep else z.vllm_engine, f"{g.role} vLLM engine (gpu_memory_utilization={z.util})", g)
+        return 0.0, (
+            0.0 if not z.sleep else z.vllm_engine,
+            f"{g.role} vLLM engine (gpu_memory_utilization={z.util})",
+            g,
+        )
     if g.role == FROZEN_DIAGNOSER:  # loaded once for the run, like a judge: its weights stay with it
         return z.shape.n_params * z.b, (call, label, g)
     if g.role == FROZEN_SOLVER:
@@ -255,9 +306,12 @@ def _suggest(plan: Plan, cfg: Any, device: Device, shape: ModelShape, model_labe
     fix = combined_fix(plan.problems)
     if not fix:
         return
-    sections = {sec: getattr(cfg, sec).model_copy(update={k.split(".")[1]: v for k, v in fix.items()
-                                                           if k.startswith(sec + ".")})
-                for sec in {k.split(".")[0] for k in fix}}
+    sections = {
+        sec: getattr(cfg, sec).model_copy(
+            update={k.split(".")[1]: v for k, v in fix.items() if k.startswith(sec + ".")}
+        )
+        for sec in {k.split(".")[0] for k in fix}
+    }
     again = make_plan(cfg.model_copy(update=sections), device, shape, model_label, toy, suggest=False)
     if again.fits:
         plan.notes.append("every phase fits with: " + " ".join(f"{k}={v}" for k, v in fix.items()))

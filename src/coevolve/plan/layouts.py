@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from coevolve.errors import ConfigError
 from coevolve.plan.advice import _learner_fixes, _sampler_fixes
-from coevolve.plan.devices import GiB, Device, Rate
+from coevolve.plan.devices import Device, GiB, Rate
 from coevolve.plan.memory import _engine, _kv_rows, role_memory, sampler_call_bytes
 from coevolve.plan.shapes import ModelShape
 from coevolve.plan.timing import gen_seconds
@@ -23,11 +23,19 @@ if TYPE_CHECKING:
     from coevolve.plan.estimate import Plan
 
 
-RAY_CALL_OVERHEAD_S = Rate(0.15, True, "benchmarks/bench_ray.py: a Ray pool sample of 32 prompts x 8 over 2 CPU actors "
-                           "(toy model) took 0.1-0.2 s in all; charged per sampler call as the pool's overhead (an "
-                           "upper bound: it includes the sampling)")
-VERL_PHASE_OVERHEAD_S = Rate(300.0, False, "assumed: one main_ppo run per phase (Ray job start, model load, vLLM "
-                             "start-up, checkpoint save and merge to an HF folder)")
+RAY_CALL_OVERHEAD_S = Rate(
+    0.15,
+    True,
+    "benchmarks/bench_ray.py: a Ray pool sample of 32 prompts x 8 over 2 CPU actors "
+    "(toy model) took 0.1-0.2 s in all; charged per sampler call as the pool's overhead (an "
+    "upper bound: it includes the sampling)",
+)
+VERL_PHASE_OVERHEAD_S = Rate(
+    300.0,
+    False,
+    "assumed: one main_ppo run per phase (Ray job start, model load, vLLM "
+    "start-up, checkpoint save and merge to an HF folder)",
+)
 VERL_STATE_BYTES = {"params": 4, "grads": 4, "optimizer": 8}
 """verl's FSDP actor per trainable parameter, sharded over the job's GPUs: fp32 parameters (verl
 loads the actor in fp32 and computes in bf16 under FSDP mixed precision), fp32 gradients, AdamW's
@@ -72,17 +80,23 @@ class Layout:
         return self.actors > 0
 
     def describe(self) -> str:
-        parts = [f"{self.nodes} node{'s' if self.nodes > 1 else ''} x {self.gpus_per_node} GPU"
-                 f"{'s' if self.gpus_per_node > 1 else ''} ({self.gpus} in all)"]
+        parts = [
+            f"{self.nodes} node{'s' if self.nodes > 1 else ''} x {self.gpus_per_node} GPU"
+            f"{'s' if self.gpus_per_node > 1 else ''} ({self.gpus} in all)"
+        ]
         if self.actors:
             util = f", each engine at gpu_memory_utilization={self.actor_util:g}" if self.actor_engine == "vllm" else ""
-            parts.append(f"engine=ray: {self.actors} {self.actor_engine} actor{'s' if self.actors > 1 else ''} x TP "
-                         f"{self.actor_tp}{util} (one shares GPU 0)")
+            parts.append(
+                f"engine=ray: {self.actors} {self.actor_engine} actor{'s' if self.actors > 1 else ''} x TP "
+                f"{self.actor_tp}{util} (one shares GPU 0)"
+            )
         else:
             parts.append(f"engine={self.engine} in the coevolve process on GPU 0")
         if self.verl_gpus:
-            parts.append(f"backend=verl: GRPO phases as one job, FSDP over {self.verl_gpus} GPUs, rollout engines of TP "
-                         f"{self.verl_tp} at gpu_memory_utilization={self.verl_util:g}")
+            parts.append(
+                f"backend=verl: GRPO phases as one job, FSDP over {self.verl_gpus} GPUs, rollout engines of TP "
+                f"{self.verl_tp} at gpu_memory_utilization={self.verl_util:g}"
+            )
         else:
             parts.append("backend=local: the learner on GPU 0")
         return "; ".join(parts)
@@ -113,27 +127,45 @@ def make_layout(cfg: Any, gpus: int | None = None, nodes: int | None = None) -> 
         if refusal:
             raise ConfigError(refusal)
         if g % tp:
-            raise ConfigError(f"engine.tensor_parallel_size={tp} does not divide the {g} GPUs per node (--gpus): "
-                              "a tensor-parallel group stays on one node")
+            raise ConfigError(
+                f"engine.tensor_parallel_size={tp} does not divide the {g} GPUs per node (--gpus): "
+                "a tensor-parallel group stays on one node"
+            )
         # as coevolve.engine.ray does: one actor per tensor-parallel group of every GPU Ray sees
         actors = ray.num_actors if ray.num_actors is not None else max(1, n * g // tp)
         if actors * tp > n * g:
-            raise ConfigError(f"engine.ray.num_actors={actors} x engine.tensor_parallel_size={tp} = {actors * tp} "
-                              f"GPUs > the layout's {n * g} (--nodes {n} x --gpus {g})")
-        lay.update(actor_engine=ray.actor_engine, actors=actors, actor_tp=tp,
-                   actor_util=vllm_share(cfg.engine), actor_sleep=bool(cfg.engine.sleep_mode))
+            raise ConfigError(
+                f"engine.ray.num_actors={actors} x engine.tensor_parallel_size={tp} = {actors * tp} "
+                f"GPUs > the layout's {n * g} (--nodes {n} x --gpus {g})"
+            )
+        lay.update(
+            actor_engine=ray.actor_engine,
+            actors=actors,
+            actor_tp=tp,
+            actor_util=vllm_share(cfg.engine),
+            actor_sleep=bool(cfg.engine.sleep_mode),
+        )
     if v is not None:
         if v.n_gpus_per_node % tp:
-            raise ConfigError(f"engine.tensor_parallel_size={tp} (verl's rollout engines) does not divide "
-                              f"backend.verl.n_gpus_per_node={v.n_gpus_per_node}")
+            raise ConfigError(
+                f"engine.tensor_parallel_size={tp} (verl's rollout engines) does not divide "
+                f"backend.verl.n_gpus_per_node={v.n_gpus_per_node}"
+            )
         if v.nnodes > n or v.n_gpus_per_node > g:
-            raise ConfigError(f"backend.verl.nnodes={v.nnodes} x backend.verl.n_gpus_per_node={v.n_gpus_per_node} does "
-                              f"not fit the layout's --nodes {n} x --gpus {g}")
+            raise ConfigError(
+                f"backend.verl.nnodes={v.nnodes} x backend.verl.n_gpus_per_node={v.n_gpus_per_node} does "
+                f"not fit the layout's --nodes {n} x --gpus {g}"
+            )
         # one Ray cluster when the run joins one (engine.ray.address: the pool and verl's jobs); a local
         # Ray of this process and verl's own are apart
         shared = engine == "ray" and ray is not None and ray.address is not None
-        lay.update(backend="verl", verl_gpus=v.nnodes * v.n_gpus_per_node, verl_tp=tp,
-                   verl_util=vllm_share(cfg.engine, "verl"), shared_cluster=shared)
+        lay.update(
+            backend="verl",
+            verl_gpus=v.nnodes * v.n_gpus_per_node,
+            verl_tp=tp,
+            verl_util=vllm_share(cfg.engine, "verl"),
+            shared_cluster=shared,
+        )
     return Layout(**lay)
 
 
@@ -156,14 +188,19 @@ def verl_batch_problems(cfg: Any, works: list[PhaseWork]) -> list[str]:
             continue
         sec = getattr(cfg, t.section)
         n, p = sec.group_size, sec.prompts_per_step
-        gpus = nearest_dividing(v.n_gpus_per_node, lambda g: t.rows_per_step % (v.nnodes * g) == 0,
-                                max(2 * v.n_gpus_per_node, 8))
-        prompts = nearest_dividing(p, lambda q: (q * n) % world == 0, 2 * p + world)
-        fix = [f"backend.verl.n_gpus_per_node={g}" for g in gpus] + [f"{t.section}.prompts_per_step={q}" for q in prompts]
-        out.append(f"phase {w.name}: {t.section}.prompts_per_step x {t.section}.group_size = {p} x {n} = "
-                   f"{t.rows_per_step} rollouts per step do not divide over the {world} GPUs of backend.verl.nnodes="
-                   f"{v.nnodes} x backend.verl.n_gpus_per_node={v.n_gpus_per_node} (verl splits each step evenly over "
-                   f"them); nearest that divide: {' or '.join(fix)}")
+        gpus = nearest_dividing(
+            v.n_gpus_per_node, lambda g, t=t: t.rows_per_step % (v.nnodes * g) == 0, max(2 * v.n_gpus_per_node, 8)
+        )
+        prompts = nearest_dividing(p, lambda q, n=n: (q * n) % world == 0, 2 * p + world)
+        fix = [f"backend.verl.n_gpus_per_node={g}" for g in gpus] + [
+            f"{t.section}.prompts_per_step={q}" for q in prompts
+        ]
+        out.append(
+            f"phase {w.name}: {t.section}.prompts_per_step x {t.section}.group_size = {p} x {n} = "
+            f"{t.rows_per_step} rollouts per step do not divide over the {world} GPUs of backend.verl.nnodes="
+            f"{v.nnodes} x backend.verl.n_gpus_per_node={v.n_gpus_per_node} (verl splits each step evenly over "
+            f"them); nearest that divide: {' or '.join(fix)}"
+        )
     return out
 
 
@@ -181,19 +218,25 @@ def solver_server_problems(cfg: Any, works: list[PhaseWork], toy: bool) -> list[
     if not writers:
         return []
     if v.serve_solver and v.solver_url:
-        return ["backend.verl.solver_url and backend.verl.serve_solver=true: one frozen solver server; unset "
-                "solver_url to let coevolve serve each round's solver"]
+        return [
+            "backend.verl.solver_url and backend.verl.serve_solver=true: one frozen solver server; unset "
+            "solver_url to let coevolve serve each round's solver"
+        ]
     if toy or v.serve_solver:
         return []
     rounds = int(getattr(cfg, "rounds", 1))
     if v.solver_url and rounds > 1:
-        return [f"backend.verl.solver_url with rounds={rounds}: the server keeps the solver it was started with, so "
-                f"rounds 2-{rounds} of {', '.join(writers)} would be scored by round 1's solver; set "
-                "backend.verl.serve_solver=true (coevolve serves each round's) and unset solver_url"]
+        return [
+            f"backend.verl.solver_url with rounds={rounds}: the server keeps the solver it was started with, so "
+            f"rounds 2-{rounds} of {', '.join(writers)} would be scored by round 1's solver; set "
+            "backend.verl.serve_solver=true (coevolve serves each round's) and unset solver_url"
+        ]
     if not v.solver_url:
-        return [f"backend=verl with a real model: {', '.join(writers)} rewards need the frozen solver on a GPU and "
-                "verl's reward workers have none; set backend.verl.serve_solver=true (and backend.verl.solver_gpus), "
-                "or backend.verl.solver_url for a one-round run"]
+        return [
+            f"backend=verl with a real model: {', '.join(writers)} rewards need the frozen solver on a GPU and "
+            "verl's reward workers have none; set backend.verl.serve_solver=true (and backend.verl.solver_gpus), "
+            "or backend.verl.solver_url for a one-round run"
+        ]
     return []
 
 
@@ -202,9 +245,17 @@ def _tp_device(device: Device, tp: int) -> Device:
     if tp == 1:
         return device
     scale = lambda r: Rate(r.value * tp, False, f"{tp} x ({r.source}); linear TP scaling assumed")  # noqa: E731
-    return Device(f"{device.name} x{tp}", device.kind, device.memory_gib, device.host_memory_gib,
-                  scale(device.matmul_tflops), device.train_mfu, scale(device.mem_gbps), device.hf_step_ms_per_layer,
-                  device.vllm_bw_efficiency)
+    return Device(
+        f"{device.name} x{tp}",
+        device.kind,
+        device.memory_gib,
+        device.host_memory_gib,
+        scale(device.matmul_tflops),
+        device.train_mfu,
+        scale(device.mem_gbps),
+        device.hf_step_ms_per_layer,
+        device.vllm_bw_efficiency,
+    )
 
 
 @dataclass(frozen=True)
@@ -236,8 +287,9 @@ class VerlMemory:
         return max(self.train_peak, self.rollout_peak)
 
 
-def verl_memory(shape: ModelShape, lcfg: LearnerConfig, device: Device, b: int, train: Train, world: int,
-                util: float) -> VerlMemory:
+def verl_memory(
+    shape: ModelShape, lcfg: LearnerConfig, device: Device, b: int, train: Train, world: int, util: float
+) -> VerlMemory:
     """Per-GPU bytes of one verl GRPO job over ``world`` GPUs (``VerlMemory``): sharded state =
     total / world; activations and logits as the local learner's for one micro-batch (verl's
     dynamic batch size takes ``learner.max_tokens_per_micro_batch`` tokens per GPU); the rollout
@@ -251,8 +303,9 @@ def verl_memory(shape: ModelShape, lcfg: LearnerConfig, device: Device, b: int, 
     ref = N * b / world if (lcfg.beta_kl > 0 and not lcfg.lora) else 0.0
     gathered = 2 * max(shape.layer_params, shape.vocab * shape.hidden) * b  # one unit in use, the next prefetched
     rm = role_memory(train.role, shape, lcfg, device, b, train, None)
-    return VerlMemory(params, grads, optimizer, ref, gathered, rm.activations + rm.logits,
-                      util * device.memory_gib.value * GiB)
+    return VerlMemory(
+        params, grads, optimizer, ref, gathered, rm.activations + rm.logits, util * device.memory_gib.value * GiB
+    )
 
 
 @dataclass
@@ -288,8 +341,16 @@ def _actor_chunk(g: Gen, actors: int, max_batch: int) -> int:
     return max(1, min(max_batch, math.ceil((g.full_call or g.call_rows) / actors)))
 
 
-def _actor_bytes(lay: Layout, shape: ModelShape, b: int, capacity: float, gens: tuple[Gen, ...],
-                 max_batch_tokens: int | None, slots: int, max_batch: int) -> float:
+def _actor_bytes(
+    lay: Layout,
+    shape: ModelShape,
+    b: int,
+    capacity: float,
+    gens: tuple[Gen, ...],
+    max_batch_tokens: int | None,
+    slots: int,
+    max_batch: int,
+) -> float:
     """Peak bytes of one actor GPU while the phase samples. The pool is one per process and every
     sampler (live solver, writer, frozen scorer) is a slot held by every actor (coevolve.engine.ray):
     hf actors keep every slot's weights on the GPU and add the KV cache of their share of a call;
@@ -300,8 +361,16 @@ def _actor_bytes(lay: Layout, shape: ModelShape, b: int, capacity: float, gens: 
         return _actor_idle_bytes(lay, shape, b, capacity, slots)
     if lay.actor_engine == "vllm":
         return lay.actor_util * capacity
-    call = max(sampler_call_bytes(shape, b, _kv_rows(_actor_chunk(g, lay.actors, max_batch), g.prompt, g.max_new,
-                                                     max_batch_tokens), g.prompt, g.max_new) for g in gens)
+    call = max(
+        sampler_call_bytes(
+            shape,
+            b,
+            _kv_rows(_actor_chunk(g, lay.actors, max_batch), g.prompt, g.max_new, max_batch_tokens),
+            g.prompt,
+            g.max_new,
+        )
+        for g in gens
+    )
     return slots * shape.n_params * b + call
 
 
@@ -322,7 +391,7 @@ def _vllm_rows(shape: ModelShape, b: int, budget: float, tp: int, ctx: int, max_
     return max(1, min(max_seqs, int(kv // max(1, shape.kv_bytes_per_token(b) * ctx))))
 
 
-def layout_plan(plan: "Plan", cfg: Any, lay: Layout, works: list[PhaseWork]) -> LayoutPlan:
+def layout_plan(plan: Plan, cfg: Any, lay: Layout, works: list[PhaseWork]) -> LayoutPlan:
     """The per-GPU peak and wall time of every phase of ``plan`` on ``lay``.
 
     GPU 0 holds what the single-GPU plan keeps resident (every role's weights, the training role's
@@ -347,9 +416,11 @@ def layout_plan(plan: "Plan", cfg: Any, lay: Layout, works: list[PhaseWork]) -> 
     if writers and cfg.backend.verl.serve_solver:
         _count_solver_server(out, cfg, lay, plan.capacity, writers)
     elif writers:
-        out.assumptions.append(f"(not counted) phase {', '.join(writers)}: rewards ask the frozen solver served by "
-                               "`vllm serve` (backend.verl.solver_url), its weights and KV cache on a GPU outside this "
-                               "layout (docs/scale.md)")
+        out.assumptions.append(
+            f"(not counted) phase {', '.join(writers)}: rewards ask the frozen solver served by "
+            "`vllm serve` (backend.verl.solver_url), its weights and KV cache on a GPU outside this "
+            "layout (docs/scale.md)"
+        )
     out.problems = _layout_problems(plan, cfg, cfg.learner, lay, out, works)
     return out
 
@@ -369,21 +440,28 @@ def _count_solver_server(out: LayoutPlan, cfg: Any, lay: Layout, capacity: float
         else:
             for k in p.gpus:
                 p.gpus[k] += server
-    where = ("a GPU outside verl's job (backend.verl.solver_gpus)" if own else
-             "beside verl's job on one of its GPUs (every verl GPU charged)")
-    out.assumptions.append(f"(model) phase {', '.join(writers)}: the frozen solver server coevolve starts "
-                           f"(backend.verl.serve_solver) takes engine.gpu_memory_utilization={vllm_share(cfg.engine):g} "
-                           f"of {where}")
+    where = (
+        "a GPU outside verl's job (backend.verl.solver_gpus)"
+        if own
+        else "beside verl's job on one of its GPUs (every verl GPU charged)"
+    )
+    out.assumptions.append(
+        f"(model) phase {', '.join(writers)}: the frozen solver server coevolve starts "
+        f"(backend.verl.serve_solver) takes engine.gpu_memory_utilization={vllm_share(cfg.engine):g} "
+        f"of {where}"
+    )
 
 
-def _verl_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slots: int) -> tuple[LayoutPhase, VerlMemory]:
+def _verl_phase(plan: Plan, cfg: Any, lay: Layout, e: Any, w: PhaseWork, slots: int) -> tuple[LayoutPhase, VerlMemory]:
     """A GRPO phase run by verl's job: its per-GPU memory, rollouts over its engines, a learner
     step over its data-parallel GPUs, the job's start-up overhead."""
     shape, device, b, cap = plan.shape, plan.device, plan.dtype_bytes, plan.capacity
     assert w.train is not None
     actor_idle = _actor_idle_bytes(lay, shape, b, cap, slots)
     vm = verl_memory(shape, cfg.learner, device, b, w.train, lay.verl_gpus, lay.verl_util)
-    gpus = {"GPU 0": sum(rm.weights for rm in plan.roles.values()) + vm.peak + (actor_idle if lay.actor_on_gpu0 else 0.0)}
+    gpus = {
+        "GPU 0": sum(rm.weights for rm in plan.roles.values()) + vm.peak + (actor_idle if lay.actor_on_gpu0 else 0.0)
+    }
     if lay.verl_gpus > 1:
         gpus["verl GPU"] = vm.peak + (actor_idle if lay.actors else 0.0)
     engines = max(1, lay.verl_gpus // lay.verl_tp)
@@ -392,14 +470,25 @@ def _verl_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slots
     for g in w.gens:
         if g.role == FROZEN_SOLVER:
             continue  # answered by the solver server (backend.verl.solver_url), not in this job
-        in_flight = min(math.ceil(w.train.rows_per_step / engines),
-                        _vllm_rows(shape, b, lay.verl_util * cap, lay.verl_tp, g.prompt + g.max_new, 1 << 30))
-        gen_s += gen_seconds(Gen(g.role, g.what, math.ceil(g.rows / engines), in_flight, g.prompt, g.max_new),
-                              shape, vdev, b, "vllm", in_flight) * w.times
+        in_flight = min(
+            math.ceil(w.train.rows_per_step / engines),
+            _vllm_rows(shape, b, lay.verl_util * cap, lay.verl_tp, g.prompt + g.max_new, 1 << 30),
+        )
+        gen_s += (
+            gen_seconds(
+                Gen(g.role, g.what, math.ceil(g.rows / engines), in_flight, g.prompt, g.max_new),
+                shape,
+                vdev,
+                b,
+                "vllm",
+                in_flight,
+            )
+            * w.times
+        )
     return LayoutPhase(w.name, gpus, gen_s, e.train_seconds / lay.verl_gpus, VERL_PHASE_OVERHEAD_S.value * w.times), vm
 
 
-def _local_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slots: int) -> LayoutPhase:
+def _local_phase(plan: Plan, cfg: Any, lay: Layout, e: Any, w: PhaseWork, slots: int) -> LayoutPhase:
     """A phase of the coevolve process: GPU 0 as in the single-GPU plan, its sampler calls on the
     actors when there are any (split evenly over them, a Ray overhead per call)."""
     if not lay.actors:
@@ -419,11 +508,19 @@ def _local_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slot
     actor_dev = _tp_device(device, lay.actor_tp)
     gen_s = over_s = 0.0
     for g in w.gens:
-        per = Gen(g.role, g.what, math.ceil(g.rows / lay.actors), _actor_chunk(g, lay.actors, cfg.engine.max_batch),
-                  g.prompt, g.max_new)
+        per = Gen(
+            g.role,
+            g.what,
+            math.ceil(g.rows / lay.actors),
+            _actor_chunk(g, lay.actors, cfg.engine.max_batch),
+            g.prompt,
+            g.max_new,
+        )
         if lay.actor_engine == "vllm":
-            kvr = min(per.call_rows, _vllm_rows(shape, b, lay.actor_util * cap, lay.actor_tp, g.prompt + g.max_new,
-                                                cfg.engine.max_batch))
+            kvr = min(
+                per.call_rows,
+                _vllm_rows(shape, b, lay.actor_util * cap, lay.actor_tp, g.prompt + g.max_new, cfg.engine.max_batch),
+            )
         else:
             kvr = _kv_rows(per.call_rows, g.prompt, g.max_new, max_batch_tokens)
         gen_s += gen_seconds(per, shape, actor_dev, b, lay.actor_engine, kvr) * w.times
@@ -432,20 +529,28 @@ def _local_phase(plan: "Plan", cfg: Any, lay: Layout, e: Any, w: PhaseWork, slot
 
 
 def _layout_assumptions(lay: Layout) -> list[str]:
-    a = ["(model) GPU 0 of the head node belongs to the coevolve process: every role's weights and, with "
-         "backend=local, the learner; Ray gives it an actor too (ids from 0 up), verl's job uses it as well"]
+    a = [
+        "(model) GPU 0 of the head node belongs to the coevolve process: every role's weights and, with "
+        "backend=local, the learner; Ray gives it an actor too (ids from 0 up), verl's job uses it as well"
+    ]
     if lay.actors:
-        a.append(f"(model) rollout time = one actor's share: rows split evenly over {lay.actors} actors, no straggler "
-                 "or load-balancing loss; one pool, every sampler (live, frozen, writer) a slot in every actor")
+        a.append(
+            f"(model) rollout time = one actor's share: rows split evenly over {lay.actors} actors, no straggler "
+            "or load-balancing loss; one pool, every sampler (live, frozen, writer) a slot in every actor"
+        )
         a.append(f"(measured) Ray per-call overhead {RAY_CALL_OVERHEAD_S.value:g} s: {RAY_CALL_OVERHEAD_S.source}")
         if lay.actor_tp > 1:
             a.append(f"(model) a TP-{lay.actor_tp} engine decodes {lay.actor_tp}x as fast as one GPU")
     if lay.verl_gpus:
-        a.append(f"(model) verl learner step time = the single-GPU estimate / {lay.verl_gpus} (FSDP data parallel, "
-                 "all-gather / reduce-scatter and cross-node traffic not counted)")
-        a.append(f"(model) verl per-GPU memory: fp32 params + fp32 grads + AdamW m, v sharded / {lay.verl_gpus}, "
-                 "2 gathered bf16 FSDP units, one micro-batch's activations and logits unsharded; the colocated vLLM "
-                 "takes engine.gpu_memory_utilization (unset: 0.6) of the GPU while rolling out and sleeps while training")
+        a.append(
+            f"(model) verl learner step time = the single-GPU estimate / {lay.verl_gpus} (FSDP data parallel, "
+            "all-gather / reduce-scatter and cross-node traffic not counted)"
+        )
+        a.append(
+            f"(model) verl per-GPU memory: fp32 params + fp32 grads + AdamW m, v sharded / {lay.verl_gpus}, "
+            "2 gathered bf16 FSDP units, one micro-batch's activations and logits unsharded; the colocated vLLM "
+            "takes engine.gpu_memory_utilization (unset: 0.6) of the GPU while rolling out and sleeps while training"
+        )
         a.append(f"(assumed) {VERL_PHASE_OVERHEAD_S.value:g} s per verl phase run: {VERL_PHASE_OVERHEAD_S.source}")
     if not lay.actors and not lay.verl_gpus and lay.gpus > 1:
         a.append("(model) with engine and backend local, only GPU 0 works: set engine=ray and/or backend=verl")
@@ -453,8 +558,9 @@ def _layout_assumptions(lay: Layout) -> list[str]:
     return a
 
 
-def _layout_problems(plan: "Plan", cfg: Any, lcfg: LearnerConfig, lay: Layout, lp: LayoutPlan,
-                     works: list[PhaseWork]) -> list[str]:
+def _layout_problems(
+    plan: Plan, cfg: Any, lcfg: LearnerConfig, lay: Layout, lp: LayoutPlan, works: list[PhaseWork]
+) -> list[str]:
     """Each phase whose per-GPU peak does not fit, with the fields to change for that GPU."""
     problems = []
     gib = lambda x: f"{x / GiB:.1f} GiB"  # noqa: E731
@@ -464,29 +570,39 @@ def _layout_problems(plan: "Plan", cfg: Any, lcfg: LearnerConfig, lay: Layout, l
                 continue
             head = f"phase {p.name}: {where} peak {gib(size)} > {gib(plan.limit)}"
             if where == "actor GPU" or (where == "GPU 0" and lay.actor_on_gpu0 and w.train is None):
-                fix = ("engine.gpu_memory_utilization lower, or more GPUs per actor (engine.tensor_parallel_size)"
-                       if lay.actor_engine == "vllm" else
-                       "engine.max_batch_tokens lower, engine.ray.num_actors higher, or engine.ray.actor_engine=vllm")
+                fix = (
+                    "engine.gpu_memory_utilization lower, or more GPUs per actor (engine.tensor_parallel_size)"
+                    if lay.actor_engine == "vllm"
+                    else "engine.max_batch_tokens lower, engine.ray.num_actors higher, or engine.ray.actor_engine=vllm"
+                )
             elif lay.verl_gpus and w.train is not None:
-                fix = ("backend.verl.n_gpus_per_node / backend.verl.nnodes higher (more shards), "
-                       "learner.max_tokens_per_micro_batch lower, or engine.gpu_memory_utilization lower")
+                fix = (
+                    "backend.verl.n_gpus_per_node / backend.verl.nnodes higher (more shards), "
+                    "learner.max_tokens_per_micro_batch lower, or engine.gpu_memory_utilization lower"
+                )
             elif w.train is not None:
                 fix = " or ".join(_learner_fixes(plan, lcfg, w.train, e.resident)) + " or backend=verl"
             else:
-                fix = " or ".join(_sampler_fixes(plan, cfg, lcfg, lay.engine, w.gens[0], e.resident)) + \
-                    " or engine=ray" if w.gens else "learner.lora=true"
+                fix = (
+                    " or ".join(_sampler_fixes(plan, cfg, lcfg, lay.engine, w.gens[0], e.resident)) + " or engine=ray"
+                    if w.gens
+                    else "learner.lora=true"
+                )
             problems.append(f"{head}: change {fix}")
     if lay.verl_gpus and lp.verl is not None:
         need = plan.shape.n_params * plan.dtype_bytes / lay.verl_tp
         if need >= 0.9 * lay.verl_util * plan.capacity:
-            problems.append(f"backend.verl: a rollout engine's weights ({gib(need)} per GPU at TP {lay.verl_tp}) leave "
-                            f"no KV cache in engine.gpu_memory_utilization={lay.verl_util:g} of the GPU; raise it "
-                            "or engine.tensor_parallel_size")
+            problems.append(
+                f"backend.verl: a rollout engine's weights ({gib(need)} per GPU at TP {lay.verl_tp}) leave "
+                f"no KV cache in engine.gpu_memory_utilization={lay.verl_util:g} of the GPU; raise it "
+                "or engine.tensor_parallel_size"
+            )
     if lay.actors and lay.actor_engine == "vllm":
         need = plan.shape.n_params * plan.dtype_bytes / lay.actor_tp
         if need >= 0.9 * lay.actor_util * plan.capacity:
-            problems.append(f"engine.ray: a vllm actor's weights ({gib(need)} per GPU at TP {lay.actor_tp}) leave no KV "
-                            f"cache in engine.gpu_memory_utilization={lay.actor_util:g}; raise it or "
-                            "engine.tensor_parallel_size")
+            problems.append(
+                f"engine.ray: a vllm actor's weights ({gib(need)} per GPU at TP {lay.actor_tp}) leave no KV "
+                f"cache in engine.gpu_memory_utilization={lay.actor_util:g}; raise it or "
+                "engine.tensor_parallel_size"
+            )
     return problems
-

@@ -18,6 +18,7 @@ SAFETY_MARGIN = 0.10
 """A phase fits when its estimated peak leaves this share of the device free: allocator
 fragmentation, the CUDA context, library workspaces and the estimate's own error live there."""
 
+
 @dataclass
 class RoleMemory:
     """One role's GPU bytes by kind (``kv`` is its sampler's largest call)."""
@@ -79,8 +80,15 @@ def micro_batch(lcfg: LearnerConfig, rows_per_step: int, prompt: int, max_new: i
     return rows, rows * row
 
 
-def role_memory(role: str, shape: ModelShape, lcfg: LearnerConfig, device: Device, b: int, train: Train | None,
-                kv_call: tuple[int, int, int] | None) -> RoleMemory:
+def role_memory(
+    role: str,
+    shape: ModelShape,
+    lcfg: LearnerConfig,
+    device: Device,
+    b: int,
+    train: Train | None,
+    kv_call: tuple[int, int, int] | None,
+) -> RoleMemory:
     """GPU bytes of one role. ``train``: its GRPO phase (None: it never trains); ``kv_call``:
     (rows, prompt, max_new) of its largest sampler call."""
     N = shape.n_params
@@ -124,9 +132,9 @@ def role_memory(role: str, shape: ModelShape, lcfg: LearnerConfig, device: Devic
         else:  # (N, T+1, V) logits and their gradient, a saved fp32 log-softmax per row, one row's temporaries
             logits = completion * shape.vocab * (2 * b + 4) + train.max_new * shape.vocab * 12
     kv = 0.0 if kv_call is None else sampler_call_bytes(shape, b, *kv_call)
-    return RoleMemory(role, weights, masters, optimizer, grads, act, logits, opt_step, kv, host, tokens, rows, ckpt,
-                      chunk, trainable)
-
+    return RoleMemory(
+        role, weights, masters, optimizer, grads, act, logits, opt_step, kv, host, tokens, rows, ckpt, chunk, trainable
+    )
 
 
 def _kv_rows(rows: int, prompt: int, max_new: int, max_batch_tokens: int | None) -> int:
@@ -135,8 +143,11 @@ def _kv_rows(rows: int, prompt: int, max_new: int, max_batch_tokens: int | None)
     return max(1, min(rows, max_batch_tokens // (prompt + max_new)))
 
 
-
 def _engine(cfg: Any) -> tuple[str, float | None, bool, int | None]:
     e = cfg.engine
-    return (str(getattr(e, "kind", "hf")), vllm_share(e),
-            bool(getattr(e, "sleep_mode", True)), getattr(e, "max_batch_tokens", None))
+    return (
+        str(getattr(e, "kind", "hf")),
+        vllm_share(e),
+        bool(getattr(e, "sleep_mode", True)),
+        getattr(e, "max_batch_tokens", None),
+    )

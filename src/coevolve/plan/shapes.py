@@ -28,22 +28,28 @@ class ModelShape:
     attention_bias: bool = False
 
     @classmethod
-    def from_config(cls, d: dict[str, Any], where: str = "config.json") -> "ModelShape":
+    def from_config(cls, d: dict[str, Any], where: str = "config.json") -> ModelShape:
         """From a Hugging Face ``config.json`` dict (Llama / Qwen2 / Qwen3 / Mistral style)."""
         d = {**d.get("text_config", {}), **d} if "hidden_size" not in d else d
         try:
             hidden, heads = int(d["hidden_size"]), int(d["num_attention_heads"])
             return cls(
-                model_type=str(d.get("model_type", "?")), layers=int(d["num_hidden_layers"]), hidden=hidden,
-                intermediate=int(d["intermediate_size"]), heads=heads,
+                model_type=str(d.get("model_type", "?")),
+                layers=int(d["num_hidden_layers"]),
+                hidden=hidden,
+                intermediate=int(d["intermediate_size"]),
+                heads=heads,
                 kv_heads=int(d.get("num_key_value_heads") or heads),
-                head_dim=int(d.get("head_dim") or hidden // heads), vocab=int(d["vocab_size"]),
+                head_dim=int(d.get("head_dim") or hidden // heads),
+                vocab=int(d["vocab_size"]),
                 tied=bool(d.get("tie_word_embeddings", False)),
                 qk_norm=str(d.get("model_type", "")).startswith("qwen3"),
                 attention_bias=bool(d.get("attention_bias", str(d.get("model_type", "")) == "qwen2")),
             )
         except (KeyError, TypeError, ValueError) as e:
-            raise ModelLoadError(f"{where}: not a dense decoder config the planner understands (missing/bad {e})") from None
+            raise ModelLoadError(
+                f"{where}: not a dense decoder config the planner understands (missing/bad {e})"
+            ) from None
 
     @property
     def q_dim(self) -> int:
@@ -56,8 +62,15 @@ class ModelShape:
     def linears(self) -> list[tuple[str, int, int]]:
         """(name, in, out) of one decoder layer's linear maps."""
         H, I = self.hidden, self.intermediate
-        return [("q_proj", H, self.q_dim), ("k_proj", H, self.kv_dim), ("v_proj", H, self.kv_dim),
-                ("o_proj", self.q_dim, H), ("gate_proj", H, I), ("up_proj", H, I), ("down_proj", I, H)]
+        return [
+            ("q_proj", H, self.q_dim),
+            ("k_proj", H, self.kv_dim),
+            ("v_proj", H, self.kv_dim),
+            ("o_proj", self.q_dim, H),
+            ("gate_proj", H, I),
+            ("up_proj", H, I),
+            ("down_proj", I, H),
+        ]
 
     @property
     def layer_params(self) -> int:
@@ -79,8 +92,11 @@ class ModelShape:
         return max(self.vocab * self.hidden, max(i * o for _, i, o in self.linears()))
 
     def lora_params(self, r: int, targets: str | list[str]) -> int:
-        names = [n for n, _, _ in self.linears()] if targets == "all-linear" else (
-            [targets] if isinstance(targets, str) else list(targets))
+        names = (
+            [n for n, _, _ in self.linears()]
+            if targets == "all-linear"
+            else ([targets] if isinstance(targets, str) else list(targets))
+        )
         per = sum(r * (i + o) for n, i, o in self.linears() if any(n == t or n.endswith(t) for t in names))
         return per * self.layers
 
@@ -105,7 +121,11 @@ def load_model_shape(cfg: Any) -> tuple[ModelShape, str, bool]:
     if path is None:
         from coevolve.toy import build_model, build_tokenizer
 
-        return ModelShape.from_config(build_model(len(build_tokenizer())).config.to_dict(), "toy"), "toy base model", True
+        return (
+            ModelShape.from_config(build_model(len(build_tokenizer())).config.to_dict(), "toy"),
+            "toy base model",
+            True,
+        )
     p = Path(path)
     f = p / "config.json"
     if not f.is_file():
@@ -117,4 +137,3 @@ def load_model_shape(cfg: Any) -> tuple[ModelShape, str, bool]:
     from coevolve.config.base import is_toy_model
 
     return ModelShape.from_config(d, str(f)), str(f), is_toy_model(p)
-

@@ -13,6 +13,7 @@ COMPLETION_FILL = 0.5
 """Assumed mean completion length as a share of its cap, for token counts and wall time (memory
 always uses the cap: one micro-batch of capped rows is what has to fit)."""
 
+
 def gen_seconds(g: Gen, shape: ModelShape, device: Device, b: int, engine: str, kv_rows: int) -> float:
     """Decode time of one run of a generation: HF ``generate`` calls of ``kv_rows`` rows, each
     running until its longest row ends (taken as the cap: with G samples at T=1 one usually hits
@@ -32,9 +33,11 @@ def gen_seconds(g: Gen, shape: ModelShape, device: Device, b: int, engine: str, 
     calls = math.ceil(g.rows / max(1, kv_rows))
     rows = min(g.rows, kv_rows)
     ctx = g.prompt + g.max_new / 2
-    step = max(device.hf_step_ms_per_layer.value * shape.layers / 1e3,
-               (weights + rows * ctx * kv_tok) / (device.mem_gbps.value * 1e9),
-               2 * shape.n_params * rows / flops)
+    step = max(
+        device.hf_step_ms_per_layer.value * shape.layers / 1e3,
+        (weights + rows * ctx * kv_tok) / (device.mem_gbps.value * 1e9),
+        2 * shape.n_params * rows / flops,
+    )
     return calls * g.max_new * step
 
 
@@ -45,4 +48,3 @@ def train_seconds(t: Train, times: int, shape: ModelShape, lcfg: LearnerConfig, 
     per_tok *= lcfg.epochs_per_batch if lcfg.epochs_per_batch > 1 else 1
     attn = 6 * shape.layers * (t.prompt + t.max_new) * shape.q_dim  # causal QK^T and AV, forward + backward
     return tokens * (per_tok + attn) / (device.matmul_tflops.value * 1e12 * device.train_mfu.value)
-

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PROMPT_TOKENS = {"toy": {"answer": 32, "question": 64, "diagnosis": 64},
-                 "real": {"answer": 384, "question": 512, "diagnosis": 768}}
+PROMPT_TOKENS = {
+    "toy": {"answer": 32, "question": 64, "diagnosis": 64},
+    "real": {"answer": 384, "question": 512, "diagnosis": 768},
+}
 """Assumed prompt lengths: toy prompts are ~30-60 characters (char tokenizer); a real math
 question with instructions and chat template ~150-400 tokens, a writer prompt (anchor question,
 answer, difficulty or memory causes) up to ~500, a diagnosis prompt (a question and two answers)
@@ -75,11 +77,26 @@ def phases(cfg: Any, toy: bool) -> list[PhaseWork]:
     mb = cfg.engine.max_batch
     out = []
     for step, times, work in recipe_of(cfg.recipe).work(cfg, toy):
-        gens = tuple(Gen(r.role, r.what, r.rows, max(1, min(mb, r.prompts * r.n)), tokens[r.prompt], r.max_new,
-                         full_call=r.prompts * r.n) for r in work.rollouts)
+        gens = tuple(
+            Gen(
+                r.role,
+                r.what,
+                r.rows,
+                max(1, min(mb, r.prompts * r.n)),
+                tokens[r.prompt],
+                r.max_new,
+                full_call=r.prompts * r.n,
+            )
+            for r in work.rollouts
+        )
         tr = work.train
-        train = None if tr is None else Train(tr.role, tr.steps, tr.rows_per_step, tokens[tr.prompt], tr.max_new,
-                                              section=tr.section, kind=tr.prompt)
+        train = (
+            None
+            if tr is None
+            else Train(
+                tr.role, tr.steps, tr.rows_per_step, tokens[tr.prompt], tr.max_new, section=tr.section, kind=tr.prompt
+            )
+        )
         out.append(PhaseWork(step.name, times, gens, train, work.note, uses=step.uses))
     return out
 

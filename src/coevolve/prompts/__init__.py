@@ -13,7 +13,8 @@ diagnoser and the duplicate-cause confirmation. Two worlds implement it:
 from __future__ import annotations
 
 import re
-from typing import Literal, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Literal, Protocol, runtime_checkable
 
 from coevolve.types import Stop
 

@@ -13,16 +13,15 @@ letter in the box.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from coevolve.errors import CoevolveError, ConfigError
 from coevolve.prompts import StopKind, fill_template
 from coevolve.prompts.spec import PromptsConfig, RolePrompt
 from coevolve.types import Stop
 
-MC_INSTRUCTION = (
-    "Put only the letter of the correct option within \\boxed{} (for example \\boxed{A})."
-)
+MC_INSTRUCTION = "Put only the letter of the correct option within \\boxed{} (for example \\boxed{A})."
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 _QUESTION_RE = re.compile(r"<question>(.*?)</question>", re.DOTALL)
@@ -54,8 +53,13 @@ class ChatPrompter:
     ``apply_chat_template``); the recipes pass the loaded model's tokenizer.
     """
 
-    def __init__(self, tokenizer: Any = None, use_chat_template: bool = False, enable_thinking: bool | None = None,
-                 prompts: PromptsConfig | None = None):
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        use_chat_template: bool = False,
+        enable_thinking: bool | None = None,
+        prompts: PromptsConfig | None = None,
+    ):
         if use_chat_template and (tokenizer is None or not getattr(tokenizer, "chat_template", "x")):
             raise ConfigError("model.chat_template=true but the tokenizer has no chat template")
         if use_chat_template and not hasattr(tokenizer, "apply_chat_template"):
@@ -67,7 +71,7 @@ class ChatPrompter:
         vocab = tokenizer.get_vocab() if tokenizer is not None and hasattr(tokenizer, "get_vocab") else {}
         self.end_of_turn = tuple(sorted({int(vocab[t]) for t in END_OF_TURN if t in vocab}))
 
-    def with_tokenizer(self, tokenizer: Any) -> "ChatPrompter":
+    def with_tokenizer(self, tokenizer: Any) -> ChatPrompter:
         """The same prompts rendered for another model (a judge or diagnosis model)."""
         return ChatPrompter(tokenizer, self.use_chat_template, self.enable_thinking, self.prompts)
 
@@ -80,7 +84,9 @@ class ChatPrompter:
                 messages += [{"role": "user", "content": ex.user}, {"role": "assistant", "content": ex.assistant}]
             messages.append({"role": "user", "content": user})
             extra = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}  # Qwen3 templates
-            return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra))
+            return str(
+                self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
+            )
         head = f"{system}\n\n" if system else ""
         if not examples:
             return f"{head}{user}\n\n"

@@ -30,10 +30,7 @@ from pydantic import Field, model_validator
 
 from coevolve.schema import Strict
 
-SOLVER_SYSTEM = (
-    "Please reason step by step inside <think> </think> tags, "
-    "then put your final answer within \\boxed{}."
-)
+SOLVER_SYSTEM = "Please reason step by step inside <think> </think> tags, then put your final answer within \\boxed{}."
 
 QUESTIONER_SYSTEM = "You are an expert competition-math problem setter."
 
@@ -62,8 +59,7 @@ CHALLENGER_SYSTEM = (
 )
 
 CHALLENGER_FREE = (
-    "Generate one new, challenging reasoning question now. "
-    "Remember to format the output exactly as instructed."
+    "Generate one new, challenging reasoning question now. Remember to format the output exactly as instructed."
 )
 
 CHALLENGER_TARGETED = (
@@ -114,10 +110,13 @@ def check_template(where: str, template: str, required: frozenset[str], allowed:
     missing, unknown = sorted(required - found), sorted(found - allowed)
     if missing or unknown:
         parts = ([f"lacks {', '.join('{' + m + '}' for m in missing)}"] if missing else []) + (
-            [f"names {', '.join('{' + u + '}' for u in unknown)}, which this role does not provide"] if unknown else [])
+            [f"names {', '.join('{' + u + '}' for u in unknown)}, which this role does not provide"] if unknown else []
+        )
         fill = ", ".join("{" + a + "}" for a in sorted(allowed)) or "none"
-        raise ValueError(f"{where}: the template {' and '.join(parts)} (placeholders here: {fill}; "
-                         "write {{name}} for a literal {name})")
+        raise ValueError(
+            f"{where}: the template {' and '.join(parts)} (placeholders here: {fill}; "
+            "write {{name}} for a literal {name})"
+        )
 
 
 class Example(Strict):
@@ -135,11 +134,14 @@ class RolePrompt(Strict):
     TEMPLATES: ClassVar[dict[str, tuple[frozenset[str], frozenset[str]]]] = {}
 
     system: str | None = Field(None, description="System text (literal); None = no system message.")
-    examples: list[Example] = Field(default_factory=list, description="Worked examples shown before the request: "
-                                    "earlier chat turns with a chat template, Question/Answer blocks without one.")
+    examples: list[Example] = Field(
+        default_factory=list,
+        description="Worked examples shown before the request: "
+        "earlier chat turns with a chat template, Question/Answer blocks without one.",
+    )
 
     @model_validator(mode="after")
-    def _templates(self) -> "RolePrompt":
+    def _templates(self) -> RolePrompt:
         for name, (required, allowed) in self.TEMPLATES.items():
             check_template(name, getattr(self, name), required, allowed)
         return self
@@ -154,8 +156,10 @@ class SolverPrompt(RolePrompt):
     lettered options into ``{question}``)."""
 
     TEMPLATES = {"user": (_fields("question"), _fields("question"))}
-    system: str | None = Field(SOLVER_SYSTEM, description="System text (R-Zero's solver prompt plus the <think> "
-                               "request the format reward checks).")
+    system: str | None = Field(
+        SOLVER_SYSTEM,
+        description="System text (R-Zero's solver prompt plus the <think> request the format reward checks).",
+    )
     user: str = Field("{question}", description="User template; {question}.")
 
 
@@ -164,20 +168,27 @@ class QuestionerPrompt(RolePrompt):
 
     TEMPLATES = {"user": (_fields("question", "difficulty"), _fields("question", "answer", "difficulty"))}
     system: str | None = Field(QUESTIONER_SYSTEM, description="System text.")
-    user: str = Field(QUESTIONER_USER, description="User template; {question} and {difficulty} (0-100, rounded) "
-                      "needed, {answer} optional (D²Evo prompts with the anchor, its answer and its difficulty).")
+    user: str = Field(
+        QUESTIONER_USER,
+        description="User template; {question} and {difficulty} (0-100, rounded) "
+        "needed, {answer} optional (D²Evo prompts with the anchor, its answer and its difficulty).",
+    )
 
 
 class ChallengerPrompt(RolePrompt):
     """DiagEvo's / R-Zero's challenger: free exploration, one targeted cause, or two stitched."""
 
-    TEMPLATES = {"free": (_fields(), _fields()), "targeted": (_fields("cause"), _fields("cause")),
-                 "stitched": (_fields("cause1", "cause2"), _fields("cause1", "cause2"))}
+    TEMPLATES = {
+        "free": (_fields(), _fields()),
+        "targeted": (_fields("cause"), _fields("cause")),
+        "stitched": (_fields("cause1", "cause2"), _fields("cause1", "cause2")),
+    }
     system: str | None = Field(CHALLENGER_SYSTEM, description="System text (R-Zero's problem-setter prompt).")
     free: str = Field(CHALLENGER_FREE, description="User text of free exploration (no placeholders).")
     targeted: str = Field(CHALLENGER_TARGETED, description="User template targeted at one error cause; {cause}.")
-    stitched: str = Field(CHALLENGER_STITCHED, description="User template of a stitched compound question; "
-                          "{cause1} {cause2}.")
+    stitched: str = Field(
+        CHALLENGER_STITCHED, description="User template of a stitched compound question; {cause1} {cause2}."
+    )
 
 
 class JudgePrompt(RolePrompt):
@@ -217,5 +228,16 @@ class PromptsConfig(Strict):
     diagnosis models."""
 
 
-__all__ = ["ChallengerPrompt", "ConfirmPrompt", "DiagnoserPrompt", "Example", "JudgePrompt", "PromptsConfig",
-           "QuestionerPrompt", "RolePrompt", "SolverPrompt", "check_template", "placeholders"]
+__all__ = [
+    "ChallengerPrompt",
+    "ConfirmPrompt",
+    "DiagnoserPrompt",
+    "Example",
+    "JudgePrompt",
+    "PromptsConfig",
+    "QuestionerPrompt",
+    "RolePrompt",
+    "SolverPrompt",
+    "check_template",
+    "placeholders",
+]

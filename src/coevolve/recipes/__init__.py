@@ -48,12 +48,21 @@ def check_phase_list(cfg: RecipeConfig, run: Any, force: bool = False) -> None:
     if changed and not force:
         added = [k for k in planned if k not in saved]
         removed = [k for k in saved if k not in planned]
-        detail = "; ".join(filter(None, [f"added: {', '.join(added)}" if added else "",
-                                         f"removed: {', '.join(removed)}" if removed else "",
-                                         "" if added or removed else "same phases, another order"]))
-        raise RunStateError(f"{run.path}: recipe {cfg.recipe!r} now goes through other phases than when this run was "
-                            f"made ({detail}); the resumed run would not be the run that was started. Resume with "
-                            "--force to run the new phase list anyway (finished phases are kept), or start a new run")
+        detail = "; ".join(
+            filter(
+                None,
+                [
+                    f"added: {', '.join(added)}" if added else "",
+                    f"removed: {', '.join(removed)}" if removed else "",
+                    "" if added or removed else "same phases, another order",
+                ],
+            )
+        )
+        raise RunStateError(
+            f"{run.path}: recipe {cfg.recipe!r} now goes through other phases than when this run was "
+            f"made ({detail}); the resumed run would not be the run that was started. Resume with "
+            "--force to run the new phase list anyway (finished phases are kept), or start a new run"
+        )
     if run.state.data.get(PHASE_LIST_KEY) != planned:
         data = {k: v for k, v in run.state.data.items() if k != "plan"}
         run.state.save({**data, PHASE_LIST_KEY: planned})
@@ -75,24 +84,32 @@ def extension_config(saved: RecipeConfig, overrides: list[str], wanted: RecipeCo
 
     keys = [o.split("=", 1)[0] for o in overrides]
     if bad := [k for k in keys if k not in EXTENDABLE]:
-        raise ConfigError(f"{', '.join(bad)}: resume changes only run.* fields and extends a run by its rounds "
-                          "(rounds=N) or its solver steps (solver.steps=N); another setting would change phases "
-                          "already done: start a new run for it")
+        raise ConfigError(
+            f"{', '.join(bad)}: resume changes only run.* fields and extends a run by its rounds "
+            "(rounds=N) or its solver steps (solver.steps=N); another setting would change phases "
+            "already done: start a new run for it"
+        )
     update: dict[str, Any] = {}
     if "rounds" in keys:
         if "rounds" not in type(saved).model_fields:
-            raise ConfigError(f"rounds: a {saved.recipe} run has no rounds to extend; start a new run, or give its "
-                              "solver more steps (solver.steps=N)")
-        old, rounds = int(getattr(saved, "rounds")), int(getattr(wanted, "rounds"))
+            raise ConfigError(
+                f"rounds: a {saved.recipe} run has no rounds to extend; start a new run, or give its "
+                "solver more steps (solver.steps=N)"
+            )
+        old, rounds = int(saved.rounds), int(wanted.rounds)
         if rounds < old:
-            raise ConfigError(f"rounds={rounds} (command line): this run has {old} rounds; resume continues a run "
-                              "and cannot shorten it (export an earlier round's checkpoint instead)")
+            raise ConfigError(
+                f"rounds={rounds} (command line): this run has {old} rounds; resume continues a run "
+                "and cannot shorten it (export an earlier round's checkpoint instead)"
+            )
         update["rounds"] = rounds
     if "solver.steps" in keys:
         old, steps = saved.solver.steps, wanted.solver.steps  # type: ignore[attr-defined]
         if steps < old:
-            raise ConfigError(f"solver.steps={steps} (command line): this run's solver phases have {old} steps; resume "
-                              "continues a run and cannot shorten it")
+            raise ConfigError(
+                f"solver.steps={steps} (command line): this run's solver phases have {old} steps; resume "
+                "continues a run and cannot shorten it"
+            )
         update["solver"] = saved.solver.model_copy(update={"steps": steps})  # type: ignore[attr-defined]
     return dump_yaml(saved.model_copy(update=update))
 
@@ -123,37 +140,51 @@ def extend_run(cfg: RecipeConfig, run: Any, config_yaml: str, force: bool = Fals
     kept = [k for k in saved if not k.startswith("final/") and (k in planned or k not in done)]
     kept = [k for k in kept if k in planned]
     if planned[: len(kept)] != kept and not force:
-        raise RunStateError(f"{run.path}: the phases done are not the start of the extended run's phases ({len(kept)} "
-                            "kept, then a change); resume with --force to run the new list anyway, or start a new run")
+        raise RunStateError(
+            f"{run.path}: the phases done are not the start of the extended run's phases ({len(kept)} "
+            "kept, then a change); resume with --force to run the new list anyway, or start a new run"
+        )
     cont = continuing(cfg, run)
     more_rounds = getattr(cfg, "rounds", None) != run_config_value(run, "rounds")
-    again = [r.key for r in records[records.index(cont):]] if cont is not None else []
+    again = [r.key for r in records[records.index(cont) :]] if cont is not None else []
     final = [r.key for r in records if r.stage == "final" and r.key not in again]
     data = copy.deepcopy(run.state.data)
     if again or final:
-        lines = run.metrics.path.read_text(encoding="utf-8").splitlines(keepends=True) if run.metrics.path.exists() else []
+        lines = (
+            run.metrics.path.read_text(encoding="utf-8").splitlines(keepends=True) if run.metrics.path.exists() else []
+        )
         rows = [json.loads(line) if line.strip() else {} for line in lines]
         if cont is not None:  # the continued phase keeps its steps' rows; its end and what followed go
-            last = max(i for i, r in enumerate(rows) if r.get("round") == cont.round and r.get("phase") == cont.name
-                       and r.get("step") is not None)
+            last = max(
+                i
+                for i, r in enumerate(rows)
+                if r.get("round") == cont.round and r.get("phase") == cont.name and r.get("step") is not None
+            )
         else:  # the final stage runs after every round: its rows are those after the last row of a round
             last = max((i for i, r in enumerate(rows) if r.get("round") is not None), default=len(lines) - 1)
         atomic_write_text(run.metrics.path, "".join(lines[: last + 1]))
         data["metrics_bytes"] = run.metrics.size()
         data["phases"] = [p for p in data["phases"] if p["key"] not in again + final]
     if cont is not None:
-        data[CONTINUED_KEY] = {cont.key: {"record": next(p for p in run.state.data["phases"] if p["key"] == cont.key),
-                                          "book": read_book(run, cont)}}
+        data[CONTINUED_KEY] = {
+            cont.key: {
+                "record": next(p for p in run.state.data["phases"] if p["key"] == cont.key),
+                "book": read_book(run, cont),
+            }
+        }
     atomic_write_text(run.path / CONFIG_FILE, config_yaml)
     run.state.save({**{k: v for k, v in data.items() if k != "plan"}, PHASE_LIST_KEY: planned})
     said = []
     if cont is not None:
-        said.append(f"solver.steps={cfg.solver.steps}: {cont.key} continues at step {book_steps(run, cont)} from its "  # type: ignore[attr-defined]
-                    "checkpoint and optimiser state" + (f"; {', '.join(again[1:])} run again after it" if again[1:]
-                                                        else ""))
+        said.append(
+            f"solver.steps={cfg.solver.steps}: {cont.key} continues at step {book_steps(run, cont)} from its "  # type: ignore[attr-defined]
+            "checkpoint and optimiser state" + (f"; {', '.join(again[1:])} run again after it" if again[1:] else "")
+        )
     if final or more_rounds:
-        said.append(f"extended to {getattr(cfg, 'rounds')} rounds" + (f": {', '.join(final)} run again after the last "
-                                                                       "round" if final else ""))
+        said.append(
+            f"extended to {cfg.rounds} rounds"
+            + (f": {', '.join(final)} run again after the last round" if final else "")
+        )
     return said
 
 
@@ -193,38 +224,49 @@ def continuing(cfg: RecipeConfig, run: Any) -> Any:
     from coevolve.rl.learner import OPTIM_FILE
 
     toy = cfg.model.path is None
-    trains = {ph.key: step.work(cfg, toy).train for ph, step in recipe_of(cfg.recipe).schedule(cfg)
-              if step.work is not None}
+    trains = {
+        ph.key: step.work(cfg, toy).train for ph, step in recipe_of(cfg.recipe).schedule(cfg) if step.work is not None
+    }
     records = run.state.records()
     steps = cfg.solver.steps  # type: ignore[attr-defined]
     if steps == run_config_value(run, "solver", "steps"):
         return None
-    grow = [r for r in records if (t := trains.get(r.key)) is not None and t.section == "solver"
-            and (book_steps(run, r) or 0) < steps]
+    grow = [
+        r
+        for r in records
+        if (t := trains.get(r.key)) is not None and t.section == "solver" and (book_steps(run, r) or 0) < steps
+    ]
     if not grow:
         return None
     cont = grow[0]
-    later = [r.key for r in records[records.index(cont) + 1:] if trains.get(r.key) is not None]
+    later = [r.key for r in records[records.index(cont) + 1 :] if trains.get(r.key) is not None]
     if later:
-        raise RunStateError(f"solver.steps={steps}: {cont.key} is done and later phases trained on its result "
-                            f"({', '.join(later)}); a run made at once with {steps} steps would differ from "
-                            f"{cont.key} on: start a new run with solver.steps={steps}")
+        raise RunStateError(
+            f"solver.steps={steps}: {cont.key} is done and later phases trained on its result "
+            f"({', '.join(later)}); a run made at once with {steps} steps would differ from "
+            f"{cont.key} on: start a new run with solver.steps={steps}"
+        )
     n = book_steps(run, cont)
     if n is None:
-        raise RunStateError(f"solver.steps={steps}: {cont.key} left no record of its steps ({cont.name}_book.json: "
-                            "trained by backend=verl or by an older coevolve), so it cannot be continued: start a new "
-                            f"run with solver.steps={steps}")
+        raise RunStateError(
+            f"solver.steps={steps}: {cont.key} left no record of its steps ({cont.name}_book.json: "
+            "trained by backend=verl or by an older coevolve), so it cannot be continued: start a new "
+            f"run with solver.steps={steps}"
+        )
     role = trains[cont.key].role
     ckpt = run.checkpoint(role)
     if ckpt is None or not (ckpt / OPTIM_FILE).is_file():
-        raise RunStateError(f"solver.steps={steps}: {cont.key} cannot be continued: the {role}'s checkpoint "
-                            f"{ckpt} has no optimiser state ({OPTIM_FILE}); start a new run with solver.steps={steps}")
+        raise RunStateError(
+            f"solver.steps={steps}: {cont.key} cannot be continued: the {role}'s checkpoint "
+            f"{ckpt} has no optimiser state ({OPTIM_FILE}); start a new run with solver.steps={steps}"
+        )
     return cont
 
 
 @contextlib.contextmanager
-def open_run(cfg: RecipeConfig, path: Path, *, new: bool = False, force: bool = False,
-             extend: str | None = None) -> Iterator[Any]:
+def open_run(
+    cfg: RecipeConfig, path: Path, *, new: bool = False, force: bool = False, extend: str | None = None
+) -> Iterator[Any]:
     """The one place a run folder is opened: take its one-writer lock (``run.lock``, held until
     the block ends), create the folder's run (``new``: refuse a folder that already holds one) or
     reopen it (``Run.open``: an unfinished phase's metrics cut, temp files removed), check its
@@ -249,9 +291,18 @@ def open_run(cfg: RecipeConfig, path: Path, *, new: bool = False, force: bool = 
         check_phase_list(cfg, run, force)
         r = cfg.run
         run.bind(seed=r.seed, keep_checkpoints=r.keep_checkpoints, say=say, resume_only=(OPTIM_FILE,))
-        run.metrics.attach(make_trackers(r.trackers, run.path, run.metrics.count(), run_id=run_tracker_id(run),
-                                         name=run.path.name, project=r.wandb_project, mode=r.wandb_mode,
-                                         config=cfg.model_dump(mode="json")))
+        run.metrics.attach(
+            make_trackers(
+                r.trackers,
+                run.path,
+                run.metrics.count(),
+                run_id=run_tracker_id(run),
+                name=run.path.name,
+                project=r.wandb_project,
+                mode=r.wandb_mode,
+                config=cfg.model_dump(mode="json"),
+            )
+        )
         try:
             yield run
         finally:
@@ -280,8 +331,15 @@ def finished_summary(path: Path) -> dict[str, Any] | None:
     return json.loads(summary.read_text(encoding="utf-8"))
 
 
-def execute(cfg: RecipeConfig, path: Path, *, new: bool = False, skip_finished: bool = False,
-            force: bool = False, extend: str | None = None) -> dict[str, Any]:
+def execute(
+    cfg: RecipeConfig,
+    path: Path,
+    *,
+    new: bool = False,
+    skip_finished: bool = False,
+    force: bool = False,
+    extend: str | None = None,
+) -> dict[str, Any]:
     """Run ``cfg``'s recipe in the run folder ``path``: create it, or resume it when it already
     holds a run (``new``: refuse that); record the status (running / interrupted / failed /
     finished) in its state. With ``skip_finished``, a finished run is not reopened and its
@@ -329,5 +387,7 @@ def write_errors(path: Path) -> Iterator[None]:
     except OSError as e:
         if e.errno not in WRITE_ERRNOS:
             raise
-        raise RunWriteError(f"writing the run folder failed ({e}); every finished phase is intact: free space "
-                            f"(or fix the disk), then `coevolve resume {path}` continues") from e
+        raise RunWriteError(
+            f"writing the run folder failed ({e}); every finished phase is intact: free space "
+            f"(or fix the disk), then `coevolve resume {path}` continues"
+        ) from e

@@ -25,10 +25,9 @@ from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseRe
 from coevolve.run.compute import Compute, ComputeMeter, MeteredSampler, cumulative, unmetered
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json
 from coevolve.schema import GRPOPhase, WriterReward
-from coevolve.training import AuditFn, TrainRequest, TrainResult, Trainer, WriterRule, WriterScoring, make_trainer
+from coevolve.training import AuditFn, Trainer, TrainRequest, TrainResult, WriterRule, WriterScoring, make_trainer
 from coevolve.types import AnswerGrader, Sampler, SamplingParams, Task
 from coevolve.world import CHECKPOINT_META, CHECKPOINT_META_FORMAT, World, base_model_path, make_world
-
 
 
 @dataclass
@@ -88,10 +87,16 @@ class Setup:
         shutil.rmtree(staging, ignore_errors=True)
         try:
             role.save(staging)
-            meta = {"format": CHECKPOINT_META_FORMAT, "world": self.world.name,
-                    "chat_template": self.cfg.model.chat_template, "enable_thinking": self.cfg.model.enable_thinking,
-                    "prompts": self.cfg.prompts.model_dump(mode="json"), "role": role.name,
-                    "recipe": self.cfg.recipe, "tag": tag}
+            meta = {
+                "format": CHECKPOINT_META_FORMAT,
+                "world": self.world.name,
+                "chat_template": self.cfg.model.chat_template,
+                "enable_thinking": self.cfg.model.enable_thinking,
+                "prompts": self.cfg.prompts.model_dump(mode="json"),
+                "role": role.name,
+                "recipe": self.cfg.recipe,
+                "tag": tag,
+            }
             atomic_write_json(staging / CHECKPOINT_META, meta)
         except BaseException:  # a full disk: no half checkpoint stays behind (a kill's is removed by Run.open)
             shutil.rmtree(staging, ignore_errors=True)
@@ -104,13 +109,16 @@ class Setup:
         """A GRPO phase of ``role`` on the configured backend (``training.make_trainer``)."""
         return self.trainer.train(role, req, ctx)
 
-    def writer_scoring(self, solver: Role, scorer: Sampler, reward: WriterReward, seed: int, ns: str,
-                       audit: AuditFn) -> WriterScoring:
+    def writer_scoring(
+        self, solver: Role, scorer: Sampler, reward: WriterReward, seed: int, ns: str, audit: AuditFn
+    ) -> WriterScoring:
         """A writer phase's scoring: ``scorer`` (the frozen solver the local loop votes with;
         ``solver``'s weights at the start of the phase for verl's workers) answers each written
         question ``reward.samples`` times with the run's decoding, seeded
         ``derive_seed(seed, ns, step)``; ``audit`` turns a step's ``WriterBatch`` into records."""
-        rule = WriterRule(reward, seed, ns, self.params(None), self.rep_tokenizer(reward), self.cfg.sampling.batch_prompts)
+        rule = WriterRule(
+            reward, seed, ns, self.params(None), self.rep_tokenizer(reward), self.cfg.sampling.batch_prompts
+        )
         return WriterScoring(rule, solver, scorer, self.world.prompter, audit)
 
     def params(self, seed: int | None, phase: GRPOPhase | None = None, kind: StopKind = "answer") -> SamplingParams:
@@ -126,8 +134,15 @@ def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader, engine: Engine) -> 
     """The parts of a run opened and bound by ``recipes.open_run``: the base model folder (the
     toy base built once when the config names none) and the world it implies."""
     base = base_model_path(cfg.model, run.say, cfg.data)
-    return Setup(cfg, run, make_world(cfg, load_tokenizer(base), run.say), grader, base, engine,
-                 make_trainer(cfg, engine, grader))
+    return Setup(
+        cfg,
+        run,
+        make_world(cfg, load_tokenizer(base), run.say),
+        grader,
+        base,
+        engine,
+        make_trainer(cfg, engine, grader),
+    )
 
 
 def phase_eval(p: Any, phase: Phase) -> PhaseRecord:
@@ -144,21 +159,52 @@ def phase_eval(p: Any, phase: Phase) -> PhaseRecord:
             ctx.say(f"[eval] {ctx.phase.key}: the built-in base's evaluation with these settings, from {cache}")
         else:
             res = evaluate_suite(
-                solver.sampler, s.world.prompter, e.benches or list(s.world.default_benches), grader=s.grader,
-                samples=e.samples, max_new_tokens=e.max_new_tokens, seed=derive_seed(s.cfg.run.seed, "eval"),
-                limit=e.limit, data_dir=Path(e.data_dir) if e.data_dir else None, bench_tasks=s.world.bench_tasks,
-                out_dir=ctx.dir / "eval", progress=s.cfg.run.progress, say=ctx.say, repeats=e.repeats)
+                solver.sampler,
+                s.world.prompter,
+                e.benches or list(s.world.default_benches),
+                grader=s.grader,
+                samples=e.samples,
+                max_new_tokens=e.max_new_tokens,
+                seed=derive_seed(s.cfg.run.seed, "eval"),
+                limit=e.limit,
+                data_dir=Path(e.data_dir) if e.data_dir else None,
+                bench_tasks=s.world.bench_tasks,
+                out_dir=ctx.dir / "eval",
+                progress=s.cfg.run.progress,
+                say=ctx.say,
+                repeats=e.repeats,
+            )
             if cache is not None:
                 save_cached_eval(ctx.dir / "eval", cache, ctx.compute.total)
-        scores = {b: {k: r[k] for k in ("greedy", "sampled", "n", "score", "metric", "by_group", "score_std",
-                                        "repeats") if k in r}
-                  for b, r in res["benchmarks"].items()}
-        ctx.log({f"eval/{b}/{k}": v for b, r in scores.items() for k, v in r.items()
-                 if k in ("greedy", "sampled") and v is not None})
-        ctx.say(f"[eval] {ctx.phase.key}: " + "; ".join(
-            f"{b}: greedy {r['greedy']:.3f}" + (f", sampled {r['sampled']:.3f}" if r["sampled"] is not None else "")
-            + (f" (score {r['score']:.3f} ± {r['score_std']:.3f} over {r['repeats']} runs)" if "score_std" in r else "")
-            for b, r in scores.items()))
+        scores = {
+            b: {
+                k: r[k]
+                for k in ("greedy", "sampled", "n", "score", "metric", "by_group", "score_std", "repeats")
+                if k in r
+            }
+            for b, r in res["benchmarks"].items()
+        }
+        ctx.log(
+            {
+                f"eval/{b}/{k}": v
+                for b, r in scores.items()
+                for k, v in r.items()
+                if k in ("greedy", "sampled") and v is not None
+            }
+        )
+        ctx.say(
+            f"[eval] {ctx.phase.key}: "
+            + "; ".join(
+                f"{b}: greedy {r['greedy']:.3f}"
+                + (f", sampled {r['sampled']:.3f}" if r["sampled"] is not None else "")
+                + (
+                    f" (score {r['score']:.3f} ± {r['score_std']:.3f} over {r['repeats']} runs)"
+                    if "score_std" in r
+                    else ""
+                )
+                for b, r in scores.items()
+            )
+        )
         return PhaseResult({"eval": scores}, rollouts=res["rollouts"])
 
     return s.run.phase(phase, fn)
@@ -184,8 +230,10 @@ def eval_work(cfg: RecipeConfig, toy: bool) -> Work:
             n = min(n, e.limit)
         k = b.default_samples if e.samples == -1 else max(0, e.samples)
         rows += n * (1 + k * e.repeats)
-    return Work((Rollouts("solver", "benchmark answers", rows, max(1, rows), 1, "answer", e.max_new_tokens),),
-                note=", ".join(b.name for b in benches) + (f"; sampled x {e.repeats} evaluation runs" if e.repeats > 1 else ""))
+    return Work(
+        (Rollouts("solver", "benchmark answers", rows, max(1, rows), 1, "answer", e.max_new_tokens),),
+        note=", ".join(b.name for b in benches) + (f"; sampled x {e.repeats} evaluation runs" if e.repeats > 1 else ""),
+    )
 
 
 BASE_EVAL = Step("eval", phase_eval, stage="base", work=eval_work)
@@ -220,8 +268,11 @@ def probe_set(s: Setup, parts: Any, phase: Phase) -> list[Task]:
     except ConfigError:  # no labelled training questions: the writer's questions of round 1
         if phase.round is None:
             return []
-        rows = [r for r in s.run.read_jsonl("round_01/candidates.jsonl")
-                if r.get("question") and r.get("status") in ("filtered", "no_label", "rejected")]
+        rows = [
+            r
+            for r in s.run.read_jsonl("round_01/candidates.jsonl")
+            if r.get("question") and r.get("status") in ("filtered", "no_label", "rejected")
+        ]
         rng.shuffle(rows)
         drawn = [Task(str(r.get("vote_id") or ""), r["question"]) for r in rows]
     tasks: list[Task] = []
@@ -255,42 +306,78 @@ def phase_probe(p: Any, phase: Phase) -> PhaseRecord:
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         tasks = probe_set(s, p, phase)
-        groups = sample_chunked(solver.sampler, [s.world.prompter.solver(t.question) for t in tasks], pc.samples,
-                                s.params(derive_seed(s.cfg.run.seed, "probe")), s.cfg.sampling.batch_prompts)
+        groups = sample_chunked(
+            solver.sampler,
+            [s.world.prompter.solver(t.question) for t in tasks],
+            pc.samples,
+            s.params(derive_seed(s.cfg.run.seed, "probe")),
+            s.cfg.sampling.batch_prompts,
+        )
         answers = [[extract_answer(c.text) for c in g] for g in groups]
         votes = s.grader.vote_batch(answers)
         prev = _previous_probe(s, phase)
-        agree = None if prev is None else [
-            v.label is not None and prev.get(t.id) is not None and s.grader.is_equiv(prev[t.id], v.label)
-            for t, v in zip(tasks, votes)]
+        agree = (
+            None
+            if prev is None
+            else [
+                v.label is not None and prev.get(t.id) is not None and s.grader.is_equiv(prev[t.id], v.label)
+                for t, v in zip(tasks, votes)
+            ]
+        )
         gold = [t.answer for t in tasks]
         has_gold = bool(tasks) and all(g is not None for g in gold)
         correct = [[s.grader.is_equiv(g, a) for a in ans] for g, ans in zip(gold, answers)] if has_gold else None
         label_ok = [s.grader.is_equiv(g, v.label) for g, v in zip(gold, votes)] if has_gold else None
         if has_gold and phase.round is None and parse_select(s.cfg.run.select).signal in ("accuracy", "pass_rate"):
             ctx.compute.labelled(len(tasks))  # the probe's gold answers then choose the round: labels used
-        written = [r["question"] for r in s.run.read_jsonl(ctx.dir / "candidates.jsonl") if r.get("question")] \
-            if phase.round is not None and (ctx.dir / "candidates.jsonl").is_file() else []
-        signals = probe_signals([list(v.sizes) for v in votes], [len(a) for a in answers],
-                                [[len(c.token_ids) for c in g] for g in groups], agree, correct, label_ok,
-                                [len(q) for q in written])
+        written = (
+            [r["question"] for r in s.run.read_jsonl(ctx.dir / "candidates.jsonl") if r.get("question")]
+            if phase.round is not None and (ctx.dir / "candidates.jsonl").is_file()
+            else []
+        )
+        signals = probe_signals(
+            [list(v.sizes) for v in votes],
+            [len(a) for a in answers],
+            [[len(c.token_ids) for c in g] for g in groups],
+            agree,
+            correct,
+            label_ok,
+            [len(q) for q in written],
+        )
         signals = {k: None if v is None else round(v, 4) for k, v in signals.items()}
-        rows = [{"id": t.id, "question": t.question, "gold": t.answer, "label": v.label, "p1": v.p1, "sizes": list(v.sizes),
-                 "answers": a, "tokens": [len(c.token_ids) for c in g],
-                 **({"correct": c} if correct is not None else {})}
-                for t, v, a, g, c in zip(tasks, votes, answers, groups, correct or [None] * len(tasks))]
+        rows = [
+            {
+                "id": t.id,
+                "question": t.question,
+                "gold": t.answer,
+                "label": v.label,
+                "p1": v.p1,
+                "sizes": list(v.sizes),
+                "answers": a,
+                "tokens": [len(c.token_ids) for c in g],
+                **({"correct": c} if correct is not None else {}),
+            }
+            for t, v, a, g, c in zip(tasks, votes, answers, groups, correct or [None] * len(tasks))
+        ]
         s.run.write_jsonl(ctx.dir / "probe_answers.jsonl", rows)
         ckpt = s.run.checkpoint("solver")  # the weights measured: what exporting this round means
-        values: dict[str, Any] = {**signals, "questions": len(tasks),
-                                  "checkpoint": None if ckpt is None else ckpt.relative_to(s.run.path).as_posix()}
+        values: dict[str, Any] = {
+            **signals,
+            "questions": len(tasks),
+            "checkpoint": None if ckpt is None else ckpt.relative_to(s.run.path).as_posix(),
+        }
         if correct is not None:
             from coevolve.curriculum import pass_rate_histogram
 
             values["pass_hist"] = pass_rate_histogram([sum(c) / len(c) for c in correct if c])
-        ctx.log({f"{PROBE_PREFIX}{k}": v for k, v in signals.items() if v is not None}
-                | {f"{PROBE_PREFIX}pass_hist/{k}": v for k, v in values.get("pass_hist", {}).items()})
-        ctx.say(f"[probe] {phase.key}: {len(tasks)} questions x {pc.samples}: " + ", ".join(
-            f"{k} {v:.3f}" for k, v in signals.items() if v is not None))
+        ctx.log(
+            {f"{PROBE_PREFIX}{k}": v for k, v in signals.items() if v is not None}
+            | {f"{PROBE_PREFIX}pass_hist/{k}": v for k, v in values.get("pass_hist", {}).items()}
+        )
+        ctx.say(
+            f"[probe] {phase.key}: {len(tasks)} questions x {pc.samples}: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in signals.items() if v is not None)
+        )
         return PhaseResult(values, sum(len(g) for g in groups), pins=_selection_pin(s, phase, values))
 
     return s.run.phase(phase, fn)
@@ -309,8 +396,11 @@ def _previous_probe(s: Setup, phase: Phase) -> dict[str, str | None] | None:
 
 def probe_values(run: Run) -> dict[int, dict[str, Any]]:
     """Round -> the probe's figures, from the finished phases (round 0: the base model)."""
-    return {r.round or 0: r.values for r in run.state.records()
-            if r.name == "probe" and (r.round is not None or r.stage == "base")}
+    return {
+        r.round or 0: r.values
+        for r in run.state.records()
+        if r.name == "probe" and (r.round is not None or r.stage == "base")
+    }
 
 
 def watched_signal(cfg: RecipeConfig) -> SelectRule:
@@ -336,8 +426,19 @@ def _selection_pin(s: Setup, phase: Phase, values: dict[str, Any]) -> dict[str, 
 def probe_work(cfg: RecipeConfig, toy: bool) -> Work:
     """A probe's answers: ``probe.size`` questions x ``probe.samples``."""
     pc = cfg.probe  # type: ignore[attr-defined]
-    return Work((Rollouts("solver", f"{pc.samples} probe answers", pc.size * pc.samples, cfg.sampling.batch_prompts,
-                          pc.samples, "answer", cfg.sampling.max_new_tokens),))
+    return Work(
+        (
+            Rollouts(
+                "solver",
+                f"{pc.samples} probe answers",
+                pc.size * pc.samples,
+                cfg.sampling.batch_prompts,
+                pc.samples,
+                "answer",
+                cfg.sampling.max_new_tokens,
+            ),
+        )
+    )
 
 
 BASE_PROBE = Step("probe", phase_probe, stage="base", when=probe_due, work=probe_work)
@@ -368,11 +469,18 @@ def selection(cfg: RecipeConfig, run: Run) -> dict[str, Any] | None:
     chosen, why = select_round(rule, series, rounds[-1])
     stop = stopped_after(cfg, run)
     if stop is not None:
-        why += (f"; stopped after round {stop}: {watched.signal} had not improved for "  # type: ignore[union-attr]
-                f"{cfg.run.stop_patience} round(s) (run.stop_patience)")
-    return {"rule": str(rule), "round": chosen, "why": why, "stopped_after": stop,
-            "checkpoint": probes.get(chosen, {}).get("checkpoint"),
-            **({"signal": watched.signal, "values": {str(t): v for t, v in series.items()}} if watched else {})}
+        why += (
+            f"; stopped after round {stop}: {watched.signal} had not improved for "  # type: ignore[union-attr]
+            f"{cfg.run.stop_patience} round(s) (run.stop_patience)"
+        )
+    return {
+        "rule": str(rule),
+        "round": chosen,
+        "why": why,
+        "stopped_after": stop,
+        "checkpoint": probes.get(chosen, {}).get("checkpoint"),
+        **({"signal": watched.signal, "values": {str(t): v for t, v in series.items()}} if watched else {}),
+    }
 
 
 def run_recipe(recipe: Recipe, cfg: RecipeConfig, run: Run) -> dict[str, Any]:
@@ -422,13 +530,24 @@ def base_eval_cache(s: Setup, phase: Phase) -> Path | None:
 
     cfg = s.cfg
     # repeats joins the key only when set, so the caches of single-run evaluations stay valid
-    key = {"world": s.world.name, "eval": cfg.eval.model_dump(
-               mode="json", exclude={"every_round"} | ({"repeats"} if cfg.eval.repeats == 1 else set())),
-           "seed": derive_seed(cfg.run.seed, "eval"), "engine": cfg.engine.kind, "dtype": cfg.model.dtype,
-           "device": cfg.model.device, "threads": cfg.run.threads,
-           "data": (cfg.data.skill.model_dump(mode="json", include={"deficits", "base_steps", "base_seed",
-                                                                     "heldout_per_stratum"})
-                    if s.world.name == "skill" else cfg.data.exclude_heldout)}
+    key = {
+        "world": s.world.name,
+        "eval": cfg.eval.model_dump(
+            mode="json", exclude={"every_round"} | ({"repeats"} if cfg.eval.repeats == 1 else set())
+        ),
+        "seed": derive_seed(cfg.run.seed, "eval"),
+        "engine": cfg.engine.kind,
+        "dtype": cfg.model.dtype,
+        "device": cfg.model.device,
+        "threads": cfg.run.threads,
+        "data": (
+            cfg.data.skill.model_dump(
+                mode="json", include={"deficits", "base_steps", "base_seed", "heldout_per_stratum"}
+            )
+            if s.world.name == "skill"
+            else cfg.data.exclude_heldout
+        ),
+    }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return s.base / "eval_cache" / digest
 
@@ -485,7 +604,9 @@ def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, An
             evals["base"] = r.values.get("eval", {})
         elif r.name == "eval" and r.round is not None:
             evals["rounds"][str(r.round)] = r.values.get("eval", {})
-        scalars = {f"{r.name}/{k}": v for k, v in r.values.items() if isinstance(v, (int, float, str, bool)) or v is None}
+        scalars = {
+            f"{r.name}/{k}": v for k, v in r.values.items() if isinstance(v, (int, float, str, bool)) or v is None
+        }
         if r.round is not None:
             row = by_round.setdefault(r.round, {"round": r.round})
             row.update({f"phase/{r.name}/seconds": round(r.seconds, 2), f"{r.name}/rollouts": r.rollouts, **scalars})
@@ -527,8 +648,9 @@ def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     sel = selection(s.cfg, s.run)
     if sel is not None:
         s.run.say(f"[select] round {sel['round']}: {sel['why']}")
-    summary = write_summary(s.run, {**(extra or {}), **s.world.run_summary(s.run.path),
-                                    **({"selection": sel} if sel is not None else {})})
+    summary = write_summary(
+        s.run, {**(extra or {}), **s.world.run_summary(s.run.path), **({"selection": sel} if sel is not None else {})}
+    )
     s.run.metrics.close()
     s.run.say(f"[report] {write_report(s.run.path)}")
     return summary

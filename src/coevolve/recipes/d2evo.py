@@ -47,14 +47,13 @@ from coevolve.curriculum import (
     random_anchors,
 )
 from coevolve.curriculum.proposals import WriterBatch
+from coevolve.errors import RunStateError
 from coevolve.loop import Role
 from coevolve.recipes.common import BASE_EVAL, BASE_PROBE, ROUND_EVAL, ROUND_PROBE, Setup
 from coevolve.recipes.declare import FROZEN_SOLVER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
-from coevolve.errors import RunStateError
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, derive_seed
 from coevolve.training import Observed, RewardSpec, TrainRequest
 from coevolve.types import Completion, Task
-
 
 POOL_ROWS_IF_UNKNOWN = 12000
 """``difficulty.pool_size=None`` means every dataset row: the cost model assumes math_train12k's size."""
@@ -120,33 +119,62 @@ def phase_difficulty(p: D2Evo, phase: Phase) -> PhaseRecord:
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         if d.estimator == "fixed":
-            recs = estimate_difficulty(solver.sampler, s.world.prompter, pool, d.samples, s.params(ctx.seed),
-                                       s.grader, cfg.sampling.batch_prompts)
+            recs = estimate_difficulty(
+                solver.sampler,
+                s.world.prompter,
+                pool,
+                d.samples,
+                s.params(ctx.seed),
+                s.grader,
+                cfg.sampling.batch_prompts,
+            )
         else:
             prev = _previous_difficulty(s, phase) if d.carry > 0 else {}
             recs = estimate_difficulty_adaptive(
-                solver.sampler, s.world.prompter, pool, d.samples, s.params(ctx.seed), s.grader, d.band, d.sequential,
-                cfg.sampling.batch_prompts, priors=[carry_prior(prev.get(t.id), d.sequential, d.carry) for t in pool])
+                solver.sampler,
+                s.world.prompter,
+                pool,
+                d.samples,
+                s.params(ctx.seed),
+                s.grader,
+                d.band,
+                d.sequential,
+                cfg.sampling.batch_prompts,
+                priors=[carry_prior(prev.get(t.id), d.sequential, d.carry) for t in pool],
+            )
         s.run.write_jsonl(ctx.dir / "difficulty.jsonl", [r.to_dict() for r in recs])
         if phase.round == 1:  # the pool is fixed for the run: its gold labels are first read here
             ctx.compute.labelled(len(recs))
         hist = pass_rate_histogram([r.pass_rate for r in recs])
         mean = sum(r.pass_rate for r in recs) / max(1, len(recs))
         rollouts = sum(r.n for r in recs)
-        ctx.log({"curriculum/pool_size": len(recs), "curriculum/pass_rate_mean": round(mean, 4),
-                 **{f"curriculum/hist/{k}": v for k, v in hist.items()}})
+        ctx.log(
+            {
+                "curriculum/pool_size": len(recs),
+                "curriculum/pass_rate_mean": round(mean, 4),
+                **{f"curriculum/hist/{k}": v for k, v in hist.items()},
+            }
+        )
         values: dict[str, Any] = {"pool_size": len(recs), "pass_rate_mean": round(mean, 4), "histogram": hist}
         if d.estimator == "fixed":
-            ctx.say(f"[difficulty] {phase.key}: {len(recs)} questions x {d.samples}, mean pass rate {mean:.3f}, "
-                    f"histogram {hist}")
+            ctx.say(
+                f"[difficulty] {phase.key}: {len(recs)} questions x {d.samples}, mean pass rate {mean:.3f}, "
+                f"histogram {hist}"
+            )
         else:
             stops = {k: sum(r.decision == k for r in recs) for k in ("below", "inside", "above", "cap")}
             values.update(samples_mean=round(rollouts / max(1, len(recs)), 3), stopped=stops)
-            ctx.log({"curriculum/samples_mean": values["samples_mean"],
-                     **{f"curriculum/stopped/{k}": v for k, v in stops.items()}})
-            ctx.say(f"[difficulty] {phase.key}: {len(recs)} questions, {rollouts} answers (mean "
-                    f"{values['samples_mean']:.1f} of {d.samples}; stopped {stops}), mean pass rate {mean:.3f}, "
-                    f"histogram {hist}")
+            ctx.log(
+                {
+                    "curriculum/samples_mean": values["samples_mean"],
+                    **{f"curriculum/stopped/{k}": v for k, v in stops.items()},
+                }
+            )
+            ctx.say(
+                f"[difficulty] {phase.key}: {len(recs)} questions, {rollouts} answers (mean "
+                f"{values['samples_mean']:.1f} of {d.samples}; stopped {stops}), mean pass rate {mean:.3f}, "
+                f"histogram {hist}"
+            )
         return PhaseResult(values, rollouts=rollouts)
 
     return s.run.phase(phase, fn)
@@ -165,18 +193,32 @@ def phase_anchors(p: D2Evo, phase: Phase) -> PhaseRecord:
         if d.max_anchors is not None and len(anchors) > d.max_anchors:
             anchors = rng.sample(anchors, d.max_anchors)
         s.run.write_jsonl(ctx.dir / "anchors.jsonl", [a.to_dict() for a in anchors])
-        s.run.write_json(ctx.dir / "pool_histogram.json", {
-            "pool": pass_rate_histogram([r.pass_rate for r in recs]), "band": d.band.model_dump(),
-            "anchors": pass_rate_histogram([a.pass_rate for a in anchors])})
+        s.run.write_json(
+            ctx.dir / "pool_histogram.json",
+            {
+                "pool": pass_rate_histogram([r.pass_rate for r in recs]),
+                "band": d.band.model_dump(),
+                "anchors": pass_rate_histogram([a.pass_rate for a in anchors]),
+            },
+        )
         prev = {a.task_id for a in _anchors(s, t - 1)} if t > 1 else set()
         ids = {a.task_id for a in anchors}
-        values = {"anchors": len(anchors), "band": len(band), "entered": len(ids - prev), "left": len(prev - ids),
-                  "anchor_pass_rate_mean": round(sum(a.pass_rate for a in anchors) / max(1, len(anchors)), 4)}
+        values = {
+            "anchors": len(anchors),
+            "band": len(band),
+            "entered": len(ids - prev),
+            "left": len(prev - ids),
+            "anchor_pass_rate_mean": round(sum(a.pass_rate for a in anchors) / max(1, len(anchors)), 4),
+        }
         ctx.log({f"curriculum/{k}": v for k, v in values.items()})
-        ctx.say(f"[anchors] round {t}: {len(anchors)} anchors ({d.selection}; band holds {len(band)}), "
-                f"+{values['entered']} / -{values['left']} vs previous round")
+        ctx.say(
+            f"[anchors] round {t}: {len(anchors)} anchors ({d.selection}; band holds {len(band)}), "
+            f"+{values['entered']} / -{values['left']} vs previous round"
+        )
         if not anchors:
-            ctx.say("[anchors] warning: no anchors this round: the questioner is skipped and the buffer holds nothing real")
+            ctx.say(
+                "[anchors] warning: no anchors this round: the questioner is skipped and the buffer holds nothing real"
+            )
         return PhaseResult(values)
 
     return s.run.phase(phase, fn)
@@ -189,10 +231,21 @@ def questioner_audit(step: int, tasks: list[Task], comps: list[list[Completion]]
     for task, g, qs, xs, rs, bs in zip(tasks, comps, wb.questions, wb.x, wb.rewards, wb.in_band):
         for c, pq, x, r, b in zip(g, qs, xs, rs, bs):
             vote = wb.votes.get(pq) if pq is not None else None
-            records.append({"anchor_id": task.id, "anchor": task.question, "anchor_difficulty": task.features["difficulty"],
-                            "completion": c.text, "question": pq, "well_formed": pq is not None, "x": x,
-                            "label": None if vote is None else vote.label, "reward": r, "in_band": b,
-                            "copy_of_anchor": pq is not None and normalize_question(pq) == normalize_question(task.question)})
+            records.append(
+                {
+                    "anchor_id": task.id,
+                    "anchor": task.question,
+                    "anchor_difficulty": task.features["difficulty"],
+                    "completion": c.text,
+                    "question": pq,
+                    "well_formed": pq is not None,
+                    "x": x,
+                    "label": None if vote is None else vote.label,
+                    "reward": r,
+                    "in_band": b,
+                    "copy_of_anchor": pq is not None and normalize_question(pq) == normalize_question(task.question),
+                }
+            )
     copies = sum(r["copy_of_anchor"] for r in records) / max(1, len(records))
     return Observed({**wb.metrics(), "copies": copies}, records, wb.rollouts)
 
@@ -207,24 +260,41 @@ def phase_questioner(p: D2Evo, phase: Phase) -> PhaseRecord:
         anchors = [r.to_task() for r in _anchors(s, t)]
         if not anchors or q.steps == 0:
             s.run.write_jsonl(ctx.dir / "questioner_generated.jsonl", [])
-            return PhaseResult({"steps": 0, "skipped": "no anchors" if not anchors else "steps=0"},
-                               problem=None if anchors else "no anchors in the band: the questioner was not trained")
+            return PhaseResult(
+                {"steps": 0, "skipped": "no anchors" if not anchors else "steps=0"},
+                problem=None if anchors else "no anchors in the band: the questioner was not trained",
+            )
         scorer = s.frozen(solver) if questioner is solver and q.frozen_scorer else solver.sampler
         rng = random.Random(ctx.seed)
-        res = s.train(questioner, TrainRequest(
-            q, "questioner", batches=lambda step: rng.choices(anchors, k=q.prompts_per_step),
-            prompt=lambda a: prompter.questioner(a.question, a.answer or "", a.features["difficulty"]),
-            params=s.params(ctx.seed, q, "question"), reward=RewardSpec("writer"),
-            writer=s.writer_scoring(solver, scorer, q.reward, ctx.seed, "verify", questioner_audit)), ctx)
+        res = s.train(
+            questioner,
+            TrainRequest(
+                q,
+                "questioner",
+                batches=lambda step: rng.choices(anchors, k=q.prompts_per_step),
+                prompt=lambda a: prompter.questioner(a.question, a.answer or "", a.features["difficulty"]),
+                params=s.params(ctx.seed, q, "question"),
+                reward=RewardSpec("writer"),
+                writer=s.writer_scoring(solver, scorer, q.reward, ctx.seed, "verify", questioner_audit),
+            ),
+            ctx,
+        )
         s.run.write_jsonl(ctx.dir / "questioner_generated.jsonl", res.records)
         ok = [r for r in res.records if r["well_formed"]]
-        values = {"reward_mean": round(res.reward_mean, 4), "well_formed": round(len(ok) / max(1, len(res.records)), 4),
-                  "in_band": round(sum(r["in_band"] for r in ok) / max(1, len(ok)), 4),
-                  "copies": round(sum(r["copy_of_anchor"] for r in res.records) / max(1, len(res.records)), 4),
-                  "steps": res.steps, "updates": res.updates, "rollouts_generate": res.rollouts,
-                  "rollouts_verify": res.reward_rollouts}
-        ctx.say(f"[questioner] round {t}: reward {values['reward_mean']:.3f}, well-formed {values['well_formed']}, "
-                f"in band {values['in_band']}")
+        values = {
+            "reward_mean": round(res.reward_mean, 4),
+            "well_formed": round(len(ok) / max(1, len(res.records)), 4),
+            "in_band": round(sum(r["in_band"] for r in ok) / max(1, len(ok)), 4),
+            "copies": round(sum(r["copy_of_anchor"] for r in res.records) / max(1, len(res.records)), 4),
+            "steps": res.steps,
+            "updates": res.updates,
+            "rollouts_generate": res.rollouts,
+            "rollouts_verify": res.reward_rollouts,
+        }
+        ctx.say(
+            f"[questioner] round {t}: reward {values['reward_mean']:.3f}, well-formed {values['well_formed']}, "
+            f"in band {values['in_band']}"
+        )
         return PhaseResult(values, res.rollouts + res.reward_rollouts, s.save(questioner, f"r{t:02d}q"), res.problem)
 
     return s.run.phase(phase, fn)
@@ -243,17 +313,24 @@ def previous_solver(p: D2Evo, t: int) -> Any:
         return p.solver.sampler
     path = s.base if t == 1 else s.run.checkpoint_dir(p.solver.name, f"r{t - 1:02d}")
     if not Path(path).is_dir():
-        raise RunStateError(f"{path}: the solver of round {t - 1} (π_S^(t-1)), which labels round {t}'s generated "
-                            "questions, is missing; run.keep_checkpoints must be >= 2")
+        raise RunStateError(
+            f"{path}: the solver of round {t - 1} (π_S^(t-1)), which labels round {t}'s generated "
+            "questions, is missing; run.keep_checkpoints must be >= 2"
+        )
     return s.metered(s.engine.load(str(path), s.cfg.model.device, s.cfg.model.dtype))
 
 
 def _verifier(p: D2Evo) -> LabelVerifier:
     s, b = p.s, p.s.cfg.buffer
     judge, prompter = p.judge()
-    return make_verifier(b.verifier, oracle=s.world.oracle if s.world.knows_truth else None, grader=s.grader,
-                         judge=judge, prompter=prompter,
-                         max_new_tokens=b.judge_max_new_tokens)
+    return make_verifier(
+        b.verifier,
+        oracle=s.world.oracle if s.world.knows_truth else None,
+        grader=s.grader,
+        judge=judge,
+        prompter=prompter,
+        max_new_tokens=b.judge_max_new_tokens,
+    )
 
 
 def phase_buffer(p: D2Evo, phase: Phase) -> PhaseRecord:
@@ -272,13 +349,22 @@ def phase_buffer(p: D2Evo, phase: Phase) -> PhaseRecord:
             verifier = _verifier(p)
             labeller = previous_solver(p, t)
             pool = propose_questions(
-                questioner.sampler, [prompter.questioner(a.question, a.answer or "", a.features["difficulty"]) for a in chosen],
-                [{"anchor_id": a.id, "anchor": a.question} for a in chosen], prompter=prompter, solver=labeller,
-                voting=b.voting, grader=s.grader, write_params=s.params(derive_seed(ctx.seed, "generate"), cfg.questioner, "question"),
+                questioner.sampler,
+                [prompter.questioner(a.question, a.answer or "", a.features["difficulty"]) for a in chosen],
+                [{"anchor_id": a.id, "anchor": a.question} for a in chosen],
+                prompter=prompter,
+                solver=labeller,
+                voting=b.voting,
+                grader=s.grader,
+                write_params=s.params(derive_seed(ctx.seed, "generate"), cfg.questioner, "question"),
                 vote_params=s.params(derive_seed(ctx.seed, "label")),
-                batch_prompts=cfg.sampling.batch_prompts, id_prefix=f"gen-r{t:02d}-",
-                banned=frozenset(normalize_question(a.question) for a in anchors), excluded=s.world.excluded(),
-                oracle=s.world.oracle if s.world.knows_truth else None, verifier=verifier)
+                batch_prompts=cfg.sampling.batch_prompts,
+                id_prefix=f"gen-r{t:02d}-",
+                banned=frozenset(normalize_question(a.question) for a in anchors),
+                excluded=s.world.excluded(),
+                oracle=s.world.oracle if s.world.knows_truth else None,
+                verifier=verifier,
+            )
             s.run.write_jsonl(ctx.dir / "candidates.jsonl", [c.to_dict() for c in pool.candidates])
             s.run.write_jsonl(ctx.dir / "pool.jsonl", pool.rows())
             kept, stats = pool.kept, pool.stats()
@@ -286,13 +372,17 @@ def phase_buffer(p: D2Evo, phase: Phase) -> PhaseRecord:
             ctx.compute.labelled(verifier.labels)  # a perfect checker reads a gold answer per label
         buffer = build_hybrid_buffer(anchor_recs, kept, round_idx=t)
         s.run.write_jsonl(ctx.dir / "buffer.jsonl", [x.to_dict() for x in buffer])
-        values = {**{k: v for k, v in stats.items() if k != "rollouts"},
-                  "buffer_real": sum(x.features["origin"] == "real" for x in buffer),
-                  "buffer_generated": sum(x.features["origin"] == "generated" for x in buffer)}
+        values = {
+            **{k: v for k, v in stats.items() if k != "rollouts"},
+            "buffer_real": sum(x.features["origin"] == "real" for x in buffer),
+            "buffer_generated": sum(x.features["origin"] == "generated" for x in buffer),
+        }
         ctx.log({f"curriculum/buffer/{k}": v for k, v in values.items() if v is not None})
-        ctx.say(f"[buffer] round {t}: {values['buffer_real']} real + {values['buffer_generated']} generated "
-                f"(generated {stats.get('generated', 0)}, labelled {stats.get('labelled', 0)}, "
-                f"pseudo-label acc {stats.get('oracle_acc_kept')})")
+        ctx.say(
+            f"[buffer] round {t}: {values['buffer_real']} real + {values['buffer_generated']} generated "
+            f"(generated {stats.get('generated', 0)}, labelled {stats.get('labelled', 0)}, "
+            f"pseudo-label acc {stats.get('oracle_acc_kept')})"
+        )
         return PhaseResult(values, rollouts)
 
     return s.run.phase(phase, fn)
@@ -309,16 +399,37 @@ def phase_solver(p: D2Evo, phase: Phase) -> PhaseRecord:
         buffer = [Task.from_dict(d) for d in s.run.read_jsonl(ctx.dir / "buffer.jsonl")]
         if not buffer or sp.steps == 0:
             ctx.say(f"[solver] round {t}: nothing to train on (buffer {len(buffer)}, steps {sp.steps})")
-            return PhaseResult({"steps": 0, "reward_mean": None, "buffer": len(buffer)},
-                               problem="the hybrid buffer is empty: the solver was not trained" if not buffer else None)
+            return PhaseResult(
+                {"steps": 0, "reward_mean": None, "buffer": len(buffer)},
+                problem="the hybrid buffer is empty: the solver was not trained" if not buffer else None,
+            )
         k = sp.prompts_per_step
-        res = s.train(solver, TrainRequest(
-            sp, "solver", batches=lambda step: rng.sample(buffer, k) if len(buffer) >= k else rng.choices(buffer, k=k),
-            prompt=lambda x: s.world.prompter.solver(x.question), params=s.params(ctx.seed, sp),
-            reward=RewardSpec("solver", sp.alpha)), ctx)
-        ctx.say(f"[solver] round {t}: mean reward {res.reward_mean:.3f} over {res.steps} steps on {len(buffer)} questions")
-        return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "updates": res.updates,
-                            "buffer": len(buffer)}, res.rollouts, s.save(solver, f"r{t:02d}"), res.problem)
+        res = s.train(
+            solver,
+            TrainRequest(
+                sp,
+                "solver",
+                batches=lambda step: rng.sample(buffer, k) if len(buffer) >= k else rng.choices(buffer, k=k),
+                prompt=lambda x: s.world.prompter.solver(x.question),
+                params=s.params(ctx.seed, sp),
+                reward=RewardSpec("solver", sp.alpha),
+            ),
+            ctx,
+        )
+        ctx.say(
+            f"[solver] round {t}: mean reward {res.reward_mean:.3f} over {res.steps} steps on {len(buffer)} questions"
+        )
+        return PhaseResult(
+            {
+                "reward_mean": round(res.reward_mean, 4),
+                "steps": res.steps,
+                "updates": res.updates,
+                "buffer": len(buffer),
+            },
+            res.rollouts,
+            s.save(solver, f"r{t:02d}"),
+            res.problem,
+        )
 
     return s.run.phase(phase, fn)
 
@@ -327,8 +438,19 @@ def phase_solver(p: D2Evo, phase: Phase) -> PhaseRecord:
 def difficulty_work(cfg: D2EvoConfig, toy: bool) -> Work:
     d, s = cfg.difficulty, cfg.sampling
     pool = d.pool_size or cfg.data.limit or POOL_ROWS_IF_UNKNOWN
-    return Work((Rollouts("solver", f"{d.samples} answers x {pool} pool questions", pool * d.samples, s.batch_prompts,
-                          d.samples, "answer", s.max_new_tokens),))
+    return Work(
+        (
+            Rollouts(
+                "solver",
+                f"{d.samples} answers x {pool} pool questions",
+                pool * d.samples,
+                s.batch_prompts,
+                d.samples,
+                "answer",
+                s.max_new_tokens,
+            ),
+        )
+    )
 
 
 def _writer_role(cfg: D2EvoConfig) -> str:
@@ -338,8 +460,15 @@ def _writer_role(cfg: D2EvoConfig) -> str:
 def questioner_work(cfg: D2EvoConfig, toy: bool) -> Work:
     q = cfg.questioner
     scorer = FROZEN_SOLVER if q.share_weights and q.frozen_scorer else "solver"
-    return train_work(_writer_role(cfg), "questioner", q, cfg.sampling, "question", "questions",
-                      scored_by(scorer, q, cfg.sampling, q.reward.samples))
+    return train_work(
+        _writer_role(cfg),
+        "questioner",
+        q,
+        cfg.sampling,
+        "question",
+        "questions",
+        scored_by(scorer, q, cfg.sampling, q.reward.samples),
+    )
 
 
 def buffer_work(cfg: D2EvoConfig, toy: bool) -> Work:
@@ -347,9 +476,20 @@ def buffer_work(cfg: D2EvoConfig, toy: bool) -> Work:
     if not (q.enabled and b.synthesis and b.generate > 0):
         return Work()
     labeller = FROZEN_SOLVER if q.share_weights else "solver"  # π_S^{t-1} (previous_solver)
-    return Work((Rollouts(_writer_role(cfg), "questions", b.generate, s.batch_prompts, 1, "question", phase_cap(q, s)),
-                 Rollouts(labeller, f"{b.voting.samples} votes per question by π_S^(t-1)", b.generate * b.voting.samples,
-                          s.batch_prompts, b.voting.samples, "answer", s.max_new_tokens)))
+    return Work(
+        (
+            Rollouts(_writer_role(cfg), "questions", b.generate, s.batch_prompts, 1, "question", phase_cap(q, s)),
+            Rollouts(
+                labeller,
+                f"{b.voting.samples} votes per question by π_S^(t-1)",
+                b.generate * b.voting.samples,
+                s.batch_prompts,
+                b.voting.samples,
+                "answer",
+                s.max_new_tokens,
+            ),
+        )
+    )
 
 
 def solver_work(cfg: D2EvoConfig, toy: bool) -> Work:
@@ -366,13 +506,23 @@ RECIPE = Recipe(
         BASE_PROBE,
         Step("difficulty", phase_difficulty, work=difficulty_work),
         Step("anchors", phase_anchors),
-        Step("questioner", phase_questioner, when=lambda cfg, ph: cfg.questioner.enabled, uses=("questioner",),
-             work=questioner_work),
+        Step(
+            "questioner",
+            phase_questioner,
+            when=lambda cfg, ph: cfg.questioner.enabled,
+            uses=("questioner",),
+            work=questioner_work,
+        ),
         Step("buffer", phase_buffer, uses=("questioner",), work=buffer_work),
         Step("solver", phase_solver, work=solver_work),
         ROUND_PROBE,
         ROUND_EVAL,
-        Step("difficulty", phase_difficulty, stage="final", when=lambda cfg, ph: cfg.difficulty.measure_final,
-             work=difficulty_work),
+        Step(
+            "difficulty",
+            phase_difficulty,
+            stage="final",
+            when=lambda cfg, ph: cfg.difficulty.measure_final,
+            work=difficulty_work,
+        ),
     ),
 )

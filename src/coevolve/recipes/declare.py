@@ -28,8 +28,9 @@ without starting anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from coevolve.run import Phase
 
@@ -161,7 +162,7 @@ class Recipe:
         the order of a round (then base, then final)."""
         counts: dict[str, int] = {}
         first: dict[str, Step] = {}
-        for phase, step in self.schedule(cfg):
+        for _phase, step in self.schedule(cfg):
             counts[step.name] = counts.get(step.name, 0) + 1
             first.setdefault(step.name, step)
         order = [s.name for s in self.steps if s.stage == "round"] + [s.name for s in self.steps]
@@ -181,8 +182,9 @@ def phase_cap(phase: Any, sampling: Any) -> int:
     return int(getattr(phase, "max_new_tokens", None) or sampling.max_new_tokens)
 
 
-def train_work(role: str, section: str, phase: Any, sampling: Any, prompt: PromptKind, what: str,
-              *scoring: Rollouts) -> Work:
+def train_work(
+    role: str, section: str, phase: Any, sampling: Any, prompt: PromptKind, what: str, *scoring: Rollouts
+) -> Work:
     """A GRPO phase of ``role`` set by config section ``section``: its rollouts (``what``), the
     rollouts its reward draws (``scoring``, per rollout row: see ``scored_by``) and its updates;
     nothing when ``phase.steps`` is 0."""
@@ -191,16 +193,40 @@ def train_work(role: str, section: str, phase: Any, sampling: Any, prompt: Promp
     rows = phase.prompts_per_step * phase.group_size
     cap = phase_cap(phase, sampling)
     own = Rollouts(role, what, phase.steps * rows, phase.prompts_per_step, phase.group_size, prompt, cap)
-    return Work((own, *scoring), Training(role, section, phase.steps, phase.prompts_per_step, phase.group_size, prompt, cap))
+    return Work(
+        (own, *scoring), Training(role, section, phase.steps, phase.prompts_per_step, phase.group_size, prompt, cap)
+    )
 
 
 def scored_by(role: str, phase: Any, sampling: Any, samples: int) -> Rollouts:
     """The frozen solver's answers that score a writer's GRPO phase: ``samples`` answers per
     written question, in sampler calls of ``sampling.batch_prompts`` questions."""
     rows = phase.steps * phase.prompts_per_step * phase.group_size
-    return Rollouts(role, f"{samples} answers per question", rows * samples, sampling.batch_prompts, samples, "answer",
-                    sampling.max_new_tokens)
+    return Rollouts(
+        role,
+        f"{samples} answers per question",
+        rows * samples,
+        sampling.batch_prompts,
+        samples,
+        "answer",
+        sampling.max_new_tokens,
+    )
 
 
-__all__ = ["FROZEN_DIAGNOSER", "FROZEN_ROLES", "FROZEN_SOLVER", "PromptKind", "Recipe", "Rollouts", "Stage", "Step", "Training", "Work", "WorkFn", "always", "train_work",
-           "phase_cap", "scored_by"]
+__all__ = [
+    "FROZEN_DIAGNOSER",
+    "FROZEN_ROLES",
+    "FROZEN_SOLVER",
+    "PromptKind",
+    "Recipe",
+    "Rollouts",
+    "Stage",
+    "Step",
+    "Training",
+    "Work",
+    "WorkFn",
+    "always",
+    "train_work",
+    "phase_cap",
+    "scored_by",
+]

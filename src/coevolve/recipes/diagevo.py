@@ -28,14 +28,16 @@ from __future__ import annotations
 import functools
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from coevolve.config.diagevo import DiagEvoConfig
 from coevolve.curriculum import label_questions, parse_yes_no, propose_questions
 from coevolve.curriculum.proposals import WriterBatch
+from coevolve.errors import RunStateError
 from coevolve.loop import Role, ShuffledPasses
 from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, clip_middle
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
@@ -43,7 +45,6 @@ from coevolve.memory.store import MEMORY_FILE, ErrorMemory
 from coevolve.recipes.common import BASE_EVAL, BASE_PROBE, ROUND_EVAL, ROUND_PROBE, Setup
 from coevolve.recipes.declare import FROZEN_DIAGNOSER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
-from coevolve.errors import RunStateError
 from coevolve.training import Observed, RewardSpec, TrainRequest
 from coevolve.types import Completion, SamplingParams, Task
 
@@ -99,13 +100,16 @@ class Diagnosis:
         if self.kind == "trace":
             return self.s.world.trace_diagnoser()
         sampler, prompter = self.sampler_prompter
+
         def prompt(q: str, lab: str, bad: str, good: str) -> str:
             cut = [clip_middle(t, d.max_field_chars) for t in (q, lab, bad, good)]
             return prompter.diagnoser(*cut)
 
-        return LLMDiagnoser(sampler, prompt,
-                            SamplingParams(temperature=d.temperature, max_new_tokens=d.max_new_tokens,
-                                           stop=prompter.stop("answer")))
+        return LLMDiagnoser(
+            sampler,
+            prompt,
+            SamplingParams(temperature=d.temperature, max_new_tokens=d.max_new_tokens, stop=prompter.stop("answer")),
+        )
 
     def confirm(self, seed: int) -> Callable[[str, str], bool] | None:
         """Yes/no duplicate confirmation by the diagnosis model (llm diagnoser, when enabled)."""
@@ -124,7 +128,9 @@ def _epsilon(cfg: DiagEvoConfig, mem: ErrorMemory) -> float:
     return {"mixed": mem.epsilon(cfg.memory.k), "explore_only": 1.0, "targeted_only": 0.0}[cfg.memory.schedule]
 
 
-def challenger_audit(s: Setup, mem: ErrorMemory) -> Callable[[int, list[Task], list[list[Completion]], WriterBatch], Observed]:
+def challenger_audit(
+    s: Setup, mem: ErrorMemory
+) -> Callable[[int, list[Task], list[list[Completion]], WriterBatch], Observed]:
     """Per question whether it exercises the cause it was targeted at (where the world can tell),
     and the batch figures; shared by both backends (verl rebuilds ``wb`` from its dumps)."""
 
@@ -133,13 +139,26 @@ def challenger_audit(s: Setup, mem: ErrorMemory) -> Callable[[int, list[Task], l
         for task, qs, xs, rs in zip(tasks, wb.questions, wb.x, wb.rewards):
             target = task.features["target"]
             for q, x, r in zip(qs, xs, rs):
-                shows = (s.world.shows_causes(q, [mem.causes[c] for c in target["cause_ids"]])
-                         if q and target["cause_ids"] else None)
-                records.append({"mode": target["mode"], "cause_ids": target["cause_ids"], "question": q, "p1": x,
-                                "reward": r, "shows_target": shows})
+                shows = (
+                    s.world.shows_causes(q, [mem.causes[c] for c in target["cause_ids"]])
+                    if q and target["cause_ids"]
+                    else None
+                )
+                records.append(
+                    {
+                        "mode": target["mode"],
+                        "cause_ids": target["cause_ids"],
+                        "question": q,
+                        "p1": x,
+                        "reward": r,
+                        "shows_target": shows,
+                    }
+                )
         hits = [float(r["shows_target"][0]) for r in records if r["shows_target"] is not None]
-        extra = {"targeted_share": _mean([float(bool(t.features["target"]["cause_ids"])) for t in tasks]) or 0.0,
-                 **({"target_hit_rate": _mean(hits)} if hits else {})}
+        extra = {
+            "targeted_share": _mean([float(bool(t.features["target"]["cause_ids"])) for t in tasks]) or 0.0,
+            **({"target_hit_rate": _mean(hits)} if hits else {}),
+        }
         return Observed({**wb.metrics(), **extra}, records, wb.rollouts)
 
     return audit
@@ -174,23 +193,46 @@ def phase_challenger(p: DiagEvo, phase: Phase) -> PhaseRecord:
         rng = np.random.default_rng(ctx.seed)
 
         def batches(step: int) -> list[Task]:
-            targets = mem.sample_targets(rng, ch.prompts_per_step, cfg.memory.stitching, cfg.memory.schedule,
-                                         cfg.memory.k)
-            return [Task(f"r{t:02d}-ch{step:03d}-{i:03d}", s.world.prompter.challenger(p.cause_texts),
-                         features={"target": p.to_dict()}) for i, p in enumerate(targets)]
+            targets = mem.sample_targets(
+                rng, ch.prompts_per_step, cfg.memory.stitching, cfg.memory.schedule, cfg.memory.k
+            )
+            return [
+                Task(
+                    f"r{t:02d}-ch{step:03d}-{i:03d}",
+                    s.world.prompter.challenger(p.cause_texts),
+                    features={"target": p.to_dict()},
+                )
+                for i, p in enumerate(targets)
+            ]
 
-        res = s.train(challenger, TrainRequest(
-            ch, "challenger", batches=batches, prompt=lambda task: task.question,
-            params=s.params(ctx.seed, ch, "question"), reward=RewardSpec("writer"),
-            writer=s.writer_scoring(solver, solver.sampler, ch.reward, ctx.seed, "solve", challenger_audit(s, mem))), ctx)
+        res = s.train(
+            challenger,
+            TrainRequest(
+                ch,
+                "challenger",
+                batches=batches,
+                prompt=lambda task: task.question,
+                params=s.params(ctx.seed, ch, "question"),
+                reward=RewardSpec("writer"),
+                writer=s.writer_scoring(solver, solver.sampler, ch.reward, ctx.seed, "solve", challenger_audit(s, mem)),
+            ),
+            ctx,
+        )
         s.run.write_jsonl(ctx.dir / "challenger_questions.jsonl", res.records)
         hits = [float(r["shows_target"][0]) for r in res.records if r["shows_target"] is not None]
-        values = {"reward_mean": round(res.reward_mean, 4), "epsilon": round(eps, 4),
-                  "well_formed": round(_mean([float(r["question"] is not None) for r in res.records]) or 0.0, 4),
-                  "target_hit_rate": None if not hits else round(_mean(hits) or 0.0, 4),
-                  "updates": res.updates, "challenger_rollouts": res.rollouts, "solver_rollouts": res.reward_rollouts}
-        ctx.say(f"[challenger] ε={eps:.3f} reward {values['reward_mean']:.3f}, well-formed {values['well_formed']:.2f}"
-                + (f", target hit {values['target_hit_rate']:.2f}" if hits else ""))
+        values = {
+            "reward_mean": round(res.reward_mean, 4),
+            "epsilon": round(eps, 4),
+            "well_formed": round(_mean([float(r["question"] is not None) for r in res.records]) or 0.0, 4),
+            "target_hit_rate": None if not hits else round(_mean(hits) or 0.0, 4),
+            "updates": res.updates,
+            "challenger_rollouts": res.rollouts,
+            "solver_rollouts": res.reward_rollouts,
+        }
+        ctx.say(
+            f"[challenger] ε={eps:.3f} reward {values['reward_mean']:.3f}, well-formed {values['well_formed']:.2f}"
+            + (f", target hit {values['target_hit_rate']:.2f}" if hits else "")
+        )
         return PhaseResult(values, res.rollouts + res.reward_rollouts, s.save(challenger, f"r{t:02d}"), res.problem)
 
     return s.run.phase(phase, fn)
@@ -204,16 +246,24 @@ def phase_pool(p: DiagEvo, phase: Phase) -> PhaseRecord:
 
     def fn(ctx: PhaseContext) -> PhaseResult:
         mem = load_memory(s.run, t - 1)
-        targets = mem.sample_targets(np.random.default_rng(ctx.seed), pc.size, cfg.memory.stitching,
-                                     cfg.memory.schedule, cfg.memory.k)
+        targets = mem.sample_targets(
+            np.random.default_rng(ctx.seed), pc.size, cfg.memory.stitching, cfg.memory.schedule, cfg.memory.k
+        )
         pool = propose_questions(
-            challenger.sampler, [s.world.prompter.challenger(p.cause_texts) for p in targets],
-            [{"mode": p.mode, "cause_ids": p.cause_ids, "round": t} for p in targets], prompter=s.world.prompter,
-            solver=solver.sampler, voting=pc.voting, grader=s.grader,
+            challenger.sampler,
+            [s.world.prompter.challenger(p.cause_texts) for p in targets],
+            [{"mode": p.mode, "cause_ids": p.cause_ids, "round": t} for p in targets],
+            prompter=s.world.prompter,
+            solver=solver.sampler,
+            voting=pc.voting,
+            grader=s.grader,
             write_params=s.params(derive_seed(ctx.seed, "write"), cfg.challenger, "question"),
             vote_params=s.params(derive_seed(ctx.seed, "construct")),
-            batch_prompts=cfg.sampling.batch_prompts, id_prefix=f"r{t:02d}-q", excluded=s.world.excluded(),
-            oracle=s.world.oracle if s.world.knows_truth else None)
+            batch_prompts=cfg.sampling.batch_prompts,
+            id_prefix=f"r{t:02d}-q",
+            excluded=s.world.excluded(),
+            oracle=s.world.oracle if s.world.knows_truth else None,
+        )
         for v in pool.votes:
             ids = v.meta["cause_ids"]
             v.meta["shows_target"] = s.world.shows_causes(v.question, [mem.causes[c] for c in ids]) if ids else None
@@ -221,13 +271,17 @@ def phase_pool(p: DiagEvo, phase: Phase) -> PhaseRecord:
         s.run.write_jsonl(ctx.dir / "pool.jsonl", pool.rows())
         s.run.write_jsonl(ctx.dir / "kept.jsonl", [r for r in pool.rows() if r["kept"]])
         hits = [float(v.meta["shows_target"][0]) for v in pool.votes if v.meta["shows_target"] is not None]
-        values = {**{k: v for k, v in pool.stats().items() if k != "rollouts"},
-                  "targeted_share": round(_mean([float(bool(p.cause_ids)) for p in targets]) or 0.0, 4),
-                  "target_hit_rate": None if not hits else round(_mean(hits) or 0.0, 4)}
+        values = {
+            **{k: v for k, v in pool.stats().items() if k != "rollouts"},
+            "targeted_share": round(_mean([float(bool(p.cause_ids)) for p in targets]) or 0.0, 4),
+            "target_hit_rate": None if not hits else round(_mean(hits) or 0.0, 4),
+        }
         ctx.log({f"curriculum/{k}": v for k, v in values.items() if isinstance(v, (int, float))})
-        ctx.say(f"[pool] {len(targets)} prompts -> {values['labelled']} candidates -> kept {values['kept']} "
-                f"({pc.voting.filter}); oracle agreement none/absolute/dual: "
-                + "/".join(_fmt(values[f"oracle_acc_{m}"]) for m in ("none", "absolute", "dual")))
+        ctx.say(
+            f"[pool] {len(targets)} prompts -> {values['labelled']} candidates -> kept {values['kept']} "
+            f"({pc.voting.filter}); oracle agreement none/absolute/dual: "
+            + "/".join(_fmt(values[f"oracle_acc_{m}"]) for m in ("none", "absolute", "dual"))
+        )
         return PhaseResult(values, pool.rollouts)
 
     return s.run.phase(phase, fn)
@@ -239,26 +293,47 @@ def phase_solver(p: DiagEvo, phase: Phase) -> PhaseRecord:
     sc = s.cfg.solver
 
     def fn(ctx: PhaseContext) -> PhaseResult:
-        tasks = [Task(r["id"], r["question"], r["label"], "generated",
-                      {"oracle": r["meta"].get("oracle"), "targets": r["meta"].get("cause_ids", [])})
-                 for r in s.run.read_jsonl(ctx.dir / "kept.jsonl")]
+        tasks = [
+            Task(
+                r["id"],
+                r["question"],
+                r["label"],
+                "generated",
+                {"oracle": r["meta"].get("oracle"), "targets": r["meta"].get("cause_ids", [])},
+            )
+            for r in s.run.read_jsonl(ctx.dir / "kept.jsonl")
+        ]
         if not tasks or sc.steps == 0:
             s.run.write_jsonl(ctx.dir / "optimisation.jsonl", [])
             ctx.say("[solver] nothing kept: no update")
-            return PhaseResult({"skipped": True},
-                               problem="the filter kept no question: the solver was not trained" if not tasks else None)
+            return PhaseResult(
+                {"skipped": True},
+                problem="the filter kept no question: the solver was not trained" if not tasks else None,
+            )
         passes = ShuffledPasses(tasks, random.Random(ctx.seed))
-        res = s.train(solver, TrainRequest(
-            sc, "solver", batches=lambda step: passes.take(min(sc.prompts_per_step, len(tasks))),
-            prompt=lambda task: s.world.prompter.solver(task.question), params=s.params(ctx.seed, sc),
-            reward=RewardSpec("match")), ctx)
+        res = s.train(
+            solver,
+            TrainRequest(
+                sc,
+                "solver",
+                batches=lambda step: passes.take(min(sc.prompts_per_step, len(tasks))),
+                prompt=lambda task: s.world.prompter.solver(task.question),
+                params=s.params(ctx.seed, sc),
+                reward=RewardSpec("match"),
+            ),
+            ctx,
+        )
         first: dict[str, dict[str, Any]] = {}
         for r in res.records:  # the G fresh responses of a question's first batch feed the diagnosis
             first.setdefault(r["id"], {k: v for k, v in r.items() if k != "step"})
         s.run.write_jsonl(ctx.dir / "optimisation.jsonl", [first[k] for k in sorted(first)])
         ctx.say(f"[solver] mean reward {res.reward_mean:.3f} over {res.steps} steps on {len(tasks)} kept questions")
-        return PhaseResult({"reward_mean": round(res.reward_mean, 4), "questions_trained": len(first), "updates": res.updates},
-                           res.rollouts, s.save(solver, f"r{t:02d}"), res.problem)
+        return PhaseResult(
+            {"reward_mean": round(res.reward_mean, 4), "questions_trained": len(first), "updates": res.updates},
+            res.rollouts,
+            s.save(solver, f"r{t:02d}"),
+            res.problem,
+        )
 
     return s.run.phase(phase, fn)
 
@@ -269,12 +344,30 @@ def remeasure_targeted(s: Setup, solver: Role, ctx: PhaseContext, pool_rows: lis
     answers each, seeded from the memory phase's seed) and vote again; writes
     ``promotion_p1.jsonl`` (construction vs updated p1 and label) and returns id -> updated p1."""
     rows = targeted_questions(pool_rows)
-    votes = label_questions(solver.sampler, s.world.prompter, [r["question"] for r in rows], s.cfg.pool.voting.samples,
-                            s.params(derive_seed(ctx.seed, "promotion")), s.grader,
-                            s.cfg.sampling.batch_prompts)
-    out = [{"id": r["id"], "cause_ids": r["meta"]["cause_ids"], "mode": r["meta"].get("mode"), "kept": r.get("kept"),
-            "question": r["question"], "p1_construction": r["p1"], "label_construction": r["label"],
-            "p1_updated": v.p1, "p2_updated": v.p2, "label_updated": v.label} for r, v in zip(rows, votes)]
+    votes = label_questions(
+        solver.sampler,
+        s.world.prompter,
+        [r["question"] for r in rows],
+        s.cfg.pool.voting.samples,
+        s.params(derive_seed(ctx.seed, "promotion")),
+        s.grader,
+        s.cfg.sampling.batch_prompts,
+    )
+    out = [
+        {
+            "id": r["id"],
+            "cause_ids": r["meta"]["cause_ids"],
+            "mode": r["meta"].get("mode"),
+            "kept": r.get("kept"),
+            "question": r["question"],
+            "p1_construction": r["p1"],
+            "label_construction": r["label"],
+            "p1_updated": v.p1,
+            "p2_updated": v.p2,
+            "label_updated": v.label,
+        }
+        for r, v in zip(rows, votes)
+    ]
     s.run.write_jsonl(ctx.dir / "promotion_p1.jsonl", out)
     return {r["id"]: float(r["p1_updated"]) for r in out}
 
@@ -302,31 +395,52 @@ def phase_memory(p: DiagEvo, phase: Phase) -> PhaseRecord:
             mem.save(ctx.dir / MEMORY_FILE)
             ctx.say("[memory] disabled (memory.enabled=false): no diagnosis")
             return PhaseResult({"skipped": True, **mem.stats(m.k)})
-        kept = [KeptQuestion(r["question"], r["label"], list(r["targets"]), r["responses"], r["matches"], id=r["id"])
-                for r in s.run.read_jsonl(ctx.dir / "optimisation.jsonl")]
+        kept = [
+            KeptQuestion(r["question"], r["label"], list(r["targets"]), r["responses"], r["matches"], id=r["id"])
+            for r in s.run.read_jsonl(ctx.dir / "optimisation.jsonl")
+        ]
         rows = s.run.read_jsonl(ctx.dir / "pool.jsonl")
         remeasured = remeasure_targeted(s, solver, ctx, rows) if m.promotion_p1 == "updated" else None
         diag.diagnoser.stats = DiagnoserStats()
-        res = maintain_memory(mem, kept, diag.diagnoser, diag.embedder, t, m,
-                              targeted_p1_by_cause(rows, m.promotion_p1, remeasured), np.random.default_rng(ctx.seed),
-                              diag.confirm(ctx.seed),
-                              reference_p1=targeted_p1_by_cause(rows, "construction") if remeasured is not None else None)
+        res = maintain_memory(
+            mem,
+            kept,
+            diag.diagnoser,
+            diag.embedder,
+            t,
+            m,
+            targeted_p1_by_cause(rows, m.promotion_p1, remeasured),
+            np.random.default_rng(ctx.seed),
+            diag.confirm(ctx.seed),
+            reference_p1=targeted_p1_by_cause(rows, "construction") if remeasured is not None else None,
+        )
         checkable = s.world.knows_truth and diag.kind == "llm"  # does the model name the cause the trace shows?
-        agree = [float(s.world.true_cause(r["question"], r["bad"], r["good"]) == r["diagnosis"]["cause"])
-                 for r in res.records if checkable and r["diagnosis"] is not None]
-        stats = {**res.stats, **_promotion_stats(rows, remeasured),
-                 **({"diagnosis_oracle_agreement": _mean(agree)} if agree else {}),
-                 **{f"diagnoser_{k}": v for k, v in diag.diagnoser.stats.as_dict().items()}}
+        agree = [
+            float(s.world.true_cause(r["question"], r["bad"], r["good"]) == r["diagnosis"]["cause"])
+            for r in res.records
+            if checkable and r["diagnosis"] is not None
+        ]
+        stats = {
+            **res.stats,
+            **_promotion_stats(rows, remeasured),
+            **({"diagnosis_oracle_agreement": _mean(agree)} if agree else {}),
+            **{f"diagnoser_{k}": v for k, v in diag.diagnoser.stats.as_dict().items()},
+        }
         stats = {k: round(v, 4) if isinstance(v, float) else v for k, v in stats.items()}
         s.run.write_jsonl(ctx.dir / "diagnoses.jsonl", res.records)
         mem.save(ctx.dir / MEMORY_FILE)
         ctx.log({f"memory/{k}": v for k, v in stats.items() if isinstance(v, (int, float))})
-        ctx.say(f"[memory] {stats['diagnoses_ok']}/{stats['diagnoses_attempted']} diagnoses ok, {stats['new_causes']} new "
-                f"causes, promoted {res.promoted}, re-activated {res.reactivated}; {stats['causes']} causes under "
-                f"{stats['nodes']} nodes ({stats['active']} active / {stats['mastered']} mastered), next ε={stats['next_epsilon']:.3f}")
-        rollouts = (diag.diagnoser.stats.calls if diag.kind == "llm" else 0) + len(remeasured or {}) * cfg.pool.voting.samples
-        return PhaseResult({**stats, "promoted_ids": ",".join(res.promoted), "reactivated_ids": ",".join(res.reactivated)},
-                           rollouts)
+        ctx.say(
+            f"[memory] {stats['diagnoses_ok']}/{stats['diagnoses_attempted']} diagnoses ok, {stats['new_causes']} new "
+            f"causes, promoted {res.promoted}, re-activated {res.reactivated}; {stats['causes']} causes under "
+            f"{stats['nodes']} nodes ({stats['active']} active / {stats['mastered']} mastered), next ε={stats['next_epsilon']:.3f}"
+        )
+        rollouts = (diag.diagnoser.stats.calls if diag.kind == "llm" else 0) + len(
+            remeasured or {}
+        ) * cfg.pool.voting.samples
+        return PhaseResult(
+            {**stats, "promoted_ids": ",".join(res.promoted), "reactivated_ids": ",".join(res.reactivated)}, rollouts
+        )
 
     return s.run.phase(phase, fn)
 
@@ -335,7 +449,9 @@ def final_memory(p: DiagEvo) -> dict[str, Any]:
     """The memory after the last round, copied to the run folder's ``memory.json``, and its
     figures for summary.json."""
     cfg = p.s.cfg
-    last = max((r.round for r in p.s.run.state.records() if r.round is not None), default=0)  # < rounds after an early stop
+    last = max(
+        (r.round for r in p.s.run.state.records() if r.round is not None), default=0
+    )  # < rounds after an early stop
     final = load_memory(p.s.run, last)
     p.s.run.write_json("memory.json", final.to_dict())
     return {"memory": final.stats(cfg.memory.k)}
@@ -361,16 +477,41 @@ def challenger_work(cfg: DiagEvoConfig, toy: bool) -> Work:
     ch = cfg.challenger
     if ch.frozen:
         return Work()
-    return train_work("challenger", "challenger", ch, cfg.sampling, "question", "questions",
-                      scored_by("solver", ch, cfg.sampling, ch.reward.samples))
+    return train_work(
+        "challenger",
+        "challenger",
+        ch,
+        cfg.sampling,
+        "question",
+        "questions",
+        scored_by("solver", ch, cfg.sampling, ch.reward.samples),
+    )
 
 
 def pool_work(cfg: DiagEvoConfig, toy: bool) -> Work:
     pc, s = cfg.pool, cfg.sampling
-    return Work((Rollouts("challenger", "candidate questions", pc.size, s.batch_prompts, 1, "question",
-                          phase_cap(cfg.challenger, s)),
-                 Rollouts("solver", f"{pc.voting.samples} construction answers", pc.size * pc.voting.samples,
-                          s.batch_prompts, pc.voting.samples, "answer", s.max_new_tokens)))
+    return Work(
+        (
+            Rollouts(
+                "challenger",
+                "candidate questions",
+                pc.size,
+                s.batch_prompts,
+                1,
+                "question",
+                phase_cap(cfg.challenger, s),
+            ),
+            Rollouts(
+                "solver",
+                f"{pc.voting.samples} construction answers",
+                pc.size * pc.voting.samples,
+                s.batch_prompts,
+                pc.voting.samples,
+                "answer",
+                s.max_new_tokens,
+            ),
+        )
+    )
 
 
 def solver_work(cfg: DiagEvoConfig, toy: bool) -> Work:
@@ -388,16 +529,44 @@ def memory_work(cfg: DiagEvoConfig, toy: bool) -> Work:
         calls = min(calls, mem.max_diagnoses_per_round)
     llm = dg.kind == "llm" or (dg.kind == "auto" and not toy)
     who = "solver" if cfg.diagnosis_model_path() is None else FROZEN_DIAGNOSER
-    gens = [Rollouts(who, "diagnoses (one per failed response)", calls, s.batch_prompts, 1, "diagnosis",
-                     dg.max_new_tokens)] if llm else []
+    gens = (
+        [
+            Rollouts(
+                who, "diagnoses (one per failed response)", calls, s.batch_prompts, 1, "diagnosis", dg.max_new_tokens
+            )
+        ]
+        if llm
+        else []
+    )
     if llm and mem.confirm_duplicates:  # yes/no calls one at a time while causes are filed; at most retrieve_k each
-        gens.append(Rollouts(who, f"duplicate confirmations (<= {mem.retrieve_k} per diagnosis)",
-                             calls * mem.retrieve_k, 1, 1, "diagnosis", CONFIRM_TOKENS))
+        gens.append(
+            Rollouts(
+                who,
+                f"duplicate confirmations (<= {mem.retrieve_k} per diagnosis)",
+                calls * mem.retrieve_k,
+                1,
+                1,
+                "diagnosis",
+                CONFIRM_TOKENS,
+            )
+        )
     if mem.promotion_p1 == "updated":
-        gens.append(Rollouts("solver", "promotion re-measure", kept * pc.voting.samples, s.batch_prompts,
-                             pc.voting.samples, "answer", s.max_new_tokens))
-    return Work(tuple(gens), note=f"~{kept} kept questions assumed ({KEPT_FRACTION:.0%} of the pool), "
-                f"~{fails:.2g} failed responses each" + (f", {calls} diagnoses" if llm else ""))
+        gens.append(
+            Rollouts(
+                "solver",
+                "promotion re-measure",
+                kept * pc.voting.samples,
+                s.batch_prompts,
+                pc.voting.samples,
+                "answer",
+                s.max_new_tokens,
+            )
+        )
+    return Work(
+        tuple(gens),
+        note=f"~{kept} kept questions assumed ({KEPT_FRACTION:.0%} of the pool), "
+        f"~{fails:.2g} failed responses each" + (f", {calls} diagnoses" if llm else ""),
+    )
 
 
 RECIPE = Recipe(

@@ -44,12 +44,26 @@ def phase_solver(p: GRPO, phase: Phase) -> PhaseRecord:
             labelled.update(t.id for t in tasks)
             return tasks
 
-        res = s.train(solver, TrainRequest(sp, "solver", batch, lambda task: s.world.prompter.solver(task.question),
-                                           s.params(ctx.seed, sp), RewardSpec("solver", sp.alpha)), ctx)
+        res = s.train(
+            solver,
+            TrainRequest(
+                sp,
+                "solver",
+                batch,
+                lambda task: s.world.prompter.solver(task.question),
+                s.params(ctx.seed, sp),
+                RewardSpec("solver", sp.alpha),
+            ),
+            ctx,
+        )
         ctx.compute.labelled(len(labelled))
         ctx.say(f"[solver] mean reward {res.reward_mean:.3f} over {res.steps} steps")
-        return PhaseResult({"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "updates": res.updates},
-                           res.rollouts, s.save(solver, f"r{t:02d}"), res.problem)
+        return PhaseResult(
+            {"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "updates": res.updates},
+            res.rollouts,
+            s.save(solver, f"r{t:02d}"),
+            res.problem,
+        )
 
     return s.run.phase(phase, fn)
 
@@ -63,9 +77,5 @@ RECIPE = Recipe(
     roles=lambda cfg: ("solver",),
     build=lambda s, roles: GRPO(s, roles["solver"]),
     needs_labels=True,
-    steps=(
-        BASE_EVAL,
-        Step("solver", phase_solver, work=solver_work),
-        ROUND_EVAL,
-    ),
+    steps=(BASE_EVAL, Step("solver", phase_solver, work=solver_work), ROUND_EVAL),
 )

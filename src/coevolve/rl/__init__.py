@@ -11,6 +11,14 @@ from coevolve.rl.grpo import (
 from coevolve.rl.learner import Learner, LearnerConfig, NonFiniteLossError, RolloutGroup
 
 __all__ = [
-    "RLInputError", "group_advantages", "policy_loss", "selective_log_softmax", "sequence_logprobs", "token_entropy",
-    "Learner", "LearnerConfig", "NonFiniteLossError", "RolloutGroup",
+    "RLInputError",
+    "group_advantages",
+    "policy_loss",
+    "selective_log_softmax",
+    "sequence_logprobs",
+    "token_entropy",
+    "Learner",
+    "LearnerConfig",
+    "NonFiniteLossError",
+    "RolloutGroup",
 ]

@@ -36,7 +36,8 @@ no bf16 rounding sits between the sum and the master.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -53,9 +54,7 @@ class RLInputError(CoevolveError, ValueError):
 ZERO_STD_ATOL = 1e-6
 
 
-def group_advantages(
-    rewards_BG: Tensor, scale_std: bool = True, eps: float = 1e-4
-) -> tuple[Tensor, Tensor]:
+def group_advantages(rewards_BG: Tensor, scale_std: bool = True, eps: float = 1e-4) -> tuple[Tensor, Tensor]:
     """Group-relative advantages.
 
     ``rewards_BG`` holds G rewards for each of B prompts. Returns ``(adv_BG, zero_std_B)``.
@@ -65,9 +64,7 @@ def group_advantages(
     if rewards_BG.dim() != 2:
         raise RLInputError(f"group_advantages: rewards must be (B, G), got shape {tuple(rewards_BG.shape)}")
     if rewards_BG.shape[1] < 2:
-        raise RLInputError(
-            f"group_advantages: need at least 2 samples per group, got G={rewards_BG.shape[1]}"
-        )
+        raise RLInputError(f"group_advantages: need at least 2 samples per group, got G={rewards_BG.shape[1]}")
     if not torch.isfinite(rewards_BG).all():
         raise RLInputError("group_advantages: rewards contain NaN or inf")
     r = rewards_BG.double()  # (B, G) in float64 so the zero-std test is not fooled by rounding
@@ -152,8 +149,17 @@ def sequence_logprobs(
     position_ids = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (N, L)
     parts = _decoder_and_head(model) if chunk_tokens else None
     if parts is not None:
-        return _chunked_sequence_logprobs(parts[0], parts[1], input_ids, attention_mask, position_ids,
-                                          completion_mask, int(chunk_tokens or 0), return_entropy, head_grad_sink)
+        return _chunked_sequence_logprobs(
+            parts[0],
+            parts[1],
+            input_ids,
+            attention_mask,
+            position_ids,
+            completion_mask,
+            int(chunk_tokens or 0),
+            return_entropy,
+            head_grad_sink,
+        )
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -217,8 +223,14 @@ class _ChunkedLinearLogProbs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, h_KH: Tensor, weight_VH: Tensor, targets_K: Tensor, chunk: int,
-                sink: Callable[[Tensor], None] | None = None) -> tuple[Tensor, Tensor]:
+    def forward(
+        ctx: Any,
+        h_KH: Tensor,
+        weight_VH: Tensor,
+        targets_K: Tensor,
+        chunk: int,
+        sink: Callable[[Tensor], None] | None = None,
+    ) -> tuple[Tensor, Tensor]:
         K = h_KH.shape[0]
         logp_K = torch.empty(K, dtype=torch.float32, device=h_KH.device)
         ent_K = torch.empty_like(logp_K)
@@ -262,8 +274,13 @@ class _ChunkedLinearLogProbs(torch.autograd.Function):
         return dh_KH, None if dW_VH is None else dW_VH.to(W_VH.dtype), None, None, None
 
 
-def chunked_token_logprobs(head: Any, h_KH: Tensor, targets_K: Tensor, chunk_tokens: int,
-                           head_grad_sink: Callable[[Tensor], None] | None = None) -> tuple[Tensor, Tensor]:
+def chunked_token_logprobs(
+    head: Any,
+    h_KH: Tensor,
+    targets_K: Tensor,
+    chunk_tokens: int,
+    head_grad_sink: Callable[[Tensor], None] | None = None,
+) -> tuple[Tensor, Tensor]:
     """``(logp_K, entropy_K)`` of K tokens from their (K, H) hidden states, ``chunk_tokens`` at
     a time. A plain bias-free ``nn.Linear`` head (Llama, Qwen) goes through
     ``_ChunkedLinearLogProbs`` (whose fp32 weight gradient goes to ``head_grad_sink`` when
@@ -297,7 +314,12 @@ def chunked_token_logprobs(head: Any, h_KH: Tensor, targets_K: Tensor, chunk_tok
 
 
 def _scattered_token_logprobs(
-    head: Any, h_NTH: Tensor, targets_NT: Tensor, active_NT: Tensor, chunk_tokens: int, return_entropy: bool,
+    head: Any,
+    h_NTH: Tensor,
+    targets_NT: Tensor,
+    active_NT: Tensor,
+    chunk_tokens: int,
+    return_entropy: bool,
     head_grad_sink: Callable[[Tensor], None] | None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """(N, T) log-probs (and, with ``return_entropy``, detached entropies) of ``targets_NT``
@@ -306,8 +328,7 @@ def _scattered_token_logprobs(
     elsewhere. The chunked paths of ``sequence_logprobs`` and ``shared_prompt_logprobs`` both
     end here, so they lay out their outputs the same way."""
     N, T = active_NT.shape
-    logp_K, ent_K = chunked_token_logprobs(head, h_NTH[active_NT], targets_NT[active_NT], chunk_tokens,
-                                           head_grad_sink)
+    logp_K, ent_K = chunked_token_logprobs(head, h_NTH[active_NT], targets_NT[active_NT], chunk_tokens, head_grad_sink)
     logp_NT = torch.zeros((N, T), dtype=torch.float32, device=targets_NT.device)
     logp_NT = logp_NT.masked_scatter(active_NT, logp_K)  # (N, T), differentiable w.r.t. logp_K
     if return_entropy:
@@ -317,33 +338,38 @@ def _scattered_token_logprobs(
 
 
 def _chunked_sequence_logprobs(
-    decoder: Any, head: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
-    completion_mask: Tensor, chunk_tokens: int, return_entropy: bool,
+    decoder: Any,
+    head: Any,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    position_ids: Tensor,
+    completion_mask: Tensor,
+    chunk_tokens: int,
+    return_entropy: bool,
     head_grad_sink: Callable[[Tensor], None] | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """``sequence_logprobs`` without full logits: the decoder's hidden states at the K active
     completion positions go through ``chunked_token_logprobs`` and are scattered back to (N, T)."""
     L = input_ids.shape[1]
     T = completion_mask.shape[1]
-    hidden_NLH = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         use_cache=False).last_hidden_state  # (N, L, H)
+    hidden_NLH = decoder(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    ).last_hidden_state  # (N, L, H)
     h_NTH = hidden_NLH[:, L - T - 1 : L - 1, :]  # (N, T, H): the state at j predicts token j+1
     active_NT = completion_mask > 0  # (N, T)
     targets_NT = input_ids[:, L - T :]  # (N, T)
     return _scattered_token_logprobs(head, h_NTH, targets_NT, active_NT, chunk_tokens, return_entropy, head_grad_sink)
 
 
-def _shared_prompt_pass(
-    decoder: Any, prompt_ids: Tensor, prompt_mask: Tensor, G: int,
-) -> tuple[Tensor, dict[str, Any]]:
+def _shared_prompt_pass(decoder: Any, prompt_ids: Tensor, prompt_mask: Tensor, G: int) -> tuple[Tensor, dict[str, Any]]:
     """The prompt half of ``shared_prompt_logprobs``: runs the B prompts through ``decoder``
     once with a fresh KV cache, repeats that cache G times along the batch so each group's
     completions can run on top of it, and returns ``(h_last_BH, cache_kw)``: the prompts' last
     hidden states (B, H) and the keyword argument that hands the repeated cache to the next
     decoder call (its name depends on the transformers version)."""
-    from transformers import DynamicCache
-
     import inspect
+
+    from transformers import DynamicCache
 
     # transformers renamed ``past_key_values`` to ``cache`` (5.x deprecates the old name)
     kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
@@ -397,13 +423,15 @@ def shared_prompt_logprobs(
     pos_NT = plen_N[:, None] + torch.arange(T, device=prompt_ids.device)[None, :]  # (N, T)
     c_attn_NT = (completion_mask > 0).to(prompt_mask.dtype)  # (N, T)
     attn = torch.cat([prompt_mask.repeat_interleave(G, dim=0), c_attn_NT], dim=1)  # (N, P + T)
-    h_comp_NTH = decoder(input_ids=completion_ids, attention_mask=attn, position_ids=pos_NT, use_cache=True,
-                         **cache_kw).last_hidden_state  # (N, T, H)
+    h_comp_NTH = decoder(
+        input_ids=completion_ids, attention_mask=attn, position_ids=pos_NT, use_cache=True, **cache_kw
+    ).last_hidden_state  # (N, T, H)
     h_NTH = torch.cat([h_last_BH.repeat_interleave(G, dim=0)[:, None, :], h_comp_NTH[:, :-1, :]], dim=1)  # (N, T, H)
     active_NT = completion_mask > 0  # (N, T)
     if chunk_tokens:
-        return _scattered_token_logprobs(head, h_NTH, completion_ids, active_NT, int(chunk_tokens), return_entropy,
-                                         head_grad_sink)
+        return _scattered_token_logprobs(
+            head, h_NTH, completion_ids, active_NT, int(chunk_tokens), return_entropy, head_grad_sink
+        )
     logits_NTV = head(h_NTH)  # (N, T, V)
     m_NT = completion_mask.to(torch.float32)
     logp_NT = selective_log_softmax(logits_NTV, completion_ids).float() * m_NT

@@ -36,9 +36,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from torch import Tensor
-
 from pydantic import Field, field_validator
+from torch import Tensor
 
 from coevolve.errors import CoevolveError, ConfigError, RunStateError
 from coevolve.rl.grpo import (
@@ -66,14 +65,14 @@ AUTO_CHUNK_TOKENS = 1024
 """Tokens per chunk: a (1024, 152k) fp32 slice is 0.6 GB, and the head matmul stays large."""
 
 
-def resolve_gradient_checkpointing(cfg: "LearnerConfig", n_params: int) -> bool:
+def resolve_gradient_checkpointing(cfg: LearnerConfig, n_params: int) -> bool:
     """``cfg.gradient_checkpointing``, or the auto rule: on from ``AUTO_CHECKPOINT_MIN_PARAMS``."""
     if cfg.gradient_checkpointing is not None:
         return bool(cfg.gradient_checkpointing)
     return n_params >= AUTO_CHECKPOINT_MIN_PARAMS
 
 
-def resolve_logprob_chunk(cfg: "LearnerConfig", vocab_size: int) -> int:
+def resolve_logprob_chunk(cfg: LearnerConfig, vocab_size: int) -> int:
     """Chunk size of the log-prob pass (0 = plain full logits): ``cfg.logprob_chunk_tokens`` or
     the auto rule (``AUTO_CHUNK_TOKENS`` from ``AUTO_CHUNK_MIN_VOCAB`` vocabulary entries)."""
     if cfg.logprob_chunk_tokens is not None:
@@ -81,7 +80,7 @@ def resolve_logprob_chunk(cfg: "LearnerConfig", vocab_size: int) -> int:
     return AUTO_CHUNK_TOKENS if vocab_size >= AUTO_CHUNK_MIN_VOCAB else 0
 
 
-def resolve_fused(cfg: "LearnerConfig", device: torch.device) -> bool:
+def resolve_fused(cfg: LearnerConfig, device: torch.device) -> bool:
     """Fused AdamW: ``cfg.fused_optimizer`` or auto (CUDA state device only; on CPU the foreach
     kernel is the reference the toy figures were made with)."""
     if cfg.fused_optimizer is not None:
@@ -135,24 +134,39 @@ class LearnerConfig(Strict):
     104-token vocabulary, 2 layers) is exactly the plain one under the defaults.
     """
 
-    lr: float = Field(3e-5, gt=0, allow_inf_nan=False, description="AdamW learning rate (toy: 3e-5; 3e-4 collapses, "
-                      "1e-4 degrades; real 4B: ~1e-6).")
+    lr: float = Field(
+        3e-5,
+        gt=0,
+        allow_inf_nan=False,
+        description="AdamW learning rate (toy: 3e-5; 3e-4 collapses, 1e-4 degrades; real 4B: ~1e-6).",
+    )
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas, each in [0, 1).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     grad_clip: float = Field(1.0, ge=0, description="Global gradient-norm clip (0 = no clipping).")
     eps_low: float = Field(0.2, ge=0, lt=1, description="Lower PPO clip (1 - eps_low).")
-    eps_high: float = Field(0.28, ge=0, description="Upper PPO clip (1 + eps_high), DAPO clip-higher (our default; "
-                            "textbook GRPO: 0.2, symmetric).")
-    beta_kl: float = Field(0.0, ge=0, description="k3 KL coefficient to the reference model (0 = no reference; our "
-                           "default. Textbook GRPO keeps a KL term, e.g. DeepSeekMath 0.04, R-Zero 0.01).")
+    eps_high: float = Field(
+        0.28,
+        ge=0,
+        description="Upper PPO clip (1 + eps_high), DAPO clip-higher (our default; textbook GRPO: 0.2, symmetric).",
+    )
+    beta_kl: float = Field(
+        0.0,
+        ge=0,
+        description="k3 KL coefficient to the reference model (0 = no reference; our "
+        "default. Textbook GRPO keeps a KL term, e.g. DeepSeekMath 0.04, R-Zero 0.01).",
+    )
     loss_agg: Literal["token-mean", "seq-mean"] = Field(
-        "token-mean", description="GRPO loss aggregation: 'token-mean' over every token of the update batch (DAPO; our "
+        "token-mean",
+        description="GRPO loss aggregation: 'token-mean' over every token of the update batch (DAPO; our "
         "default) or 'seq-mean', each answer's token mean averaged over answers (textbook GRPO, which the papers cite; "
-        "configs/textbook_grpo.yaml).")
+        "configs/textbook_grpo.yaml).",
+    )
     scale_std: bool = Field(True, description="Divide advantages by the group std (False = Dr. GRPO).")
     adv_eps: float = Field(1e-4, gt=0, description="Added to the group std (TRL: 1e-4; verl: 1e-6).")
-    drop_zero_std: bool = Field(True, description="Drop zero-variance groups before the update (their tokens never "
-                                "enter the token-mean normaliser).")
+    drop_zero_std: bool = Field(
+        True,
+        description="Drop zero-variance groups before the update (their tokens never enter the token-mean normaliser).",
+    )
     micro_batch_size: int = Field(64, ge=1, description="Sequences per forward/backward micro-batch.")
     epochs_per_batch: int = Field(1, ge=1, description="GRPO inner epochs (μ) over each rollout batch.")
     lora: bool = Field(False, description="Train LoRA adapters (needs the 'lora' extra: peft).")
@@ -161,44 +175,62 @@ class LearnerConfig(Strict):
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
     lora_target_modules: str | list[str] = Field("all-linear", description="LoRA target modules (peft syntax).")
     gradient_checkpointing: bool | None = Field(
-        None, description="Activation checkpointing of every decoder layer (non-reentrant; works with LoRA): "
+        None,
+        description="Activation checkpointing of every decoder layer (non-reentrant; works with LoRA): "
         "activations of a micro-batch shrink from ~layers x per-layer to ~one layer, for ~1/3 more compute. "
         f"None = auto: on when the model has >= {AUTO_CHECKPOINT_MIN_PARAMS / 1e9:g}B parameters (real models; "
-        "off for the toy model and SmolLM2-135M).")
+        "off for the toy model and SmolLM2-135M).",
+    )
     max_tokens_per_micro_batch: int | None = Field(
-        None, ge=1, description="Padded-token budget of one forward/backward micro-batch (rows x longest row). "
+        None,
+        ge=1,
+        description="Padded-token budget of one forward/backward micro-batch (rows x longest row). "
         "Rows are sorted by length (longest first) and packed fully left-padded, so padding waste stays small; "
         "a row longer than the budget gets a micro-batch of its own. None = micro-batches of micro_batch_size "
         "rows in rollout order (the toy default). Both caps apply when set. Real 4B: ~16384-32768 with "
-        "gradient checkpointing.")
+        "gradient checkpointing.",
+    )
     logprob_chunk_tokens: int | None = Field(
-        None, ge=0, description="Completion tokens per LM-head + log-softmax chunk (checkpointed), so the "
+        None,
+        ge=0,
+        description="Completion tokens per LM-head + log-softmax chunk (checkpointed), so the "
         f"(tokens, vocab) fp32 logits are never materialised. None = auto: {AUTO_CHUNK_TOKENS} when the vocabulary "
-        f"has >= {AUTO_CHUNK_MIN_VOCAB} entries (real LLMs), 0 (off: one full-logits pass) otherwise.")
+        f"has >= {AUTO_CHUNK_MIN_VOCAB} entries (real LLMs), 0 (off: one full-logits pass) otherwise.",
+    )
     fused_optimizer: bool | None = Field(
-        None, description="Fused AdamW kernel (one launch, no foreach temporaries of a full fp32 parameter "
-        "copy). None = auto: on when the optimizer state lives on a CUDA device.")
+        None,
+        description="Fused AdamW kernel (one launch, no foreach temporaries of a full fp32 parameter "
+        "copy). None = auto: on when the optimizer state lives on a CUDA device.",
+    )
     offload_optimizer: bool = Field(
-        False, description="Keep the fp32 masters and AdamW state in CPU memory and run the optimizer step "
+        False,
+        description="Keep the fp32 masters and AdamW state in CPU memory and run the optimizer step "
         "there (saves 12 bytes per trainable parameter of GPU memory; costs a PCIe round trip of the "
-        "gradients and weights per update).")
+        "gradients and weights per update).",
+    )
     share_prompt: bool = Field(
-        False, description="Run each GRPO group's prompt once and its G completions on the prompt's KV cache "
+        False,
+        description="Run each GRPO group's prompt once and its G completions on the prompt's KV cache "
         "(rl.grpo.shared_prompt_logprobs): a step costs B·P + N·T token passes instead of N·(P + T), the same "
         "values within float rounding. Worth it when prompts are long next to answers (few-shot prompts: ~3x less "
         "compute for ~120-token prompts and ~30-token answers). Needs gradient_checkpointing off (the cache) and a "
-        "plain decoder + LM head. false = every row [prompt | completion] on its own (the reference).")
+        "plain decoder + LM head. false = every row [prompt | completion] on its own (the reference).",
+    )
     resume_from_checkpoint: str | None = Field(
-        None, description="A checkpoint folder of a coevolve run (RUN/checkpoints/solver_rNN: weights, "
+        None,
+        description="A checkpoint folder of a coevolve run (RUN/checkpoints/solver_rNN: weights, "
         "learner_optim.pt, learner_state.json) the solver of a new run starts from, with its AdamW state, fp32 "
         "masters and step count (TRL's resume_from_checkpoint; verl's resume_from_path). This section's settings "
         "(lr, betas, weight decay) apply from the first step. Checked before the run folder exists: the files, the "
         "checkpoint's world and learner.lora; a model whose trainable parameters differ is refused when loaded. "
-        "The base evaluation then measures the checkpoint. Other roles start from model.path. backend=local only.")
+        "The base evaluation then measures the checkpoint. Other roles start from model.path. backend=local only.",
+    )
     offload_when_idle: bool = Field(
-        True, description="When a role's GRPO phase ends, move its fp32 masters and optimizer state to CPU "
+        True,
+        description="When a role's GRPO phase ends, move its fp32 masters and optimizer state to CPU "
         "memory (they come back at its next update), and let recipes park idle roles' weights there, so a "
-        "role that is not training holds at most its half-precision weights on the GPU. No-op on CPU.")
+        "role that is not training holds at most its half-precision weights on the GPU. No-op on CPU.",
+    )
 
     @field_validator("betas")
     @classmethod
@@ -260,7 +292,9 @@ class _Batch:
 
 
 def _collate(
-    seqs: list[tuple[list[int], list[int], float, list[float] | None]], pad_id: int, device: torch.device,
+    seqs: list[tuple[list[int], list[int], float, list[float] | None]],
+    pad_id: int,
+    device: torch.device,
     left_pad_all: bool = False,
 ) -> _Batch:
     """[left-padded prompt | right-padded completion]: positions are recomputed from the mask,
@@ -294,14 +328,12 @@ def _collate(
             if old is not None and lp is not None:
                 old[i, t0 : t0 + len(c)] = torch.tensor(lp, dtype=torch.float32)
     return _Batch(
-        ids.to(device), attn.to(device), cmask.to(device), adv.to(device),
-        None if old is None else old.to(device),
+        ids.to(device), attn.to(device), cmask.to(device), adv.to(device), None if old is None else old.to(device)
     )
 
 
 def _collate_shared(
-    groups: list[tuple[list[int], list[tuple[list[int], float, list[float] | None]]]], pad_id: int,
-    device: torch.device,
+    groups: list[tuple[list[int], list[tuple[list[int], float, list[float] | None]]]], pad_id: int, device: torch.device
 ) -> _Batch:
     """``share_prompt`` layout: the groups' prompts left-padded (Bp, P); their completions
     right-padded (B, T), G consecutive rows per prompt, in ``input_ids`` / ``attention_mask``."""
@@ -314,8 +346,8 @@ def _collate_shared(
     pids = torch.full((len(groups), P), pad_id, dtype=torch.long)  # (Bp, P)
     pmask = torch.zeros((len(groups), P), dtype=torch.long)  # (Bp, P)
     for i, (p, _) in enumerate(groups):
-        pids[i, P - len(p):] = torch.tensor(p, dtype=torch.long)
-        pmask[i, P - len(p):] = 1
+        pids[i, P - len(p) :] = torch.tensor(p, dtype=torch.long)
+        pmask[i, P - len(p) :] = 1
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)  # (B, T)
     cmask = torch.zeros((len(rows), T), dtype=torch.float32)  # (B, T)
     has_old = rows[0][2] is not None
@@ -327,8 +359,15 @@ def _collate_shared(
             if old is not None and lp is not None:
                 old[i, : len(c)] = torch.tensor(lp, dtype=torch.float32)
     adv = torch.tensor([a for _, a, _ in rows], dtype=torch.float32)  # (B,)
-    return _Batch(ids.to(device), cmask.long().to(device), cmask.to(device), adv.to(device),
-                  None if old is None else old.to(device), prompt_ids=pids.to(device), prompt_mask=pmask.to(device))
+    return _Batch(
+        ids.to(device),
+        cmask.long().to(device),
+        cmask.to(device),
+        adv.to(device),
+        None if old is None else old.to(device),
+        prompt_ids=pids.to(device),
+        prompt_mask=pmask.to(device),
+    )
 
 
 def _enable_checkpointing(model: Any) -> None:
@@ -343,8 +382,10 @@ def _enable_checkpointing(model: Any) -> None:
         else:
             raise ValueError("no activation_checkpointing_enable / gradient_checkpointing_enable method")
     except ValueError as e:
-        raise ConfigError(f"LearnerConfig.gradient_checkpointing: {type(model).__name__} does not support it ({e}); "
-                          "set learner.gradient_checkpointing=false") from None
+        raise ConfigError(
+            f"LearnerConfig.gradient_checkpointing: {type(model).__name__} does not support it ({e}); "
+            "set learner.gradient_checkpointing=false"
+        ) from None
 
 
 class _Fp32GradSum:
@@ -396,12 +437,13 @@ def _wrap_lora(model: Any, cfg: LearnerConfig) -> Any:
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as e:
-        raise ConfigError(
-            "LearnerConfig.lora=True needs the 'peft' package: pip install 'coevolve[lora]'"
-        ) from e
+        raise ConfigError("LearnerConfig.lora=True needs the 'peft' package: pip install 'coevolve[lora]'") from e
     lcfg = LoraConfig(
-        r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-        target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=cfg.lora_target_modules,
+        task_type="CAUSAL_LM",
     )
     return get_peft_model(model, lcfg)
 
@@ -431,8 +473,10 @@ class Learner:
         if self.gradient_checkpointing:
             _enable_checkpointing(model)  # before LoRA wrapping: PEFT forwards to the same layers
         if self.cfg.share_prompt and self.gradient_checkpointing:
-            raise ConfigError("learner.share_prompt=true runs completions on the prompt's KV cache, which activation "
-                              "checkpointing turns off: set learner.gradient_checkpointing=false (or share_prompt=false)")
+            raise ConfigError(
+                "learner.share_prompt=true runs completions on the prompt's KV cache, which activation "
+                "checkpointing turns off: set learner.gradient_checkpointing=false (or share_prompt=false)"
+            )
         vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 0
         self.logprob_chunk = resolve_logprob_chunk(self.cfg, int(vocab))
         if self.cfg.lora:
@@ -443,8 +487,10 @@ class Learner:
         self.ref_model = ref_model
         self.tokenizer = tokenizer
         if self.cfg.share_prompt and _decoder_and_head(model) is None:
-            raise ConfigError(f"learner.share_prompt=true needs a plain decoder + LM head; {type(model).__name__} has "
-                              "none (set learner.share_prompt=false)")
+            raise ConfigError(
+                f"learner.share_prompt=true needs a plain decoder + LM head; {type(model).__name__} has "
+                "none (set learner.share_prompt=false)"
+            )
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not named:
             raise ConfigError("Learner: the model has no trainable parameters")
@@ -466,9 +512,11 @@ class Learner:
         self._finalizer = weakref.finalize(self, _remove_hooks, self._hooks)
         opt_params = self.master if self.master is not None else self.params
         if self.cfg.offload_optimizer and self.master is None and self.device.type != "cpu":
-            raise ConfigError("learner.offload_optimizer=true offloads the fp32 masters of half-precision weights, but the "
-                              f"trainable parameters here are fp32 on {self.device} (LoRA adapters, or model.dtype=float32); "
-                              "set learner.offload_optimizer=false")
+            raise ConfigError(
+                "learner.offload_optimizer=true offloads the fp32 masters of half-precision weights, but the "
+                f"trainable parameters here are fp32 on {self.device} (LoRA adapters, or model.dtype=float32); "
+                "set learner.offload_optimizer=false"
+            )
         self.fused = resolve_fused(self.cfg, self.state_device)
         extra = {"fused": True} if self.fused else {}
         self.optimizer = torch.optim.AdamW(
@@ -483,8 +531,9 @@ class Learner:
         freed at once (``_fp32_accumulator``). With the chunked log-prob path the LM head's fp32
         weight gradient is handed straight to its sum (``_head_sink``), skipping bf16 rounding."""
         self._claim()
-        self.master = [p.detach().to(self.state_device, torch.float32, copy=True).requires_grad_(True)
-                       for p in self.params]
+        self.master = [
+            p.detach().to(self.state_device, torch.float32, copy=True).requires_grad_(True) for p in self.params
+        ]
         self._sums = [_Fp32GradSum() for _ in self.params]
         me = weakref.ref(self)
         for p, acc in zip(self.params, self._sums):
@@ -506,9 +555,11 @@ class Learner:
                 continue
             owner = prev[0]()
             if owner is not None and not owner.closed:
-                raise ConfigError(f"Learner: parameter {name} is already trained by another open Learner, whose "
-                                  "gradient hooks would take every gradient of this one; call close() on that "
-                                  "learner first (or use it as a context manager)")
+                raise ConfigError(
+                    f"Learner: parameter {name} is already trained by another open Learner, whose "
+                    "gradient hooks would take every gradient of this one; call close() on that "
+                    "learner first (or use it as a context manager)"
+                )
             prev[1].remove()
             delattr(p, _OWNER)
 
@@ -532,7 +583,7 @@ class Learner:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def __enter__(self) -> "Learner":
+    def __enter__(self) -> Learner:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -540,8 +591,10 @@ class Learner:
 
     def _check_open(self, what: str) -> None:
         if self.closed:
-            raise RunStateError(f"Learner.{what}: this learner was closed (its hooks and optimizer state are gone); "
-                                "build a new Learner over the model")
+            raise RunStateError(
+                f"Learner.{what}: this learner was closed (its hooks and optimizer state are gone); "
+                "build a new Learner over the model"
+            )
 
     # ------------------------------------------------------------------ device placement
     def _move_state(self, dev: torch.device) -> None:
@@ -604,11 +657,25 @@ class Learner:
     def _logprobs(self, model: Any, b: _Batch, return_entropy: bool = False, head_grad_sink: Any = None) -> Any:
         """Completion log-probs of micro-batch ``b`` under ``model`` (its layout decides the path)."""
         if b.prompt_ids is not None:
-            return shared_prompt_logprobs(model, b.prompt_ids, b.prompt_mask, b.input_ids, b.completion_mask,
-                                          return_entropy=return_entropy, chunk_tokens=self.logprob_chunk,
-                                          head_grad_sink=head_grad_sink)
-        return sequence_logprobs(model, b.input_ids, b.attention_mask, b.completion_mask, return_entropy=return_entropy,
-                                 chunk_tokens=self.logprob_chunk, head_grad_sink=head_grad_sink)
+            return shared_prompt_logprobs(
+                model,
+                b.prompt_ids,
+                b.prompt_mask,
+                b.input_ids,
+                b.completion_mask,
+                return_entropy=return_entropy,
+                chunk_tokens=self.logprob_chunk,
+                head_grad_sink=head_grad_sink,
+            )
+        return sequence_logprobs(
+            model,
+            b.input_ids,
+            b.attention_mask,
+            b.completion_mask,
+            return_entropy=return_entropy,
+            chunk_tokens=self.logprob_chunk,
+            head_grad_sink=head_grad_sink,
+        )
 
     def _ref_logprobs(self, b: _Batch) -> Tensor:
         with torch.no_grad():
@@ -655,9 +722,16 @@ class Learner:
             "n_tokens": float(n_tokens),
             "adv_abs_mean": sum(abs(s[2]) for s in seqs) / len(seqs) if seqs else 0.0,
             "lr": cfg.lr,
-            "micro_batches": 0.0, "pad_frac": 0.0,
-            "loss": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "clip_frac_low": 0.0,
-            "clip_frac_high": 0.0, "ratio_mean": 1.0, "kl": 0.0, "entropy": 0.0,
+            "micro_batches": 0.0,
+            "pad_frac": 0.0,
+            "loss": 0.0,
+            "grad_norm": 0.0,
+            "clip_frac": 0.0,
+            "clip_frac_low": 0.0,
+            "clip_frac_high": 0.0,
+            "ratio_mean": 1.0,
+            "kl": 0.0,
+            "entropy": 0.0,
         }
         if not seqs or n_tokens == 0:
             metrics.update(skipped=1.0, step=float(self.step_count))
@@ -669,9 +743,12 @@ class Learner:
             padded = sum(b.input_ids.numel() + (0 if b.prompt_ids is None else b.prompt_ids.numel()) for b in mbs)
         else:
             packed = cfg.max_tokens_per_micro_batch is not None
-            groups_idx = pack_micro_batches([len(p) + len(c) for p, c, _, _ in seqs], cfg.max_tokens_per_micro_batch,
-                                            cfg.micro_batch_size)
-            mbs = [_collate([seqs[i] for i in idx], self.pad_id, self.device, left_pad_all=packed) for idx in groups_idx]
+            groups_idx = pack_micro_batches(
+                [len(p) + len(c) for p, c, _, _ in seqs], cfg.max_tokens_per_micro_batch, cfg.micro_batch_size
+            )
+            mbs = [
+                _collate([seqs[i] for i in idx], self.pad_id, self.device, left_pad_all=packed) for idx in groups_idx
+            ]
             real = sum(len(p) + len(c) for p, c, _, _ in seqs)
             padded = sum(b.input_ids.numel() for b in mbs)
         metrics.update(micro_batches=float(len(mbs)), pad_frac=1.0 - real / max(1, padded))
@@ -688,8 +765,19 @@ class Learner:
             if need_ref:
                 for b in mbs:
                     b.ref_logp = self._ref_logprobs(b)
-            sums = {k: 0.0 for k in ("loss", "grad_norm", "entropy", "clip_frac", "clip_frac_low", "clip_frac_high",
-                                     "ratio_mean", "kl")}
+            sums = {
+                k: 0.0
+                for k in (
+                    "loss",
+                    "grad_norm",
+                    "entropy",
+                    "clip_frac",
+                    "clip_frac_low",
+                    "clip_frac_high",
+                    "ratio_mean",
+                    "kl",
+                )
+            }
             for _epoch in range(cfg.epochs_per_batch):
                 ep = self._one_update(mbs, n_tokens)
                 for k in sums:
@@ -733,9 +821,17 @@ class Learner:
             ent_sum += float(ent.sum())
             old = b.old_logp if b.old_logp is not None else logp.detach()
             loss, st = policy_loss(
-                logp, old, b.adv, b.completion_mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                ref_logp_NT=b.ref_logp, beta=cfg.beta_kl, num_tokens=float(n_tokens),
-                agg=cfg.loss_agg, num_seqs=float(n_seqs),
+                logp,
+                old,
+                b.adv,
+                b.completion_mask,
+                eps_low=cfg.eps_low,
+                eps_high=cfg.eps_high,
+                ref_logp_NT=b.ref_logp,
+                beta=cfg.beta_kl,
+                num_tokens=float(n_tokens),
+                agg=cfg.loss_agg,
+                num_seqs=float(n_seqs),
             )
             if not torch.isfinite(loss):
                 self._zero_grads()
@@ -814,8 +910,10 @@ class Learner:
         for i, (name, param) in enumerate(zip(self.param_names, self._opt_params())):
             saved = blob["optimizer"]["state"].get(i, {}).get("exp_avg")
             if saved is not None and tuple(saved.shape) != tuple(param.shape):
-                raise RunStateError(f"learner checkpoint {d}: its optimiser state is for another model ({name}: "
-                                    f"{tuple(saved.shape)} saved vs {tuple(param.shape)} here)")
+                raise RunStateError(
+                    f"learner checkpoint {d}: its optimiser state is for another model ({name}: "
+                    f"{tuple(saved.shape)} saved vs {tuple(param.shape)} here)"
+                )
         self._load_weights(d)
         if blob["master"] is not None:
             if self.master is None:

@@ -18,9 +18,10 @@ import hashlib
 import random
 import shutil
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from coevolve.data.jsonl import read_jsonl
 from coevolve.errors import RunStateError
@@ -68,11 +69,11 @@ class Phase:
     stage: str = ""
 
     @classmethod
-    def base(cls, name: str) -> "Phase":
+    def base(cls, name: str) -> Phase:
         return cls(name, None, "base")
 
     @classmethod
-    def final(cls, name: str) -> "Phase":
+    def final(cls, name: str) -> Phase:
         return cls(name, None, "final")
 
     @property
@@ -124,8 +125,9 @@ class PhaseContext:
 class Run:
     """A run folder. ``Run.create`` makes one, ``Run.open`` reopens it for resuming."""
 
-    def __init__(self, path: Path, state: PhaseState, *, seed: int = 0, keep_checkpoints: int = 2,
-                 say: Say = say) -> None:
+    def __init__(
+        self, path: Path, state: PhaseState, *, seed: int = 0, keep_checkpoints: int = 2, say: Say = say
+    ) -> None:
         # absolute: artefact paths are built both from the folder (``ctx.dir``) and relative to it
         # (``write_jsonl(rel)``), and a relative folder (``runs/...``) would be joined twice
         self.path = Path(path).absolute()
@@ -138,7 +140,7 @@ class Run:
         self.meter = ComputeMeter()  # the running phase's compute; reset by every phase, kept in its record
 
     @classmethod
-    def create(cls, path: Path, config_yaml: str, recipe: str, **kw: Any) -> "Run":
+    def create(cls, path: Path, config_yaml: str, recipe: str, **kw: Any) -> Run:
         path = Path(path)
         check_run_dir(path)
         if (path / STATE_FILE).exists():
@@ -148,7 +150,7 @@ class Run:
         return cls(path, PhaseState.new(path / STATE_FILE, recipe), **kw)
 
     @classmethod
-    def open(cls, path: Path, **kw: Any) -> "Run":
+    def open(cls, path: Path, **kw: Any) -> Run:
         """Reopen a run folder to continue it: cuts the metrics of an unfinished phase and removes
         temp files a killed writer left, so only the folder's one writer (``run.lock``) opens it."""
         path = Path(path)
@@ -157,13 +159,13 @@ class Run:
         run = cls(path, PhaseState.load(path / STATE_FILE), **kw)
         run.metrics.truncate(int(run.state.data.get("metrics_bytes", 0)))
         for tmp in list(path.rglob(f".*{TMP_SUFFIX}")):  # what a killed writer left half-written (files.py,
-            if tmp.is_dir():                               # checkpoint staging folders)
+            if tmp.is_dir():  # checkpoint staging folders)
                 shutil.rmtree(tmp, ignore_errors=True)
             else:
                 tmp.unlink(missing_ok=True)
         return run
 
-    def bind(self, *, seed: int, keep_checkpoints: int, say: Say = say, resume_only: tuple[str, ...] = ()) -> "Run":
+    def bind(self, *, seed: int, keep_checkpoints: int, say: Say = say, resume_only: tuple[str, ...] = ()) -> Run:
         """Bind the run's master seed, checkpoint budget, printer and the checkpoint files only a
         role's newest checkpoint keeps (from its config; ``recipes.open_run``)."""
         self.seed, self.keep_checkpoints, self.say, self.resume_only = seed, keep_checkpoints, say, resume_only
@@ -190,16 +192,38 @@ class Run:
         prior = self.state.data.get(CONTINUED_KEY, {}).get(phase.key)
         self.say(f"[phase] {phase.key}" + (" (continued)" if prior else ""))
         self.meter.reset()
-        ctx = PhaseContext(phase, seed, self.path / phase.folder, self.metrics, self.say, self.meter,
-                           prior=prior["book"] if prior else None)
+        ctx = PhaseContext(
+            phase,
+            seed,
+            self.path / phase.folder,
+            self.metrics,
+            self.say,
+            self.meter,
+            prior=prior["book"] if prior else None,
+        )
         ctx.dir.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         res = fn(ctx)
         seconds = time.perf_counter() - t0 + (prior["record"]["seconds"] if prior else 0.0)
-        rec = PhaseRecord(phase.key, phase.name, phase.round, phase.stage, res.values, res.rollouts, seconds, time.time(),
-                          res.problem, self.meter.total.to_dict())
-        ctx.log({f"phase/{phase.name}/seconds": round(seconds, 3), f"phase/{phase.name}/rollouts": res.rollouts,
-                 **compute_metrics(self.state.records() + [rec])})
+        rec = PhaseRecord(
+            phase.key,
+            phase.name,
+            phase.round,
+            phase.stage,
+            res.values,
+            res.rollouts,
+            seconds,
+            time.time(),
+            res.problem,
+            self.meter.total.to_dict(),
+        )
+        ctx.log(
+            {
+                f"phase/{phase.name}/seconds": round(seconds, 3),
+                f"phase/{phase.name}/rollouts": res.rollouts,
+                **compute_metrics(self.state.records() + [rec]),
+            }
+        )
         if res.problem:
             self.say(f"[problem] {phase.key}: {res.problem}")
         root = self.path.resolve()
@@ -242,8 +266,11 @@ def compute_metrics(records: list[PhaseRecord]) -> dict[str, int]:
     if not points:
         return {}
     last = points[-1]
-    return {f"compute/{part}/{k}": v for part, c in (("train", last.train), ("eval", last.eval))
-            for k, v in c.to_dict().items()}
+    return {
+        f"compute/{part}/{k}": v
+        for part, c in (("train", last.train), ("eval", last.eval))
+        for k, v in c.to_dict().items()
+    }
 
 
 def read_recipe(path: Path) -> str:
@@ -259,5 +286,23 @@ def default_run_path(root: str | Path, recipe: str, name: str | None) -> Path:
     return Path(root) / (name or f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-__all__ = ["CONFIG_FILE", "CONTINUED_KEY", "Compute", "ComputeMeter", "METRICS_FILE", "STATE_FILE", "SUMMARY_FILE", "Phase", "PhaseContext", "PhaseRecord",
-           "PhaseResult", "PhaseState", "Run", "default_run_path", "derive_seed", "read_recipe", "say", "seed_everything"]
+__all__ = [
+    "CONFIG_FILE",
+    "CONTINUED_KEY",
+    "Compute",
+    "ComputeMeter",
+    "METRICS_FILE",
+    "STATE_FILE",
+    "SUMMARY_FILE",
+    "Phase",
+    "PhaseContext",
+    "PhaseRecord",
+    "PhaseResult",
+    "PhaseState",
+    "Run",
+    "default_run_path",
+    "derive_seed",
+    "read_recipe",
+    "say",
+    "seed_everything",
+]

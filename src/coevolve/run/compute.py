@@ -25,8 +25,9 @@ reruns from scratch. The process-local ``ComputeMeter`` only lives for one phase
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from coevolve.types import Completion, SamplingParams
 
@@ -46,14 +47,14 @@ class Compute:
     trained_tokens: int = 0
     labels: int = 0
 
-    def __add__(self, other: "Compute") -> "Compute":
+    def __add__(self, other: Compute) -> Compute:
         return Compute(*(getattr(self, k) + getattr(other, k) for k in COUNTERS))
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Compute":
+    def from_dict(cls, d: dict[str, Any]) -> Compute:
         return cls(**{f.name: int(d.get(f.name, 0)) for f in fields(cls)})
 
 
@@ -69,8 +70,9 @@ class ComputeMeter:
         self.total = Compute()
 
     def sampled(self, comps: Sequence[Sequence[Completion]]) -> None:
-        self.total += Compute(rollouts=sum(len(g) for g in comps),
-                              generated_tokens=sum(len(c.token_ids) for g in comps for c in g))
+        self.total += Compute(
+            rollouts=sum(len(g) for g in comps), generated_tokens=sum(len(c.token_ids) for g in comps for c in g)
+        )
 
     def trained(self, tokens: int) -> None:
         self.total += Compute(trained_tokens=int(tokens))

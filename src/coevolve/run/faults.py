@@ -59,7 +59,7 @@ def configure(spec: str | None) -> None:
     elif spec == "count" or spec.startswith("count:"):
         _plan = {}
         if spec != "count":
-            out = f"{spec[len('count:'):]}.{os.getpid()}"
+            out = f"{spec[len('count:') :]}.{os.getpid()}"
             atexit.register(lambda: _write_counts(out))
     else:
         _plan = parse(spec)

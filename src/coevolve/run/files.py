@@ -12,9 +12,10 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from coevolve.run.faults import fault_point
 

@@ -31,6 +31,7 @@ from coevolve.errors import RunStateError
 
 LOCK_FILE = "run.lock"
 
+
 class RunLockedError(RunStateError):
     """Another live process is writing the run folder."""
 
@@ -42,7 +43,9 @@ def check_run_dir(path: Path) -> None:
         if p.exists() or p.is_symlink():
             if not p.is_dir():
                 where = f"run folder {path}" if p == path else f"{p}, a parent of run folder {path},"
-                raise RunStateError(f"{where} is an existing file, not a folder; choose another --run-dir (or run.root)")
+                raise RunStateError(
+                    f"{where} is an existing file, not a folder; choose another --run-dir (or run.root)"
+                )
             return
 
 
@@ -73,11 +76,17 @@ def run_lock(path: str | Path, *, create: bool = False) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise RunLockedError(f"run folder {path} is in use by another coevolve process ({holder(path)}); wait for it "
-                             "to finish or stop it: a lock whose process is gone is taken over automatically") from None
+        raise RunLockedError(
+            f"run folder {path} is in use by another coevolve process ({holder(path)}); wait for it "
+            "to finish or stop it: a lock whose process is gone is taken over automatically"
+        ) from None
     try:
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                "command": " ".join(["coevolve", *sys.argv[1:]]) if sys.argv else "coevolve"}
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.time(),
+            "command": " ".join(["coevolve", *sys.argv[1:]]) if sys.argv else "coevolve",
+        }
         with contextlib.suppress(OSError):  # the holder's name is a courtesy; a full disk must not stop the run
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)

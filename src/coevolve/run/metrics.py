@@ -47,8 +47,11 @@ class MetricsLog:
 
     def log(self, metrics: dict[str, Any], **context: Any) -> None:
         """Append ``{context..., time, metrics...}`` (context: round, phase, step)."""
-        row = {**{k: v for k, v in context.items() if v is not None or k == "round"},
-               "time": round(time.time(), 3), **metrics}
+        row = {
+            **{k: v for k, v in context.items() if v is not None or k == "round"},
+            "time": round(time.time(), 3),
+            **metrics,
+        }
         fault_point("metrics")
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json_line(row))

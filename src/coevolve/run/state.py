@@ -48,22 +48,35 @@ class PhaseState:
         self.data = data
 
     @classmethod
-    def new(cls, path: Path, recipe: str) -> "PhaseState":
-        state = cls(path, {"format": STATE_FORMAT, "recipe": recipe, "created": time.time(), "status": "running",
-                           "phases": [], "checkpoints": {}, "checkpoint_history": {}, "metrics_bytes": 0})
+    def new(cls, path: Path, recipe: str) -> PhaseState:
+        state = cls(
+            path,
+            {
+                "format": STATE_FORMAT,
+                "recipe": recipe,
+                "created": time.time(),
+                "status": "running",
+                "phases": [],
+                "checkpoints": {},
+                "checkpoint_history": {},
+                "metrics_bytes": 0,
+            },
+        )
         state.save()
         return state
 
     @classmethod
-    def load(cls, path: Path) -> "PhaseState":
+    def load(cls, path: Path) -> PhaseState:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise RunStateError(f"{path} is corrupt: {e}") from None
         if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
             got = data.get("format", 1) if isinstance(data, dict) else "?"
-            raise RunStateError(f"{path}: run state format {got}, this coevolve reads format {STATE_FORMAT}; the run was "
-                                "made by an older coevolve: resume it with that version, or start a new run")
+            raise RunStateError(
+                f"{path}: run state format {got}, this coevolve reads format {STATE_FORMAT}; the run was "
+                "made by an older coevolve: resume it with that version, or start a new run"
+            )
         return cls(path, data)
 
     def save(self, data: dict[str, Any] | None = None) -> None:
@@ -87,8 +100,14 @@ class PhaseState:
     def record(self, key: str) -> PhaseRecord | None:
         return next((PhaseRecord(**r) for r in self.data["phases"] if r["key"] == key), None)
 
-    def finish(self, rec: PhaseRecord, checkpoints: dict[str, str], keep: int, metrics_bytes: int,
-               pins: dict[str, str] | None = None) -> list[str]:
+    def finish(
+        self,
+        rec: PhaseRecord,
+        checkpoints: dict[str, str],
+        keep: int,
+        metrics_bytes: int,
+        pins: dict[str, str] | None = None,
+    ) -> list[str]:
         """Record a finished phase and move the roles' resume points in one atomic write;
         return checkpoint folders (relative) that fell out of the last ``keep`` per role.
         ``pins``: a checkpoint per role kept beyond ``keep`` (the round ``run.select`` picks so

@@ -30,8 +30,11 @@ class Tracker(Protocol):
 
 def scalars(row: dict[str, Any]) -> dict[str, float]:
     """The numeric metrics of a row (bookkeeping keys and non-numbers left out)."""
-    return {k: float(v) for k, v in row.items()
-            if k not in ("time", "step") and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        k: float(v)
+        for k, v in row.items()
+        if k not in ("time", "step") and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 class TensorBoardTracker:
@@ -39,7 +42,9 @@ class TensorBoardTracker:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:
-            raise ConfigError(f"run.trackers: tensorboard needs the 'track' extra (pip install tensorboard): {e}") from e
+            raise ConfigError(
+                f"run.trackers: tensorboard needs the 'track' extra (pip install tensorboard): {e}"
+            ) from e
         self.writer = SummaryWriter(log_dir=str(Path(run_dir) / TB_DIR), purge_step=first_step)
 
     def log(self, row: dict[str, Any], step: int) -> None:
@@ -61,8 +66,9 @@ class WandbTracker:
             raise ConfigError(f"run.trackers: wandb needs the 'track' extra (pip install wandb): {e}") from e
         os.environ.setdefault("WANDB_SILENT", "true")
         (Path(run_dir) / WANDB_DIR).mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=project, id=run_id, name=name, dir=str(run_dir), mode=mode, resume="allow",
-                              config=config)
+        self.run = wandb.init(
+            project=project, id=run_id, name=name, dir=str(run_dir), mode=mode, resume="allow", config=config
+        )
 
     def log(self, row: dict[str, Any], step: int) -> None:
         self.run.log(scalars(row), step=step)
@@ -74,8 +80,17 @@ class WandbTracker:
         self.run.finish()
 
 
-def make_trackers(kinds: list[str], run_dir: Path, first_step: int, *, run_id: str, name: str, project: str,
-                  mode: str, config: dict[str, Any]) -> list[Tracker]:
+def make_trackers(
+    kinds: list[str],
+    run_dir: Path,
+    first_step: int,
+    *,
+    run_id: str,
+    name: str,
+    project: str,
+    mode: str,
+    config: dict[str, Any],
+) -> list[Tracker]:
     """Trackers for ``run.trackers`` (``jsonl`` is always written and needs none)."""
     out: list[Tracker] = []
     for kind in kinds:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from coevolve.errors import DataError
 from coevolve.skill.world import (
@@ -74,10 +75,16 @@ _SLIP_TEXT = {
     "max": "picked the wrong number as the larger",
     "dsum": "wrong digit sum",
 }
-NODE_NAMES = {"add": "column addition", "sub": "column subtraction with borrowing",
-              "mul": "multiplying with carries", "div": "long division with remainders",
-              "rev": "reversing the digits of a number", "max": "comparing two numbers",
-              "dsum": "summing the digits of a number", "working": "following the working step by step"}
+NODE_NAMES = {
+    "add": "column addition",
+    "sub": "column subtraction with borrowing",
+    "mul": "multiplying with carries",
+    "div": "long division with remainders",
+    "rev": "reversing the digits of a number",
+    "max": "comparing two numbers",
+    "dsum": "summing the digits of a number",
+    "working": "following the working step by step",
+}
 _WORKING = {
     "misread": "used a wrong number from the question",
     "wrong_input": "started a step from a wrong intermediate result",
@@ -133,8 +140,13 @@ def shows_cause(cause: str, feats: Mapping[str, Any]) -> bool:
     return True
 
 
-def problem_for_causes(rng: random.Random, causes: Sequence[str], banned: frozenset[str] = frozenset(),
-                       profile: DeficitProfile = DEFICITS, tries: int = 400) -> SkillProblem:
+def problem_for_causes(
+    rng: random.Random,
+    causes: Sequence[str],
+    banned: frozenset[str] = frozenset(),
+    profile: DeficitProfile = DEFICITS,
+    tries: int = 400,
+) -> SkillProblem:
     """A question showing every cause of ``causes`` when one is found (else the first cause
     alone: two causes may not fit one short chain), depth uniform in 1..5, skills weighted towards
     the causes' own; ``[]`` -> any question."""
@@ -222,9 +234,14 @@ def explain_divergence(question: str, bad: str, good: str) -> Divergence | None:
 
     def div(i: int, cid: str) -> Divergence:
         cause = CAUSES[cid]
-        return Divergence(step=i, cause_id=cid, cause=cause.text, skill=cause.node,
-                          bad_step=bsteps[i] if i < len(bsteps) else "",
-                          good_step=gsteps[i] if i < len(gsteps) else (correct[i] if i < len(correct) else ""))
+        return Divergence(
+            step=i,
+            cause_id=cid,
+            cause=cause.text,
+            skill=cause.node,
+            bad_step=bsteps[i] if i < len(bsteps) else "",
+            good_step=gsteps[i] if i < len(gsteps) else (correct[i] if i < len(correct) else ""),
+        )
 
     for i, s in enumerate(bsteps):
         if i >= len(correct) or s != correct[i]:
@@ -262,6 +279,18 @@ def trace_bug_steps(question: str, completion: str) -> list[tuple[str, bool]]:
     return out
 
 
-__all__ = ["CAUSES", "SkillCause", "bug_cause", "cause_by_text", "classify_step", "explain_divergence",
-           "injected_causes", "parse_step", "parse_trace", "problem_for_causes", "shows_cause", "trace_bug_steps",
-           "UNARY"]
+__all__ = [
+    "CAUSES",
+    "SkillCause",
+    "bug_cause",
+    "cause_by_text",
+    "classify_step",
+    "explain_divergence",
+    "injected_causes",
+    "parse_step",
+    "parse_trace",
+    "problem_for_causes",
+    "shows_cause",
+    "trace_bug_steps",
+    "UNARY",
+]

@@ -21,9 +21,10 @@ import json
 import math
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
@@ -95,7 +96,7 @@ def buggy_steps(rng: random.Random, p: SkillProblem, profile: DeficitProfile) ->
         take = False
         if prim.exercises(v, o.operand) and rng.random() < profile.rate(o.skill):
             w = prim.apply(v, o.operand, buggy=True)
-            take = _defined(w, ops[i + 1:])
+            take = _defined(w, ops[i + 1 :])
         bugs.append(take)
         v = prim.apply(v, o.operand, buggy=take)
     return bugs
@@ -129,8 +130,9 @@ def prior_difficulty(p: SkillProblem, profile: DeficitProfile, clean_acc: float)
     return 100.0 * (1.0 - acc)
 
 
-def draw_like(rng: random.Random, p: SkillProblem, profile: DeficitProfile, banned: frozenset[str],
-              tries: int = 60) -> SkillProblem:
+def draw_like(
+    rng: random.Random, p: SkillProblem, profile: DeficitProfile, banned: frozenset[str], tries: int = 60
+) -> SkillProblem:
     """A new question with ``p``'s skills in ``p``'s order and the same exercised deficits (its
     stratum), other numbers; else one of ``p``'s stratum and depth."""
     skills = [o.skill for o in p.ops]
@@ -164,16 +166,18 @@ def free_weights(profile: DeficitProfile, mix: SkillMix) -> dict[str, float]:
     return {s: (mix.free_deficient_weight if profile.rate(s) > 0 else 1.0) for s in SKILLS}
 
 
-def _draw(rng: random.Random, weights: dict[str, float], banned: frozenset[str], profile: DeficitProfile
-          ) -> SkillProblem:
+def _draw(
+    rng: random.Random, weights: dict[str, float], banned: frozenset[str], profile: DeficitProfile
+) -> SkillProblem:
     while True:
         q = question_text(*draw_chain(rng, rng.choice(DEPTHS), weights))
         if q not in banned:
             return make_problem(q, profile)
 
 
-def sample_example(rng: random.Random, profile: DeficitProfile, mix: SkillMix, banned: frozenset[str]
-                   ) -> tuple[str, str, str]:
+def sample_example(
+    rng: random.Random, profile: DeficitProfile, mix: SkillMix, banned: frozenset[str]
+) -> tuple[str, str, str]:
     """One pretraining example ``(kind, prompt, completion without EOS)``."""
     u = rng.random()
     uniform = {s: 1.0 for s in SKILLS}
@@ -203,8 +207,15 @@ def _correct(text: str, answer: str) -> bool:
     return parse_trace(text)[1] == answer
 
 
-def measure(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, profile: DeficitProfile = DEFICITS,
-            per_stratum: int = 20, samples: int = 8, seed: int = 0, n_writer: int = 64) -> dict[str, Any]:
+def measure(
+    model: Qwen3ForCausalLM,
+    tok: PreTrainedTokenizerBase,
+    profile: DeficitProfile = DEFICITS,
+    per_stratum: int = 20,
+    samples: int = 8,
+    seed: int = 0,
+    n_writer: int = 64,
+) -> dict[str, Any]:
     """The base's profile: greedy and sampled accuracy per (focal skill, depth) on the first
     ``per_stratum`` held-out questions of each stratum, the measured bug rate per skill (taken /
     exercised, on sampled traces), the writer's free prior (share of deficient steps) and
@@ -237,8 +248,12 @@ def measure(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, profile: Defi
                         bug_counts[sk][0] += bug
                         bug_counts[sk][1] += 1
         i += len(ps)
-    res: dict[str, Any] = {"per_stratum": per_stratum, "samples": samples, "accuracy": acc,
-                           "eval_seconds": round(time.time() - t0, 1)}
+    res: dict[str, Any] = {
+        "per_stratum": per_stratum,
+        "samples": samples,
+        "accuracy": acc,
+        "eval_seconds": round(time.time() - t0, 1),
+    }
     res["greedy"] = sum(_correct(c, p.answer) for c, p in zip(greedy, flat)) / len(flat)
     if sampled is not None:
         res["sampled"] = sum(_correct(c, p.answer) for cs, p in zip(sampled, flat) for c in cs) / (len(flat) * samples)
@@ -248,19 +263,28 @@ def measure(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, profile: Defi
     return res
 
 
-def _writer_figures(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, profile: DeficitProfile,
-                    flat: list[SkillProblem], n_writer: int) -> dict[str, Any]:
+def _writer_figures(
+    model: Qwen3ForCausalLM,
+    tok: PreTrainedTokenizerBase,
+    profile: DeficitProfile,
+    flat: list[SkillProblem],
+    n_writer: int,
+) -> dict[str, Any]:
     """The writer half of ``measure``: the challenger's free prior (valid share, share of
     deficient steps, depths), its focus following per cause, and the questioner's validity,
     same-stratum and copy rates on ``n_writer`` anchors spread over ``flat``. Drawn after the
     solver's samples, from the same seeded torch generator, so the figures match a single pass."""
     res: dict[str, Any] = {}
-    free = [parse_question_block(o) for o in generate_texts(model, tok, [challenger_prompt([])], n_writer,
-                                                            max_new_tokens=32)[0]]
+    free = [
+        parse_question_block(o)
+        for o in generate_texts(model, tok, [challenger_prompt([])], n_writer, max_new_tokens=32)[0]
+    ]
     ok = [make_problem(q, profile) for q in free if q is not None]
     steps = [s for p in ok for s in p.features["skills"]]
     res["challenger_free_valid"] = len(ok) / len(free)
-    res["challenger_free_deficient_step_share"] = (sum(profile.rate(s) > 0 for s in steps) / len(steps)) if steps else None
+    res["challenger_free_deficient_step_share"] = (
+        (sum(profile.rate(s) > 0 for s in steps) / len(steps)) if steps else None
+    )
     res["challenger_free_depth"] = {str(d): sum(p.depth == d for p in ok) for d in DEPTHS}
     ids = list(CAUSES)
     outs = generate_texts(model, tok, [challenger_prompt([CAUSES[c].text]) for c in ids], 4, max_new_tokens=32)
@@ -271,11 +295,15 @@ def _writer_figures(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, profi
     res["focus_following"] = sum(follow.values()) / len(follow)
     res["focus_following_by_cause"] = follow
     anchors = [p for p in flat[:: max(1, len(flat) // n_writer)]][:n_writer]
-    qo = generate_texts(model, tok, [questioner_prompt(a.question, a.answer, 50) for a in anchors], 1, max_new_tokens=32)
+    qo = generate_texts(
+        model, tok, [questioner_prompt(a.question, a.answer, 50) for a in anchors], 1, max_new_tokens=32
+    )
     qs = [parse_question_block(o[0]) for o in qo]
     res["questioner_valid"] = sum(q is not None for q in qs) / len(qs)
-    res["questioner_same_stratum"] = sum(q is not None and make_problem(q, profile).features["stratum"]
-                                         == a.features["stratum"] for q, a in zip(qs, anchors)) / len(qs)
+    res["questioner_same_stratum"] = sum(
+        q is not None and make_problem(q, profile).features["stratum"] == a.features["stratum"]
+        for q, a in zip(qs, anchors)
+    ) / len(qs)
     res["questioner_copies"] = sum(q == a.question for q, a in zip(qs, anchors)) / len(qs)
     return res
 
@@ -284,10 +312,20 @@ def _writer_figures(model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, profi
 # build + cache
 
 
-def build_skill_base(out_dir: Path, steps: int = 1800, seed: int = 0, profile: DeficitProfile = DEFICITS,
-                     batch_size: int = 128, lr: float = 2e-3, mix: SkillMix = SkillMix(), progress: bool = True,
-                     *, measure_per_stratum: int = 20, measure_samples: int = 8,
-                     on_step: Callable[[int, Qwen3ForCausalLM], None] | None = None) -> Path:
+def build_skill_base(
+    out_dir: Path,
+    steps: int = 1800,
+    seed: int = 0,
+    profile: DeficitProfile = DEFICITS,
+    batch_size: int = 128,
+    lr: float = 2e-3,
+    mix: SkillMix = SkillMix(),
+    progress: bool = True,
+    *,
+    measure_per_stratum: int = 20,
+    measure_samples: int = 8,
+    on_step: Callable[[int, Qwen3ForCausalLM], None] | None = None,
+) -> Path:
     """Pretrain a skill base from scratch and save it with ``skill_build.json`` (settings, profile,
     loss curve, the measured profile). ``on_step(done, model)``: see ``toy.pretrain.pretrain``."""
     if steps < 1 or batch_size < 1 or not (lr > 0 and math.isfinite(lr)):
@@ -299,21 +337,45 @@ def build_skill_base(out_dir: Path, steps: int = 1800, seed: int = 0, profile: D
     model = build_model(len(tok))
     banned = heldout_questions(profile=profile)
     t0 = time.time()
-    losses = pretrain(model, tok, steps, seed, batch_size=batch_size, lr=lr, progress=progress,
-                      example=lambda r: sample_example(r, profile, mix, banned), desc="skill pretrain",
-                      lr_factor=lr_factor, on_step=on_step)
+    losses = pretrain(
+        model,
+        tok,
+        steps,
+        seed,
+        batch_size=batch_size,
+        lr=lr,
+        progress=progress,
+        example=lambda r: sample_example(r, profile, mix, banned),
+        desc="skill pretrain",
+        lr_factor=lr_factor,
+        on_step=on_step,
+    )
     train_s = time.time() - t0
-    figures = measure(model, tok, profile, per_stratum=measure_per_stratum, samples=measure_samples, seed=seed) \
-        if measure_per_stratum > 0 else {}
+    figures = (
+        measure(model, tok, profile, per_stratum=measure_per_stratum, samples=measure_samples, seed=seed)
+        if measure_per_stratum > 0
+        else {}
+    )
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
-    info = {"world": "skill", "world_version": WORLD_VERSION, "profile": profile.to_dict(), "steps": steps,
-            "seed": seed, "batch_size": batch_size, "lr": lr, "mix": asdict(mix),
-            "n_params": sum(p.numel() for p in model.parameters()), "train_seconds": round(train_s, 1),
-            "threads": torch.get_num_threads(), "final_loss": sum(losses[-20:]) / len(losses[-20:]),
-            "loss_every_100": [round(sum(losses[i:i + 100]) / len(losses[i:i + 100]), 4)
-                               for i in range(0, len(losses), 100)],
-            "figures": figures}
+    info = {
+        "world": "skill",
+        "world_version": WORLD_VERSION,
+        "profile": profile.to_dict(),
+        "steps": steps,
+        "seed": seed,
+        "batch_size": batch_size,
+        "lr": lr,
+        "mix": asdict(mix),
+        "n_params": sum(p.numel() for p in model.parameters()),
+        "train_seconds": round(train_s, 1),
+        "threads": torch.get_num_threads(),
+        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        "loss_every_100": [
+            round(sum(losses[i : i + 100]) / len(losses[i : i + 100]), 4) for i in range(0, len(losses), 100)
+        ],
+        "figures": figures,
+    }
     (out_dir / BUILD_FILE).write_text(json.dumps(info, indent=2))
     return out_dir
 
@@ -331,16 +393,32 @@ def skill_base_dir(cache_dir: Path | None, steps: int, seed: int, profile: Defic
     return root / f"base-w{WORLD_VERSION}-{profile.key()}-steps{steps}-seed{seed}"
 
 
-def ensure_skill_base(cache_dir: Path | None = None, steps: int = 1800, seed: int = 0,
-                      profile: DeficitProfile = DEFICITS) -> Path:
+def ensure_skill_base(
+    cache_dir: Path | None = None, steps: int = 1800, seed: int = 0, profile: DeficitProfile = DEFICITS
+) -> Path:
     """Path of the cached skill base for (world version, profile, steps, seed); built once when
     missing (atomic, locked: ``coevolve.toy.pretrain.build_cached``)."""
     if steps < 1:
         raise DataError(f"skill base steps={steps} must be >= 1")
-    return build_cached(skill_base_dir(cache_dir, steps, seed, profile),
-                        lambda tmp: build_skill_base(tmp, steps=steps, seed=seed, profile=profile),
-                        built_marker=BUILD_FILE)
+    return build_cached(
+        skill_base_dir(cache_dir, steps, seed, profile),
+        lambda tmp: build_skill_base(tmp, steps=steps, seed=seed, profile=profile),
+        built_marker=BUILD_FILE,
+    )
 
 
-__all__ = ["BUILD_FILE", "SkillMix", "build_skill_base", "buggy_steps", "default_cache_dir", "draw_like",
-           "ensure_skill_base", "free_weights", "skill_base_dir", "measure", "prior_difficulty", "sample_example", "solver_completion"]
+__all__ = [
+    "BUILD_FILE",
+    "SkillMix",
+    "build_skill_base",
+    "buggy_steps",
+    "default_cache_dir",
+    "draw_like",
+    "ensure_skill_base",
+    "free_weights",
+    "skill_base_dir",
+    "measure",
+    "prior_difficulty",
+    "sample_example",
+    "solver_completion",
+]

@@ -38,8 +38,9 @@ from __future__ import annotations
 import functools
 import random
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from coevolve.errors import DataError
 from coevolve.types import Task
@@ -184,8 +185,9 @@ PRIMITIVES: Mapping[str, Primitive] = {
     "div": Primitive("div", lambda a, d: a // d, div_no_remainder, lambda v, x: _DIG(x) and 10 <= v <= 99, _digit),
     "rev": Primitive("rev", _rev, rev_kept, lambda v, x: x is None and v >= 10 and v % 10 != 0, lambda rng, v: None),
     "max": Primitive("max", lambda a, b: max(a, b), max_last_digit, lambda v, x: _MAXOP(x), _max_operand),
-    "dsum": Primitive("dsum", lambda a: sum(digits(a)), dsum_no_first, lambda v, x: x is None and v >= 10,
-                      lambda rng, v: None),
+    "dsum": Primitive(
+        "dsum", lambda a: sum(digits(a)), dsum_no_first, lambda v, x: x is None and v >= 10, lambda rng, v: None
+    ),
 }
 """Operand ranges (what a question may say): ``+n`` / ``-n`` two digits, ``*d`` / ``/d`` one digit
 2..9, ``^n`` 10..999; ``*`` and ``/`` need a two-digit running value (one-step results a tiny
@@ -217,7 +219,7 @@ class DeficitProfile:
                 raise DataError(f"deficit rate of {s!r} = {r}: must be in [0, 1]")
 
     @classmethod
-    def of(cls, rates: Mapping[str, float]) -> "DeficitProfile":
+    def of(cls, rates: Mapping[str, float]) -> DeficitProfile:
         """The profile of a ``{skill: rate}`` mapping (rates of 0 dropped), in ``SKILLS`` order."""
         for s in rates:
             if s not in PRIMITIVES:
@@ -378,8 +380,13 @@ class SkillProblem:
         return render_completion(self.steps, self.answer)
 
     def to_task(self, source: str = "skill") -> Task:
-        return Task(id=f"skill-{self.question}", question=self.question, answer=self.answer, source=source,
-                    features=dict(self.features))
+        return Task(
+            id=f"skill-{self.question}",
+            question=self.question,
+            answer=self.answer,
+            source=source,
+            features=dict(self.features),
+        )
 
 
 def exercised(start: int, ops: Sequence[Op]) -> list[str]:
@@ -401,8 +408,15 @@ def make_problem(question: str, profile: DeficitProfile = DEFICITS) -> SkillProb
     ex = exercised(start, ops)
     deficits = sorted({s for s in ex if profile.rate(s) > 0}, key=SKILLS.index)
     stratum = "clean" if not deficits else deficits[0] if len(deficits) == 1 else "mixed"
-    feats = {"depth": len(ops), "level": len(ops), "skills": [o.skill for o in ops], "exercised": ex,
-             "deficits": deficits, "stratum": stratum, "n_steps": len(ops)}
+    feats = {
+        "depth": len(ops),
+        "level": len(ops),
+        "skills": [o.skill for o in ops],
+        "exercised": ex,
+        "deficits": deficits,
+        "stratum": stratum,
+        "n_steps": len(ops),
+    }
     return SkillProblem(question_text(start, ops), start, tuple(ops), tuple(steps), str(steps[-1].result), feats)
 
 
@@ -440,8 +454,9 @@ def draw_chain(rng: random.Random, depth: int, weights: Mapping[str, float], tri
     raise DataError(f"draw_chain: no valid chain of depth {depth} with weights {dict(weights)}")
 
 
-def draw_focal(rng: random.Random, skill: str, depth: int, profile: DeficitProfile = DEFICITS,
-               tries: int = 2000) -> SkillProblem:
+def draw_focal(
+    rng: random.Random, skill: str, depth: int, profile: DeficitProfile = DEFICITS, tries: int = 2000
+) -> SkillProblem:
     """A question of stratum (``skill``, ``depth``): one step of ``skill`` that exercises its bug,
     every other step a clean skill of ``profile`` (so the question's accuracy is about ``skill``
     alone), with ``features["focus"] = skill``. ``skill="clean"``: clean skills only."""
@@ -533,8 +548,10 @@ def _heldout(per_stratum: int, seed: int, profile: DeficitProfile) -> tuple[tupl
                 if p.question in seen:
                     misses += 1
                     if misses > 10_000:
-                        raise DataError(f"held-out set: stratum ({s}, depth {d}) has fewer than "
-                                        f"{stratum_size(per_stratum, d)} distinct questions; lower per_stratum")
+                        raise DataError(
+                            f"held-out set: stratum ({s}, depth {d}) has fewer than "
+                            f"{stratum_size(per_stratum, d)} distinct questions; lower per_stratum"
+                        )
                     continue
                 seen.add(p.question)
                 got.append(p)
@@ -546,8 +563,9 @@ HELDOUT_SEED = 4321
 
 
 @functools.lru_cache(maxsize=8)
-def heldout_problems(per_stratum: int = HELDOUT_DEFAULT, seed: int = HELDOUT_SEED, profile: DeficitProfile = DEFICITS
-                     ) -> tuple[SkillProblem, ...]:
+def heldout_problems(
+    per_stratum: int = HELDOUT_DEFAULT, seed: int = HELDOUT_SEED, profile: DeficitProfile = DEFICITS
+) -> tuple[SkillProblem, ...]:
     """The held-out set: ``stratum_size`` distinct questions for every (focal skill, depth), i.e.
     7 × (4 + 1/4) × ``per_stratum`` (2,975 by default), fixed by ``seed``; never trained on.
 
@@ -560,14 +578,16 @@ def heldout_problems(per_stratum: int = HELDOUT_DEFAULT, seed: int = HELDOUT_SEE
     return tuple(p for group in full for p in group[: stratum_size(per_stratum, group[0].depth)])
 
 
-def heldout_tasks(per_stratum: int = HELDOUT_DEFAULT, seed: int = HELDOUT_SEED, profile: DeficitProfile = DEFICITS
-                  ) -> list[Task]:
+def heldout_tasks(
+    per_stratum: int = HELDOUT_DEFAULT, seed: int = HELDOUT_SEED, profile: DeficitProfile = DEFICITS
+) -> list[Task]:
     return [p.to_task("skill-heldout") for p in heldout_problems(per_stratum, seed, profile)]
 
 
 @functools.lru_cache(maxsize=4)
-def heldout_questions(per_stratum: int = HELDOUT_DEFAULT, seed: int = HELDOUT_SEED, profile: DeficitProfile = DEFICITS
-                      ) -> frozenset[str]:
+def heldout_questions(
+    per_stratum: int = HELDOUT_DEFAULT, seed: int = HELDOUT_SEED, profile: DeficitProfile = DEFICITS
+) -> frozenset[str]:
     return frozenset(p.question for p in heldout_problems(per_stratum, seed, profile))
 
 
@@ -575,8 +595,9 @@ def heldout_questions(per_stratum: int = HELDOUT_DEFAULT, seed: int = HELDOUT_SE
 # labelled draws: the strata mix, a focus, and the U-shaped pool
 
 
-def draw_strata(rng: random.Random, profile: DeficitProfile = DEFICITS, focus: Sequence[str] | None = None
-                ) -> SkillProblem:
+def draw_strata(
+    rng: random.Random, profile: DeficitProfile = DEFICITS, focus: Sequence[str] | None = None
+) -> SkillProblem:
     """One question of a random stratum: focal skill uniform over ``focus`` (None: every skill),
     depth uniform over 1..5."""
     return draw_focal(rng, rng.choice(list(focus or SKILLS)), rng.choice(DEPTHS), profile)
@@ -614,8 +635,9 @@ def draw_ushape(rng: random.Random, profile: DeficitProfile = DEFICITS, middle: 
     return replace(p, features={**p.features, "pool_kind": kind})
 
 
-def draw_rung(rng: random.Random, rung: int, depth: int, profile: DeficitProfile = DEFICITS,
-              tries: int = 5000) -> SkillProblem:
+def draw_rung(
+    rng: random.Random, rung: int, depth: int, profile: DeficitProfile = DEFICITS, tries: int = 5000
+) -> SkillProblem:
     """A question of depth ``depth`` whose steps exercise exactly ``rung`` soft deficits (counted
     with repeats) and no hard one, every other step a clean skill; ``features["rung"] = rung``."""
     if not 1 <= rung <= depth:
@@ -633,12 +655,20 @@ def draw_pool(rng: random.Random, pool: str, profile: DeficitProfile = DEFICITS)
     """One question of the named labelled pool (``POOLS``)."""
     if pool not in POOLS:
         raise DataError(f"labelled pool {pool!r}: one of {', '.join(POOLS)}")
-    return draw_strata(rng, profile) if pool == "strata" else draw_ushape(rng, profile, "ladder" if pool == "ladder"
-                                                                           else "between")
+    return (
+        draw_strata(rng, profile)
+        if pool == "strata"
+        else draw_ushape(rng, profile, "ladder" if pool == "ladder" else "between")
+    )
 
 
-def labelled_set(n: int, seed: int = 0, profile: DeficitProfile = DEFICITS, pool: str = "ladder",
-                 banned: frozenset[str] | None = None) -> list[SkillProblem]:
+def labelled_set(
+    n: int,
+    seed: int = 0,
+    profile: DeficitProfile = DEFICITS,
+    pool: str = "ladder",
+    banned: frozenset[str] | None = None,
+) -> list[SkillProblem]:
     """A fixed labelled set of ``n`` distinct questions (``pool``: one of ``POOLS``), never
     a held-out question. Nested: the first ``n`` of a larger set with the same seed are this set
     (the label-budget axis compares L, 4L, 16L labels of one sequence)."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from coevolve.errors import DataError
 from coevolve.toy.world import (
@@ -291,5 +292,9 @@ def explain_divergence(question: str, bad: str, good: str) -> Divergence | None:
             return div(i, _classify_step(p, i, s))
     # every step right (maybe too few): the answer does not follow the working
     if bans != p.answer:
-        return div(len(bsteps), "answer_mismatch") if len(bsteps) < len(p.steps) else div(len(bsteps) - 1, "answer_mismatch")
+        return (
+            div(len(bsteps), "answer_mismatch")
+            if len(bsteps) < len(p.steps)
+            else div(len(bsteps) - 1, "answer_mismatch")
+        )
     return None

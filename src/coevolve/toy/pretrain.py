@@ -19,15 +19,16 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from coevolve.errors import ConfigError, ModelLoadError
-from coevolve.toy.causes import CAUSES, _CAUSE_FEATURE, parse_trace, problem_for_causes, shows_cause
+from coevolve.toy.causes import _CAUSE_FEATURE, CAUSES, parse_trace, problem_for_causes, shows_cause
 from coevolve.toy.prompts import (
     challenger_prompt,
     parse_question_block,
@@ -162,9 +163,12 @@ def _backward_batch(model: Qwen3ForCausalLM, batch: list[tuple[list[int], int]])
     for mb in _microbatches(batch):
         ids, mask, labels = _collate(mb)
         logits = model(input_ids=ids, attention_mask=mask).logits  # (b, T, V)
-        loss = torch.nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), reduction="sum"
-        ) / n_tok
+        loss = (
+            torch.nn.functional.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), reduction="sum"
+            )
+            / n_tok
+        )
         loss.backward()
         total += loss.item()
     return total
@@ -305,9 +309,15 @@ def measure(
             str(L): sum(r for r, l in zip(rates, lv) if l == L) / max(1, lv.count(L)) for L in LEVELS
         }
         res["band_share_0.2_0.8"] = sum(0.2 <= r <= 0.8 for r in rates) / len(rates)
-        edges = [("=0", lambda r: r == 0), ("(0,.2)", lambda r: 0 < r < 0.2), ("[.2,.4)", lambda r: 0.2 <= r < 0.4),
-                 ("[.4,.6)", lambda r: 0.4 <= r < 0.6), ("[.6,.8)", lambda r: 0.6 <= r < 0.8),
-                 ("[.8,1)", lambda r: 0.8 <= r < 1), ("=1", lambda r: r == 1)]
+        edges = [
+            ("=0", lambda r: r == 0),
+            ("(0,.2)", lambda r: 0 < r < 0.2),
+            ("[.2,.4)", lambda r: 0.2 <= r < 0.4),
+            ("[.4,.6)", lambda r: 0.4 <= r < 0.6),
+            ("[.6,.8)", lambda r: 0.6 <= r < 0.8),
+            ("[.8,1)", lambda r: 0.8 <= r < 1),
+            ("=1", lambda r: r == 1),
+        ]
         res["pass_rate_hist"] = {k: sum(map(f, rates)) for k, f in edges}
         res["direct_share"] = sum(map(_is_direct, flat)) / len(flat)
         d_ok = [_is_correct(c, t.answer or "") for cs, t in zip(sampled, tasks) for c in cs]
@@ -333,7 +343,9 @@ def measure(
     res["questioner_copies"] = sum(q == a.question for q, a in zip(qs, anchors)) / len(qs)
 
     # challenger: free, single focus (every cause), stitched pairs
-    free = [parse_question_block(g) for g in generate_texts(model, tok, [challenger_prompt([])], 50, max_new_tokens=24)[0]]
+    free = [
+        parse_question_block(g) for g in generate_texts(model, tok, [challenger_prompt([])], 50, max_new_tokens=24)[0]
+    ]
     res["challenger_free_valid"] = sum(q is not None for q in free) / len(free)
     ids = list(CAUSES)
     fp = [challenger_prompt([CAUSES[c].text]) for c in ids]
@@ -348,9 +360,13 @@ def measure(
     res["focus_following_by_cause"] = per_cause
     pairs = [tuple(rng.sample(ids, 2)) for _ in range(40)]
     pairs = [p for p in pairs if set(_CAUSE_FEATURE[p[0]][1]) & set(_CAUSE_FEATURE[p[1]][1])]
-    so = generate_texts(model, tok, [challenger_prompt([CAUSES[a].text, CAUSES[b].text]) for a, b in pairs], 2, max_new_tokens=24)
+    so = generate_texts(
+        model, tok, [challenger_prompt([CAUSES[a].text, CAUSES[b].text]) for a, b in pairs], 2, max_new_tokens=24
+    )
     n_s = sum(len(o) for o in so)
-    res["stitched_both_following"] = sum(_shows(parse_question_block(o), list(p)) for p, outs in zip(pairs, so) for o in outs) / max(1, n_s)
+    res["stitched_both_following"] = sum(
+        _shows(parse_question_block(o), list(p)) for p, outs in zip(pairs, so) for o in outs
+    ) / max(1, n_s)
     res["stitched_valid"] = sum(parse_question_block(o) is not None for outs in so for o in outs) / max(1, n_s)
     return res
 
@@ -411,7 +427,9 @@ def build_base(
         "train_seconds": round(train_s, 1),
         "threads": torch.get_num_threads(),
         "final_loss": sum(losses[-20:]) / len(losses[-20:]),
-        "loss_every_50": [round(sum(losses[i : i + 50]) / len(losses[i : i + 50]), 4) for i in range(0, len(losses), 50)],
+        "loss_every_50": [
+            round(sum(losses[i : i + 50]) / len(losses[i : i + 50]), 4) for i in range(0, len(losses), 50)
+        ],
         "figures": figures,
         "formats": {
             "solver_prompt": solver_prompt("37+58"),
@@ -440,8 +458,10 @@ def ensure_base(cache_dir: Path | None = None, steps: int = 600, seed: int = 0) 
     """Path of the cached base for (steps, seed, world version); builds it once when missing
     (``build_cached``)."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    return build_cached(root / f"base-w{WORLD_VERSION}-steps{steps}-seed{seed}",
-                        lambda tmp: build_base(tmp, steps=steps, seed=seed, progress=True))
+    return build_cached(
+        root / f"base-w{WORLD_VERSION}-steps{steps}-seed{seed}",
+        lambda tmp: build_base(tmp, steps=steps, seed=seed, progress=True),
+    )
 
 
 def build_cached(target: Path, build: Callable[[Path], Any], built_marker: str = "toy_build.json") -> Path:

@@ -14,7 +14,7 @@ Formats (BOS is added by the tokenizer, EOS ends every completion):
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from coevolve.errors import DataError
 from coevolve.prompts import StopKind, fill_template

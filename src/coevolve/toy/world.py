@@ -24,8 +24,9 @@ from __future__ import annotations
 import functools
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from coevolve.errors import DataError
 from coevolve.types import Task
@@ -358,9 +359,11 @@ def heldout_tasks(n: int = 500, seed: int = 1234) -> list[Task]:
     if n < len(LEVELS) or n > 2000:
         raise DataError(f"heldout_tasks: n={n} must be in [{len(LEVELS)}, 2000]")
     if -(-n // len(LEVELS)) > L1_PROBLEMS:  # the balanced draw would search for L1 problems that do not exist
-        raise DataError(f"eval.heldout_size={n}: a held-out set balanced over {len(LEVELS)} levels needs "
-                        f"{-(-n // len(LEVELS))} distinct L1 problems and L1 has {L1_PROBLEMS}; use at most "
-                        f"{L1_PROBLEMS * len(LEVELS)} (only the default 500 were kept out of the base's pretraining)")
+        raise DataError(
+            f"eval.heldout_size={n}: a held-out set balanced over {len(LEVELS)} levels needs "
+            f"{-(-n // len(LEVELS))} distinct L1 problems and L1 has {L1_PROBLEMS}; use at most "
+            f"{L1_PROBLEMS * len(LEVELS)} (only the default 500 were kept out of the base's pretraining)"
+        )
     return [p.to_task(source="toy-heldout") for p in _heldout_problems(n, seed)]
 
 
@@ -404,8 +407,10 @@ def labelled_set(n: int, levels: Sequence[int] | None = None, seed: int = 0) -> 
         if p.question in banned or p.question in seen:
             misses += 1
             if misses > 100 * n + 10_000:  # the levels are (nearly) exhausted: L1 has 255 problems
-                raise DataError(f"labelled_set: cannot find {n} distinct problems of levels {list(lv)} outside the "
-                                f"held-out set (found {len(out)}); lower data.limit or add levels")
+                raise DataError(
+                    f"labelled_set: cannot find {n} distinct problems of levels {list(lv)} outside the "
+                    f"held-out set (found {len(out)}); lower data.limit or add levels"
+                )
             continue
         seen.add(p.question)
         out.append(p)

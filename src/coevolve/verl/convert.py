@@ -15,9 +15,10 @@ that have a coevolve counterpart onto the names ``loop.grpo_train`` logs.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -89,13 +90,21 @@ def step_rollouts(dump_dir: Path, rows: Sequence[VerlRow], steps: int, group_siz
         for r in want:
             n = len(got.get(r.index, []))
             if n != group_size:
-                raise VerlOutputError(f"{path}: row {r.index} (task {r.task.id}) has {n} samples, expected {group_size}")
+                raise VerlOutputError(
+                    f"{path}: row {r.index} (task {r.task.id}) has {n} samples, expected {group_size}"
+                )
         extra_rows = sorted(set(got) - {r.index for r in want})
         if extra_rows:
             raise VerlOutputError(f"{path}: samples of rows {extra_rows[:5]} that are not step {step}'s")
-        out.append(StepRollouts(step, want, [[str(e["output"]) for e in got[r.index]] for r in want],
-                                [[float(e["score"]) for e in got[r.index]] for r in want],
-                                [[{k: e[k] for k in REWARD_EXTRAS if k in e} for e in got[r.index]] for r in want]))
+        out.append(
+            StepRollouts(
+                step,
+                want,
+                [[str(e["output"]) for e in got[r.index]] for r in want],
+                [[float(e["score"]) for e in got[r.index]] for r in want],
+                [[{k: e[k] for k in REWARD_EXTRAS if k in e} for e in got[r.index]] for r in want],
+            )
+        )
     return out
 
 
@@ -109,7 +118,9 @@ def completions(sr: StepRollouts, tokenizer: Any) -> list[list[Completion]]:
     return out
 
 
-def step_metrics(sr: StepRollouts, comps: Sequence[Sequence[Completion]], verl_metrics: dict[str, Any]) -> dict[str, float]:
+def step_metrics(
+    sr: StepRollouts, comps: Sequence[Sequence[Completion]], verl_metrics: dict[str, Any]
+) -> dict[str, float]:
     """The step's metrics under ``grpo_train``'s names (without the namespace): reward mean/std,
     zero-variance share and completion tokens from the samples (coevolve's own definitions),
     the optimiser's figures from verl's metrics (``VERL_METRICS``)."""
@@ -143,10 +154,17 @@ def match_records(sr: StepRollouts) -> list[dict[str, Any]]:
     """The DiagEvo solver's audit records (``recipes.diagevo.match_reward``'s form) of a step:
     each question's G responses and whether each matched the pseudo-label (the diagnosis reads
     them). The local records' ``oracle_acc`` metric has no verl counterpart."""
-    return [{"id": r.task.id, "question": r.task.question, "label": r.task.answer,
-             "targets": r.task.features.get("targets", []), "responses": texts,
-             "matches": [bool(e.get("match")) for e in ex]}
-            for r, texts, ex in zip(sr.rows, sr.texts, sr.extras)]
+    return [
+        {
+            "id": r.task.id,
+            "question": r.task.question,
+            "label": r.task.answer,
+            "targets": r.task.features.get("targets", []),
+            "responses": texts,
+            "matches": [bool(e.get("match")) for e in ex],
+        }
+        for r, texts, ex in zip(sr.rows, sr.texts, sr.extras)
+    ]
 
 
 def read_metrics(path: Path) -> dict[int, dict[str, Any]]:

@@ -56,9 +56,21 @@ def default_commands(verl: Any) -> tuple[list[str], list[str]]:
     return main, merger
 
 
-def phase_overrides(*, phase: Any, learner: Any, verl: Any, engine: Any, temperature: float, top_p: float, top_k: int,
-                    max_new_tokens: int, max_prompt_tokens: int, paths: PhasePaths, experiment: str,
-                    seed: int) -> list[str]:
+def phase_overrides(
+    *,
+    phase: Any,
+    learner: Any,
+    verl: Any,
+    engine: Any,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    max_new_tokens: int,
+    max_prompt_tokens: int,
+    paths: PhasePaths,
+    experiment: str,
+    seed: int,
+) -> list[str]:
     """``key=value`` overrides of ``main_ppo`` for one GRPO phase.
 
     ``phase`` is the ``GRPOPhase`` (steps, prompts_per_step, group_size), ``learner`` the run's
@@ -69,25 +81,35 @@ def phase_overrides(*, phase: Any, learner: Any, verl: Any, engine: Any, tempera
     same). One optimiser step per rollout batch (``ppo_mini_batch_size = train_batch_size``)
     times ``epochs_per_batch``, as the local learner."""
     if learner.lora:
-        raise ConfigError("backend=verl: learner.lora is not mapped to verl yet (use backend=local, or set verl's "
-                          "actor_rollout_ref.model.lora_rank in backend.verl.extra_overrides)")
+        raise ConfigError(
+            "backend=verl: learner.lora is not mapped to verl yet (use backend=local, or set verl's "
+            "actor_rollout_ref.model.lora_rank in backend.verl.extra_overrides)"
+        )
     world = verl.nnodes * verl.n_gpus_per_node
     micro = verl_micro_batch(phase.prompts_per_step * phase.group_size, world, learner.micro_batch_size)
     if micro is None:  # the run's preflight refuses this first (coevolve.plan.layouts.verl_batch_problems)
-        raise ConfigError(f"backend=verl: prompts_per_step x group_size = {phase.prompts_per_step * phase.group_size} "
-                          f"rollouts per step must divide over the {world} GPUs of backend.verl.nnodes x n_gpus_per_node")
-    kv = [("algorithm.adv_estimator", "grpo"), ("algorithm.norm_adv_by_std_in_grpo", learner.scale_std),
-          ("algorithm.use_kl_in_reward", False),
-          *_data(phase, paths, max_prompt_tokens, max_new_tokens), *_actor(phase, learner, paths, micro),
-          *_rollout(phase, verl, engine, temperature, top_p, top_k, seed, micro),
-          ("reward.custom_reward_function.path", str(paths.reward_module)),
-          ("reward.custom_reward_function.name", REWARD_FN_NAME),
-          *_trainer(phase, verl, paths, experiment)]
+        raise ConfigError(
+            f"backend=verl: prompts_per_step x group_size = {phase.prompts_per_step * phase.group_size} "
+            f"rollouts per step must divide over the {world} GPUs of backend.verl.nnodes x n_gpus_per_node"
+        )
+    kv = [
+        ("algorithm.adv_estimator", "grpo"),
+        ("algorithm.norm_adv_by_std_in_grpo", learner.scale_std),
+        ("algorithm.use_kl_in_reward", False),
+        *_data(phase, paths, max_prompt_tokens, max_new_tokens),
+        *_actor(phase, learner, paths, micro),
+        *_rollout(phase, verl, engine, temperature, top_p, top_k, seed, micro),
+        ("reward.custom_reward_function.path", str(paths.reward_module)),
+        ("reward.custom_reward_function.name", REWARD_FN_NAME),
+        *_trainer(phase, verl, paths, experiment),
+    ]
     if learner.gradient_checkpointing is not None:  # None = coevolve's auto; verl's default is on
         kv.append(("actor_rollout_ref.model.enable_gradient_checkpointing", learner.gradient_checkpointing))
     if learner.max_tokens_per_micro_batch:  # micro-batches by tokens (verl: dynamic batch size; rollout / ref follow)
-        kv += [("actor_rollout_ref.actor.use_dynamic_bsz", True),
-               ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", learner.max_tokens_per_micro_batch)]
+        kv += [
+            ("actor_rollout_ref.actor.use_dynamic_bsz", True),
+            ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", learner.max_tokens_per_micro_batch),
+        ]
     address = getattr(getattr(engine, "ray", None), "address", None)
     if address:  # the run's Ray cluster (engine.ray.address): verl's job joins it too
         kv.append(("+ray_kwargs.ray_init.address", address))
@@ -121,8 +143,10 @@ def _actor(phase: Any, learner: Any, paths: PhasePaths, micro: int) -> list[tupl
         ("actor_rollout_ref.actor.clip_ratio_low", learner.eps_low),
         ("actor_rollout_ref.actor.clip_ratio_high", learner.eps_high),
         ("actor_rollout_ref.actor.clip_ratio_c", DUAL_CLIP_OFF),
-        ("actor_rollout_ref.actor.loss_agg_mode", {"token-mean": "token-mean", "seq-mean": "seq-mean-token-mean"}[
-            learner.loss_agg]),
+        (
+            "actor_rollout_ref.actor.loss_agg_mode",
+            {"token-mean": "token-mean", "seq-mean": "seq-mean-token-mean"}[learner.loss_agg],
+        ),
         ("actor_rollout_ref.actor.entropy_coeff", 0.0),
         ("actor_rollout_ref.actor.use_kl_loss", learner.beta_kl > 0),
         ("actor_rollout_ref.actor.kl_loss_coef", learner.beta_kl),
@@ -133,8 +157,9 @@ def _actor(phase: Any, learner: Any, paths: PhasePaths, micro: int) -> list[tupl
     ]
 
 
-def _rollout(phase: Any, verl: Any, engine: Any, temperature: float, top_p: float, top_k: int, seed: int,
-             micro: int) -> list[tuple[str, Any]]:
+def _rollout(
+    phase: Any, verl: Any, engine: Any, temperature: float, top_p: float, top_k: int, seed: int, micro: int
+) -> list[tuple[str, Any]]:
     """The phase's decoding, group size and seed; the rollout engines' tensor parallelism and GPU
     share are the run's engine settings (``engine.tensor_parallel_size``, ``vllm_share``)."""
     return [

@@ -20,9 +20,10 @@ on the tasks step s of the local backend would draw.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from coevolve.training import RewardSpec  # the rows carry it; also importable from here
 from coevolve.types import Task
@@ -31,6 +32,7 @@ IDENTITY_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{
 """Chat template that returns the messages' text unchanged (no role markers, no generation prompt)."""
 
 ABILITY = "math"
+
 
 @dataclass
 class VerlRow:
@@ -50,13 +52,20 @@ class VerlRow:
             "prompt": [{"role": "user", "content": self.prompt}],
             "ability": ABILITY,
             "reward_model": {"style": "rule", "ground_truth": self.task.answer or ""},
-            "extra_info": {"index": self.index, "step": self.step, "task_id": self.task.id, "role": self.role,
-                           "reward": self.reward.to_dict(), **self.extra},
+            "extra_info": {
+                "index": self.index,
+                "step": self.step,
+                "task_id": self.task.id,
+                "role": self.role,
+                "reward": self.reward.to_dict(),
+                **self.extra,
+            },
         }
 
 
-def phase_rows(steps: int, batches: Callable[[int], list[Task]], prompt: Callable[[Task], str], role: str,
-               reward: RewardSpec) -> list[VerlRow]:
+def phase_rows(
+    steps: int, batches: Callable[[int], list[Task]], prompt: Callable[[Task], str], role: str, reward: RewardSpec
+) -> list[VerlRow]:
     """The phase's rows: ``batches(s)`` for s = 0 .. steps-1, in order (the local backend's draws)."""
     rows: list[VerlRow] = []
     for step in range(steps):

@@ -23,9 +23,10 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import coevolve
 from coevolve.errors import CoevolveError, ConfigError
@@ -86,8 +87,10 @@ def _run(cmd: list[str], log: Path, env: dict[str, str], what: str) -> None:
         try:
             rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, check=False).returncode
         except OSError as e:
-            raise VerlPhaseError(f"{what}: cannot start {cmd[0]!r}: {e.strerror or e} (backend.verl.python / "
-                                 "backend.verl.main / backend.verl.merger)") from None
+            raise VerlPhaseError(
+                f"{what}: cannot start {cmd[0]!r}: {e.strerror or e} (backend.verl.python / "
+                "backend.verl.main / backend.verl.merger)"
+            ) from None
     if rc != 0:
         tail = log.read_text(encoding="utf-8", errors="replace")[-LOG_TAIL_CHARS:]
         raise VerlPhaseError(f"{what} exited with status {rc}; full log: {log}\n... {tail}")
@@ -109,16 +112,40 @@ class VerlTrainer:
     it), the model's device and dtype, the run's grader timeout and rollouts switch; ``release``
     frees the run engine's shared GPUs (an ``engine=ray`` pool) before verl's job takes them."""
 
-    def __init__(self, *, learner: Any, verl: Any, engine: Any, device: str, dtype: str, grader: AnswerGrader,
-                 grader_timeout: float, save_rollouts: bool, release: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        *,
+        learner: Any,
+        verl: Any,
+        engine: Any,
+        device: str,
+        dtype: str,
+        grader: AnswerGrader,
+        grader_timeout: float,
+        save_rollouts: bool,
+        release: Callable[[], None],
+    ) -> None:
         self.learner, self.verl, self.engine, self.device, self.dtype = learner, verl, engine, device, dtype
-        self.grader, self.grader_timeout, self.save_rollouts, self.release = grader, grader_timeout, save_rollouts, release
+        self.grader, self.grader_timeout, self.save_rollouts, self.release = (
+            grader,
+            grader_timeout,
+            save_rollouts,
+            release,
+        )
 
     @classmethod
-    def from_config(cls, cfg: Any, engine: Any, grader: AnswerGrader) -> "VerlTrainer":
-        return cls(learner=cfg.learner, verl=cfg.backend.verl, engine=cfg.engine, device=cfg.model.device,
-                   dtype=cfg.model.dtype, grader=grader, grader_timeout=cfg.run.grader_timeout,
-                   save_rollouts=cfg.run.save_rollouts, release=engine.release)
+    def from_config(cls, cfg: Any, engine: Any, grader: AnswerGrader) -> VerlTrainer:
+        return cls(
+            learner=cfg.learner,
+            verl=cfg.backend.verl,
+            engine=cfg.engine,
+            device=cfg.model.device,
+            dtype=cfg.model.dtype,
+            grader=grader,
+            grader_timeout=cfg.run.grader_timeout,
+            save_rollouts=cfg.run.save_rollouts,
+            release=engine.release,
+        )
 
     def train(self, role: Role, req: TrainRequest, ctx: PhaseContext) -> TrainResult:
         """``loop.grpo_train``'s contract, trained by verl (module docstring)."""
@@ -129,20 +156,29 @@ class VerlTrainer:
         if (reward.kind == "writer") != (req.writer is not None):
             raise VerlPhaseError(f"{ns}: a writer reward needs its WriterScoring and only it has one")
         if req.writer is not None and req.writer.rule.reward.kind == "rzero":
-            raise ConfigError(f"{ns}.reward.kind=rzero with backend=verl: R-Zero's repetition penalty clusters the "
-                              "whole batch, verl's reward workers score one sample at a time; use backend=local or "
-                              f"{ns}.reward.kind=plateau")
+            raise ConfigError(
+                f"{ns}.reward.kind=rzero with backend=verl: R-Zero's repetition penalty clusters the "
+                "whole batch, verl's reward workers score one sample at a time; use backend=local or "
+                f"{ns}.reward.kind=plateau"
+            )
         if req.writer is not None and self.verl.solver_url and self.verl.serve_solver:
-            raise ConfigError("backend.verl.solver_url and backend.verl.serve_solver=true: one frozen solver server; "
-                              "unset solver_url to let coevolve serve each round's solver")
+            raise ConfigError(
+                "backend.verl.solver_url and backend.verl.serve_solver=true: one frozen solver server; "
+                "unset solver_url to let coevolve serve each round's solver"
+            )
         if req.writer is not None and self.verl.solver_url:  # before any work: a wrong or absent server fails here
             check_served_model(self.verl.solver_url, self.verl.solver_model, WriterSpec.timeout_s, WriterSpec.retries)
         self.release()  # verl's trainer gets the idle rollout engines' GPUs; their next sample call restarts them
         work = ctx.dir / WORK_DIR.format(ns=ns)
         shutil.rmtree(work, ignore_errors=True)  # a killed verl phase restarts from scratch
         work.mkdir(parents=True)
-        paths = PhasePaths(model=work / "model", train_file=work / "train.parquet", checkpoints=work / "checkpoints",
-                           rollouts=work / "rollouts", reward_module=Path(__file__).with_name("reward.py"))
+        paths = PhasePaths(
+            model=work / "model",
+            train_file=work / "train.parquet",
+            checkpoints=work / "checkpoints",
+            rollouts=work / "rollouts",
+            reward_module=Path(__file__).with_name("reward.py"),
+        )
         with self._solver_server(req, ctx, work) as served:
             if req.writer is not None:
                 spec = self._writer_spec(req.writer, work, served)
@@ -180,43 +216,69 @@ class VerlTrainer:
         v, rule = self.verl, w.rule
         url, model = served if served is not None else (v.solver_url, v.solver_model)
         solver_path = "" if url else str(export_solver(w.solver, work / "solver"))
-        return WriterSpec(reward=rule.reward.model_dump(mode="json"), seed=rule.seed, ns=rule.ns,
-                          params=sampling_dict(rule.params), prompter=prompter_spec(w.prompter),
-                          rep_tokenizer=rule.rep_tokenizer, batch_prompts=rule.batch_prompts, solver_path=solver_path,
-                          engine=self.engine.model_dump(mode="json"), device=self.device, dtype=self.dtype,
-                          solver_url=url, solver_model=model)
+        return WriterSpec(
+            reward=rule.reward.model_dump(mode="json"),
+            seed=rule.seed,
+            ns=rule.ns,
+            params=sampling_dict(rule.params),
+            prompter=prompter_spec(w.prompter),
+            rep_tokenizer=rule.rep_tokenizer,
+            batch_prompts=rule.batch_prompts,
+            solver_path=solver_path,
+            engine=self.engine.model_dump(mode="json"),
+            device=self.device,
+            dtype=self.dtype,
+            solver_url=url,
+            solver_model=model,
+        )
 
-    def _run(self, role: Role, req: TrainRequest, ctx: PhaseContext, rows: list[Any], paths: PhasePaths,
-             work: Path) -> None:
+    def _run(
+        self, role: Role, req: TrainRequest, ctx: PhaseContext, rows: list[Any], paths: PhasePaths, work: Path
+    ) -> None:
         """Export, parquet, ``main_ppo``, merge; the merged weights into the role (synced)."""
         phase, ns, params = req.phase, req.ns, req.params
         main, merger = default_commands(self.verl)
         export_model(role, paths.model)
         write_parquet(rows, paths.train_file)
         longest = max(len(role.tokenizer(r.prompt, add_special_tokens=False)["input_ids"]) for r in rows)
-        overrides = phase_overrides(phase=phase, learner=self.learner, verl=self.verl, engine=self.engine,
-                                    temperature=params.temperature,
-                                    top_p=params.top_p, top_k=params.top_k, max_new_tokens=params.max_new_tokens,
-                                    max_prompt_tokens=longest + PROMPT_MARGIN_TOKENS, paths=paths,
-                                    experiment=f"{ctx.phase.key}".replace("/", "-"),
-                                    seed=derive_seed(ctx.seed, "rollout"))
+        overrides = phase_overrides(
+            phase=phase,
+            learner=self.learner,
+            verl=self.verl,
+            engine=self.engine,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            max_new_tokens=params.max_new_tokens,
+            max_prompt_tokens=longest + PROMPT_MARGIN_TOKENS,
+            paths=paths,
+            experiment=f"{ctx.phase.key}".replace("/", "-"),
+            seed=derive_seed(ctx.seed, "rollout"),
+        )
         (work / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
         metrics_file = ctx.dir / METRICS_FILE.format(ns=ns)
         metrics_file.unlink(missing_ok=True)
         env = _env(metrics_file)
-        ctx.say(f"[{ns}] verl: {phase.steps} steps x {phase.prompts_per_step} prompts x {phase.group_size} "
-                f"(log {ctx.dir / MAIN_LOG.format(ns=ns)})")
+        ctx.say(
+            f"[{ns}] verl: {phase.steps} steps x {phase.prompts_per_step} prompts x {phase.group_size} "
+            f"(log {ctx.dir / MAIN_LOG.format(ns=ns)})"
+        )
         _run(main + overrides, ctx.dir / MAIN_LOG.format(ns=ns), env, "verl main_ppo")
         fault_point("verl")
         _, actor = convert.latest_checkpoint(paths.checkpoints)
         merged = work / "merged"
-        _run(merger + ["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(merged)],
-             ctx.dir / MERGE_LOG.format(ns=ns), env, "verl model_merger")
+        _run(
+            merger + ["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(merged)],
+            ctx.dir / MERGE_LOG.format(ns=ns),
+            env,
+            "verl model_merger",
+        )
         role.learner.load_weights(merged)
         role.sync()
 
-    def _book(self, role: Role, req: TrainRequest, ctx: PhaseContext, rows: list[Any], paths: PhasePaths,
-              reward: RewardSpec) -> TrainResult:
+    def _book(
+        self, role: Role, req: TrainRequest, ctx: PhaseContext, rows: list[Any], paths: PhasePaths, reward: RewardSpec
+    ) -> TrainResult:
         """verl's rollout dumps and metrics through the ``StepBook`` every backend uses: the
         reward's audit from the dumped extras (``audit_step``, or the writer's ``WriterBatch``
         rebuilt and audited by the recipe), sampling compute counted here (verl sampled)."""
@@ -229,11 +291,23 @@ class VerlTrainer:
                 ctx.compute.sampled(comps)
                 tasks = [r.task for r in sr.rows]
                 if req.writer is not None:
-                    wb = writer_batch(sr.texts, sr.scores, sr.extras, req.writer.prompter.parse_question,
-                                      req.writer.rule.reward.samples)
+                    wb = writer_batch(
+                        sr.texts,
+                        sr.scores,
+                        sr.extras,
+                        req.writer.prompter.parse_question,
+                        req.writer.rule.reward.samples,
+                    )
                     observed = req.writer.audit(sr.step, tasks, comps, wb)
                 else:
                     observed = audit_step(reward, tasks, sr.texts, sr.extras, self.grader)
-                book.step(sr.step, tasks, [r.prompt for r in sr.rows], comps, sr.scores,
-                          convert.step_metrics(sr, comps, verl_metrics.get(sr.step + 1, {})), observed)
+                book.step(
+                    sr.step,
+                    tasks,
+                    [r.prompt for r in sr.rows],
+                    comps,
+                    sr.scores,
+                    convert.step_metrics(sr, comps, verl_metrics.get(sr.step + 1, {})),
+                    observed,
+                )
         return book.result(phase.steps)

@@ -71,13 +71,16 @@ class _LockedGrader:
         return call
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict[str, Any] | None = None,
-                  **kwargs: Any) -> dict[str, float]:
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: str, extra_info: dict[str, Any] | None = None, **kwargs: Any
+) -> dict[str, float]:
     """Score one completion by the coevolve reward its row names (module docstring)."""
     info = extra_info or {}
     if not isinstance(info.get("reward"), dict):
-        raise VerlRewardError(f"compute_score: row of {data_source!r} has no extra_info['reward'] "
-                              "(not a parquet written by coevolve.verl.parquet)")
+        raise VerlRewardError(
+            f"compute_score: row of {data_source!r} has no extra_info['reward'] "
+            "(not a parquet written by coevolve.verl.parquet)"
+        )
     spec = RewardSpec.from_dict(info["reward"])
     row = float(info.get("index", -1))
     if spec.kind == "writer":
@@ -85,8 +88,15 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
 
         if not spec.writer:
             raise VerlRewardError(f"compute_score: writer row {row:g} of {data_source!r} names no writer spec file")
-        return {**score_writer_sample(_writer_spec(spec.writer), solution_str, int(info.get("step", 0)),
-                                      _LockedGrader(_grader(spec.grader_timeout))), "row": row}
+        return {
+            **score_writer_sample(
+                _writer_spec(spec.writer),
+                solution_str,
+                int(info.get("step", 0)),
+                _LockedGrader(_grader(spec.grader_timeout)),
+            ),
+            "row": row,
+        }
     if spec.kind not in ("solver", "match"):
         raise VerlRewardError(f"compute_score: unknown reward kind {spec.kind!r} in row {row:g} of {data_source!r}")
     with _LOCK:

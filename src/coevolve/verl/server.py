@@ -39,11 +39,25 @@ def serve_command(verl: Any, engine: Any, folder: Path, name: str, port: int) ->
     """``backend.verl.solver_serve`` (None: ``vllm serve`` as ``-m vllm.entrypoints.openai.api_server``
     of ``backend.verl.python``) with the folder, the name the reward workers ask for, the port and
     the run's vLLM share of the GPU (``engine.gpu_memory_utilization``)."""
-    base = list(verl.solver_serve) if verl.solver_serve else [verl.python or sys.executable, "-m",
-                                                              "vllm.entrypoints.openai.api_server"]
-    return base + ["--model", str(folder), "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
-                   "--gpu-memory-utilization", repr(vllm_share(engine)),
-                   "--tensor-parallel-size", str(int(getattr(engine, "tensor_parallel_size", 1)))]
+    base = (
+        list(verl.solver_serve)
+        if verl.solver_serve
+        else [verl.python or sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    )
+    return base + [
+        "--model",
+        str(folder),
+        "--served-model-name",
+        name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--gpu-memory-utilization",
+        repr(vllm_share(engine)),
+        "--tensor-parallel-size",
+        str(int(getattr(engine, "tensor_parallel_size", 1))),
+    ]
 
 
 class SolverServer:
@@ -67,8 +81,10 @@ class SolverServer:
         try:
             self.proc = subprocess.Popen(self.cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
         except OSError as e:
-            raise SolverServerError(f"backend.verl.serve_solver: cannot start {self.cmd[0]!r}: {e.strerror or e} "
-                                    "(backend.verl.solver_serve / backend.verl.python)") from None
+            raise SolverServerError(
+                f"backend.verl.serve_solver: cannot start {self.cmd[0]!r}: {e.strerror or e} "
+                "(backend.verl.solver_serve / backend.verl.python)"
+            ) from None
         finally:
             fh.close()
         try:
@@ -83,17 +99,21 @@ class SolverServer:
         deadline = time.monotonic() + self.timeout_s
         while True:
             if self.proc.poll() is not None:
-                raise SolverServerError(f"the frozen solver server exited with status {self.proc.returncode} before "
-                                        f"serving; full log: {self.log}\n... {self._tail()}")
+                raise SolverServerError(
+                    f"the frozen solver server exited with status {self.proc.returncode} before "
+                    f"serving; full log: {self.log}\n... {self._tail()}"
+                )
             try:
                 if self.name in served_models(self.url, timeout=5.0, retries=0):
                     return
             except SolverServerError:
                 pass  # not listening yet
             if time.monotonic() > deadline:
-                raise SolverServerError(f"the frozen solver server did not serve {self.name!r} at {self.url} within "
-                                        f"{self.timeout_s:g} s (backend.verl.solver_start_timeout_s); full log: "
-                                        f"{self.log}\n... {self._tail()}")
+                raise SolverServerError(
+                    f"the frozen solver server did not serve {self.name!r} at {self.url} within "
+                    f"{self.timeout_s:g} s (backend.verl.solver_start_timeout_s); full log: "
+                    f"{self.log}\n... {self._tail()}"
+                )
             time.sleep(POLL_S)
 
     def _tail(self) -> str:

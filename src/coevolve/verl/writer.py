@@ -35,8 +35,7 @@ from typing import Any
 
 from coevolve.curriculum.proposals import WriterBatch
 from coevolve.curriculum.voting import VoteRecord, label_questions
-from coevolve.engine.remote import (  # noqa: F401 - the frozen solver server's client; verl.phase imports it from here
-    RemoteSolver, SolverServerError, check_served_model, served_models)
+from coevolve.engine.remote import RemoteSolver, SolverServerError, check_served_model, served_models  # noqa: F401 - the frozen solver server's client; verl.phase imports it from here
 from coevolve.errors import ConfigError
 from coevolve.rewards import questioner_rewards
 from coevolve.types import AnswerGrader, SamplingParams, Stop
@@ -70,7 +69,7 @@ class WriterSpec:
         return path
 
     @classmethod
-    def read(cls, path: str | Path) -> "WriterSpec":
+    def read(cls, path: str | Path) -> WriterSpec:
         return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
 
     def sampling(self, step: int, question: str) -> SamplingParams:
@@ -80,8 +79,11 @@ class WriterSpec:
 
         p = dict(self.params)
         stop = p.pop("stop", None) or {}
-        return SamplingParams(**p, seed=derive_seed(self.seed, self.ns, step, question),
-                              stop=Stop(tuple(stop.get("strings", ())), tuple(stop.get("token_ids", ()))))
+        return SamplingParams(
+            **p,
+            seed=derive_seed(self.seed, self.ns, step, question),
+            stop=Stop(tuple(stop.get("strings", ())), tuple(stop.get("token_ids", ()))),
+        )
 
 
 def sampling_dict(params: SamplingParams) -> dict[str, Any]:
@@ -107,9 +109,12 @@ def prompter_spec(prompter: Any) -> dict[str, Any]:
     if isinstance(prompter, ToyPrompter):
         return {"kind": "toy"}
     prompts = getattr(prompter, "prompts", None)
-    return {"kind": "chat", "chat_template": bool(getattr(prompter, "use_chat_template", False)),
-            "enable_thinking": getattr(prompter, "enable_thinking", None),
-            **({"prompts": prompts.model_dump(mode="json")} if prompts is not None else {})}
+    return {
+        "kind": "chat",
+        "chat_template": bool(getattr(prompter, "use_chat_template", False)),
+        "enable_thinking": getattr(prompter, "enable_thinking", None),
+        **({"prompts": prompts.model_dump(mode="json")} if prompts is not None else {}),
+    }
 
 
 def _prompter(spec: WriterSpec) -> Any:
@@ -119,13 +124,16 @@ def _prompter(spec: WriterSpec) -> Any:
         return ToyPrompter()
     from coevolve.engine import load_tokenizer
     from coevolve.prompts.chat import ChatPrompter
-
     from coevolve.prompts.spec import PromptsConfig
 
     tok = load_tokenizer(spec.solver_path) if spec.prompter.get("chat_template") else None
     prompts = PromptsConfig.model_validate(spec.prompter["prompts"]) if "prompts" in spec.prompter else None
-    return ChatPrompter(tok, use_chat_template=bool(spec.prompter.get("chat_template")),
-                        enable_thinking=spec.prompter.get("enable_thinking"), prompts=prompts)
+    return ChatPrompter(
+        tok,
+        use_chat_template=bool(spec.prompter.get("chat_template")),
+        enable_thinking=spec.prompter.get("enable_thinking"),
+        prompts=prompts,
+    )
 
 
 def solver_of(spec: WriterSpec) -> Any:
@@ -144,8 +152,9 @@ def solver_of(spec: WriterSpec) -> Any:
     return _SAMPLERS[key]
 
 
-def score_sample(spec: WriterSpec, text: str, step: int, grader: AnswerGrader, sampler: Any = None,
-                 prompter: Any = None) -> dict[str, Any]:
+def score_sample(
+    spec: WriterSpec, text: str, step: int, grader: AnswerGrader, sampler: Any = None, prompter: Any = None
+) -> dict[str, Any]:
     """One writer completion's reward and extras (module docstring): ``score``, ``well_formed``,
     ``p1`` / ``p2`` (-1 when malformed), ``in_band``, ``label`` ("" when none), ``solver_rollouts``
     (answers drawn for this sample: 0 when its question was already voted on this step)."""
@@ -153,8 +162,10 @@ def score_sample(spec: WriterSpec, text: str, step: int, grader: AnswerGrader, s
 
     reward = WriterReward(**spec.reward)
     if reward.kind != "plateau":
-        raise ConfigError(f"writer reward kind {reward.kind!r} cannot be scored one sample at a time (R-Zero's "
-                          "repetition penalty clusters the whole batch); use backend=local")
+        raise ConfigError(
+            f"writer reward kind {reward.kind!r} cannot be scored one sample at a time (R-Zero's "
+            "repetition penalty clusters the whole batch); use backend=local"
+        )
     prompter = prompter or _prompter(spec)
     q = prompter.parse_question(text)
     vote, drawn = None, 0
@@ -163,23 +174,37 @@ def score_sample(spec: WriterSpec, text: str, step: int, grader: AnswerGrader, s
         with _LOCK:
             vote = _VOTES.get(key)
             if vote is None:
-                vote = label_questions(sampler or solver_of(spec), prompter, [q], reward.samples,
-                                       spec.sampling(step, q), grader, spec.batch_prompts)[0]
+                vote = label_questions(
+                    sampler or solver_of(spec),
+                    prompter,
+                    [q],
+                    reward.samples,
+                    spec.sampling(step, q),
+                    grader,
+                    spec.batch_prompts,
+                )[0]
                 _VOTES[key] = vote
                 drawn = reward.samples
     x = None if vote is None else vote.p1
     r, _ = questioner_rewards([q is not None], [x], reward.band.low, reward.band.high, reward.a)
-    return {"score": r[0], "well_formed": float(q is not None), "p1": -1.0 if vote is None else vote.p1,
-            "p2": -1.0 if vote is None else vote.p2, "in_band": float(x is not None and reward.band.contains(x)),
-            "label": "" if vote is None or vote.label is None else vote.label, "solver_rollouts": float(drawn)}
+    return {
+        "score": r[0],
+        "well_formed": float(q is not None),
+        "p1": -1.0 if vote is None else vote.p1,
+        "p2": -1.0 if vote is None else vote.p2,
+        "in_band": float(x is not None and reward.band.contains(x)),
+        "label": "" if vote is None or vote.label is None else vote.label,
+        "solver_rollouts": float(drawn),
+    }
 
 
 WRITER_EXTRAS = ("well_formed", "p1", "p2", "in_band", "label", "solver_rollouts")
 """``score_sample``'s extras that ``writer_batch`` reads back from verl's dumps."""
 
 
-def writer_batch(texts: list[list[str]], scores: list[list[float]], extras: list[list[dict[str, Any]]],
-                 parse: Any, n: int) -> WriterBatch:
+def writer_batch(
+    texts: list[list[str]], scores: list[list[float]], extras: list[list[dict[str, Any]]], parse: Any, n: int
+) -> WriterBatch:
     """A step's ``WriterBatch`` rebuilt from verl's dumps, so the recipes' audit records and
     metrics come from the same code as locally (``votes`` holds what the dumps carry: label,
     p1, p2; not the answers)."""

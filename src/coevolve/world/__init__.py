@@ -18,8 +18,9 @@ The recipes never ask "is this the toy world?": they ask the world. Three worlds
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
 from coevolve.memory.diagnose import Diagnoser
 from coevolve.memory.store import Cause
@@ -89,10 +90,16 @@ def base_model_path(model_cfg: Any, say: Callable[[str], None], data_cfg: Any = 
         from coevolve.skill.world import DeficitProfile
 
         sk = data_cfg.skill
-        say(f"skill base model (deficits {sk.deficits}, steps={sk.base_steps}, seed={sk.base_seed}): building or "
-            "reusing the cache")
-        return ensure_skill_base(cache / "skill" if cache else None, steps=sk.base_steps, seed=sk.base_seed,
-                                 profile=DeficitProfile.of(sk.deficits))
+        say(
+            f"skill base model (deficits {sk.deficits}, steps={sk.base_steps}, seed={sk.base_seed}): building or "
+            "reusing the cache"
+        )
+        return ensure_skill_base(
+            cache / "skill" if cache else None,
+            steps=sk.base_steps,
+            seed=sk.base_seed,
+            profile=DeficitProfile.of(sk.deficits),
+        )
     from coevolve.toy import ensure_base
 
     say(f"toy base model (steps={model_cfg.toy_steps}, seed={model_cfg.toy_seed}): building or reusing the cache")
@@ -110,23 +117,33 @@ def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
 
         return SkillWorld.from_config(cfg, say)
     if cfg.model.path is None:
+        from coevolve.toy import LEVELS, labelled_set
         from coevolve.world.real import load_labelled
         from coevolve.world.toy import ToyWorld
-
-        from coevolve.toy import LEVELS, labelled_set
 
         levels = list(cfg.data.levels or LEVELS)
         tasks = load_labelled(cfg.data, say) if cfg.data.source != "toy" else None
         if tasks is None and cfg.data.limit is not None:
             tasks = labelled_set(cfg.data.limit, levels, cfg.data.limit_seed)
-            say(f"[data] toy world: a fixed labelled set of {len(tasks)} problems (levels {levels}, "
-                f"seed {cfg.data.limit_seed})")
-        return ToyWorld(levels=tuple(levels), heldout_size=cfg.eval.heldout_size,
-                        exclude_heldout=cfg.data.exclude_heldout, tasks=tasks, prompts=cfg.prompts)
+            say(
+                f"[data] toy world: a fixed labelled set of {len(tasks)} problems (levels {levels}, "
+                f"seed {cfg.data.limit_seed})"
+            )
+        return ToyWorld(
+            levels=tuple(levels),
+            heldout_size=cfg.eval.heldout_size,
+            exclude_heldout=cfg.data.exclude_heldout,
+            tasks=tasks,
+            prompts=cfg.prompts,
+        )
     from coevolve.prompts.chat import ChatPrompter
 
-    prompter = ChatPrompter(tokenizer, use_chat_template=cfg.model.chat_template,
-                            enable_thinking=cfg.model.enable_thinking, prompts=cfg.prompts)
+    prompter = ChatPrompter(
+        tokenizer,
+        use_chat_template=cfg.model.chat_template,
+        enable_thinking=cfg.model.enable_thinking,
+        prompts=cfg.prompts,
+    )
     if cfg.data.source == "arith":
         from coevolve.world.arith import ArithWorld
 
@@ -162,9 +179,13 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     try:
         meta = json.loads(f.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise ModelLoadError(f"{f}: not UTF-8 (byte at offset {e.start}); the checkpoint's meta file is damaged") from None
+        raise ModelLoadError(
+            f"{f}: not UTF-8 (byte at offset {e.start}); the checkpoint's meta file is damaged"
+        ) from None
     except json.JSONDecodeError as e:
-        raise ModelLoadError(f"{f}:{e.lineno}: not valid JSON ({e.msg}); the checkpoint's meta file is damaged") from None
+        raise ModelLoadError(
+            f"{f}:{e.lineno}: not valid JSON ({e.msg}); the checkpoint's meta file is damaged"
+        ) from None
     except OSError as e:
         raise ModelLoadError(f"{f}: cannot read: {e.strerror or e}") from None
     if not isinstance(meta, dict):
@@ -173,8 +194,10 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt < 1:
         raise ModelLoadError(f"{f}: field 'format' must be a positive integer, got {fmt!r}")
     if fmt > CHECKPOINT_META_FORMAT:
-        raise ModelLoadError(f"{f}: format {fmt} was written by a newer coevolve (this one reads format "
-                             f"{CHECKPOINT_META_FORMAT}); evaluate it with that version")
+        raise ModelLoadError(
+            f"{f}: format {fmt} was written by a newer coevolve (this one reads format "
+            f"{CHECKPOINT_META_FORMAT}); evaluate it with that version"
+        )
     if "world" in meta and meta["world"] not in ("toy", "skill", "real", "arith"):
         raise ModelLoadError(f"{f}: field 'world' must be 'toy', 'skill', 'real' or 'arith', got {meta['world']!r}")
     if "prompts" in meta:
@@ -192,7 +215,9 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
-def world_of_model(path: str | Path, tokenizer: Any, chat_template: bool | None = None, heldout_size: int = 500) -> World:
+def world_of_model(
+    path: str | Path, tokenizer: Any, chat_template: bool | None = None, heldout_size: int = 500
+) -> World:
     """The world a saved model belongs to, for evaluating it with the prompts it was trained on:
     a checkpoint's ``coevolve.json`` says which world and which prompts (system texts, templates,
     example turns); a toy base has ``toy_build.json``; anything else is a real model with the
@@ -212,8 +237,9 @@ def world_of_model(path: str | Path, tokenizer: Any, chat_template: bool | None 
 
     use_chat = bool(meta.get("chat_template", False)) if chat_template is None else chat_template
     prompts = PromptsConfig.model_validate(meta["prompts"]) if "prompts" in meta else PromptsConfig()
-    prompter = ChatPrompter(tokenizer, use_chat_template=use_chat, enable_thinking=meta.get("enable_thinking"),
-                            prompts=prompts)
+    prompter = ChatPrompter(
+        tokenizer, use_chat_template=use_chat, enable_thinking=meta.get("enable_thinking"), prompts=prompts
+    )
     if meta.get("world") == "arith":
         from coevolve.world.arith import ArithWorld
 
@@ -223,5 +249,12 @@ def world_of_model(path: str | Path, tokenizer: Any, chat_template: bool | None 
     return RealWorld(prompter, [], "none", use_chat)
 
 
-__all__ = ["CHECKPOINT_META", "CHECKPOINT_META_FORMAT", "World", "base_model_path", "make_world", "read_checkpoint_meta",
-           "world_of_model"]
+__all__ = [
+    "CHECKPOINT_META",
+    "CHECKPOINT_META_FORMAT",
+    "World",
+    "base_model_path",
+    "make_world",
+    "read_checkpoint_meta",
+    "world_of_model",
+]

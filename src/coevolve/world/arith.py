@@ -30,9 +30,10 @@ import functools
 import operator
 import random
 import re
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from coevolve.curriculum.buffer import dedupe, normalize_question
 from coevolve.errors import ConfigError
@@ -88,12 +89,18 @@ def make_problem(rng: random.Random, level: int) -> Task:
     q = question_text(operands, ops)
     answer = oracle(q)
     assert answer is not None
-    return Task(f"arith-L{level}-{'_'.join(map(str, operands))}-{''.join(ops)}", q, answer, "arith",
-                {"level": level, "ops": "".join(ops)})
+    return Task(
+        f"arith-L{level}-{'_'.join(map(str, operands))}-{''.join(ops)}",
+        q,
+        answer,
+        "arith",
+        {"level": level, "ops": "".join(ops)},
+    )
 
 
-def sample_tasks(rng: random.Random, n: int, levels: Sequence[int] = LEVELS,
-                 banned: frozenset[str] = frozenset()) -> list[Task]:
+def sample_tasks(
+    rng: random.Random, n: int, levels: Sequence[int] = LEVELS, banned: frozenset[str] = frozenset()
+) -> list[Task]:
     """``n`` fresh problems, levels drawn uniformly, none of whose questions is in ``banned``."""
     out: list[Task] = []
     while len(out) < n:
@@ -141,13 +148,23 @@ def labelled_set(size: int, levels: Sequence[int], seed: int, banned: frozenset[
 
 # ------------------------------------------------------------------------------------------ oracle
 
-_WORDS = ((r"multiplied\s+by", "*"), (r"divided\s+by", "/"), (r"times", "*"), (r"plus", "+"), (r"minus", "-"),
-          (r"over", "/"))
+_WORDS = (
+    (r"multiplied\s+by", "*"),
+    (r"divided\s+by", "/"),
+    (r"times", "*"),
+    (r"plus", "+"),
+    (r"minus", "-"),
+    (r"over", "/"),
+)
 _SYMBOLS = str.maketrans({"×": "*", "·": "*", "÷": "/", "−": "-", "–": "-"})
 _EXPR_RE = re.compile(r"(?:(?<![\d)])-\s*)?\(*\s*-?\d+(?:\s*\)*\s*[-+*/]\s*\(*\s*-?\d+\s*\)*)+")
 _NUMBER_RE = re.compile(r"\d")
-_BINOPS: dict[type, Callable[[Any, Any], Any]] = {ast.Add: operator.add, ast.Sub: operator.sub,
-                                                  ast.Mult: operator.mul, ast.Div: operator.truediv}
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
 
 
 def _evaluate(node: ast.AST) -> Fraction:
@@ -182,7 +199,7 @@ def read_expression(question: str) -> str | None:
     if len(found) != 1:
         return None
     m = found[0]
-    if _NUMBER_RE.search(text[: m.start()]) or _NUMBER_RE.search(text[m.end():]):
+    if _NUMBER_RE.search(text[: m.start()]) or _NUMBER_RE.search(text[m.end() :]):
         return None
     expr = re.sub(r"\s+", "", m.group(0))
     return expr if expr.count("(") == expr.count(")") else None
@@ -220,8 +237,15 @@ class ArithWorld:
     knows_truth = True
     rep_tokenizer = "whitespace"
 
-    def __init__(self, prompter: Prompter, chat_template: bool, levels: Sequence[int] = LEVELS,
-                 heldout_size: int = HELDOUT_SIZE, exclude_heldout: bool = True, tasks: Sequence[Task] | None = None):
+    def __init__(
+        self,
+        prompter: Prompter,
+        chat_template: bool,
+        levels: Sequence[int] = LEVELS,
+        heldout_size: int = HELDOUT_SIZE,
+        exclude_heldout: bool = True,
+        tasks: Sequence[Task] | None = None,
+    ):
         self.prompter = prompter
         self.chat_template = chat_template
         self.levels = tuple(levels)
@@ -230,13 +254,15 @@ class ArithWorld:
         self.tasks = None if tasks is None else list(tasks)
 
     @classmethod
-    def from_config(cls, cfg: Any, prompter: Prompter, say: Callable[[str], None]) -> "ArithWorld":
+    def from_config(cls, cfg: Any, prompter: Prompter, say: Callable[[str], None]) -> ArithWorld:
         levels = tuple(cfg.data.levels or LEVELS)
         world = cls(prompter, cfg.model.chat_template, levels, cfg.eval.heldout_size, cfg.data.exclude_heldout)
         if cfg.data.limit is not None:
             world.tasks = labelled_set(cfg.data.limit, levels, cfg.data.limit_seed, world.excluded())
-            say(f"[data] arith world: a fixed labelled set of {len(world.tasks)} problems (levels {list(levels)}, "
-                f"seed {cfg.data.limit_seed})")
+            say(
+                f"[data] arith world: a fixed labelled set of {len(world.tasks)} problems (levels {list(levels)}, "
+                f"seed {cfg.data.limit_seed})"
+            )
         else:
             say(f"[data] arith world: fresh problems of levels {list(levels)} on every draw")
         return world
@@ -269,8 +295,10 @@ class ArithWorld:
         return self.prompter.with_tokenizer(tokenizer)  # type: ignore[attr-defined]
 
     def trace_diagnoser(self) -> Diagnoser:
-        raise ConfigError("diagnoser.kind=trace needs the toy world (step traces); the arith world is diagnosed by a "
-                          "model: diagnoser.kind=llm")
+        raise ConfigError(
+            "diagnoser.kind=trace needs the toy world (step traces); the arith world is diagnosed by a "
+            "model: diagnoser.kind=llm"
+        )
 
     def shows_causes(self, question: str, causes: Sequence[Cause]) -> list[bool] | None:
         return None
@@ -287,5 +315,15 @@ def _excluded(size: int) -> frozenset[str]:
     return frozenset(normalize_question(t.question) for t in heldout_tasks(size))
 
 
-__all__ = ["ArithWorld", "HELDOUT_SIZE", "LEVELS", "heldout_tasks", "labelled_set", "make_problem", "oracle",
-           "question_text", "read_expression", "sample_tasks"]
+__all__ = [
+    "ArithWorld",
+    "HELDOUT_SIZE",
+    "LEVELS",
+    "heldout_tasks",
+    "labelled_set",
+    "make_problem",
+    "oracle",
+    "question_text",
+    "read_expression",
+    "sample_tasks",
+]

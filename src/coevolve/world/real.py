@@ -4,8 +4,9 @@ the configured prompts, the benchmark registry, no oracle."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from coevolve.curriculum.buffer import dedupe, normalize_question
 from coevolve.errors import ConfigError
@@ -23,8 +24,14 @@ class RealWorld:
     knows_truth = False
     rep_tokenizer = "whitespace"
 
-    def __init__(self, prompter: Prompter, tasks: Sequence[Task], source: str, chat_template: bool,
-                 excluded_fn: Callable[[], frozenset[str]] | None = None):
+    def __init__(
+        self,
+        prompter: Prompter,
+        tasks: Sequence[Task],
+        source: str,
+        chat_template: bool,
+        excluded_fn: Callable[[], frozenset[str]] | None = None,
+    ):
         self.prompter = prompter
         self.tasks = list(tasks)
         self.source = source
@@ -33,7 +40,7 @@ class RealWorld:
         self._excluded: frozenset[str] | None = None
 
     @classmethod
-    def from_config(cls, cfg: Any, prompter: Prompter, say: Callable[[str], None]) -> "RealWorld":
+    def from_config(cls, cfg: Any, prompter: Prompter, say: Callable[[str], None]) -> RealWorld:
         tasks: list[Task] = []
         if cfg.data.source != "toy":
             tasks = load_labelled(cfg.data, say)
@@ -82,8 +89,10 @@ class RealWorld:
 
 def labelled(tasks: list[Task]) -> list[Task]:
     if not tasks:
-        raise ConfigError("data.source: this recipe needs labelled questions; give a JSONL / JSONL.gz file "
-                          "(e.g. data.source=.../math_train12k/train.jsonl.gz)")
+        raise ConfigError(
+            "data.source: this recipe needs labelled questions; give a JSONL / JSONL.gz file "
+            "(e.g. data.source=.../math_train12k/train.jsonl.gz)"
+        )
     return tasks
 
 

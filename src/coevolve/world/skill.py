@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from coevolve.curriculum.buffer import dedupe, normalize_question
 from coevolve.errors import ConfigError
@@ -42,9 +43,15 @@ class SkillWorld:
     chat_template = False
     rep_tokenizer = "char"  # questions have no spaces
 
-    def __init__(self, profile: DeficitProfile = DEFICITS, heldout_per_stratum: int = 100,
-                 focus: Sequence[str] | None = None, pool_kind: str = "ladder", exclude_heldout: bool = True,
-                 tasks: Sequence[Task] | None = None):
+    def __init__(
+        self,
+        profile: DeficitProfile = DEFICITS,
+        heldout_per_stratum: int = 100,
+        focus: Sequence[str] | None = None,
+        pool_kind: str = "ladder",
+        exclude_heldout: bool = True,
+        tasks: Sequence[Task] | None = None,
+    ):
         """``focus``: the skills fresh draws are drawn for (None: all); ``pool_kind``: the fresh
         candidate pool's distribution; ``tasks``: a fixed labelled set instead of fresh draws."""
         self.profile = profile
@@ -56,11 +63,13 @@ class SkillWorld:
         self.prompter: Prompter = SkillPrompter()
 
     @classmethod
-    def from_config(cls, cfg: Any, say: Callable[[str], None]) -> "SkillWorld":
+    def from_config(cls, cfg: Any, say: Callable[[str], None]) -> SkillWorld:
         sk = cfg.data.skill
         if cfg.backend.kind == "verl":
-            raise ConfigError("data.source=skill runs on backend=local only (verl's writer workers rebuild the toy "
-                              "or chat prompter, not the skill world's question parser)")
+            raise ConfigError(
+                "data.source=skill runs on backend=local only (verl's writer workers rebuild the toy "
+                "or chat prompter, not the skill world's question parser)"
+            )
         profile = DeficitProfile.of(sk.deficits)
         tasks = None
         if cfg.data.limit is not None:
@@ -68,8 +77,10 @@ class SkillWorld:
             kinds: dict[str, int] = {}
             for t in tasks:
                 kinds[t.features.get("pool_kind", "strata")] = kinds.get(t.features.get("pool_kind", "strata"), 0) + 1
-            say(f"[data] skill world: a fixed labelled set of {len(tasks)} questions ({sk.pool}: {kinds}; seed "
-                f"{cfg.data.limit_seed})")
+            say(
+                f"[data] skill world: a fixed labelled set of {len(tasks)} questions ({sk.pool}: {kinds}; seed "
+                f"{cfg.data.limit_seed})"
+            )
         return cls(profile, sk.heldout_per_stratum, sk.focus, sk.pool, cfg.data.exclude_heldout, tasks)
 
     def draw(self, rng: random.Random, n: int) -> list[Task]:
@@ -98,8 +109,10 @@ class SkillWorld:
         if not self.exclude_heldout:
             return frozenset()
         # the default set (the base never saw it) and, for a larger eval set, the rest of it too
-        return frozenset(normalize_question(q) for q in heldout_questions(max(self.per_stratum, HELDOUT_DEFAULT),
-                                                                          profile=self.profile))
+        return frozenset(
+            normalize_question(q)
+            for q in heldout_questions(max(self.per_stratum, HELDOUT_DEFAULT), profile=self.profile)
+        )
 
     def oracle(self, question: str) -> str | None:
         return oracle(question)
@@ -181,8 +194,13 @@ def stratum_accuracy(items: Sequence[dict[str, Any]], profile: DeficitProfile = 
         depth = make_problem(r["question"], profile).depth
         by.setdefault(skill, []).append(r)
         by.setdefault(f"{skill}@{depth}", []).append(r)
-    groups = {"soft": profile.soft, "hard": profile.hard, "deficient": profile.deficient, "clean": profile.clean,
-              "all": SKILLS}
+    groups = {
+        "soft": profile.soft,
+        "hard": profile.hard,
+        "deficient": profile.deficient,
+        "clean": profile.clean,
+        "all": SKILLS,
+    }
     for g, skills in groups.items():
         by[g] = [r for s in skills for r in by.get(s, [])]
 

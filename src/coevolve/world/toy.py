@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from coevolve.curriculum.buffer import dedupe, normalize_question
 from coevolve.memory.diagnose import Diagnoser, TraceDiagnoser
@@ -42,8 +43,14 @@ class ToyWorld:
     chat_template = False
     rep_tokenizer = "char"  # a toy question is one whitespace token: whitespace BLEU would be all-or-nothing
 
-    def __init__(self, levels: Sequence[int] = (1, 2, 3, 4), heldout_size: int = 500, exclude_heldout: bool = True,
-                 tasks: Sequence[Task] | None = None, prompts: Any = None):
+    def __init__(
+        self,
+        levels: Sequence[int] = (1, 2, 3, 4),
+        heldout_size: int = 500,
+        exclude_heldout: bool = True,
+        tasks: Sequence[Task] | None = None,
+        prompts: Any = None,
+    ):
         """``tasks``: a fixed labelled set (a JSONL of toy problems) instead of fresh draws;
         ``prompts``: the run's ``PromptsConfig``, for real judge / diagnosis models."""
         self.prompts = prompts
