@@ -313,6 +313,53 @@ def test_offload_optimizer_moves_state_to_the_host():
     assert foreach.opt_step == pytest.approx(4 * shape.n_params) and off.opt_step < foreach.opt_step
 
 
+def test_offload_optimizer_counts_the_fp32_gradient_sums_the_learner_keeps_on_the_device():
+    """With ``offload_optimizer`` only the masters and AdamW state move to the host: the fp32
+    gradient sums stay on the weights' device through the backward. Counted against the bytes a
+    real learner holds at the end of a backward (tiny bf16 Qwen3 on CPU, where the sums live
+    beside the weights as they would on a GPU)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from coevolve.rl import Learner, RolloutGroup
+
+    torch.manual_seed(0)
+    hf = Qwen3Config(
+        **{
+            **QWEN3_06B,
+            "vocab_size": 512,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "intermediate_size": 128,
+        }
+    )
+    model = Qwen3ForCausalLM(hf).to(torch.bfloat16)
+    lcfg = LearnerConfig(offload_optimizer=True, micro_batch_size=2)
+    learner = Learner(model, lcfg)
+    seen = []
+    take = learner._take_grads
+
+    def counted():
+        seen.append(sum(a.sum.numel() * a.sum.element_size() for a in learner._sums if a.sum is not None))
+        seen.append({a.sum.device.type for a in learner._sums if a.sum is not None})
+        take()
+
+    learner._take_grads = counted
+    groups = [RolloutGroup([1, 5, 6], [[7, 8, 2], [9, 2]], [1.0, 0.0]) for _ in range(2)]
+    learner.step(groups)
+    sums, where = seen
+    assert learner.master[0].device.type == "cpu" and where == {model.device.type}
+    shape = ModelShape.from_config({**hf.to_dict(), "model_type": "qwen3"})
+    rm = role_memory("solver", shape, lcfg, DEVICES["h200"], 2, Train("solver", 1, 4, 3, 3), None)
+    assert rm.state == 0 and rm.host == pytest.approx(12 * shape.n_params)
+    assert sums == 4 * shape.n_params  # every trainable parameter's fp32 sum
+    assert sums <= rm.grads <= sums + 2 * shape.largest_param  # + one half gradient before its hook
+    learner.close()
+
+
 def test_rates_table_says_what_is_measured():
     for dev in DEVICES.values():
         for r in (dev.memory_gib, dev.matmul_tflops, dev.train_mfu, dev.mem_gbps, dev.hf_step_ms_per_layer):
