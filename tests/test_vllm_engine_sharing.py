@@ -321,3 +321,72 @@ def test_serves_ignores_where_a_config_came_from(tmp_path):
     c = v.serves(CFG, m.config, tok, m.generation_config, torch.bfloat16, torch.device("cpu"), arch=type(m).__name__)
     assert c.differences(a) == ["dtype: bfloat16 vs float32"]
     assert v.serves(CFG, m.config, tok, None, torch.float32, torch.device("cuda"), arch="X").device == "cuda:0"
+
+
+class V2Params:
+    """The fields of ``vllm.SamplingParams`` the fake V2 runner reads."""
+
+    def __init__(self, n: int, seed: int | None = None) -> None:
+        self.n, self.seed = n, seed
+
+    def clone(self) -> V2Params:
+        return V2Params(self.n, self.seed)
+
+
+def v2_generate(self, requests, params, use_tqdm: bool = False):
+    """vLLM 0.32's Model Runner V2 (its CUDA default) as far as seeds go: a sample's draws are
+    keyed by its seed alone (the Gumbel kernel hashes seed and position,
+    ``v1/worker/gpu/sample/gumbel.py``); a request without a seed gets
+    ``np.random.randint`` (``v1/worker/gpu/sample/states.py``); child i of a request with n
+    samples gets ``seed + i`` (``v1/engine/parallel_sampling.py``). Torch's generator is not used."""
+    import numpy as np
+
+    ps = params if isinstance(params, list) else [params] * len(requests)
+    outs = []
+    for p in ps:
+        self.seeds_seen.append(p.seed)
+        base = p.seed if p.seed is not None else int(np.random.randint(-(2**63), 2**63 - 1, dtype=np.int64))
+        rows = []
+        for k in range(p.n):
+            draw = torch.Generator().manual_seed((base + k) % 2**63)
+            ids = torch.randint(3, 30, (4,), generator=draw).tolist()
+            rows.append(
+                SimpleNamespace(index=k, token_ids=ids, finish_reason="length", stop_reason=None, logprobs=None)
+            )
+        outs.append(SimpleNamespace(outputs=rows))
+    return outs
+
+
+def test_seeded_calls_repeat_on_a_v2_style_runner_through_per_request_seeds(fake, monkeypatch):
+    """On CUDA vLLM 0.32 samples through Model Runner V2, which ignores torch's generator: a
+    seeded call repeats only when each request carries its own seed, the Ray pool's per-prompt
+    seeds (``prompt_seeds``). Unseeded requests would draw from numpy's global RNG, which moves
+    between calls (and differs after a resume)."""
+    import numpy as np
+
+    from coevolve.engine.base import prompt_seeds
+
+    fake.sleeps(False)
+    monkeypatch.setattr(v, "_per_request_seeds", lambda device: True)  # the CPU stands for CUDA here
+    monkeypatch.setattr(FakeLLM, "seeds_seen", [], raising=False)
+    monkeypatch.setattr(FakeLLM, "generate", v2_generate)
+    monkeypatch.setattr(v.VLLMSampler, "_vllm_params", lambda self, n, params: V2Params(n))
+    m, tok = tiny(20)
+    s = make_sampler(CFG, m, tok)
+    prompts = ["1+1=", "2+2=", "1+1="]
+    params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=7)
+
+    def ids(out):
+        return [[c.token_ids for c in row] for row in out]
+
+    np.random.seed(1)
+    a = ids(s.sample(prompts, 3, params))
+    np.random.seed(2)  # another numpy state: a resumed run, or anything that drew in between
+    b = ids(s.sample(prompts, 3, params))
+    assert a == b
+    assert FakeLLM.seeds_seen[-3:] == prompt_seeds(7, prompts)  # the seeds a Ray pool sends for this call
+    assert a[0] != a[2] and len({tuple(x) for x in a[0]}) == 3  # a repeated prompt and each of n draw anew
+    assert ids(s.sample(prompts[1:2], 3, params)) == a[1:2]  # a prompt draws as it does in any batch
+    assert ids(s.sample(prompts, 3, SamplingParams(temperature=1.0, max_new_tokens=4, seed=8))) != a
+    s.sample(prompts[:1], 1, SamplingParams(temperature=1.0, max_new_tokens=4))
+    assert FakeLLM.seeds_seen[-1] is None  # an unseeded call stays unseeded

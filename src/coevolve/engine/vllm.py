@@ -33,10 +33,15 @@ Design (read ``docs/engines.md`` for the user-facing version):
   prompt ids, completion ids (stop token included), finish and stop reasons, and text mean the same
   on both engines. Log-probs are vLLM's ``raw_logprobs`` (the model distribution before
   temperature / top-k / top-p), the ``Completion.logprobs`` contract.
-* **Seeds.** Per-request vLLM seeds fail on the CPU build ("CPU Generator does not use offset").
-  Since the engine runs in this process and samples from torch's default generator, a seeded call
-  forks the global RNG, seeds it and clears the prefix cache, so the same call on the same machine
-  and engine gives the same samples; the caller's RNG is restored afterwards.
+* **Seeds.** On CUDA every request of a seeded call carries its own vLLM seed, derived from the
+  call's seed as the Ray pool derives them (``prompt_seeds``: call seed, prompt text, occurrence;
+  vLLM gives the i-th of a request's n samples ``seed + i``). vLLM 0.32 samples on CUDA with its
+  Model Runner V2, whose Gumbel kernel is keyed by the request's seed and position and which draws
+  an unseeded request's seed from numpy's global RNG (``v1/worker/gpu/sample/states.py``), so
+  seeding torch would not make a call repeat there. Per-request seeds fail on the CPU build
+  ("CPU Generator does not use offset"), whose V1 runner samples from torch's default generator:
+  there a seeded call forks the global RNG, seeds it and clears the prefix cache, so the same call
+  on the same machine and engine gives the same samples; the caller's RNG is restored afterwards.
 * **CUDA sleep mode.** With ``engine.sleep_mode`` the engine sleeps at level 2 whenever it is not
   sampling (weights and KV cache released; level 1 would keep a host copy of whichever version
   happens to be loaded, which is no use when versions switch) and at the start of a ``sample``
@@ -159,10 +164,19 @@ def _engine_construction(device: torch.device) -> Iterator[None]:
         np.random.set_state(np_state)
 
 
+def request_seeds(seed: int | None, prompts: Sequence[str], device: torch.device) -> list[int | None] | None:
+    """The vLLM seed of each prompt's request in a seeded call, where vLLM honours per-request
+    seeds (CUDA); None where it cannot (its CPU build: ``_seeded`` seeds the call instead) or for
+    an unseeded call."""
+    if seed is None or not _per_request_seeds(device):
+        return None
+    return prompt_seeds(seed, list(prompts))
+
+
 @contextlib.contextmanager
 def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
-    """Seed the default torch generator (which the in-process engine samples from) for one call,
-    restoring the caller's RNG afterwards; no-op without a seed."""
+    """Seed the default torch generator (which the in-process engine samples from on vLLM's CPU
+    build) for one call, restoring the caller's RNG afterwards; no-op without a seed."""
     if seed is None:
         yield
         return
@@ -205,6 +219,12 @@ _CONFIG_NOISE = (
 SLEEP_LEVEL = 2
 """The only safe level with several weight versions: level 1 would back up whichever version is
 loaded, and the next version's push overwrites it anyway."""
+
+
+def _per_request_seeds(device: torch.device) -> bool:
+    """vLLM honours ``SamplingParams.seed`` per request on CUDA (V2: its sampling kernel is keyed
+    by the seed; V1: a seeded generator per request), not on its CPU build."""
+    return device.type == "cuda"
 
 
 def _sleep_capable(device: torch.device) -> bool:
@@ -479,7 +499,7 @@ def check_seed_scope(seed_scope: str | None, device: torch.device) -> None:
     """Per-request vLLM seeds (``engine.seed_scope=prompt``) work on CUDA only: on vLLM's CPU
     build they fail ("CPU Generator does not use offset"), so that is a ``ConfigError``, raised
     before an engine is built."""
-    if seed_scope == "prompt" and device.type != "cuda":
+    if seed_scope == "prompt" and not _per_request_seeds(device):
         raise ConfigError(
             "engine.seed_scope=prompt with a vllm engine needs CUDA: vLLM's CPU build cannot "
             "seed single requests; use engine.seed_scope=call (or the hf engine) on CPU"
@@ -701,7 +721,10 @@ class VLLMSampler:
     def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
         """``n`` completions per prompt (one vLLM request with ``n`` samples each); outer list
         follows ``prompts``, inner holds the n samples in vLLM's sample order."""
-        seeds = prompt_seeds(params.seed, list(prompts)) if self.seed_scope == "prompt" else None
+        if self.seed_scope == "prompt":
+            seeds = prompt_seeds(params.seed, list(prompts))
+        else:  # on CUDA a seeded call repeats only through per-request seeds (module docstring)
+            seeds = request_seeds(params.seed, prompts, self.engine.device)
         return self._sample(prompts, n, params, seeds)
 
     def sample_seeded(
@@ -749,7 +772,7 @@ class VLLMSampler:
                 # for one and repeat it (what HF generate returns for n greedy rows)
                 n_req = 1 if params.temperature == 0 else n
                 vparams: Any = self._vllm_params(n_req, params)
-                if seeds is not None:  # seed_scope=prompt: vLLM's per-request generator (CUDA)
+                if seeds is not None:  # vLLM's per-request seeds (CUDA)
                     vparams = [vparams.clone() for _ in seeds]
                     for vp, sd in zip(vparams, seeds):
                         vp.seed = sd
