@@ -192,6 +192,29 @@ def test_skip_and_resume_decisions(tmp_path):
     assert (r.compute.rollouts, r.compute.labels) == (37, 2)
 
 
+def test_a_restarted_study_refuses_while_a_run_a_killed_study_started_lives(tmp_path, capsys):
+    """The study's runs die with it (``run.children``); one that still lives (its group recorded in
+    the study folder) blocks a restart with one line, before any run is launched."""
+    import json
+    import subprocess
+    import sys
+
+    from coevolve.run.children import CHILDREN_FILE, _start_time
+
+    mod = _script()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], process_group=0)
+    try:
+        rec = {"pgid": sleeper.pid, "pid": sleeper.pid, "started": _start_time(sleeper.pid), "cmd": "coevolve run"}
+        (tmp_path / CHILDREN_FILE).write_text(json.dumps({"grpo seed0": rec}))
+        assert mod.main(["--out", str(tmp_path), "--only", "grpo", "--seeds", "0"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and f"grpo seed0 (process group {sleeper.pid}" in err
+        assert not (tmp_path / "grpo").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_run_grid_skips_finished_and_resumes_unfinished(tmp_path, monkeypatch):
     mod = _script()
     cells = st.expand_grid(st.select_variants(["grpo"]), [0, 1, 2], tmp_path)
@@ -199,15 +222,12 @@ def test_run_grid_skips_finished_and_resumes_unfinished(tmp_path, monkeypatch):
     _fake_run(cells[1].path, 0.6, status="interrupted", summary=False)  # resumed
     calls = []
 
-    class Done:
-        returncode = 0
-
     def fake_run(cmd, **kw):
         calls.append(cmd[3:5])
         assert kw["env"]["PYTHONPATH"].split(mod.os.pathsep)[0] == str(tmp_path / "other_src")
-        return Done()
+        return 0
 
-    monkeypatch.setattr(mod.subprocess, "run", fake_run)
+    monkeypatch.setattr(mod, "run_child", fake_run)
     failures = mod.run_grid(cells, ROOT / "configs", [], None, lambda m: None, tmp_path / "other_src")
     assert calls == [["resume", str(cells[1].path)], ["run", "grpo"]]
     assert len(failures) == 2  # the fake runs wrote nothing: both still unfinished, reported

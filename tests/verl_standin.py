@@ -15,6 +15,9 @@ caller can tell the merged weights came back.
 checkpoint into an HF folder, as ``verl.model_merger`` does.
 
 ``$STANDIN_FAIL=1`` makes ``main`` exit with status 3 after writing one dump (a crashed trainer).
+``$STANDIN_HANG`` names a file: ``main`` writes ``{"pid": ..., "grandchild": ...}`` there and then
+waits for ten minutes (a trainer that is still working); with ``$STANDIN_GRANDCHILD=1`` it first
+starts a child of its own that waits too (as verl's Ray workers or vLLM's engine process would).
 ``$STANDIN_ARGS`` names a file that receives the override list (for assertions).
 """
 
@@ -38,11 +41,25 @@ def _overrides(args: list[str]) -> dict[str, str]:
     return out
 
 
+def hang(where: Path) -> None:
+    import subprocess
+    import time
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    grandchild = subprocess.Popen(sleeper).pid if os.environ.get("STANDIN_GRANDCHILD") == "1" else None
+    tmp = where.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "grandchild": grandchild}))
+    tmp.replace(where)
+    time.sleep(600)
+
+
 def main(args: list[str]) -> int:
     import pyarrow.parquet as pq
     import torch
     from transformers import AutoModelForCausalLM
 
+    if os.environ.get("STANDIN_HANG"):
+        hang(Path(os.environ["STANDIN_HANG"]))
     if os.environ.get("STANDIN_ARGS"):
         Path(os.environ["STANDIN_ARGS"]).write_text(json.dumps(args))
     ov = _overrides(args)

@@ -33,7 +33,9 @@ import time
 from pathlib import Path
 
 from coevolve.config.presets import preset_roots
+from coevolve.errors import RunStateError
 from coevolve.eval import study as st
+from coevolve.run.children import check_children, run_child
 
 SRC = Path(__file__).resolve().parents[2]
 """The folder that holds the ``coevolve`` package the runs import by default (``src/`` in a checkout)."""
@@ -54,7 +56,13 @@ def stop_deadline(spec: str | None, now: dt.datetime) -> dt.datetime | None:
 
 
 def run_grid(
-    cells: list[st.Cell], preset: Path, overrides: list[str], stop_at: dt.datetime | None, log, src: Path = SRC
+    cells: list[st.Cell],
+    preset: Path,
+    overrides: list[str],
+    stop_at: dt.datetime | None,
+    log,
+    src: Path = SRC,
+    record: Path | None = None,
 ) -> list[str]:
     """Advance every cell that is not finished, one process at a time, each importing coevolve from
     ``src``; returns the failures."""
@@ -80,7 +88,9 @@ def run_grid(
         c.path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.time()
         with open(c.path.parent / f"seed{c.seed}.log", "a", encoding="utf-8") as fh:
-            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
+            rc = run_child(
+                cmd, record=record, name=f"{c.variant.name} seed{c.seed}", stdout=fh, stderr=subprocess.STDOUT, env=env
+            )
         log(f"    rc {rc} in {time.time() - t0:.0f} s -> {st.cell_status(c.path)}")
         if st.cell_status(c.path) != "finished":
             failures.append(f"{c.variant.name} seed{c.seed}: exit {rc}, see {c.path.parent / f'seed{c.seed}.log'}")
@@ -295,6 +305,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.report_only and spec_path.is_file():  # the setting the runs were made with, not this command's
         spec = json.loads(spec_path.read_text(encoding="utf-8"))
     elif not a.report_only:
+        try:  # a run a killed study started must end before this one starts its cell again
+            check_children(a.out)
+        except RunStateError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         a.out.mkdir(parents=True, exist_ok=True)
         if spec_path.is_file():  # runs adopted by an earlier invocation stay listed
             spec["adopted"] = json.loads(spec_path.read_text(encoding="utf-8")).get("adopted", [])
@@ -307,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     failures = (
         []
         if a.report_only
-        else run_grid(cells, a.preset, a.overrides, stop_deadline(a.stop_at, dt.datetime.now(dt.UTC)), log, a.src)
+        else run_grid(
+            cells, a.preset, a.overrides, stop_deadline(a.stop_at, dt.datetime.now(dt.UTC)), log, a.src, record=a.out
+        )
     )
     setting = [
         f"- preset: `{spec['preset']}` ({', '.join(sorted({c.variant.config for c in cells}))})",

@@ -25,6 +25,7 @@ from typing import Any
 
 from coevolve.data.jsonl import read_jsonl
 from coevolve.errors import RunStateError
+from coevolve.run.children import check_children
 from coevolve.run.compute import Compute, ComputeMeter, cumulative
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from coevolve.run.lock import check_run_dir
@@ -116,6 +117,7 @@ class PhaseContext:
     say: Say
     compute: ComputeMeter = field(default_factory=ComputeMeter)
     prior: dict[str, Any] | None = None
+    run_dir: Path | None = None  # the run folder (its ``children.json`` lists the phase's child processes)
 
     def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
         """One metrics line tagged with this phase's round and name (and ``step``)."""
@@ -156,6 +158,7 @@ class Run:
         path = Path(path)
         if not (path / STATE_FILE).is_file() or not (path / CONFIG_FILE).is_file():
             raise RunStateError(f"{path} is not a coevolve run folder (no {STATE_FILE} / {CONFIG_FILE})")
+        check_children(path)  # a trainer a killed driver started must not write beside this one
         run = cls(path, PhaseState.load(path / STATE_FILE), **kw)
         run.metrics.truncate(int(run.state.data.get("metrics_bytes", 0)))
         for tmp in list(path.rglob(f".*{TMP_SUFFIX}")):  # what a killed writer left half-written (files.py,
@@ -200,6 +203,7 @@ class Run:
             self.say,
             self.meter,
             prior=prior["book"] if prior else None,
+            run_dir=self.path,
         )
         ctx.dir.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()

@@ -32,6 +32,7 @@ import coevolve
 from coevolve.errors import CoevolveError, ConfigError
 from coevolve.loop import Role
 from coevolve.run import PhaseContext, derive_seed
+from coevolve.run.children import run_child
 from coevolve.run.faults import fault_point
 from coevolve.training import RewardSpec, StepBook, TrainRequest, TrainResult, WriterScoring, audit_step
 from coevolve.types import AnswerGrader
@@ -80,12 +81,14 @@ def export_model(role: Role, out: Path) -> Path:
     return out
 
 
-def _run(cmd: list[str], log: Path, env: dict[str, str], what: str) -> None:
+def _run(cmd: list[str], log: Path, env: dict[str, str], what: str, record: Path | None) -> None:
+    """``cmd`` to completion, its output in ``log``; a child that dies with coevolve and is
+    recorded in the run folder ``record`` while it runs (``run.children``)."""
     with open(log, "w", encoding="utf-8") as fh:
         fh.write("$ " + " ".join(cmd) + "\n")
         fh.flush()
         try:
-            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, check=False).returncode
+            rc = run_child(cmd, record=record, name=what, stdout=fh, stderr=subprocess.STDOUT, env=env)
         except OSError as e:
             raise VerlPhaseError(
                 f"{what}: cannot start {cmd[0]!r}: {e.strerror or e} (backend.verl.python / "
@@ -206,7 +209,10 @@ class VerlTrainer:
         cmd = serve_command(self.verl, self.engine, folder, name, port)
         log = ctx.dir / SERVER_LOG.format(ns=req.ns)
         ctx.say(f"[{req.ns}] frozen solver server {name} on port {port} (log {log})")
-        with SolverServer(cmd, port, name, log, self.verl.solver_gpus, self.verl.solver_start_timeout_s) as url:
+        server = SolverServer(
+            cmd, port, name, log, self.verl.solver_gpus, self.verl.solver_start_timeout_s, record=ctx.run_dir
+        )
+        with server as url:
             yield url, name
 
     def _writer_spec(self, w: WriterScoring, work: Path, served: tuple[str, str] | None = None) -> WriterSpec:
@@ -263,7 +269,7 @@ class VerlTrainer:
             f"[{ns}] verl: {phase.steps} steps x {phase.prompts_per_step} prompts x {phase.group_size} "
             f"(log {ctx.dir / MAIN_LOG.format(ns=ns)})"
         )
-        _run(main + overrides, ctx.dir / MAIN_LOG.format(ns=ns), env, "verl main_ppo")
+        _run(main + overrides, ctx.dir / MAIN_LOG.format(ns=ns), env, "verl main_ppo", ctx.run_dir)
         fault_point("verl")
         _, actor = convert.latest_checkpoint(paths.checkpoints)
         merged = work / "merged"
@@ -272,6 +278,7 @@ class VerlTrainer:
             ctx.dir / MERGE_LOG.format(ns=ns),
             env,
             "verl model_merger",
+            ctx.run_dir,
         )
         role.learner.load_weights(merged)
         role.sync()

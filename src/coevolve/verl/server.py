@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.engine.remote import SolverServerError, served_models
+from coevolve.run import children
 from coevolve.schema import vllm_share
 
+SERVER_CHILD = "frozen solver server"
 POLL_S = 2.0
 STOP_GRACE_S = 30.0
 LOG_TAIL_CHARS = 3000
@@ -63,11 +65,23 @@ def serve_command(verl: Any, engine: Any, folder: Path, name: str, port: int) ->
 class SolverServer:
     """``with SolverServer(cmd, log, gpus, timeout_s, name) as url``: the server started, ``url``
     (``http://127.0.0.1:PORT/v1``) answered ``/models`` with ``name``; stopped (SIGTERM, then
-    SIGKILL after ``STOP_GRACE_S``) when the block ends, however it ends. A server that exits or
-    does not list ``name`` within ``timeout_s`` raises ``SolverServerError`` with its log's tail."""
+    SIGKILL after ``STOP_GRACE_S``, its whole process group) when the block ends, however it ends;
+    it dies with coevolve and is listed in ``record``'s ``children.json`` while it runs. A server
+    that exits or does not list ``name`` within ``timeout_s`` raises ``SolverServerError`` with
+    its log's tail."""
 
-    def __init__(self, cmd: list[str], port: int, name: str, log: Path, gpus: str | None, timeout_s: float) -> None:
+    def __init__(
+        self,
+        cmd: list[str],
+        port: int,
+        name: str,
+        log: Path,
+        gpus: str | None,
+        timeout_s: float,
+        record: Path | None = None,
+    ) -> None:
         self.cmd, self.port, self.name, self.log, self.gpus, self.timeout_s = cmd, port, name, log, gpus, timeout_s
+        self.record = record  # the run folder whose children.json lists the server while it runs
         self.url = f"http://127.0.0.1:{port}/v1"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -79,7 +93,9 @@ class SolverServer:
         fh.write("$ " + " ".join(self.cmd) + "\n")
         fh.flush()
         try:
-            self.proc = subprocess.Popen(self.cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+            self.proc = children.spawn(
+                self.cmd, record=self.record, name=SERVER_CHILD, stdout=fh, stderr=subprocess.STDOUT, env=env
+            )
         except OSError as e:
             raise SolverServerError(
                 f"backend.verl.serve_solver: cannot start {self.cmd[0]!r}: {e.strerror or e} "
@@ -120,14 +136,12 @@ class SolverServer:
         return self.log.read_text(encoding="utf-8", errors="replace")[-LOG_TAIL_CHARS:]
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        """The server's whole process group (vLLM's API server runs its engine in a child
+        process), SIGTERM then SIGKILL; its record in the run folder dropped."""
+        if self.proc is None:
             return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        children.stop(self.proc, STOP_GRACE_S)
+        children.forget(self.record, SERVER_CHILD)
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
