@@ -115,6 +115,7 @@ def _d2evo(tmp_path: Path, shared: bool) -> SimpleNamespace:
         metered=lambda x: x,
         cfg=SimpleNamespace(model=SimpleNamespace(device="cpu", dtype="auto")),
     )
+    s.load = lambda path: s.metered(s.engine.load(path, s.cfg.model.device, s.cfg.model.dtype))  # Setup.load's
     solver = SimpleNamespace(name="solver", sampler="live solver sampler")
     questioner = solver if shared else SimpleNamespace(name="questioner", sampler="questioner sampler")
     return SimpleNamespace(s=s, solver=solver, questioner=questioner)

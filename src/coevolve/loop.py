@@ -102,6 +102,35 @@ class ParkedSampler:
         self.inner.sync_weights(model)
 
 
+class PhaseParkedSampler:
+    """A frozen model folder's HF sampler whose model waits in CPU memory except in the phases
+    that sample from it: moved to ``device`` at its first call of a phase, back to CPU when the run
+    loop parks idle roles before the next phase (``park``). One host<->device copy per phase that
+    uses it, not per call (DiagEvo's diagnoser answers hundreds of small duplicate checks in one
+    memory phase); between those phases its GPU memory is free for the learner and the engine."""
+
+    def __init__(self, inner: Any, model: Any, device: Any) -> None:
+        self.inner, self.model, self.device = inner, model, device
+        self.tokenizer = inner.tokenizer
+        self.on_device = True
+        self.park()
+
+    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        if not self.on_device:
+            self.model.to(self.device)
+            self.on_device = True
+        return self.inner.sample(prompts, n, params)
+
+    def park(self) -> None:
+        if self.on_device:
+            self.model.to("cpu")
+            self.on_device = False
+            _release_cached_memory(self.device)
+
+    def sync_weights(self, model: Any) -> None:
+        self.inner.sync_weights(model)
+
+
 class ShuffledPasses:
     """Batches drawn by shuffled passes over a fixed set: every question once per pass, a new
     shuffle when a pass is used up (DiagEvo's kept set is small and should be covered evenly)."""
@@ -243,6 +272,7 @@ __all__ = [
     "LocalTrainer",
     "Observed",
     "ParkedSampler",
+    "PhaseParkedSampler",
     "RewardFn",
     "Role",
     "ShuffledPasses",

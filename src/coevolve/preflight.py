@@ -2,7 +2,8 @@
 with the field to change named (paths that do not exist, data that cannot give questions, a chat
 template that is not there, a device or a verl that is not here, an engine that is not installed,
 answer budgets that cut answers before their final answer, labelled data missing, a model that
-does not fit the device: ``coevolve.plan``)."""
+does not fit the device: ``coevolve.plan``); a frozen model the run's vLLM engine cannot serve is
+named, with how it will run instead (``engine.servable``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from coevolve.config import recipe_of
 from coevolve.config.base import RecipeConfig, is_toy_model
 from coevolve.engine import check_engine
+from coevolve.engine.servable import unservable_frozen
 from coevolve.errors import ConfigError, ModelLoadError
 from coevolve.plan import preflight_problems
 from coevolve.schema import WriterReward
@@ -54,6 +56,12 @@ def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str
             raise ModelLoadError(f"{where}: {p} is not a Hugging Face model folder (no config.json)")
     check_inputs(cfg)
     check_engine(cfg.engine)
+    for field, path, differs in unservable_frozen(cfg):
+        say(
+            f"note: {field}={path}: the vLLM engine built for model.path cannot serve it ({'; '.join(differs[:4])}); "
+            f"it runs on hf on {cfg.model.device}, in CPU memory between the phases that use it (coevolve plan "
+            "counts it there)"
+        )
     problems = (
         budget_problems(cfg) + backend_problems(cfg) + preflight_problems(cfg)
     )  # the last: does it fit (coevolve.plan)

@@ -317,6 +317,15 @@ def serves(
     )
 
 
+def _generation_config(path: str | Path) -> Any:
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(str(path))
+    except Exception:  # noqa: BLE001 - a folder without generation_config.json: tokenizer EOS only
+        return None
+
+
 def folder_weights(path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` of a model folder's ``*.safetensors``, read one tensor at a time (a
     folder version is pushed from disk again after every switch or level-2 wake, never held in
@@ -616,7 +625,7 @@ class VLLMSampler:
         folder needs ``*.safetensors`` weights: after another version or a level-2 sleep they
         are read again."""
         require_vllm()
-        from transformers import AutoConfig, GenerationConfig
+        from transformers import AutoConfig
 
         dev = resolve_device(device)
         check_seed_scope(getattr(cfg, "seed_scope", None), dev)
@@ -627,10 +636,7 @@ class VLLMSampler:
                 "serves several weight versions reads a folder's weights again at every switch. Save it "
                 "with save_pretrained (safetensors), or use engine=hf"
             )
-        try:
-            gen = GenerationConfig.from_pretrained(str(path))
-        except Exception:  # noqa: BLE001 - a folder without generation_config.json: tokenizer EOS only
-            gen = None
+        gen = _generation_config(path)
         what = serves(cfg, AutoConfig.from_pretrained(str(path)), tokenizer, gen, dt, dev)
         version = object()
         engine, new = _engine_for(

@@ -170,7 +170,8 @@ def plan_problems(
     if getattr(cfg, "recipe", None) == "diagevo" and cfg.diagnosis_model_path() is not None:
         notes.append(
             "diagnoser.model_path: the frozen diagnoser is counted at the solver's shape in the memory "
-            "phase (its weights stay loaded for the rest of the run)"
+            "phase (on a GPU it waits in CPU memory between memory phases, unless the hf engine runs with "
+            "learner.offload_when_idle=false)"
         )
     if getattr(getattr(cfg, "buffer", None), "judge_model_path", None):
         notes.append("buffer.judge_model_path: that model's weights and KV cache are not counted")

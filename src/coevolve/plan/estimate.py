@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coevolve.errors import ConfigError
@@ -93,6 +94,10 @@ class _Sizing:
     util: float | None
     sleep: bool
     max_batch_tokens: int | None
+    hf_roles: frozenset[str] = frozenset()  # frozen roles served by hf beside a vLLM engine (``hf_frozen_roles``)
+
+    def engine_of(self, g: Gen) -> str:
+        return "hf" if g.role in self.hf_roles else self.engine
 
     @property
     def gpu(self) -> bool:
@@ -118,7 +123,7 @@ class _Sizing:
         """Sequences decoding at once: a vLLM engine on a GPU holds what its KV cache (its share
         less the weights) takes at the full context, at most ``engine.max_batch``; hf's call
         chunks (``kv_rows``) otherwise."""
-        if self.engine == "vllm" and self.gpu and self.util:
+        if self.engine_of(g) == "vllm" and self.gpu and self.util:
             return min(
                 g.call_rows, _vllm_rows(self.shape, self.b, self.vllm_engine, 1, g.prompt + g.max_new, g.call_rows)
             )
@@ -149,7 +154,8 @@ def make_plan(
         shape, model_label, toy = load_model_shape(cfg)
     toy = bool(toy)
     engine, util, sleep, max_batch_tokens = _engine(cfg)
-    z = _Sizing(shape, device, dtype_bytes(cfg, device), cfg.learner, engine, util, sleep, max_batch_tokens)
+    hf_roles, hf_notes = hf_frozen_roles(cfg, toy)
+    z = _Sizing(shape, device, dtype_bytes(cfg, device), cfg.learner, engine, util, sleep, max_batch_tokens, hf_roles)
     works = phases(cfg, toy)
     roles = _role_memories(cfg, works, z)
     estimates = [_estimate(w, roles, z) for w in works]
@@ -170,6 +176,7 @@ def make_plan(
         vllm_share=derived,
     )
     plan.problems, plan.notes = plan_problems(plan, cfg, z.lcfg, engine, max_batch_tokens)
+    plan.notes += hf_notes
     if derived is not None:
         plan.notes.append(
             f"engine.gpu_memory_utilization unset: {derived:g}, the largest share that fits beside the "
@@ -258,7 +265,7 @@ def _estimate(w: PhaseWork, roles: dict[str, RoleMemory], z: _Sizing) -> PhaseEs
     if z.engine == "vllm" and z.gpu and not z.sleep:
         resident += z.vllm_engine * len(roles)  # awake engines keep their share through learner steps
     transient, what, _ = max(transients, default=(0.0, "-", None), key=lambda x: x[0])
-    gen_s = sum(gen_seconds(g, z.shape, z.device, z.b, z.engine, z.rows_in_flight(g)) for g in w.gens) * w.times
+    gen_s = sum(gen_seconds(g, z.shape, z.device, z.b, z.engine_of(g), z.rows_in_flight(g)) for g in w.gens) * w.times
     train_s = 0.0
     if w.train is not None:
         train_s = train_seconds(w.train, w.times, z.shape, z.lcfg, z.device, roles[w.train.role].checkpointing)
@@ -274,14 +281,14 @@ def _sampling_transient(g: Gen, z: _Sizing) -> tuple[float, tuple[float, str, Ge
     kvr = z.kv_rows(g)
     call = sampler_call_bytes(z.shape, z.b, kvr, g.prompt, g.max_new)
     label = f"{g.role} sampling ({kvr} rows x {g.prompt}+{g.max_new} tokens)"
-    if z.engine == "vllm" and z.gpu:  # (a frozen copy is a pinned host snapshot served by the role's engine)
+    if z.engine_of(g) == "vllm" and z.gpu:  # (a frozen copy is a pinned host snapshot served by the role's engine)
         return 0.0, (
             0.0 if not z.sleep else z.vllm_engine,
             f"{g.role} vLLM engine (gpu_memory_utilization={z.util})",
             g,
         )
-    if g.role == FROZEN_DIAGNOSER:  # loaded once for the run, like a judge: its weights stay with it
-        return z.shape.n_params * z.b, (call, label, g)
+    if g.role == FROZEN_DIAGNOSER:  # on the device in the phases that sample it (PhaseParkedSampler)
+        return z.shape.n_params * z.b, (call, label + (" on hf" if g.role in z.hf_roles else ""), g)
     if g.role == FROZEN_SOLVER:
         if z.idle_offload:  # ParkedSampler: the copy is on the GPU only while it samples
             return 0.0, (z.shape.n_params * z.b + call, label, g)
@@ -297,7 +304,37 @@ def _host_bytes(roles: dict[str, RoleMemory], works: list[PhaseWork], z: _Sizing
         host += sum(rm.weights for n, rm in roles.items() if n != "solver")
         if _largest_call(works, FROZEN_SOLVER, z) is not None:
             host += z.shape.n_params * z.b
+    hf_diagnoser = FROZEN_DIAGNOSER in z.hf_roles or (z.engine == "hf" and z.idle_offload)
+    if z.gpu and hf_diagnoser and _largest_call(works, FROZEN_DIAGNOSER, z) is not None:
+        host += z.shape.n_params * z.b  # an hf diagnoser parked between memory phases (PhaseParkedSampler)
     return host
+
+
+def hf_frozen_roles(cfg: Any, toy: bool) -> tuple[frozenset[str], list[str]]:
+    """The frozen rollout roles an ``engine=vllm`` run serves with hf instead (``Setup.load``: a
+    model the engine cannot serve, ``engine.servable.unservable``), and notes naming every frozen
+    model folder so served (a judge is not counted, as with any engine). A folder that cannot be
+    read here is counted as served by hf (the larger cost)."""
+    from coevolve.engine.servable import frozen_folders, unservable
+
+    if toy or cfg.model.path is None or getattr(cfg.engine, "kind", "hf") != "vllm":
+        return frozenset(), []
+    roles, notes = set(), []
+    for field_name, path in frozen_folders(cfg):
+        if not (Path(path) / "config.json").is_file():
+            why = f"{path} cannot be read here, so it is counted as if the vLLM engine could not serve it"
+        else:
+            diff = unservable(cfg.engine, cfg.model.path, path)
+            if not diff:
+                continue
+            why = f"the vLLM engine built for model.path cannot serve it ({'; '.join(diff[:4])})"
+        if field_name == "diagnoser.model_path":
+            roles.add(FROZEN_DIAGNOSER)
+            how = "counted as hf generate on the GPU during the memory phase, parked in CPU memory between them"
+        else:
+            how = "it runs on hf, parked in CPU memory between the phases that use it (not counted)"
+        notes.append(f"{field_name}: {why}; {how}")
+    return frozenset(roles), notes
 
 
 def _suggest(plan: Plan, cfg: Any, device: Device, shape: ModelShape, model_label: str | None, toy: bool) -> None:

@@ -7,17 +7,19 @@ from __future__ import annotations
 import os
 import random
 import shutil
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from coevolve.answers import make_grader
 from coevolve.config.base import RecipeConfig
 from coevolve.engine import Engine, HFSampler, load_model, load_tokenizer
+from coevolve.engine.servable import unservable
 from coevolve.eval.benchmarks import resolve_benches
 from coevolve.eval.signals import SelectRule, parse_select, select_round, stop_round
 from coevolve.eval.suite import evaluate_suite
-from coevolve.loop import ParkedSampler, Role, sampling_params
+from coevolve.loop import ParkedSampler, PhaseParkedSampler, Role, sampling_params
 from coevolve.prompts import StopKind
 from coevolve.recipes.declare import Recipe, Rollouts, Step, Work
 from coevolve.rl.learner import Learner
@@ -42,6 +44,7 @@ class Setup:
     base: Path
     engine: Engine
     trainer: Trainer
+    parked: weakref.WeakSet[PhaseParkedSampler] = field(default_factory=weakref.WeakSet)
 
     def role(self, name: str) -> Role:
         """Load a trainable role from the base model; resume from its latest checkpoint (the
@@ -71,6 +74,32 @@ class Setup:
         if isinstance(sampler, HFSampler) and dev.type == "cuda" and role.learner.cfg.offload_when_idle:
             return self.metered(ParkedSampler(sampler, sampler.model, dev))
         return self.metered(sampler)
+
+    def load(self, path: str) -> Sampler:
+        """A read-only sampler over the model folder ``path`` (a judge, a diagnoser, π_S^{t-1}): a
+        weight version of the run's engine (``Engine.load``), or, when the run's vLLM engine
+        cannot serve that model (``engine.servable.unservable``: preflight names it, the plan
+        counts it), Hugging Face generate on the run's device. That copy waits in CPU memory
+        between the phases that use it (``PhaseParkedSampler``), so it does not sit beside the
+        learner or the engine; so does an hf engine's on a GPU with ``learner.offload_when_idle``."""
+        cfg = self.cfg
+        differs = unservable(cfg.engine, self.base, path)
+        if differs:
+            hf = cfg.engine.model_copy(update={"kind": "hf"})
+            sampler = HFSampler.load(hf, path, cfg.model.device, cfg.model.dtype)
+            self.run.say(f"{path}: served by hf, the vLLM engine cannot serve it ({'; '.join(differs[:3])})")
+        else:
+            sampler = unmetered(self.engine.load(path, cfg.model.device, cfg.model.dtype))
+        idle = isinstance(sampler, HFSampler) and sampler.device.type == "cuda" and cfg.learner.offload_when_idle
+        if differs or idle:
+            sampler = PhaseParkedSampler(sampler, sampler.model, sampler.device)
+            self.parked.add(sampler)
+        return self.metered(sampler)
+
+    def park(self) -> None:
+        """Before a phase: every frozen folder model back in CPU memory until its next call."""
+        for sampler in list(self.parked):
+            sampler.park()
 
     def metered(self, sampler: Sampler) -> Sampler:
         """``sampler`` counting its completions into the running phase's compute
@@ -502,6 +531,7 @@ def run_recipe(recipe: Recipe, cfg: RecipeConfig, run: Run) -> dict[str, Any]:
                 continue  # run.stop_patience ended the rounds; the final stage still runs
             if not run.done(phase):
                 place_roles(roles, step.uses)
+                s.park()
             step.run(parts, phase)
         return finish(s, recipe.summary(parts) if recipe.summary is not None else None)
 

@@ -77,7 +77,7 @@ class D2Evo:
         if b.verifier != "judge" or b.judge_model_path is None:
             return self.solver.sampler, s.world.prompter
         if self.judge_model is None:
-            sampler = s.metered(s.engine.load(b.judge_model_path, s.cfg.model.device, s.cfg.model.dtype))
+            sampler = s.load(b.judge_model_path)
             self.judge_model = (sampler, s.world.prompter_for(sampler.tokenizer))
         return self.judge_model
 
@@ -317,7 +317,7 @@ def previous_solver(p: D2Evo, t: int) -> Any:
             f"{path}: the solver of round {t - 1} (π_S^(t-1)), which labels round {t}'s generated "
             "questions, is missing; run.keep_checkpoints must be >= 2"
         )
-    return s.metered(s.engine.load(str(path), s.cfg.model.device, s.cfg.model.dtype))
+    return s.load(str(path))
 
 
 def _verifier(p: D2Evo) -> LabelVerifier:

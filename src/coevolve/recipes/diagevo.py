@@ -91,7 +91,7 @@ class Diagnosis:
         path = s.cfg.diagnosis_model_path()
         if path is None:  # self-diagnosis (a stated deviation on real models; the toy worlds' llm option)
             return self.solver.sampler, s.world.prompter
-        sampler = s.metered(s.engine.load(path, s.cfg.model.device, s.cfg.model.dtype))
+        sampler = s.load(path)
         return sampler, s.world.prompter_for(sampler.tokenizer)
 
     @functools.cached_property
