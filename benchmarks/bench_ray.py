@@ -169,9 +169,9 @@ def main() -> None:
     rows = []
     for label, ps, n in (("big", prompts, args.n), ("tiny", prompts[:1], 1)):
         reps = args.reps if label == "big" else 10 * args.reps  # tiny calls: more reps against noise
-        t_pool, out_pool = timed(lambda: sampler.sample(ps, n, params), reps)
-        t_lp, out_lp = timed(lambda: local_prompt.sample(ps, n, params), reps)
-        t_lc, _ = timed(lambda: local_call.sample(ps, n, params), reps)
+        t_pool, out_pool = timed(lambda ps=ps, n=n: sampler.sample(ps, n, params), reps)
+        t_lp, out_lp = timed(lambda ps=ps, n=n: local_prompt.sample(ps, n, params), reps)
+        t_lc, _ = timed(lambda ps=ps, n=n: local_call.sample(ps, n, params), reps)
         same = sum([c.token_ids for c in a] == [c.token_ids for c in b] for a, b in zip(out_pool, out_lp))
         rows.append((label, len(ps), n, t_pool, t_lp, t_lc, same))
     print(

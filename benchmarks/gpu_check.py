@@ -1,6 +1,6 @@
-"""Device check: what one GPU machine can tell about coevolve's CUDA paths, in one process and
-under 7 minutes on one H200, with no downloads (random-weight models built from configs the
-script writes; the toy world for the recipes).
+"""Device check: what one GPU machine can tell about coevolve's CUDA paths without vLLM, Ray or
+verl, in one process, with no downloads (random-weight models built from configs the script
+writes; the toy world for the recipes). docs/gpu.md has the device command and what it shows.
 
 Parts, in order (``--part NAME`` reruns one, repeatable):
 
@@ -10,29 +10,35 @@ Parts, in order (``--part NAME`` reruns one, repeatable):
             of capped rows at its micro-batch budget: peak memory next to ``coevolve plan``'s
             ``role_memory``, step time next to the plan's estimate for the same tokens, measured
             MFU; offload/onload of the state; ``close()`` gives the state back
+  wake      that learner's state on the GPU after a step, PyTorch's cache emptied: free memory
+            against the ``engine.gpu_memory_utilization`` the plan derives for ``engine=vllm``
+            (what a vLLM wake would find)
+  offload   a 4B ``learner.offload_optimizer`` step at the worst micro-batch: its peak against
+            the plan (fp32 gradient sums on the GPU, masters and AdamW state on the host)
   numerics  bf16 on the device (Qwen3-0.6B shape): chunked vs plain log-prob backward against an
             fp32 reference, token-budget micro-batches vs one, fused vs foreach AdamW, two learners
             in turn on one model, ``offload_optimizer`` (gradients to the host once per step)
+  lora      a LoRA step on the 0.6B shape: the weights a vLLM push sends (W + ΔW) in a plain
+            model give the unmerged LoRA model's forward, and equal PEFT's ``merge_and_unload``
   sampler   the HF sampler at the preset's KV budget (96 rows x 4k context, beside the 4B
             weights): its memory next to the plan's, decode ms per step at that context and at
             short context (the plan's launch-bound floor)
   recipes   one tiny round of grpo, d2evo and diagevo in the toy world, on the device in bf16
 
 Every part prints one ``RESULT {json}`` line ({"part", "ok", "seconds", figures...}; a part
-that fails prints ``"ok": false`` and its error, and the next part runs), and all results go to
-``<out>/gpu_check.json`` (``--out``, default ``$OUT`` or ./gpu_check_out). ``--budget SECONDS``
-skips the parts that would start after it. ``--dry-run`` runs the same code on CPU with tiny
-shapes (checks the script, measures nothing).
+that fails prints ``"ok": false`` and its error, and the next part runs), and the results go to
+``<out>/gpu_check.json`` and ``<out>/results.jsonl`` (``--out``, default ``$OUT`` or
+./gpu_check_out), rewritten after every part. ``--budget SECONDS`` (default 330) skips the parts
+that would start after it. ``--dry-run`` runs the same code on CPU with tiny shapes (checks the
+script, measures nothing).
 
-Imports beyond torch and transformers (and transformers' own numpy, pyyaml, safetensors,
-tokenizers): pydantic (with pydantic_core, annotated_types, typing_inspection,
-typing_extensions) and math-verify (with latex2sympy2_extended and antlr4-python3-runtime 4.13.2,
-for the recipes' grader); the summary line lists which of coevolve's requirements were imported,
-with their versions. On a
-machine without pip access, unpack those wheels next to the source and run:
+On a machine without a package registry: ``benchmarks/gpu_carry.py`` prepares, where pip works,
+a folder of the few wheels coevolve needs beyond the GPU image (pydantic and its helpers for the
+configs, math-verify and its parser for the grader) and the built toy base; ``--carry DIR``
+installs those wheels into ``DIR/site`` (``pip install --no-index --target``) and uses its toy
+base, and the check puts this checkout's ``src/`` on the path itself:
 
-    mkdir -p /tmp/site && for w in .whl/*.whl; do python3 -m zipfile -e "$w" /tmp/site; done && \\
-    PYTHONPATH=$PWD/src:/tmp/site PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --budget 380 --out "$OUT"
+    python3 benchmarks/gpu_check.py --carry .gpu_carry --out "$OUT"
 
 Disk: the recipes write toy-sized run folders (a few MB) to a temporary folder, removed after.
 """
@@ -48,10 +54,12 @@ import os
 import platform
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,6 +195,8 @@ RECIPES: dict[str, list[str]] = {  # one tiny round each, toy world (every phase
     ],
     "d2evo": [
         "rounds=1",
+        "probe.size=4",
+        "probe.samples=2",
         "difficulty.pool_size=16",
         "difficulty.samples=4",
         "questioner.steps=1",
@@ -205,6 +215,8 @@ RECIPES: dict[str, list[str]] = {  # one tiny round each, toy world (every phase
     ],
     "diagevo": [
         "rounds=1",
+        "probe.size=4",
+        "probe.samples=2",
         "challenger.steps=1",
         "challenger.prompts_per_step=4",
         "challenger.group_size=2",
@@ -343,6 +355,47 @@ def preset(ctx: Ctx, recipe: str, folder: Path, extra: tuple[str, ...] = ()) -> 
     )
 
 
+def learner_config(ctx: Ctx, *extra: str) -> Any:
+    """The real ``d2evo`` preset's learner section for the 4B-shaped model (what the learner,
+    wake and offload parts train with), ``extra`` overrides applied."""
+    sc = ctx.scale
+    cfg = preset(ctx, "d2evo", model_folder(ctx, "qwen3-4b", sc.big), ("learner.offload_when_idle=true", *extra))
+    if sc.micro_tokens is None:
+        return cfg.learner
+    return cfg.learner.model_copy(update={"max_tokens_per_micro_batch": sc.micro_tokens})
+
+
+def vllm_plan(ctx: Ctx) -> Any:
+    """``coevolve plan d2evo`` of the 4B-shaped model with ``engine=vllm`` on this GPU (on the
+    H200 table in a dry run): its derived ``engine.gpu_memory_utilization`` is what the engine
+    starts and wakes with beside the learner."""
+    plan = plan_api()
+    cfg = preset(ctx, "d2evo", model_folder(ctx, "qwen3-4b", ctx.scale.big), ("engine=vllm", "model.device=cuda"))
+    device = plan.local_device("cuda") if ctx.dev.type == "cuda" else plan.DEVICES["h200"]
+    return plan.make_plan(cfg, device, suggest=False)
+
+
+def recipe_config(ctx: Ctx, recipe: str) -> Any:
+    """One tiny round of ``recipe`` in the toy world on this device (the recipes part)."""
+    from coevolve.config import load_config
+
+    over = RECIPES[recipe] + list(ctx.scale.recipe_overrides)
+    # keep_checkpoints=2: D²Evo with shared weights reads π_S^(t-1) back from its checkpoint
+    run = ["run.progress=false", "run.keep_checkpoints=2", f"run.threads={min(8, os.cpu_count() or 1)}"]
+    return load_config(recipe, None, over + run)
+
+
+def part_configs(ctx: Ctx) -> dict[str, Any]:
+    """Every config a part builds, without running it (``tests/test_gpu_check.py`` checks that
+    each still validates: a part that cannot build its config fails on the device otherwise)."""
+    return {
+        "learner": learner_config(ctx),
+        "offload": learner_config(ctx, "learner.offload_optimizer=true"),
+        "wake": vllm_plan(ctx),
+        **{f"recipes/{r}": recipe_config(ctx, r) for r in RECIPES},
+    }
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| / max |b| (``b`` the reference)."""
     return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp(min=1e-30))
@@ -428,13 +481,7 @@ def part_learner(ctx: Ctx) -> dict[str, Any]:
     from coevolve.rl import Learner
 
     sc, dev = ctx.scale, ctx.dev
-    folder = model_folder(ctx, "qwen3-4b", sc.big)
-    cfg = preset(ctx, "d2evo", folder, ("learner.offload_when_idle=true",))
-    lcfg = (
-        cfg.learner
-        if sc.micro_tokens is None
-        else cfg.learner.model_copy(update={"max_tokens_per_micro_batch": sc.micro_tokens})
-    )
+    lcfg = learner_config(ctx)
     model = cached_model(ctx, "big", sc.big)
     vocab = sc.big["vocab_size"]
     out: dict[str, Any] = {
@@ -512,6 +559,135 @@ def part_learner(ctx: Ctx) -> dict[str, Any]:
     n = sum(p.numel() for p in model.parameters())
     want = 12 * n / GiB  # fp32 masters + AdamW m and v
     out["checks"] = {"close_frees_state": dev.type != "cuda" or out["close_freed_gib"] >= 0.9 * want}
+    out["ok"] = all(out["checks"].values())
+    return out
+
+
+def part_wake(ctx: Ctx) -> dict[str, Any]:
+    """What a vLLM wake would find: the preset's 4B learner with its state on the GPU (as in a
+    training phase) after one step, PyTorch's cache emptied (vLLM's ``wake_up`` does that first),
+    then the free GPU memory against the share ``coevolve plan`` derives for ``engine=vllm``
+    (the memory a wake maps again: weights and KV cache)."""
+    from coevolve.rl import Learner
+
+    sc, dev = ctx.scale, ctx.dev
+    plan = vllm_plan(ctx)
+    share = plan.vllm_share
+    learner = Learner(cached_model(ctx, "big", sc.big), learner_config(ctx))
+    try:
+        learner.step(rand_groups(6, 1, 2, sc.big["vocab_size"], sc.prompt, lambda r: 8))
+        sync(dev)
+        free_memory(dev)
+        out: dict[str, Any] = {
+            "derived_share": share,
+            "resident_gib": round(allocated(dev), 2),
+            "plan_resident_gib": round(max(e.resident for e in plan.phases if e.work.gens) / GiB, 2),
+        }
+        if dev.type == "cuda":
+            free, total = torch.cuda.mem_get_info()
+            need = (share or 0.0) * total
+            out.update(
+                free_gib=round(free / GiB, 2), share_gib=round(need / GiB, 2), margin_gib=round((free - need) / GiB, 2)
+            )
+        out["checks"] = {"a_wake_finds_its_share": dev.type != "cuda" or out["margin_gib"] >= 0}
+    finally:
+        learner.close()
+    out["ok"] = all(out["checks"].values())
+    return out
+
+
+def part_offload(ctx: Ctx) -> dict[str, Any]:
+    """A 4B ``learner.offload_optimizer`` step (masters and AdamW state in CPU memory, fp32
+    gradient sums on the GPU through the backward) at the preset's worst micro-batch: its peak
+    against ``coevolve plan``'s ``role_memory``."""
+    from coevolve.rl import Learner
+
+    sc, dev = ctx.scale, ctx.dev
+    lcfg = learner_config(ctx, "learner.offload_optimizer=true")
+    vocab, G = sc.big["vocab_size"], 5
+    learner = Learner(cached_model(ctx, "big", sc.big), lcfg)
+    try:
+        # one step (AdamW's state is made on the host, where it adds no GPU memory) of capped rows
+        groups = rand_groups(8, 1, G, vocab, sc.prompt, lambda r: sc.cap)
+        free_memory(dev)
+        reset_peak(dev)
+        t0 = time.perf_counter()
+        m = learner.step(groups)
+        sync(dev)
+        out: dict[str, Any] = {
+            "step_seconds": round(time.perf_counter() - t0, 2),
+            "micro_batches": int(m["micro_batches"]),
+            "peak_gib": round(peak(dev), 2),
+            "masters_on": str(learner.master[0].device) if learner.master else "none (fp32 weights)",
+        }
+    finally:
+        learner.close()
+    plan = plan_api()
+    shape = plan.ModelShape.from_config({**sc.big, "model_type": "qwen3"})
+    rm = plan.role_memory(
+        "solver", shape, lcfg, plan.DEVICES["h200"], 2, plan.Train("solver", 1, G, sc.prompt, sc.cap), None
+    )
+    out["plan"] = {
+        "train_peak_gib": round(rm.train_peak / GiB, 2),
+        "grads_gib": round(rm.grads / GiB, 2),
+        "host_gib": round(rm.host / GiB, 2),
+    }
+    cuda = dev.type == "cuda"
+    out["peak_over_plan"] = round(out["peak_gib"] / out["plan"]["train_peak_gib"], 3) if cuda else None
+    out["checks"] = {
+        "state_on_the_host": not cuda or out["masters_on"] == "cpu",
+        "plan_covers_the_peak": not cuda or out["peak_over_plan"] <= 1.05,
+    }
+    out["ok"] = all(out["checks"].values())
+    return out
+
+
+def part_lora(ctx: Ctx) -> dict[str, Any]:
+    """A LoRA learner step on the 0.6B shape, then the weights a vLLM push would send
+    (``engine.weights.hf_weights``: W + ΔW per layer, the learner's module untouched) loaded
+    into a plain model: its forward against the unmerged LoRA model's, and the weights against
+    PEFT's own ``merge_and_unload``."""
+    from coevolve.engine.weights import hf_weights
+    from coevolve.rl import Learner, LearnerConfig
+
+    sc, dev = ctx.scale, ctx.dev
+    vocab = sc.small["vocab_size"]
+    learner = Learner(
+        random_model(ctx, sc.small), LearnerConfig(lr=1e-3, lora=True, lora_r=8, logprob_chunk_tokens=sc.num_chunk)
+    )
+    try:
+        groups = rand_groups(9, 2, 2, vocab, sc.num_prompt, lambda r: sc.num_completion // 2)
+        for _ in range(2):  # B starts at zero: after two steps every adapter holds a delta
+            learner.step(groups)
+        lora = learner.model.eval()
+        merged = dict(hf_weights(lora))
+        plain = random_model(ctx, sc.small)  # the same seed: the base weights the adapters sit on
+        base_w = {k: t.clone() for k, t in plain.state_dict().items() if k in merged}
+        missing, unexpected = plain.load_state_dict(merged, strict=False)
+        ids = torch.tensor([g.prompt_ids + g.completion_ids[0] for g in groups], device=dev)
+        with torch.no_grad():
+            want = lora(ids).logits.float()
+            got = plain.eval()(ids).logits.float()
+            peft_merged = copy.deepcopy(lora).merge_and_unload().state_dict()
+        delta = max(float((merged[k].float() - w.float()).abs().max()) for k, w in base_w.items())
+        out: dict[str, Any] = {
+            "logits_rel_err": round(rel_err(got, want), 5),
+            "weights_rel_err_vs_merge_and_unload": round(
+                max(rel_err(merged[k], peft_merged[k]) for k in merged if k in peft_merged), 5
+            ),
+            "max_delta_from_base": delta,
+            "missing": [k for k in missing if "rotary" not in k][:5],
+            "unexpected": unexpected[:5],
+        }
+        del plain, base_w, peft_merged, merged
+    finally:
+        learner.close()
+    out["checks"] = {
+        "adapters_trained": delta > 0,
+        "all_weights_pushed": not out["missing"] and not out["unexpected"],
+        "merged_forward_equals_unmerged": out["logits_rel_err"] < 2e-2,
+        "equals_merge_and_unload": out["weights_rel_err_vs_merge_and_unload"] < 1e-2,
+    }
     out["ok"] = all(out["checks"].values())
     return out
 
@@ -689,7 +865,7 @@ def part_sampler(ctx: Ctx) -> dict[str, Any]:
     sampler = HFSampler(model, tok, max_batch=256, max_batch_tokens=budget)
     long = prompts(sc.kv_rows, sc.kv_prompt)
 
-    def timed(ps: list[str], new: int) -> float:
+    def timed(ps: list[str], new: int, sampler: Any = sampler) -> float:
         sync(dev)
         t0 = time.perf_counter()
         sampler.sample(ps, 1, SamplingParams(temperature=1.0, max_new_tokens=new, seed=0))
@@ -731,14 +907,13 @@ def part_sampler(ctx: Ctx) -> dict[str, Any]:
         }
     except Exception as e:  # noqa: BLE001
         out["plan"] = f"unavailable: {type(e).__name__}: {e}"
-    del sampler
+    del timed, sampler  # the default argument holds it too
     free_memory(dev)
     return out
 
 
 def part_recipes(ctx: Ctx, deadline: float | None = None) -> dict[str, Any]:
     """One tiny round of each recipe in the toy world, on the device (bf16)."""
-    from coevolve.config import load_config
     from coevolve.recipes import execute
     from coevolve.toy import ensure_base
 
@@ -748,26 +923,20 @@ def part_recipes(ctx: Ctx, deadline: float | None = None) -> dict[str, Any]:
     free_memory(dev)
     out: dict[str, Any] = {}
     t0 = time.perf_counter()
-    ensure_base()  # the toy base model the recipes start from (built on the CPU once, then cached)
+    base = ensure_base()  # the toy base the recipes start from: carried (--carry), else built on the CPU once
     out["toy_base_seconds"] = round(time.perf_counter() - t0, 1)
+    out["toy_base"] = str(base)
     ok = True
-    for recipe, over in RECIPES.items():
+    for recipe in RECIPES:
         if deadline is not None and time.monotonic() > deadline:
             out[recipe] = {"ok": False, "error": "skipped: time budget spent"}
             ok = False
             continue
         run_dir = ctx.work / "runs" / recipe
-        cfg = load_config(
-            recipe,
-            None,
-            over
-            + list(ctx.scale.recipe_overrides)
-            + ["run.progress=false", "run.keep_checkpoints=1", f"run.threads={min(8, os.cpu_count() or 1)}"],
-        )
         reset_peak(dev)
         t0 = time.perf_counter()
-        try:
-            summary = execute(cfg, run_dir)
+        try:  # the config too: one recipe that cannot build its config must not lose the others
+            summary = execute(recipe_config(ctx, recipe), run_dir)
             final = summary.get("eval", {}).get("final", {})
             out[recipe] = {
                 "ok": True,
@@ -794,7 +963,10 @@ def part_recipes(ctx: Ctx, deadline: float | None = None) -> dict[str, Any]:
 PARTS: dict[str, Callable[..., dict[str, Any]]] = {
     "rates": part_rates,
     "learner": part_learner,
+    "wake": part_wake,
+    "offload": part_offload,
     "numerics": part_numerics,
+    "lora": part_lora,
     "sampler": part_sampler,
     "recipes": part_recipes,
 }
@@ -874,11 +1046,52 @@ def imported_requirements() -> dict[str, str]:
 
 
 def write(out_dir: Path, results: list[dict[str, Any]], extra: dict[str, Any]) -> None:
+    """``gpu_check.json`` (every result and the run's facts) and ``results.jsonl`` (the RESULT
+    lines, one per part), rewritten after every part so a killed check keeps what it measured."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    f = out_dir / "gpu_check.json"
-    tmp = f.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"results": results, **extra}, indent=2, default=str))
-    os.replace(tmp, f)
+    for name, text in (
+        ("gpu_check.json", json.dumps({"results": results, **extra}, indent=2, default=str)),
+        ("results.jsonl", "".join(json.dumps(r, default=str) + "\n" for r in results)),
+    ):
+        f = out_dir / name
+        tmp = f.with_name(f".{name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, f)
+
+
+def prepare(carry: Path | None) -> dict[str, Any]:
+    """Make coevolve importable on a bare machine: this checkout's ``src/`` on ``sys.path``; with
+    ``carry`` (``benchmarks/gpu_carry.py``'s folder) its wheels installed once into
+    ``carry/site`` (``pip install --no-index``; unzipped if pip fails) and put on the path (the
+    grader's workers inherit it), its cache used as ``$COEVOLVE_CACHE`` (the toy base)."""
+    src = Path(__file__).resolve().parents[1] / "src"
+    paths = [src]
+    info: dict[str, Any] = {}
+    if carry is not None:
+        wheels, site = carry / "wheels", carry / "site"
+        if wheels.is_dir() and not site.is_dir():
+            t0 = time.perf_counter()
+            whls = sorted(str(w) for w in wheels.glob("*.whl"))
+            cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
+            cmd += ["--find-links", str(wheels), "--target", str(site), *whls]
+            has_pip = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode == 0
+            if not has_pip:  # a wheel is a zip: unpacked, it imports as pip would have installed it
+                for w in whls:
+                    with zipfile.ZipFile(w) as z:
+                        z.extractall(site)
+                info["installed_by"] = "unzip"
+            elif subprocess.run(cmd, check=False).returncode != 0:
+                raise SystemExit(f"--carry {carry}: pip could not install {wheels} here (another Python than 3.12?)")
+            info["install_seconds"] = round(time.perf_counter() - t0, 1)
+        if site.is_dir():
+            paths.insert(0, site)
+        if (carry / "cache").is_dir():
+            os.environ["COEVOLVE_CACHE"] = str((carry / "cache").resolve())
+            info["cache"] = os.environ["COEVOLVE_CACHE"]
+    for p in reversed(paths):
+        if str(p.resolve()) not in sys.path:
+            sys.path.insert(0, str(p.resolve()))
+    return info
 
 
 def run_part(name: str, ctx: Ctx, deadline: float | None) -> dict[str, Any]:
@@ -913,9 +1126,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--part", action="append", choices=list(PARTS), help="run only this part (repeatable)")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on CPU: the same code path, no figures")
-    ap.add_argument("--budget", type=float, default=420.0, help="seconds; parts that would start later are skipped")
+    ap.add_argument("--budget", type=float, default=330.0, help="seconds; parts that would start later are skipped")
     ap.add_argument("--out", type=Path, default=None, help="results folder (default: $OUT, else ./gpu_check_out)")
+    ap.add_argument("--carry", type=Path, default=None, help="benchmarks/gpu_carry.py's folder: wheels, toy base")
     args = ap.parse_args(argv)
+    carried = prepare(args.carry)
     out_dir = args.out or Path(os.environ.get("OUT") or "gpu_check_out")
     scale = DRY if args.dry_run else FULL
     if not args.dry_run and not torch.cuda.is_available():
@@ -935,6 +1150,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = {
         "dry_run": args.dry_run,
         "total_seconds": round(time.monotonic() - start, 1),
+        "carried": carried,
         "imported_requirements": imported_requirements(),
     }
     write(out_dir, results, extra)

@@ -1,6 +1,6 @@
 """``benchmarks/gpu_check.py --dry-run``: the device check's own code path, on CPU with tiny
-shapes, so the script a GPU machine runs cannot rot unseen. (The recipes part is the recipes'
-own code, tested by their tests; it is left out here for time.)"""
+shapes, every part, so the script a GPU machine runs cannot rot unseen; and the configs every
+part builds, in milliseconds (a recipe whose config no longer validates fails here first)."""
 
 from __future__ import annotations
 
@@ -28,39 +28,40 @@ def gpu_check():
         sys.modules.pop("gpu_check", None)
 
 
-def test_dry_run_prints_a_result_per_part_and_writes_the_json(gpu_check, tmp_path, capsys):
-    rc = gpu_check.main(
-        [
-            "--dry-run",
-            "--out",
-            str(tmp_path),
-            "--budget",
-            "0",
-            "--part",
-            "rates",
-            "--part",
-            "learner",
-            "--part",
-            "numerics",
-            "--part",
-            "sampler",
-        ]
-    )
+def test_every_part_builds_its_configs(gpu_check, tmp_path):
+    ctx = gpu_check.Ctx(gpu_check.DRY, tmp_path)
+    built = gpu_check.part_configs(ctx)
+    assert set(built) == {"learner", "offload", "wake", *(f"recipes/{r}" for r in gpu_check.RECIPES)}
+    assert built["offload"].offload_optimizer and not built["learner"].offload_optimizer
+    assert built["wake"].vllm_share is not None  # the share a vLLM engine would start and wake with
+    assert built["recipes/d2evo"].run.keep_checkpoints >= 2  # D²Evo reads π_S^(t-1) from its checkpoint
+
+
+@pytest.mark.slow
+def test_the_dry_run_prints_a_result_per_part_and_writes_them(gpu_check, tmp_path, capsys):
+    rc = gpu_check.main(["--dry-run", "--out", str(tmp_path), "--budget", "0"])
     lines = [
         json.loads(ln.removeprefix("RESULT "))
         for ln in capsys.readouterr().out.splitlines()
         if ln.startswith("RESULT ")
     ]
-    assert [r["part"] for r in lines] == ["rates", "learner", "numerics", "sampler", "summary"]
+    parts = list(gpu_check.PARTS)
+    assert parts == ["rates", "learner", "wake", "offload", "numerics", "lora", "sampler", "recipes"]
+    assert [r["part"] for r in lines] == [*parts, "summary"]
     bad = [r for r in lines if not r["ok"]]
     assert rc == 0 and not bad, bad
     saved = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert [r["part"] for r in saved["results"]] == ["rates", "learner", "numerics", "sampler"] and saved["dry_run"]
-    learner = saved["results"][1]
+    assert [r["part"] for r in saved["results"]] == parts and saved["dry_run"]
+    assert [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()] == lines[:-1]
+    res = {r["part"]: r for r in saved["results"]}
+    learner = res["learner"]
     assert learner["micro_batches"] >= 3 and learner["checkpointing"] and learner["chunk"] == 16
     assert isinstance(learner["plan"], dict) and learner["plan"]["micro_batch_tokens"] > 0
-    numerics = saved["results"][2]
-    assert all(numerics["checks"].values()) and numerics["micro_batches"]["budget"] >= 3
+    assert all(res["numerics"]["checks"].values()) and res["numerics"]["micro_batches"]["budget"] >= 3
+    assert res["offload"]["masters_on"] == "cpu" and res["offload"]["micro_batches"] >= 2
+    assert res["lora"]["checks"]["adapters_trained"] and res["lora"]["logits_rel_err"] < 2e-2
+    assert res["wake"]["derived_share"] > 0
+    assert all(res["recipes"][r]["ok"] for r in gpu_check.RECIPES), res["recipes"]
     assert saved["results"][0]["requirements"]["pydantic"] != "missing"
 
 
