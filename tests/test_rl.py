@@ -365,8 +365,11 @@ def test_micro_batching_does_not_change_the_update(agg):
     a, b = make_model(), make_model()
     Learner(a, LearnerConfig(lr=1e-3, micro_batch_size=64, loss_agg=agg)).step(groups)
     Learner(b, LearnerConfig(lr=1e-3, micro_batch_size=3, loss_agg=agg)).step(groups)
+    # Adam moves every weight by about lr (1e-3) whatever its gradient: a wrong micro-batch sum shows at
+    # that scale, while float summation order moves a weight whose gradient is near 0 by up to ~3e-6
+    # (measured: 1 of 1,280 embedding weights, transformers 5.24, torch 2.13 CPU)
     for (n, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
-        assert torch.allclose(pa, pb, atol=1e-6), n
+        assert torch.allclose(pa, pb, atol=2e-5), n
 
 
 def test_save_load_round_trip_exact(tmp_path):
