@@ -22,7 +22,7 @@ from coevolve.verl import phase as P
 def test_a_command_that_cannot_start_names_the_fields_that_choose_it(tmp_path: Path) -> None:
     log = tmp_path / "main.log"
     with pytest.raises(P.VerlPhaseError, match=r"verl main: cannot start '/no/such/python'.*backend\.verl\.python"):
-        P._run(["/no/such/python", "-m", "verl.trainer.main_ppo"], log, dict(os.environ), "verl main")  # noqa: SLF001
+        P._run(["/no/such/python", "-m", "verl.trainer.main_ppo"], log, dict(os.environ), "verl main", None)  # noqa: SLF001
     assert log.read_text().startswith("$ /no/such/python -m verl.trainer.main_ppo")
 
 
@@ -30,11 +30,11 @@ def test_a_failing_command_reports_its_status_log_and_the_log_tail(tmp_path: Pat
     log = tmp_path / "merge.log"
     code = "import sys; print('x' * 5000); print('the merger broke here'); sys.exit(3)"
     with pytest.raises(P.VerlPhaseError) as e:
-        P._run([sys.executable, "-c", code], log, dict(os.environ), "verl merger")  # noqa: SLF001
+        P._run([sys.executable, "-c", code], log, dict(os.environ), "verl merger", None)  # noqa: SLF001
     msg = str(e.value)
     assert msg.startswith(f"verl merger exited with status 3; full log: {log}")
     assert msg.rstrip().endswith("the merger broke here") and len(msg) < P.LOG_TAIL_CHARS + 200  # the tail only
-    P._run([sys.executable, "-c", "print('ok')"], log, dict(os.environ), "verl main")  # noqa: SLF001 - status 0: no error
+    P._run([sys.executable, "-c", "print('ok')"], log, dict(os.environ), "verl main", None)  # noqa: SLF001 - status 0: no error
     assert log.read_text().splitlines()[-1] == "ok"
 
 
