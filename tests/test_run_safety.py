@@ -19,7 +19,10 @@ import torch
 
 from coevolve.config import dump_yaml, load_config
 from coevolve.run import Run, faults
+from coevolve.errors import RunStateError
 from coevolve.run.lock import RunLockedError, run_lock
+from coevolve.run.metrics import MetricsLog
+from coevolve.run.state import PhaseState
 
 torch.set_num_threads(1)
 
@@ -439,3 +442,40 @@ def test_kill_fuzz_short(tmp_path):
     assert kill_fuzz.main(["--out", str(tmp_path), "--recipes", "grpo", "--kills", "3", "--quick", "--seed", "3"]) == 0
     rep = json.loads((tmp_path / "kill_fuzz.json").read_text())[0]
     assert sum(k["landed"] for k in rep["kills"]) >= 3 and rep["resumes"] >= 1 and all(rep["identical"])
+
+
+def test_a_run_lock_symlink_is_refused_and_its_target_kept(tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.lock").symlink_to(target)
+    with pytest.raises(RunStateError, match="symlink"):
+        with run_lock(run):
+            pass
+    assert target.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("torn", [b'{"a": 2, "b"', b'{"a": 2, "b"\n', b"\x00\x00\x00"])
+def test_a_torn_last_metrics_line_is_cut_back_before_appending(tmp_path, torn):
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    good = b'{"a": 1}\n'
+    log.path.write_bytes(good + torn)
+    assert log.cut_torn_line() == len(torn)
+    assert log.path.read_bytes() == good
+    assert log.cut_torn_line() == 0  # a whole last line stays
+    log.log({"a": 3})
+    assert [json.loads(line)["a"] for line in log.path.read_text().splitlines()] == [1, 3]
+
+
+@pytest.mark.parametrize("bad", ["../outside", "/abs/ckpt", "01/../../x"])
+def test_a_state_path_outside_the_run_folder_is_refused(tmp_path, bad):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    state = PhaseState.new(tmp_path / "run" / "state.json", "grpo")
+    data = json.loads(state.path.read_text())
+    data["checkpoint_history"] = {"solver": [bad, "01/solver/ckpt"]}
+    state.path.write_text(json.dumps(data))
+    with pytest.raises(RunStateError, match="not a relative path inside the run folder"):
+        PhaseState.load(state.path)
+    assert outside.is_dir()

@@ -161,6 +161,8 @@ class Run:
         check_children(path)  # a trainer a killed driver started must not write beside this one
         run = cls(path, PhaseState.load(path / STATE_FILE), **kw)
         run.metrics.truncate(int(run.state.data.get("metrics_bytes", 0)))
+        if dropped := run.metrics.cut_torn_line():
+            say(f"[warn] {run.metrics.path}: cut an unfinished last line ({dropped} bytes) a killed writer left")
         for tmp in list(path.rglob(f".*{TMP_SUFFIX}")):  # what a killed writer left half-written (files.py,
             if tmp.is_dir():  # checkpoint staging folders)
                 shutil.rmtree(tmp, ignore_errors=True)

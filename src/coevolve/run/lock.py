@@ -71,7 +71,12 @@ def run_lock(path: str | Path, *, create: bool = False) -> Iterator[None]:
         path.mkdir(parents=True, exist_ok=True)
     elif not path.is_dir():
         raise RunStateError(f"{path} is not a coevolve run folder (it does not exist)")
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:  # no-follow: a run.lock symlink must not get its target truncated
+        fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        if (path / LOCK_FILE).is_symlink():
+            raise RunStateError(f"{path / LOCK_FILE} is a symlink; a run folder's lock must be a plain file") from None
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

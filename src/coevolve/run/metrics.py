@@ -6,6 +6,7 @@ run cuts off what an interrupted phase had written, so nothing is logged twice.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,17 @@ from typing import Any
 from coevolve.data.jsonl import read_jsonl
 from coevolve.run.faults import fault_point
 from coevolve.run.files import json_line
+
+
+TAIL_BYTES = 1 << 20
+"""How far back a torn last line is looked for (a metrics row is far shorter)."""
+
+
+def _parses(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
 
 
 class MetricsLog:
@@ -44,6 +56,23 @@ class MetricsLog:
         if self.path.exists() and self.path.stat().st_size > nbytes:
             with open(self.path, "r+b") as f:
                 f.truncate(nbytes)
+
+    def cut_torn_line(self) -> int:
+        """Cut a last line a killed writer left unfinished (no newline or not JSON) back to the
+        last complete line, so rows appended after it stay valid JSON; return bytes dropped."""
+        if not self.path.exists() or (size := self.path.stat().st_size) == 0:
+            return 0
+        start = max(0, size - TAIL_BYTES)
+        with open(self.path, "r+b") as f:
+            f.seek(start)
+            tail = f.read()
+            body = tail[:-1] if tail.endswith(b"\n") else tail
+            cut = body.rfind(b"\n") + 1  # where the last line starts (0: the tail holds one line)
+            if tail.endswith(b"\n") and _parses(body[cut:]):
+                return 0
+            keep = start + cut
+            f.truncate(keep)
+        return size - keep
 
     def log(self, metrics: dict[str, Any], **context: Any) -> None:
         """Append ``{context..., time, metrics...}`` (context: round, phase, step)."""

@@ -11,7 +11,7 @@ import copy
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from coevolve.errors import RunStateError
@@ -23,6 +23,19 @@ CONTINUED_KEY = "continued"
 """state.json's phases to be continued with more steps: phase key -> its ``record`` and its
 ``book`` (``training.StepBook.state``) as it finished with fewer; kept here, not read from the
 phase folder, so a continuation killed at any moment starts again from the same point."""
+
+
+def check_paths(path: Path, data: dict[str, Any]) -> None:
+    """Every checkpoint path in state.json must be relative and stay inside the run folder:
+    stale ones are deleted, so ``../x`` or ``/x`` would delete a folder outside the run."""
+    found = [*data.get("checkpoints", {}).values(), *data.get("pinned", {}).values()]
+    for hist in data.get("checkpoint_history", {}).values():
+        found += hist
+    for rel in found:
+        if not isinstance(rel, str) or not rel or PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
+            raise RunStateError(
+                f"{path}: checkpoint path {str(rel)[:200]!r} is not a relative path inside the run folder"
+            )
 
 
 @dataclass
@@ -77,6 +90,7 @@ class PhaseState:
                 f"{path}: run state format {got}, this coevolve reads format {STATE_FORMAT}; the run was "
                 "made by an older coevolve: resume it with that version, or start a new run"
             )
+        check_paths(path, data)
         return cls(path, data)
 
     def save(self, data: dict[str, Any] | None = None) -> None:
