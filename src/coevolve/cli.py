@@ -391,10 +391,11 @@ def toy_build(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Build the toy base model (char tokenizer + tiny Qwen3, short supervised pretraining)."""
-    from coevolve.toy import build_base
+    from coevolve.toy.pretrain import build_base, shipped_match
 
     path = build_base(out, steps=steps, seed=seed)
     typer.echo(f"toy base model: {path}")
+    typer.echo(shipped_match(path))
 
 
 @model_app.command("smollm2")

@@ -12,6 +12,7 @@ saw no gain at all on a single-style world).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -454,13 +455,89 @@ def _is_built(d: Path) -> bool:
     return (d / "toy_build.json").is_file() and (d / "config.json").is_file() and (d / "tokenizer.json").is_file()
 
 
+# The default base ships inside the package (toy/base/, see its README): copying it takes
+# milliseconds where building it takes minutes, and every machine gets the same weights. The
+# weights are split in 1 MB parts so no tracked file is over 2 MB; SHA256SUMS holds the hash of
+# every whole file, checked before the copy.
+SHIPPED_BASE = Path(__file__).parent / "base"
+SHIPPED_STEPS, SHIPPED_SEED = 600, 0
+SHIPPED_PART = 1 << 20
+
+
+def _shipped_files(src: Path) -> dict[str, bytes]:
+    """The shipped base's files by name (weight parts joined), each checked against SHA256SUMS."""
+    try:
+        sums = dict(line.split()[::-1] for line in (src / "SHA256SUMS").read_text().splitlines() if line.strip())
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"{src / 'SHA256SUMS'}: unreadable ({e})") from e
+    files = {}
+    for name, want in sums.items():
+        parts = sorted(src.glob(f"{name}.part*")) or [src / name]
+        try:
+            data = b"".join(p.read_bytes() for p in parts)
+        except OSError as e:
+            raise ModelLoadError(f"shipped toy base: {e}") from e
+        got = hashlib.sha256(data).hexdigest()
+        if got != want:
+            raise ModelLoadError(
+                f"{src / name}: sha256 {got[:12]}... != {want[:12]}... in SHA256SUMS (damaged install)"
+            )
+        files[name] = data
+    return files
+
+
+def copy_shipped_base(out_dir: Path, src: Path = SHIPPED_BASE) -> Path:
+    """Write the shipped base (hash-checked) into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in _shipped_files(src).items():
+        (out_dir / name).write_bytes(data)
+    return out_dir
+
+
+def ship_base(built: Path, dst: Path = SHIPPED_BASE) -> Path:
+    """Store a built base as the shipped one: its files, weights in parts, and SHA256SUMS."""
+    dst = Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for name in SHIPPED_FILES:
+        data = (Path(built) / name).read_bytes()
+        lines.append(f"{hashlib.sha256(data).hexdigest()}  {name}")
+        if len(data) > SHIPPED_PART:
+            for i in range(0, len(data), SHIPPED_PART):
+                (dst / f"{name}.part{i // SHIPPED_PART}").write_bytes(data[i : i + SHIPPED_PART])
+        else:
+            (dst / name).write_bytes(data)
+    (dst / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    return dst
+
+
+def shipped_match(built: Path, src: Path = SHIPPED_BASE) -> str:
+    """One line: whether ``built``'s weights equal the shipped base's byte for byte (sha256)."""
+    sums = dict(line.split()[::-1] for line in (src / "SHA256SUMS").read_text().splitlines() if line.strip())
+    got = hashlib.sha256((Path(built) / "model.safetensors").read_bytes()).hexdigest()
+    same = got == sums.get("model.safetensors")
+    return f"model.safetensors sha256 {got[:16]}: {'equals' if same else 'differs from'} the shipped base's"
+
+
+SHIPPED_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "toy_build.json",
+)
+
+
 def ensure_base(cache_dir: Path | None = None, steps: int = 600, seed: int = 0) -> Path:
-    """Path of the cached base for (steps, seed, world version); builds it once when missing
-    (``build_cached``)."""
+    """Path of the cached base for (steps, seed, world version); when missing, the shipped base
+    (the default steps and seed) is copied in, any other is built once (``build_cached``)."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    shipped = (steps, seed) == (SHIPPED_STEPS, SHIPPED_SEED) and (SHIPPED_BASE / "SHA256SUMS").is_file()
     return build_cached(
         root / f"base-w{WORLD_VERSION}-steps{steps}-seed{seed}",
-        lambda tmp: build_base(tmp, steps=steps, seed=seed, progress=True),
+        copy_shipped_base if shipped else (lambda tmp: build_base(tmp, steps=steps, seed=seed, progress=True)),
     )
 
 
@@ -508,10 +585,13 @@ __all__ = [
     "build_base",
     "build_cached",
     "build_model",
+    "copy_shipped_base",
     "default_cache_dir",
     "ensure_base",
     "generate_texts",
     "measure",
     "pretrain",
     "sample_example",
+    "ship_base",
+    "shipped_match",
 ]
