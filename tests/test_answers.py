@@ -598,3 +598,28 @@ def test_extraction_is_linear_on_adversarial_outputs(text: str, expected: str | 
     t0 = time.perf_counter()
     assert extract_answer(text) == expected
     assert time.perf_counter() - t0 < 20.0
+
+
+def test_text_operations_on_model_output_are_linear() -> None:
+    """A number then a run of unit-like letters once backtracked exponentially in the parent
+    (30 letters: seconds; 40: hours); random and adversarial strings up to 10,000 characters
+    must each read in well under a second."""
+    import random
+
+    rng = random.Random(0)
+    adversarial = [
+        "1 " + "m" * 40 + "!",
+        "\\boxed{1 " + "m" * 60 + "!}",
+        "5 " + "mm " * 3000 + "!",
+        "1" + "s" * 9998,
+        "{" * 5000 + "}" * 4999,
+        "\\boxed{" * 1400,
+        "The answer is " + "-" * 9000,
+    ]
+    alphabet = "0123456789 ms{}\\boxed,.-=^/()"
+    randoms = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 10_000))) for _ in range(20)]
+    for text in adversarial + randoms:
+        t0 = time.perf_counter()
+        extract_answer(text)
+        normalize(text)
+        assert time.perf_counter() - t0 < 1.0, text[:60]

@@ -42,10 +42,12 @@ UNIT_WORDS: tuple[str, ...] = tuple(
 )
 """Unit words an answer may carry after its number (``5 dollars``, ``12 cm``): dropped by
 ``normalize``, and not a sign of a sentence to the pair grader."""
+# A unit word must end where its letters end: without the look-ahead "mmm…m" splits into m/mm runs
+# in exponentially many ways and a short model answer stalls the parent process.
 _TRAILING_UNIT_RE = re.compile(
     r"^([-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:/\d+)?)\s*(?:(?:"
     + "|".join(UNIT_WORDS)
-    + r")(?:\^?\{?[23]\}?|²|³)?\s*)+\.?$",
+    + r")(?![a-zA-Z])(?:\^?\{?[23]\}?|²|³)?\s*)+\.?$",
     re.IGNORECASE,
 )
 _NUM_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d{1,3})?")
