@@ -15,8 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from coevolve.answers import extract_answer
-from coevolve.curriculum.sampling import CurriculumError, sample_chunked, sample_staged
+from coevolve.curriculum.sampling import CurriculumError, answer_text, completion_answer, sample_chunked, sample_staged
 from coevolve.curriculum.sequential import band_decision, schedule_of
 from coevolve.errors import ConfigError
 from coevolve.prompts import Prompter
@@ -103,13 +102,13 @@ def estimate_difficulty(
         if t.answer is None:
             raise CurriculumError(f"task {t.id!r} has no answer: difficulty needs labelled questions")
     groups = sample_chunked(sampler, [prompter.solver(t.question) for t in tasks], n, params, batch_prompts)
-    texts = [c.text for g in groups for c in g]
+    texts = [answer_text(c) for g in groups for c in g]
     golds = [str(t.answer) for t, g in zip(tasks, groups) for _ in g]
     verdicts = grader.grade_batch(golds, texts)
     records = []
     for i, (t, g) in enumerate(zip(tasks, groups)):
         correct = sum(bool(v) for v in verdicts[i * n : (i + 1) * n])
-        records.append(PassRecord.from_counts(t, correct, n, [extract_answer(c.text) for c in g]))
+        records.append(PassRecord.from_counts(t, correct, n, [completion_answer(c) for c in g]))
     return records
 
 
@@ -153,7 +152,7 @@ def estimate_difficulty_adaptive(
     decided: dict[int, str] = {}
 
     def grade_new(idx: list[int], groups: list[list[Completion]]) -> None:
-        pairs = [(i, c.text) for i, g in zip(idx, groups) for c in g[len(verdicts[i]) :]]
+        pairs = [(i, answer_text(c)) for i, g in zip(idx, groups) for c in g[len(verdicts[i]) :]]
         for (i, _), v in zip(pairs, grader.grade_batch([golds[i] for i, _ in pairs], [t for _, t in pairs])):
             verdicts[i].append(bool(v))
 
@@ -171,7 +170,7 @@ def estimate_difficulty_adaptive(
     grade_new(list(range(len(tasks))), groups)
     return [
         PassRecord.from_counts(
-            t, sum(verdicts[i]), len(verdicts[i]), [extract_answer(c.text) for c in groups[i]], decided.get(i, "cap")
+            t, sum(verdicts[i]), len(verdicts[i]), [completion_answer(c) for c in groups[i]], decided.get(i, "cap")
         )
         for i, t in enumerate(tasks)
     ]

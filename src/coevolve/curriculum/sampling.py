@@ -17,12 +17,29 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from coevolve.answers import extract_answer
 from coevolve.errors import CoevolveError, ConfigError
 from coevolve.types import Completion, Sampler, SamplingParams
 
 
 class CurriculumError(CoevolveError, ValueError):
     """Inconsistent curriculum inputs (empty sample groups, values out of range)."""
+
+
+def answer_text(c: Completion) -> str:
+    """The text of ``c`` that may be read for an answer: the whole text, except that a completion
+    cut off by ``max_new_tokens`` (``finish_reason == "length"``) counts only when its answer
+    box closed before the cut; otherwise "" (a non-answer). Without this, the free-text reading
+    would take a number from the middle of a cut-off derivation as the final answer."""
+    if c.finish_reason == "length" and extract_answer(c.text, fallback=False) is None:
+        return ""
+    return c.text
+
+
+def completion_answer(c: Completion) -> str | None:
+    """The final answer ``c`` states, or None (the one place completions become answers:
+    votes, pass records, probes)."""
+    return extract_answer(answer_text(c))
 
 
 def chunk_params(params: SamplingParams, chunk: int) -> SamplingParams:

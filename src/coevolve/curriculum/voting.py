@@ -7,8 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from coevolve.answers import extract_answer
-from coevolve.curriculum.sampling import sample_chunked, sample_staged
+from coevolve.curriculum.sampling import completion_answer, sample_chunked, sample_staged
 from coevolve.curriculum.sequential import schedule_of, vote_decision
 from coevolve.errors import ConfigError
 from coevolve.prompts import Prompter
@@ -47,6 +46,18 @@ class VoteRecord:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
+def _records(questions: Sequence[str], answers: list[list[str | None]], grader: AnswerGrader) -> list[VoteRecord]:
+    """Vote each question's answers. A question whose non-answers (nothing stated, or cut off by
+    the token budget) outnumber its largest answer cluster gets no label: the majority of the
+    solver's samples said nothing, so no pseudo-label rests on them (the filters drop it)."""
+    records = []
+    for q, a, v in zip(questions, answers, grader.vote_batch(answers)):
+        none = sum(1 for x in a if x is None or not x.strip())
+        label = v.label if v.sizes and v.sizes[0] >= none else None
+        records.append(VoteRecord(q, len(a), a, label, float(v.p1), float(v.p2), list(v.sizes)))
+    return records
+
+
 def label_questions(
     sampler: Sampler,
     prompter: Prompter,
@@ -59,12 +70,8 @@ def label_questions(
     """Sample ``n`` solver answers per question, extract the final answers and vote: the writer
     reward's x = p1, pseudo-labels and the DiagEvo filter all come from here."""
     groups = sample_chunked(sampler, [prompter.solver(q) for q in questions], n, params, batch_prompts)
-    answers = [[extract_answer(c.text) for c in g] for g in groups]
-    votes = grader.vote_batch(answers)
-    return [
-        VoteRecord(q, n, a, v.label, float(v.p1), float(v.p2), list(v.sizes))
-        for q, a, v in zip(questions, answers, votes)
-    ]
+    answers = [[completion_answer(c) for c in g] for g in groups]
+    return _records(questions, answers, grader)
 
 
 def label_questions_adaptive(
@@ -84,7 +91,7 @@ def label_questions_adaptive(
     prior = (seq.prior_a, seq.prior_b)
 
     def stop(idx: list[int], groups: list[list[Completion]]) -> list[bool]:
-        votes = grader.vote_batch([[extract_answer(c.text) for c in g] for g in groups])
+        votes = grader.vote_batch([[completion_answer(c) for c in g] for g in groups])
         return [
             vote_decision(list(v.sizes), len(g), voting.band, voting.tau, voting.filter, seq.confidence, prior)
             is not None
@@ -94,12 +101,8 @@ def label_questions_adaptive(
     groups = sample_staged(
         sampler, [prompter.solver(q) for q in questions], schedule_of(seq, voting.samples), params, batch_prompts, stop
     )
-    answers = [[extract_answer(c.text) for c in g] for g in groups]
-    votes = grader.vote_batch(answers)
-    return [
-        VoteRecord(q, len(a), a, v.label, float(v.p1), float(v.p2), list(v.sizes))
-        for q, a, v in zip(questions, answers, votes)
-    ]
+    answers = [[completion_answer(c) for c in g] for g in groups]
+    return _records(questions, answers, grader)
 
 
 def confidence_filter(

@@ -327,8 +327,7 @@ def phase_probe(p: Any, phase: Phase) -> PhaseRecord:
     its accuracy. Writes ``probe_answers.jsonl``; logs ``probe/*``. Before round 1 (``base``)
     it draws the probe set and measures the base model, round 1's reference. When ``run.select``
     picks this round so far, its solver checkpoint is pinned (kept beyond ``run.keep_checkpoints``)."""
-    from coevolve.answers import extract_answer
-    from coevolve.curriculum.sampling import sample_chunked
+    from coevolve.curriculum.sampling import completion_answer, sample_chunked
     from coevolve.eval.signals import PROBE_PREFIX, probe_signals
 
     s, solver, pc = p.s, p.solver, p.s.cfg.probe
@@ -342,7 +341,7 @@ def phase_probe(p: Any, phase: Phase) -> PhaseRecord:
             s.params(derive_seed(s.cfg.run.seed, "probe")),
             s.cfg.sampling.batch_prompts,
         )
-        answers = [[extract_answer(c.text) for c in g] for g in groups]
+        answers = [[completion_answer(c) for c in g] for g in groups]
         votes = s.grader.vote_batch(answers)
         prev = _previous_probe(s, phase)
         agree = (
