@@ -86,6 +86,8 @@ def run(
     from coevolve.run import default_run_path, say
     from coevolve.run.lock import check_run_dir
 
+    if force and any(o.startswith("run.preflight=") and o != "run.preflight=warn" for o in overrides or []):
+        raise CoevolveError("--force means run.preflight=warn; it contradicts the given run.preflight: pass one of them")
     cfg = load_config(recipe, config, (overrides or []) + (["run.preflight=warn"] if force else []), preset or [])
     path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
     check_run_dir(path)
@@ -114,6 +116,7 @@ def resume(
     it: to more rounds (rounds=N: every round done is kept) or more solver steps (solver.steps=N:
     its last solver phase continues from its checkpoint and optimiser state)."""
     from coevolve.config import load_saved_config
+    from coevolve.extras import check_extras
     from coevolve.recipes import extension_config
     from coevolve.run import CONFIG_FILE, read_recipe, say
     from coevolve.run.lock import check_run_dir
@@ -129,6 +132,7 @@ def resume(
     if dropped:
         say(f"--force: dropped from the saved config (now this version's defaults): {', '.join(dropped)}")
     extend = extension_config(saved, more, cfg) if saved is not None else None
+    check_extras(cfg)  # a package gone since the run started: said before the folder is reopened
     _execute(cfg, run_dir, resumed=True, force=force, extend=extend)
 
 
@@ -196,8 +200,8 @@ def eval_cmd(
         None, "--seed", help="Sampling seed (default: a run's evaluation seed at run.seed=0)"
     ),
     batch_size: int = typer.Option(256, "--batch-size"),
-    engine: str = typer.Option(
-        "hf", "--engine", help="hf | vllm: how a model folder is sampled (vllm needs its extra)"
+    engine: Optional[str] = typer.Option(
+        None, "--engine", help="hf | vllm: how a model folder is sampled (default hf; vllm needs its extra)"
     ),
     endpoint: Optional[str] = typer.Option(
         None,
@@ -220,11 +224,11 @@ def eval_cmd(
     --endpoint; the prompts, grader and defaults of a run's evaluation), or compare result folders."""
     from coevolve.eval import suite
 
+    _check_eval_flags(model, bench, samples, engine, endpoint, compare)
+    engine = engine or "hf"
     if compare:
         _compare_results(list(compare), out)
         return
-    if engine not in ("hf", "vllm"):
-        raise CoevolveError(f"--engine must be hf or vllm, got {engine!r} (a served model: --endpoint URL)")
     if not model and not endpoint:
         raise CoevolveError("--model is required (or --endpoint URL for a served model, or --compare DIR ...)")
     if model == "toy":
@@ -256,6 +260,27 @@ def eval_cmd(
     )
     typer.echo(suite.format_table(results))
     typer.echo(f"results: {out_dir / 'results.json'}")
+    if not results["benchmarks"] and results["skipped"]:
+        _err(f"every benchmark was skipped for absent data ({', '.join(results['skipped'])}): nothing was evaluated")
+        raise typer.Exit(3)
+
+
+def _check_eval_flags(model, bench, samples, engine, endpoint, compare) -> None:
+    """``coevolve eval``'s flags that contradict each other or mean nothing, refused before any work."""
+    if compare and (model or bench or endpoint):
+        given = [f for f, v in (("--model", model), ("--bench", bench), ("--endpoint", endpoint)) if v]
+        raise CoevolveError(f"--compare only reads result folders; {', '.join(given)} would be ignored: drop it")
+    if samples is not None and samples < -1:
+        raise CoevolveError(f"--samples must be 0 (greedy only), k > 0 or -1 (each benchmark's default), got {samples}")
+    if endpoint and engine is not None:
+        raise CoevolveError(f"--engine {engine} with --endpoint: a served model is sampled by its server; drop --engine")
+    if engine not in (None, "hf", "vllm"):
+        raise CoevolveError(f"--engine must be hf or vllm, got {engine!r} (a served model: --endpoint URL)")
+    if engine == "vllm" and not endpoint:
+        from coevolve.extras import have
+
+        if not have("vllm"):
+            raise CoevolveError("--engine vllm needs the 'vllm' extra: pip install 'coevolve[vllm]' (docs/engines.md)")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)

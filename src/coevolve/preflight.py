@@ -16,6 +16,7 @@ from coevolve.config.base import RecipeConfig, is_toy_model
 from coevolve.engine import check_engine
 from coevolve.engine.servable import unservable_frozen
 from coevolve.errors import ConfigError, ModelLoadError
+from coevolve.extras import check_extras
 from coevolve.plan import preflight_problems
 from coevolve.schema import WriterReward
 
@@ -27,6 +28,7 @@ def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str
     warnings and returned, and the run goes ahead."""
     from coevolve.models import ensure_model
 
+    check_extras(cfg)  # first: before a built-in model is built or anything is loaded
     paths = [("model.path", cfg.model.path)] + [
         (f"{name}.{field}", getattr(getattr(cfg, name), field, None))
         for name in type(cfg).model_fields

@@ -437,7 +437,7 @@ def _wrap_lora(model: Any, cfg: LearnerConfig) -> Any:
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as e:
-        raise ConfigError("LearnerConfig.lora=True needs the 'peft' package: pip install 'coevolve[lora]'") from e
+        raise ConfigError("learner.lora=true needs the 'lora' extra (peft): pip install 'coevolve[lora]'") from e
     lcfg = LoraConfig(
         r=cfg.lora_r,
         lora_alpha=cfg.lora_alpha,
