@@ -39,54 +39,23 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from scipy.special import betainc
+
 from coevolve.errors import ConfigError
 from coevolve.schema import Band, Sequential, in_band
 
 Decision = Literal["below", "inside", "above"]
 
 
-def _betacf(x: float, a: float, b: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes 6.4)."""
-    tiny, eps = 1e-300, 3e-16
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 10_000):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < eps:
-            break
-    return h
-
-
 def beta_cdf(x: float, a: float, b: float) -> float:
-    """Regularised incomplete beta ``I_x(a, b) = P(Beta(a, b) <= x)`` for real ``a, b > 0``.
+    """Regularised incomplete beta ``I_x(a, b) = P(Beta(a, b) <= x)`` for real ``a, b > 0``
+    (``scipy.special.betainc``).
 
     For integer ``a, b`` it equals the binomial tail ``P(Bin(a + b - 1, x) >= a)``.
     """
     if a <= 0 or b <= 0:
         raise ValueError(f"beta_cdf needs a, b > 0, got a={a}, b={b}")
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(x, a, b) / a
-    return 1.0 - front * _betacf(1.0 - x, b, a) / b
+    return float(betainc(a, b, min(max(x, 0.0), 1.0)))
 
 
 @dataclass(frozen=True)
