@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scipy.stats import t as student_t
+
 from coevolve.errors import CoevolveError
 from coevolve.run.compute import COUNTERS, EVAL_PHASE, Compute
 
@@ -225,44 +227,18 @@ def run_command(cell: Cell, preset: Path, overrides: Sequence[str], python: str 
 
 
 def t_cdf_abs(t: float, df: int) -> float:
-    """P(|T| <= t) for Student's t with integer ``df`` >= 1 (Abramowitz & Stegun 26.7.3-4), with
-    θ = atan(t / sqrt(df)):
-
-        df = 1:     2θ/π
-        df odd:     (2/π) [θ + sin θ (cos θ + (2/3) cos³θ + ... + (2·4···(df-3))/(1·3···(df-2)) cos^(df-2) θ)]
-        df even:    sin θ [1 + (1/2) cos²θ + (1·3)/(2·4) cos⁴θ + ... + (1·3···(df-3))/(2·4···(df-2)) cos^(df-2) θ]
-    """
+    """P(|T| <= t) for Student's t with integer ``df`` >= 1 (``scipy.stats.t``)."""
     if df < 1:
         raise StudyError(f"t distribution needs df >= 1, got {df}")
-    t = abs(t)
-    th = math.atan(t / math.sqrt(df))
-    c, s = math.cos(th), math.sin(th)
-    if df % 2 == 1:
-        total, term = 0.0, c
-        for k in range(1, (df - 1) // 2 + 1):  # terms cos^(2k-1): coefficient (2·4···(2k-2))/(1·3···(2k-1))
-            if k > 1:
-                term *= c * c * (2 * k - 2) / (2 * k - 1)
-            total += term
-        return (2 / math.pi) * (th + s * total) if df > 1 else 2 * th / math.pi
-    total, term = 1.0, 1.0
-    for k in range(1, (df - 2) // 2 + 1):  # terms cos^(2k): coefficient (1·3···(2k-1))/(2·4···2k)
-        term *= c * c * (2 * k - 1) / (2 * k)
-        total += term
-    return s * total
+    return float(2.0 * student_t.cdf(abs(t), df) - 1.0)
 
 
 def t_quantile(conf: float, df: int) -> float:
     """The two-sided critical value t with P(|T| <= t) = ``conf`` (e.g. t_{0.975, df} for conf =
-    0.95), by bisection on ``t_cdf_abs`` to 1e-12."""
+    0.95; ``scipy.stats.t.ppf``)."""
     if not 0 < conf < 1:
         raise StudyError(f"confidence must be in (0, 1), got {conf}")
-    lo, hi = 0.0, 1.0
-    while t_cdf_abs(hi, df) < conf:
-        hi *= 2
-    while hi - lo > 1e-12 * max(1.0, hi):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if t_cdf_abs(mid, df) < conf else (lo, mid)
-    return (lo + hi) / 2
+    return float(student_t.ppf((1.0 + conf) / 2.0, df))
 
 
 @dataclass(frozen=True)
