@@ -63,7 +63,7 @@ def copy_toy_base(cache: Path) -> Path:
     """The built toy base (built here first when missing) copied to ``cache/toy/<its name>``."""
     src_dir = Path(__file__).resolve().parents[1] / "src"
     sys.path.insert(0, str(src_dir))
-    from coevolve.toy import ensure_base
+    from coevolve.world.toy import ensure_base
 
     base = ensure_base()
     target = cache / "toy" / base.name

@@ -915,7 +915,7 @@ def part_sampler(ctx: Ctx) -> dict[str, Any]:
 def part_recipes(ctx: Ctx, deadline: float | None = None) -> dict[str, Any]:
     """One tiny round of each recipe in the toy world, on the device (bf16)."""
     from coevolve.recipes import execute
-    from coevolve.toy import ensure_base
+    from coevolve.world.toy import ensure_base
 
     dev = ctx.dev
     for k in list(ctx.models):  # the toy models need little, but give the memory back first

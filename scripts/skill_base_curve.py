@@ -1,7 +1,7 @@
 """Pretrain one long skill-world base and save a checkpoint every --every steps, then (or with
 --measure-only) measure each checkpoint's profile: the numbers behind the skill base's step
 count (docs/results/skill_world.md). A K-step checkpoint is the K-step base the cache builds
-(one learning-rate schedule for every length: coevolve.skill.pretrain.lr_factor).
+(one learning-rate schedule for every length: coevolve.world.skill.pretrain.lr_factor).
 
     PYTHONPATH=src python scripts/skill_base_curve.py --out /tmp/skillcurve --steps 3000 --every 300
     PYTHONPATH=src python scripts/skill_base_curve.py --out /tmp/skillcurve --measure-only
@@ -21,9 +21,9 @@ sys.path.insert(0, str(ROOT / "src"))
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from coevolve.skill.pretrain import BUILD_FILE, build_skill_base, measure
-    from coevolve.skill.world import DEFICITS
-    from coevolve.toy.tokenizer import build_tokenizer
+    from coevolve.world.skill.pretrain import BUILD_FILE, build_skill_base, measure
+    from coevolve.world.skill.problems import DEFICITS
+    from coevolve.world.toy.tokenizer import build_tokenizer
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from coevolve.toy import make_problem, oracle, parse_toy_question
+from coevolve.world.toy import make_problem, oracle, parse_toy_question
 
 KINDS = ("L1 a*b", "L1 a+b", "L1 a-b", "L2 +", "L2 - no borrow", "L2 - borrow", "L3", "L4")
 """Problem kinds, finer than levels where the default world's methods differ: L1 products are

@@ -72,7 +72,7 @@ def _overrides(base: Path, steps: int) -> list[str]:
 @pytest.fixture(scope="session")
 def toy_base() -> Path:
     """The default toy base (600 steps, seed 0) in the shared cache."""
-    from coevolve.toy import ensure_base
+    from coevolve.world.toy import ensure_base
 
     return ensure_base()
 
@@ -89,7 +89,7 @@ def toy_base_30(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build uses the caller's torch thread count, which must not depend on the modules collected."""
     import torch
 
-    from coevolve.toy import ensure_base
+    from coevolve.world.toy import ensure_base
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

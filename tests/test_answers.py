@@ -416,7 +416,7 @@ def load_cases(name: str) -> list[dict]:
 @pytest.mark.parametrize("name", sorted(PINNED_DISAGREEMENTS))
 def test_regression_set_agreement(grader: Grader, name: str) -> None:
     """Agreement with published grader test cases (Math-Verify, lighteval: harvested by
-    scripts/harvest_grader_cases.py) and our own set (Hendrycks MATH, Qwen2.5-Math, synthetic):
+    dev/harvest_grader_cases.py) and our own set (Hendrycks MATH, Qwen2.5-Math, synthetic):
     at least 96 %, and exactly the pinned cases disagree."""
     cases = load_cases(name)
     assert len(cases) >= 200
@@ -546,7 +546,7 @@ def test_exprgen_relation_is_exact() -> None:
 
 @pytest.mark.parametrize("form", ["boxed", "statement", "sentence"])
 def test_property_no_false_equal_on_random_pairs(form: str) -> None:
-    """Seeded subset of scripts/grader_property.py (the full >= 10,000-pair run is there): random
+    """Seeded subset of dev/grader_property.py (the full >= 10,000-pair run is there): random
     non-equal pairs with an exactly known relation are never graded equal on the reward path,
     whether the output boxes its answer, states it ("The answer is $x$.") or ends on it."""
     from coevolve.answers.exprgen import OUTPUT_FORMS, generate
@@ -561,7 +561,7 @@ def test_property_no_false_equal_on_random_pairs(form: str) -> None:
 
 
 def test_decimals_are_compared_exactly_not_in_floating_point(grader: Grader) -> None:
-    """Found by scripts/grader_property.py: a decimal went through float / sympy Float precision,
+    """Found by dev/grader_property.py: a decimal went through float / sympy Float precision,
     so numbers above ~1e9 differing after the 6th decimal place were graded equal."""
     big = "4113152378820627980887801844946"
     assert not grader.is_equiv(f"{big}.421875", f"{big}.5")  # cheap path

@@ -27,7 +27,7 @@ from coevolve.types import Completion, SamplingParams, Task
 torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "dev"))
 import kill_fuzz  # noqa: E402
 
 TINY = [*kill_fuzz.QUICK["grpo"], "run.progress=false", "run.threads=1"]
@@ -154,7 +154,7 @@ def test_counters_after_kill9_and_resume_equal_an_uninterrupted_run(tmp_path, re
 
 @pytest.mark.slow
 def test_report_and_compare_over_run_folders(tmp_path, reference):
-    from coevolve.eval.report import compare_compute, write_report
+    from coevolve.lab.report import compare_compute, write_report
     from coevolve.eval.suite import compare
 
     run = tmp_path / "grpo-a"

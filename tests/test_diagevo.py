@@ -63,7 +63,7 @@ def test_shipped_configs_load_and_document_paper_defaults():
     assert cfg.memory.theta_up == 0.8 and cfg.memory.k == 1.0 and cfg.challenger.reward.kind == "plateau"
     assert cfg.sampling.max_new_tokens == 48  # toy solver cap (prototype GRPO: max_new 48)
     load_config("diagevo", SMOKE)
-    from coevolve.eval.study import ablations
+    from coevolve.lab.study import ablations
 
     grid = ablations("diagevo")
     assert {

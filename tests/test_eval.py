@@ -447,7 +447,7 @@ def test_real_math_grader_on_shipped_math500(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_toy_benchmark_comes_from_the_toy_world() -> None:
-    from coevolve.world.toy import ToyWorld
+    from coevolve.world.toy.world import ToyWorld
 
     world = ToyWorld(heldout_size=12)
     tasks = world.bench_tasks("toy", None, None)

@@ -95,7 +95,7 @@ def test_exported_chat_template_renders_the_training_prompt(tmp_path: Path, smol
 
 
 def test_toy_world_template(tmp_path: Path) -> None:
-    from coevolve.toy.prompts import ToyPrompter
+    from coevolve.world.toy.prompts import ToyPrompter
 
     template = training_chat_template(ToyPrompter())
     from jinja2.sandbox import ImmutableSandboxedEnvironment

@@ -355,7 +355,7 @@ def test_offload_and_fused_options_on_cpu():
 @pytest.mark.slow  # the default toy base
 def test_sampler_kv_token_budget_chunks_and_same_greedy_output(toy_base):
     from coevolve.engine import HFSampler, load_model
-    from coevolve.toy import ToyPrompter, sample_tasks
+    from coevolve.world.toy import ToyPrompter, sample_tasks
     from coevolve.types import SamplingParams
 
     model, tok = load_model(toy_base, device="cpu", dtype="float32")

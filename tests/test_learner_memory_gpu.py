@@ -104,7 +104,7 @@ def test_role_offload_onload_and_parked_sampler():
     from coevolve.engine import HFSampler, load_model
     from coevolve.loop import ParkedSampler, Role
     from coevolve.rl import Learner, LearnerConfig
-    from coevolve.toy import ToyPrompter, ensure_base
+    from coevolve.world.toy import ToyPrompter, ensure_base
     from coevolve.types import SamplingParams
 
     model, tok = load_model(ensure_base(), device="cuda", dtype="bfloat16")

@@ -11,7 +11,7 @@ import coevolve.prompts.chat as CP
 from coevolve.errors import CoevolveError, ConfigError
 from coevolve.prompts import Prompter
 from coevolve.prompts.chat import ChatPrompter
-from coevolve.toy.prompts import ToyPrompter
+from coevolve.world.toy.prompts import ToyPrompter
 
 
 def test_doctests() -> None:

@@ -149,7 +149,7 @@ def test_a_real_vllm_actor_serves_its_slots_from_one_engine_and_path_sync_keeps_
     import random
 
     from coevolve.engine import load_model
-    from coevolve.toy import ToyPrompter, ensure_base, sample_tasks
+    from coevolve.world.toy import ToyPrompter, ensure_base, sample_tasks
 
     model, tok = load_model(ensure_base(), device="cpu", dtype="float32")
     model.eval()

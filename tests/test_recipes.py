@@ -107,7 +107,7 @@ DIAGEVO = [
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> list[str]:
-    from coevolve.toy import ensure_base
+    from coevolve.world.toy import ensure_base
 
     cache = tmp_path_factory.mktemp("toycache")
     ensure_base(cache, steps=2, seed=0)  # the phases, not the figures, are under test
@@ -117,7 +117,7 @@ def tiny(tmp_path_factory) -> list[str]:
 @pytest.fixture(scope="module")
 def learning(tmp_path_factory) -> list[str]:
     """A base that learns within a step (rewards vary), for tests that compare trained runs."""
-    from coevolve.toy import ensure_base
+    from coevolve.world.toy import ensure_base
 
     cache = tmp_path_factory.mktemp("toycache30")
     ensure_base(cache, steps=30, seed=0)
@@ -299,7 +299,7 @@ def test_a_run_with_repeated_evaluation_reports_mean_and_std(tmp_path, tiny):
     plan), and results.json, the summary and the report give mean ± sample std over the runs."""
     import math
 
-    from coevolve.eval.report import write_report
+    from coevolve.lab.report import write_report
     from coevolve.eval.suite import run_results
     from coevolve.plan import phases
     from coevolve.recipes import execute

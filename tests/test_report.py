@@ -1,4 +1,4 @@
-"""Tests for coevolve.eval.report: a synthetic run folder in the documented layout."""
+"""Tests for coevolve.lab.report: a synthetic run folder in the documented layout."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from coevolve.errors import RunStateError
-from coevolve.eval.report import eval_series, load_run, pass_rate_hists, write_report
+from coevolve.lab.report import eval_series, load_run, pass_rate_hists, write_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -2,7 +2,7 @@
 left by ``kill -9`` is taken over by exactly one taker), a run dir that is a file, a resume after
 the config or the recipe's phase list changed (refused unless ``--force``), a full disk at each
 write site (last good state intact, the resumed run equals an uninterrupted one), and the short
-kill -9 fuzz (``scripts/kill_fuzz.py --quick``). Every run, reference included, goes through the
+kill -9 fuzz (``dev/kill_fuzz.py --quick``). Every run, reference included, goes through the
 CLI in a fresh process: a run in this process would inherit whatever state earlier tests left."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = str(ROOT / "src")
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "dev"))
 import kill_fuzz  # noqa: E402
 
 TINY = [*kill_fuzz.QUICK["grpo"], "run.progress=false", "run.threads=1"]

@@ -10,9 +10,9 @@ import random
 import pytest
 
 from coevolve.errors import ConfigError, DataError
-from coevolve.skill import causes as sc
-from coevolve.skill import world as sw
-from coevolve.skill.pretrain import SkillMix, buggy_steps, draw_like, free_weights, sample_example
+from coevolve.world.skill import causes as sc
+from coevolve.world.skill import problems as sw
+from coevolve.world.skill.pretrain import SkillMix, buggy_steps, draw_like, free_weights, sample_example
 
 # ----------------------------------------------------------------------------------------------
 # procedures
@@ -281,7 +281,7 @@ def test_config_section_validates_with_the_field_named():
 def test_world_draws_pools_and_causes():
     from coevolve.memory.store import Cause
     from coevolve.world import make_world
-    from coevolve.world.skill import SkillWorld
+    from coevolve.world.skill.world import SkillWorld
 
     w = make_world(_cfg("data.skill.focus=[sub,mul,div]"), None, lambda m: None)
     assert isinstance(w, SkillWorld) and w.name == "skill" and w.knows_truth
@@ -302,7 +302,7 @@ def test_world_draws_pools_and_causes():
 
 
 def test_memory_scores_against_the_injected_deficits():
-    from coevolve.world.skill import memory_scores
+    from coevolve.world.skill.world import memory_scores
 
     mem = {
         "causes": [
@@ -320,7 +320,7 @@ def test_memory_scores_against_the_injected_deficits():
 
 
 def test_stratum_accuracy_groups_items_by_focal_skill_and_depth():
-    from coevolve.world.skill import stratum_accuracy
+    from coevolve.world.skill.world import stratum_accuracy
 
     items = [
         {"question": "93-27", "group": "sub", "correct": True, "sampled_acc": 0.5},
@@ -336,8 +336,8 @@ def test_stratum_accuracy_groups_items_by_focal_skill_and_depth():
 @pytest.fixture(scope="module")
 def tiny_skill_cache(tmp_path_factory):
     """A skill base of 2 pretraining steps (a pipeline check, not a competent model)."""
-    from coevolve.skill.pretrain import build_skill_base, skill_base_dir
-    from coevolve.toy.pretrain import build_cached
+    from coevolve.world.skill.pretrain import build_skill_base, skill_base_dir
+    from coevolve.world.toy.pretrain import build_cached
 
     root = tmp_path_factory.mktemp("cache")
     build_cached(

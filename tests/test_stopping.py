@@ -315,7 +315,7 @@ def test_a_world_without_training_questions_freezes_round_1s_writer_questions(
     """Label-free DiagEvo where the world has no training questions (a real model without
     data.source): the base probe is empty, round 1's probe freezes unkept writer questions of
     round 1, round 2 reuses them and measures agreement with round 1."""
-    from coevolve.world.toy import ToyWorld
+    from coevolve.world.toy.world import ToyWorld
 
     def no_data(self, rng, n):  # type: ignore[no-untyped-def]
         raise ConfigError("data.source: this recipe needs labelled questions")

@@ -1,4 +1,4 @@
-"""The multi-seed study (coevolve.eval.study, `coevolve study`: coevolve.eval.study_cli): statistics against slow
+"""The multi-seed study (coevolve.lab.study, `coevolve study`: coevolve.lab.study_cli): statistics against slow
 references, the claim rule, grid expansion, skip / resume decisions on fake run folders, the
 report rendered from fixture folders, and one smoke end-to-end run through the CLI."""
 
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.eval import study as st
+from coevolve.lab import study as st
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    from coevolve.eval import study_cli
+    from coevolve.lab import study_cli
 
     return study_cli
 
@@ -560,7 +560,7 @@ def _skill_run(path: Path, rng, p_item, seed: int, memory=None) -> Path:
     """A finished skill-world run folder: state.json with base and final eval phases, summary.json,
     and the final evaluation's per-item records (item j correct with probability p_item(item))."""
     from coevolve.run.state import STATE_FORMAT
-    from coevolve.skill.world import heldout_tasks
+    from coevolve.world.skill.problems import heldout_tasks
 
     items = []
     for t in heldout_tasks(4):  # 4 per stratum: 119 items
@@ -611,8 +611,8 @@ def _skill_run(path: Path, rng, p_item, seed: int, memory=None) -> Path:
 def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     import random
 
-    from coevolve.eval import skill_study as ss
-    from coevolve.skill.world import DEFICITS
+    from coevolve.lab import skill_study as ss
+    from coevolve.world.skill.problems import DEFICITS
 
     rng = random.Random(0)
     deficient = set(DEFICITS.deficient)

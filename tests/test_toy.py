@@ -13,7 +13,7 @@ import torch
 
 from coevolve.errors import CoevolveError, DataError
 from coevolve.prompts import Prompter
-from coevolve.toy import (
+from coevolve.world.toy import (
     CAUSES,
     LEVELS,
     ToyPrompter,
@@ -29,9 +29,9 @@ from coevolve.toy import (
     sample_tasks,
     shows_cause,
 )
-from coevolve.toy.causes import parse_trace
-from coevolve.toy.pretrain import MixConfig, _microbatches, build_base, ensure_base, sample_example
-from coevolve.toy.world import WORLD_VERSION, heldout_questions
+from coevolve.world.toy.causes import parse_trace
+from coevolve.world.toy.pretrain import MixConfig, _microbatches, build_base, ensure_base, sample_example
+from coevolve.world.toy.problems import WORLD_VERSION, heldout_questions
 
 
 def _c(steps: list[str], ans: str) -> str:
@@ -247,7 +247,7 @@ def test_toy_prompter_formats() -> None:
         "<question><question>41+29</question>",
     ]:
         assert p.parse_question(bad) is None, bad
-    from coevolve.world.toy import ToyWorld
+    from coevolve.world.toy.world import ToyWorld
 
     assert ToyWorld().oracle("41+29") == "70" and ToyWorld().oracle("hello") is None
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from coevolve.errors import ModelLoadError
-from coevolve.toy import pretrain
-from coevolve.toy.pretrain import SHIPPED_BASE, SHIPPED_FILES, copy_shipped_base, ensure_base, ship_base
-from coevolve.toy.world import WORLD_VERSION
+from coevolve.world.toy import pretrain
+from coevolve.world.toy.pretrain import SHIPPED_BASE, SHIPPED_FILES, copy_shipped_base, ensure_base, ship_base
+from coevolve.world.toy.problems import WORLD_VERSION
 
 
 def test_shipped_parts_under_2mb():

@@ -13,7 +13,7 @@ import yaml
 from coevolve.config import load_config
 from coevolve.errors import DataError
 from coevolve.run import Run
-from coevolve.toy import heldout_questions, labelled_set
+from coevolve.world.toy import heldout_questions, labelled_set
 
 torch.set_num_threads(1)
 
@@ -97,7 +97,7 @@ def test_grpo_trains_only_on_the_labelled_set_and_counts_its_labels(tmp_path, to
 
 def test_heldout_size_beyond_the_l1_family_is_refused_not_searched_forever():
     from coevolve.errors import ConfigError
-    from coevolve.toy import heldout_tasks
+    from coevolve.world.toy import heldout_tasks
 
     assert len(heldout_tasks(1020)) == 1020
     with pytest.raises(DataError, match="eval.heldout_size=1021"):

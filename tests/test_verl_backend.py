@@ -521,7 +521,7 @@ class _CannedSolver:
         self.calls = 0
 
     def sample(self, prompts, n, params):
-        from coevolve.toy.prompts import solver_prompt
+        from coevolve.world.toy.prompts import solver_prompt
         from coevolve.types import Completion
 
         self.calls += 1
@@ -557,7 +557,7 @@ def test_writer_reward_equals_coevolve_rewards():
     from coevolve.answers import make_grader
     from coevolve.curriculum import score_writer_batch
     from coevolve.schema import WriterReward
-    from coevolve.toy.prompts import ToyPrompter, question_completion
+    from coevolve.world.toy.prompts import ToyPrompter, question_completion
     from coevolve.types import Completion, SamplingParams
     from coevolve.verl.writer import score_sample
 
@@ -625,7 +625,7 @@ def _fake_openai(model: str):
 
 def test_writer_reward_through_a_solver_server():
     from coevolve.answers import make_grader
-    from coevolve.toy.prompts import question_completion, solver_prompt
+    from coevolve.world.toy.prompts import question_completion, solver_prompt
     from coevolve.types import SamplingParams
     from coevolve.verl import writer
     from coevolve.verl.writer import RemoteSolver, SolverServerError, check_served_model, score_sample

@@ -254,7 +254,7 @@ def test_writer_reward_through_verls_naive_reward_manager(toy, tmp_path):
 
     from coevolve.answers import make_grader
     from coevolve.engine import load_tokenizer
-    from coevolve.toy.prompts import question_completion
+    from coevolve.world.toy.prompts import question_completion
     from coevolve.verl import writer
     from coevolve.verl.parquet import RewardSpec
     from coevolve.verl.reward import compute_score

@@ -107,7 +107,7 @@ class Engines:
         if self.kind != kind:
             self.close()
             if kind == "toy":
-                from coevolve.toy import ensure_base
+                from coevolve.world.toy import ensure_base
 
                 model, tok = load_model(ensure_base(), device="cpu", dtype="float32")
                 model.eval()
@@ -153,13 +153,13 @@ def no_engine(engines):
 
 
 def solve(question: str) -> str:
-    from coevolve.toy import ToyPrompter
+    from coevolve.world.toy import ToyPrompter
 
     return ToyPrompter().solver(question)
 
 
 def toy_tasks(n: int, seed: int = 0):
-    from coevolve.toy import sample_tasks
+    from coevolve.world.toy import sample_tasks
 
     return sample_tasks(random.Random(seed), n)
 
@@ -180,7 +180,7 @@ def same(a: Completion, b: Completion) -> bool:
 
 @vllm_test
 def test_greedy_identical_on_the_toy_model(toy):
-    from coevolve.toy import ToyPrompter
+    from coevolve.world.toy import ToyPrompter
 
     model, tok, hf, vs = toy
     pr = ToyPrompter()
@@ -335,7 +335,7 @@ def test_vllm_samples_with_the_weights_of_the_last_learner_step(lora, no_engine)
     a frozen sampler taken before the step keeps serving the old weights. LoRA: the adapter is
     merged into the pushed weights."""
     from coevolve.rl.learner import Learner, LearnerConfig, RolloutGroup
-    from coevolve.toy import ensure_base
+    from coevolve.world.toy import ensure_base
 
     model, tok = load_model(ensure_base(), device="cpu", dtype="float32")
     old = copy.deepcopy(model).eval()

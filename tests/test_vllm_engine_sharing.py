@@ -131,7 +131,7 @@ def fake(monkeypatch):
 def tiny(seed: int, hidden: int = 32):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from coevolve.toy.tokenizer import build_tokenizer
+    from coevolve.world.toy.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     torch.manual_seed(seed)

@@ -145,7 +145,7 @@ def _compare_results(folders: list[Path], out: Optional[Path]) -> None:
     typer.echo(suite.compare(folders))
     runs = [d for d in folders if suite.is_run_folder(d)]
     if runs:  # run folders also get accuracy against compute, one line per run
-        from coevolve.eval.report import compare_compute
+        from coevolve.lab.report import compare_compute
 
         files, notes = compare_compute(runs, out or Path("eval_results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
         for n in notes:
@@ -232,7 +232,7 @@ def eval_cmd(
     if not model and not endpoint:
         raise CoevolveError("--model is required (or --endpoint URL for a served model, or --compare DIR ...)")
     if model == "toy":
-        from coevolve.toy import ensure_base
+        from coevolve.world.toy import ensure_base
 
         model = str(ensure_base())
     elif model:
@@ -288,7 +288,7 @@ def study(ctx: typer.Context) -> None:
     """Multi-seed study of the methods and the papers' ablations: runs the grid (one `coevolve run`
     per variant and seed, resumable), then study.json and a markdown report with intervals and
     the papers' claims judged (`coevolve study --help` for its options)."""
-    from coevolve.eval.study_cli import main as study_main
+    from coevolve.lab.study_cli import main as study_main
 
     raise typer.Exit(study_main(list(ctx.args)))
 
@@ -302,7 +302,7 @@ def compare(
 ) -> None:
     """One table of runs: method, ablation settings, seed, model, base / final / delta per
     benchmark, and compute (markdown on stdout and in OUT/compare.md; CSV in OUT/compare.csv)."""
-    from coevolve.eval.compare import compare_runs
+    from coevolve.lab.compare import compare_runs
 
     md, files = compare_runs(list(runs), out or Path(f"compare-{time.strftime('%Y%m%d-%H%M%S')}"))
     typer.echo(md)
@@ -352,7 +352,7 @@ def data_cmd(
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="A run folder")) -> None:
     """Write run_dir/report/ with PNG plots and a markdown summary."""
-    from coevolve.eval.report import write_report
+    from coevolve.lab.report import write_report
 
     path = write_report(run_dir)
     typer.echo(f"report: {path}")
@@ -416,7 +416,7 @@ def toy_build(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Build the toy base model (char tokenizer + tiny Qwen3, short supervised pretraining)."""
-    from coevolve.toy.pretrain import build_base, shipped_match
+    from coevolve.world.toy.pretrain import build_base, shipped_match
 
     path = build_base(out, steps=steps, seed=seed)
     typer.echo(f"toy base model: {path}")

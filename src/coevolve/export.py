@@ -205,7 +205,7 @@ def model_card(
 ) -> str:
     """The README.md of an exported model: metadata header, what it is, how it was trained, the
     prompt it expects, and the run's evaluation."""
-    from coevolve.eval.compare import method_of
+    from coevolve.lab.compare import method_of
     from coevolve.models import hub_id_of
 
     path = field_value(cfg, "model.path")

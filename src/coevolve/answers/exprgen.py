@@ -13,7 +13,7 @@ changed last term, a different bracket) plus unrelated expressions. A non-equal 
 agree to within the grader's documented decimal rounding (``FLOAT_ROUNDING`` places) is never
 produced: there "equal" is the documented rounding rule, not an error.
 
-Used by ``tests/test_answers.py`` (a fast seeded subset) and ``scripts/grader_property.py`` (the
+Used by ``tests/test_answers.py`` (a fast seeded subset) and ``dev/grader_property.py`` (the
 full run with counts).
 """
 

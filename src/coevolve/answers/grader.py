@@ -23,7 +23,7 @@ completion (the box decides; without one, an answer statement or the final sente
 reward, the vote, evaluation and the verl reward all grade through it. ``grade_pair`` reads each
 side the same way, unless the side is a bare answer (``extract.answer_or_whole``).
 
-Never a false "equal": ``scripts/grader_property.py`` grades >= 10,000 random non-equal pairs with
+Never a false "equal": ``dev/grader_property.py`` grades >= 10,000 random non-equal pairs with
 an exactly known relation (``answers/exprgen.py``), boxed and written as free text, and counts
 false "equal" (must be 0) and the false-"not equal" rate.
 """

@@ -19,7 +19,7 @@ from coevolve.errors import ConfigError
 from coevolve.prompts.spec import PromptsConfig
 from coevolve.rl.learner import LearnerConfig
 from coevolve.schema import ModelPath, Strict
-from coevolve.skill.config import SkillWorldConfig
+from coevolve.world.skill.config import SkillWorldConfig
 
 DEVICE_RE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 """The ``model.device`` values torch and the engines understand (whether the device exists here is

@@ -27,7 +27,7 @@ uniform prior, δ = 0.05 and stages 4, 8, 16 (cap 32) on [0.4, 0.8] it is at mos
 p = 0.4, the band's edge, where fixed N = 32 is itself wrong 46 % of the time), at most 0.033
 for 0.45 <= p <= 0.8 and below 1e-6 for p <= 0.3 or p >= 0.85; and an early wrong stop mostly happens on a
 path where the full 32 answers would also have been wrong, so the total error exceeds fixed
-N = 32's by at most 0.005 at any p (``fixed_error``; table: ``benchmarks/bench_difficulty.py``,
+N = 32's by at most 0.005 at any p (``fixed_error``; table: ``dev/perf/bench_difficulty.py``,
 docs/difficulty.md). Cost: 8 answers at p = 0, 16 at p = 1, ~31 inside the band.
 """
 

@@ -1,6 +1,5 @@
 """Evaluation: greedy pass@1 / mean@k on held-out sets (``core``), the benchmark registry
-(``benchmarks``), the one suite driver used by recipes and ``coevolve eval`` (``suite``), and the
-run report (``report``)."""
+(``benchmarks``) and the one suite driver used by recipes and ``coevolve eval`` (``suite``)."""
 
 from __future__ import annotations
 

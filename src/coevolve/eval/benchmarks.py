@@ -296,7 +296,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             answer_tokens=1000,
             items=460,
         ),
-        Benchmark("toy", "toy", "toy", group_key="level", answer_tokens=40, generator="coevolve.toy:heldout_tasks"),
+        Benchmark("toy", "toy", "toy", group_key="level", answer_tokens=40, generator="coevolve.world.toy:heldout_tasks"),
         Benchmark(
             "arith",
             "math",
@@ -311,7 +311,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "toy",
             group_key="focus",
             answer_tokens=60,
-            generator="coevolve.skill.world:heldout_tasks",
+            generator="coevolve.world.skill.problems:heldout_tasks",
             note="the skill world's held-out strata (data.source=skill)",
         ),
     )

@@ -5,7 +5,7 @@ diagnoser finds the earliest step where the two traces diverge and states a *tra
 cause (no numbers or surface form of the question) plus the skill it belongs to.
 
 * ``TraceDiagnoser`` — the toy world's exact rule-based diagnosis over step traces
-  (``coevolve.toy.explain_divergence``); the default there because a tiny model cannot write
+  (``coevolve.world.toy.explain_divergence``); the default there because a tiny model cannot write
   English.
 * ``LLMDiagnoser`` — the paper's prompt-based diagnosis on any ``Sampler`` (the solver itself or
   a separate model). Model output is untrusted: anything that is not a valid JSON object with

@@ -24,7 +24,7 @@ it describes: the learner's fp32 masters and per-parameter fp32 gradient accumul
 and v (plus the foreach kernel's temporary fp32 copy when not fused), HF activation checkpointing
 of every decoder layer, ``sequence_logprobs``' plain or chunked logits, ``HFSampler``'s row /
 KV-token chunks, ``Role.offload`` / ``ParkedSampler`` placement.
-``benchmarks/bench_learner_memory.py`` puts the estimate next to measured peaks.
+``dev/perf/bench_learner_memory.py`` puts the estimate next to measured peaks.
 """
 
 from __future__ import annotations

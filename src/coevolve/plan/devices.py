@@ -87,7 +87,7 @@ DEVICES: dict[str, Device] = {
             0.0178,
             True,
             "effective fp32 rate of a SmolLM2-135M learner step, 2 shared cores "
-            "(benchmarks/bench_learner_memory.py --rates, load average ~5)",
+            "(dev/perf/bench_learner_memory.py --rates, load average ~5)",
         ),
         train_mfu=Rate(1.0, True, "already folded into the measured effective rate"),
         mem_gbps=Rate(10.0, False, "assumed"),
@@ -95,7 +95,7 @@ DEVICES: dict[str, Device] = {
             10.1,
             True,
             "HF generate, SmolLM2-135M fp32 at batch 1: 303 ms per decode step / "
-            "30 layers, 2 shared cores (benchmarks/bench_learner_memory.py --rates)",
+            "30 layers, 2 shared cores (dev/perf/bench_learner_memory.py --rates)",
         ),
         vllm_bw_efficiency=Rate(0.3, False, "assumed"),
     ),

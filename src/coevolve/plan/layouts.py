@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 RAY_CALL_OVERHEAD_S = Rate(
     0.15,
     True,
-    "benchmarks/bench_ray.py: a Ray pool sample of 32 prompts x 8 over 2 CPU actors "
+    "dev/perf/bench_ray.py: a Ray pool sample of 32 prompts x 8 over 2 CPU actors "
     "(toy model) took 0.1-0.2 s in all; charged per sampler call as the pool's overhead (an "
     "upper bound: it includes the sampling)",
 )

@@ -119,7 +119,7 @@ def load_model_shape(cfg: Any) -> tuple[ModelShape, str, bool]:
     (weights may be absent: plan before downloading), or the toy base model's architecture."""
     path = cfg.model.path
     if path is None:
-        from coevolve.toy import build_model, build_tokenizer
+        from coevolve.world.toy import build_model, build_tokenizer
 
         return (
             ModelShape.from_config(build_model(len(build_tokenizer())).config.to_dict(), "toy"),

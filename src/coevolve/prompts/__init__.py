@@ -4,7 +4,7 @@ Every prompt a run sends is built here: the solver prompt (training *and* evalua
 one), multiple-choice items, the D²Evo questioner, the DiagEvo challenger, the label judge, the
 diagnoser and the duplicate-cause confirmation. Two worlds implement it:
 
-* ``coevolve.toy.prompts.ToyPrompter`` — the toy world's short formats (its base model was
+* ``coevolve.world.toy.prompts.ToyPrompter`` — the toy world's short formats (its base model was
   pretrained on exactly these strings);
 * ``coevolve.prompts.chat.ChatPrompter`` — the papers' prompts for real models, through the
   tokenizer's chat template when ``model.chat_template`` is set, plain text otherwise.

@@ -1,7 +1,7 @@
 """One readable file per recipe (``grpo``, ``d2evo``, ``diagevo``), each declaring its phases once
 (``declare.Recipe``), over shared building blocks (``common``: the run loop derived from the
 declaration, the evaluation phase, the summary), and ``execute``: how every entry point (the
-CLI, the ablation scripts) runs one."""
+CLI, the study) runs one."""
 
 from __future__ import annotations
 

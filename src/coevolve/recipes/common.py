@@ -672,7 +672,7 @@ def _compute_totals(recs: list[PhaseRecord]) -> dict[str, dict[str, int]] | None
 
 def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Summary and the run report (``report/``: plots and report.md), the last step of a recipe."""
-    from coevolve.eval.report import write_report
+    from coevolve.lab.report import write_report
 
     sel = selection(s.cfg, s.run)
     if sel is not None:

@@ -104,7 +104,7 @@ _VOTES: dict[tuple[str, int, str], VoteRecord] = {}
 
 def prompter_spec(prompter: Any) -> dict[str, Any]:
     """The world's prompter as data a reward worker rebuilds it from (``_prompter``)."""
-    from coevolve.toy.prompts import ToyPrompter
+    from coevolve.world.toy.prompts import ToyPrompter
 
     if isinstance(prompter, ToyPrompter):
         return {"kind": "toy"}
@@ -119,7 +119,7 @@ def prompter_spec(prompter: Any) -> dict[str, Any]:
 
 def _prompter(spec: WriterSpec) -> Any:
     if spec.prompter.get("kind") == "toy":
-        from coevolve.toy.prompts import ToyPrompter
+        from coevolve.world.toy.prompts import ToyPrompter
 
         return ToyPrompter()
     from coevolve.engine import load_tokenizer

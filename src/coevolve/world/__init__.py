@@ -86,8 +86,8 @@ def base_model_path(model_cfg: Any, say: Callable[[str], None], data_cfg: Any = 
         return Path(model_cfg.path)
     cache = Path(model_cfg.toy_cache) if model_cfg.toy_cache else None
     if data_cfg is not None and data_cfg.source == "skill":
-        from coevolve.skill.pretrain import ensure_skill_base
-        from coevolve.skill.world import DeficitProfile
+        from coevolve.world.skill.pretrain import ensure_skill_base
+        from coevolve.world.skill.problems import DeficitProfile
 
         sk = data_cfg.skill
         say(
@@ -100,7 +100,7 @@ def base_model_path(model_cfg: Any, say: Callable[[str], None], data_cfg: Any = 
             seed=sk.base_seed,
             profile=DeficitProfile.of(sk.deficits),
         )
-    from coevolve.toy import ensure_base
+    from coevolve.world.toy import ensure_base
 
     say(f"toy base model (steps={model_cfg.toy_steps}, seed={model_cfg.toy_seed}): building or reusing the cache")
     return ensure_base(cache, steps=model_cfg.toy_steps, seed=model_cfg.toy_seed)
@@ -113,13 +113,13 @@ def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
     as a JSONL file (or no labelled data for label-free recipes). ``data.source=skill``
     is the skill world whatever the model (its base, or a checkpoint of a skill run)."""
     if cfg.data.source == "skill":
-        from coevolve.world.skill import SkillWorld
+        from coevolve.world.skill.world import SkillWorld
 
         return SkillWorld.from_config(cfg, say)
     if cfg.model.path is None:
-        from coevolve.toy import LEVELS, labelled_set
+        from coevolve.world.toy import LEVELS, labelled_set
         from coevolve.world.real import load_labelled
-        from coevolve.world.toy import ToyWorld
+        from coevolve.world.toy.world import ToyWorld
 
         levels = list(cfg.data.levels or LEVELS)
         tasks = load_labelled(cfg.data, say) if cfg.data.source != "toy" else None
@@ -225,11 +225,11 @@ def world_of_model(
     p = Path(path)
     meta = read_checkpoint_meta(p)
     if meta.get("world") == "skill" or (not meta and (p / "skill_build.json").is_file()):
-        from coevolve.world.skill import SkillWorld
+        from coevolve.world.skill.world import SkillWorld
 
         return SkillWorld()
     if meta.get("world") == "toy" or (not meta and (p / "toy_build.json").is_file()):
-        from coevolve.world.toy import ToyWorld
+        from coevolve.world.toy.world import ToyWorld
 
         return ToyWorld(heldout_size=heldout_size)
     from coevolve.prompts.chat import ChatPrompter

@@ -1,0 +1,768 @@
+"""The skill-world study (``configs/skill/``, docs/results/skill_study.md): positive controls,
+the papers' claims per stratum, their power, and the verdicts.
+
+Declared before the runs (``CLAIMS`` and the markdown's declaration section are written from the
+same list): for each claim the two variants, the held-out stratum and metric it is judged on,
+how the two arms are compared, and the family its multiple-comparison correction runs over.
+
+    stratum     which held-out items count (``in_stratum``): ``all``; ``deficient`` / ``soft`` /
+                ``hard`` / ``clean`` (the focal skill's injected rate); ``frontier`` (the
+                (skill, depth) strata of ``FRONTIER``, just below the difficulty band at the base)
+    comparison  ``welch`` between recipes or data (no shared training randomness: unpaired);
+                ``paired`` for an ablation within a recipe (seed s of both runs starts alike)
+    item term   both: the items are a sample too (``study.item_variance``), added to the seed
+                term (``study.welch_difference`` / ``paired_items_difference``)
+    rule        Holm-adjusted two-sided p < 0.05 within the claim's family (``control``:
+                the positive controls; ``paper``: every paper claim that ran; ``label check``:
+                D²Evo with the paper's label check, declared later): the sign says
+                reproduced (better > worse) or reversed; otherwise not distinguishable, with
+                the 95 % interval as the bound on the effect
+
+The power calculation (``power_plan``) takes each control's effect, seed sd and item term on its
+stratum and asks how many seeds a claim needs to detect half of that effect (a method that
+realises half of an oracle curriculum's gain) with 80 % power at the Bonferroni level of the
+claim's family (Holm's first step: conservative).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from coevolve.lab.study import (
+    CellResult,
+    Difference,
+    StudyError,
+    holm,
+    item_variance,
+    paired_items_difference,
+    seeds_for_power,
+    t_interval,
+    welch_difference,
+)
+
+LABELS = 256
+"""L: the labelled set of the skill preset (data.limit of configs/skill/grpo.yaml and d2evo.yaml)."""
+
+PRIMARY_METRIC = "sampled"
+"""The declared metric: sampled accuracy (mean over the eval samples at T = 1). Why not greedy:
+the soft deficits are bug *rates* below one half, which greedy decoding hides by construction
+(the base's greedy answer follows the majority procedure); docs/results/skill_world.md measures
+both. Greedy is reported beside every verdict."""
+
+FRONTIER: tuple[str, ...] = ("sub@5", "mul@1", "mul@3", "mul@4", "div@2")
+"""The ``skill@depth`` strata just below D²Evo's band at the base: sampled accuracy in [0.15, 0.45)
+in the base's evaluation on the preset's 1,190 held-out items (seed 0's eval draw; 170 items),
+where a difficulty-aware curriculum should move the frontier. Fixed from that measurement before
+any run of the anchors control or of a method (docs/results/skill_world.md)."""
+
+ALPHA = 0.05
+
+CONTROL_SEEDS = 3
+"""Seeds per arm of the positive controls (0-2), fixed before the power plan exists."""
+
+
+@dataclass(frozen=True)
+class DeclaredClaim:
+    key: str
+    text: str
+    better: str
+    worse: str
+    paper: str
+    stratum: str
+    comparison: str  # "welch" | "paired"
+    family: str  # "control" | "paper"
+    metric: str = PRIMARY_METRIC
+    control: str = ""  # the control whose effect sizes its power (power_plan)
+
+
+CLAIMS: tuple[DeclaredClaim, ...] = (
+    DeclaredClaim(
+        "C1",
+        "targeted gold practice beats uniform gold practice on the deficient skills",
+        "control.targeted",
+        "control.uniform",
+        "positive control (ours)",
+        "deficient",
+        "welch",
+        "control",
+    ),
+    DeclaredClaim(
+        "C2",
+        "in-band gold anchors beat random gold anchors at the frontier",
+        "d2evo.no_questioner",
+        "control.random_anchors",
+        "positive control (ours)",
+        "frontier",
+        "welch",
+        "control",
+    ),
+    DeclaredClaim(
+        "M1",
+        "D²Evo beats GRPO on the same L labels",
+        "d2evo",
+        "grpo",
+        "51.35 vs 49.28 (4B math)",
+        "all",
+        "welch",
+        "paper",
+        control="C1",
+    ),
+    DeclaredClaim(
+        "M1b",
+        "D²Evo with L labels beats GRPO with 4L",
+        "d2evo",
+        "grpo.4L",
+        "0.1K vs 19K labels: 51.35 vs 49.28",
+        "all",
+        "welch",
+        "paper",
+        control="C1",
+    ),
+    DeclaredClaim(
+        "M1c",
+        "D²Evo with L labels beats GRPO with 16L",
+        "d2evo",
+        "grpo.16L",
+        "0.1K vs 19K labels: 51.35 vs 49.28",
+        "all",
+        "welch",
+        "paper",
+        control="C1",
+    ),
+    DeclaredClaim(
+        "M2",
+        "D²Evo beats the R-Zero-style baseline",
+        "d2evo",
+        "rzero",
+        "51.35 vs 46.91",
+        "all",
+        "welch",
+        "paper",
+        control="C1",
+    ),
+    DeclaredClaim(
+        "G1",
+        "DiagEvo beats the R-Zero-style baseline on the deficient skills",
+        "diagevo",
+        "rzero",
+        "72.3 vs 67.8",
+        "deficient",
+        "welch",
+        "paper",
+        control="C1",
+    ),
+    DeclaredClaim(
+        "B2",
+        "memory-guided targeting beats free exploration on the deficient skills",
+        "diagevo",
+        "diagevo.explore_only",
+        "72.3 vs 69.5",
+        "deficient",
+        "paired",
+        "paper",
+        control="C1",
+    ),
+    DeclaredClaim(
+        "A4",
+        "band anchors beat random anchors at the frontier",
+        "d2evo",
+        "d2evo.random_anchors",
+        "51.35 vs 49.22",
+        "frontier",
+        "paired",
+        "paper",
+        control="C2",
+    ),
+    DeclaredClaim(
+        "A1",
+        "the questioner helps at the frontier",
+        "d2evo",
+        "d2evo.no_questioner",
+        "51.35 vs 47.94",
+        "frontier",
+        "paired",
+        "paper",
+        control="C2",
+    ),
+    DeclaredClaim(
+        "A3",
+        "synthetic questions help",
+        "d2evo",
+        "d2evo.no_synthesis",
+        "51.35 vs 48.71",
+        "all",
+        "paired",
+        "paper",
+        control="C2",
+    ),
+    DeclaredClaim(
+        "B3",
+        "the ε mix beats targeting only on the deficient skills",
+        "diagevo",
+        "diagevo.targeted_only",
+        "72.3 vs 70.1",
+        "deficient",
+        "paired",
+        "paper",
+        control="C1",
+    ),
+    DeclaredClaim(
+        "B1",
+        "training the challenger helps",
+        "diagevo",
+        "diagevo.frozen_challenger",
+        "72.3 vs 68.5",
+        "all",
+        "paired",
+        "paper",
+        control="C1",
+    ),
+    DeclaredClaim(
+        "B4",
+        "the dual filter beats no filter",
+        "diagevo",
+        "diagevo.no_filter",
+        "72.3 vs 69.4",
+        "all",
+        "paired",
+        "paper",
+        control="C1",
+    ),
+    DeclaredClaim(
+        "B5",
+        "the dual filter beats the absolute filter",
+        "diagevo",
+        "diagevo.absolute_filter",
+        "72.3 vs 70.9",
+        "all",
+        "paired",
+        "paper",
+        control="C1",
+    ),
+    DeclaredClaim(
+        "B6",
+        "same-node stitching beats random pairs on the deficient skills",
+        "diagevo",
+        "diagevo.random_pair",
+        "+1.0",
+        "deficient",
+        "paired",
+        "paper",
+        control="C1",
+    ),
+    # declared after D²Evo's seed 0 (its kept pseudo-labels were right for 42-48 % of its generated
+    # questions) and before any run of d2evo.checked: the paper's pipeline checks every label (GPT-5.2)
+    DeclaredClaim(
+        "V1",
+        "D²Evo with the paper's label check beats GRPO on the same L labels",
+        "d2evo.checked",
+        "grpo",
+        "51.35 vs 49.28 (with GPT-5.2's check)",
+        "all",
+        "welch",
+        "label check",
+        control="C1",
+    ),
+    DeclaredClaim(
+        "V2",
+        "the label check helps D²Evo",
+        "d2evo.checked",
+        "d2evo",
+        "- (not an ablation of the paper)",
+        "all",
+        "paired",
+        "label check",
+        control="C1",
+    ),
+)
+"""Every claim of the skill study, in priority order (controls, then the papers' main comparisons
+and the ablations whose mechanism the world hosts)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# strata of held-out items
+
+
+@functools.lru_cache(maxsize=65536)
+def _depth(question: str) -> int:
+    from coevolve.world.skill.problems import make_problem
+
+    return make_problem(question).depth
+
+
+def stratum_skills(stratum: str, profile: Any = None) -> tuple[str, ...] | None:
+    """The focal skills of a named skill group (None for ``all`` / ``frontier``)."""
+    from coevolve.world.skill.problems import DEFICITS, SKILLS
+
+    pr = profile or DEFICITS
+    groups = {"deficient": pr.deficient, "soft": pr.soft, "hard": pr.hard, "clean": pr.clean}
+    if stratum in groups:
+        return groups[stratum]
+    if stratum in SKILLS:
+        return (stratum,)
+    if stratum in ("all", "frontier"):
+        return None
+    raise StudyError(f"unknown stratum {stratum!r}: all, frontier, deficient, soft, hard, clean or a skill")
+
+
+def in_stratum(item: dict[str, Any], stratum: str, frontier: Sequence[str] = FRONTIER, profile: Any = None) -> bool:
+    """Whether a held-out item record (``items_skill.jsonl``: ``group`` = focal skill) counts."""
+    if stratum == "all":
+        return True
+    if stratum == "frontier":
+        return f"{item.get('group')}@{_depth(item['question'])}" in frontier
+    return item.get("group") in (stratum_skills(stratum, profile) or ())
+
+
+@functools.lru_cache(maxsize=256)
+def _items(path: str, which: str = "final") -> tuple[tuple[str, float, float], ...]:
+    from coevolve.world.skill.world import eval_items
+
+    items = eval_items(Path(path), which)
+    if items is None:
+        raise StudyError(f"{path}: no per-item records of a {which} skill evaluation")
+    return tuple(
+        (json.dumps([r["question"], r.get("group")]), float(r["correct"]), float(r.get("sampled_acc", r["correct"])))
+        for r in items
+    )
+
+
+def _has_items(cell: CellResult, which: str) -> bool:
+    """Whether a cell's folder has the per-item records of that evaluation (read once: cached)."""
+    try:
+        return cell.path is not None and bool(_items(str(cell.path), which))
+    except StudyError:
+        return False
+
+
+def item_scores(
+    cell: CellResult, stratum: str, metric: str, frontier: Sequence[str] = FRONTIER, which: str = "final"
+) -> dict[str, float]:
+    """``{item key: score}`` of a finished skill cell on one stratum (greedy 0/1 or sampled accuracy),
+    of its final evaluation or (``which="base"``) of the base model's."""
+    if cell.path is None:
+        raise StudyError(f"{cell.variant} seed{cell.seed}: no run folder to read items from")
+    out = {}
+    for key, g, smp in _items(str(cell.path), which):
+        q, group = json.loads(key)
+        if in_stratum({"question": q, "group": group}, stratum, frontier):
+            out[key] = g if metric == "greedy" else smp
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# judging
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: DeclaredClaim
+    diff: Difference
+    secondary: Difference  # the same comparison on the other metric (greedy <-> sampled)
+    mean_better: float | None
+    mean_worse: float | None
+    p_holm: float | None = None
+    verdict: str = "not run"
+    n_items: int = 0
+    arms: tuple[int, int] = (0, 0)  # seeds run of the better and the worse variant
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "claim": asdict(self.claim),
+            "diff": self.diff.to_dict(),
+            "secondary": self.secondary.to_dict(),
+            "mean_better": self.mean_better,
+            "mean_worse": self.mean_worse,
+            "p_holm": self.p_holm,
+            "verdict": self.verdict,
+            "n_items": self.n_items,
+            "arms": list(self.arms),
+        }
+
+
+def compare(
+    results: Sequence[CellResult],
+    better: str,
+    worse: str,
+    stratum: str,
+    metric: str,
+    comparison: str,
+    frontier: Sequence[str] = FRONTIER,
+) -> tuple[Difference, float | None, float | None, int]:
+    """The difference better - worse on one stratum and metric: per-seed means over the stratum's
+    items, the seed term (Welch or paired) plus the item term from the per-item scores."""
+    a = {r.seed: item_scores(r, stratum, metric, frontier) for r in results if r.variant == better}
+    b = {r.seed: item_scores(r, stratum, metric, frontier) for r in results if r.variant == worse}
+    if not a or not b:
+        return welch_difference([], []), None, None, 0
+    keys = sorted(set.intersection(*(set(x) for x in [*a.values(), *b.values()])))
+    if not keys:
+        raise StudyError(f"{better} vs {worse}: no common held-out items in stratum {stratum!r}")
+    ma = {s: sum(x[k] for k in keys) / len(keys) for s, x in a.items()}
+    mb = {s: sum(x[k] for k in keys) / len(keys) for s, x in b.items()}
+    if comparison == "paired":
+        common = sorted(set(a) & set(b))
+        iv = (
+            item_variance(
+                [[a[s][k] for k in keys] for s in common], [[b[s][k] for k in keys] for s in common], paired=True
+            )
+            if len(common) >= 1
+            else 0.0
+        )
+        d = paired_items_difference(ma, mb, iv, len(keys))
+    else:
+        iv = item_variance([[x[k] for k in keys] for x in a.values()], [[x[k] for k in keys] for x in b.values()])
+        d = welch_difference(list(ma.values()), list(mb.values()), iv, len(keys))
+    return d, t_interval(list(ma.values())).mean, t_interval(list(mb.values())).mean, len(keys)
+
+
+def judge(
+    results: Sequence[CellResult], claims: Sequence[DeclaredClaim] = CLAIMS, frontier: Sequence[str] = FRONTIER
+) -> list[Verdict]:
+    """Every claim's difference on its declared stratum and metric, Holm within its family, verdict."""
+    rows = []
+    for c in claims:
+        other = "greedy" if c.metric == "sampled" else "sampled"
+        d, ma, mb, n = compare(results, c.better, c.worse, c.stratum, c.metric, c.comparison, frontier)
+        d2, _, _, _ = compare(results, c.better, c.worse, c.stratum, other, c.comparison, frontier)
+        arms = tuple(len({r.seed for r in results if r.variant == v}) for v in (c.better, c.worse))
+        rows.append(Verdict(c, d, d2, ma, mb, n_items=n, arms=arms))
+    for fam in dict.fromkeys(c.family for c in claims):
+        idx = [i for i, r in enumerate(rows) if r.claim.family == fam]
+        adj = holm([rows[i].diff.p for i in idx])
+        for i, p in zip(idx, adj):
+            r = rows[i]
+            if p is None or r.diff.mean is None:
+                v = "not run"
+            elif p < ALPHA:
+                v = "reproduced" if r.diff.mean > 0 else "reversed"
+            else:
+                v = "not distinguishable"
+            rows[i] = Verdict(r.claim, r.diff, r.secondary, r.mean_better, r.mean_worse, p, v, r.n_items, r.arms)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# power
+
+
+@dataclass(frozen=True)
+class PowerRow:
+    claim: str
+    control: str
+    effect: float | None  # the effect of interest: half the control's effect
+    sd: float | None  # seed sd of one run's metric (pooled over the control's arms)
+    item_var: float  # the control's item term on the claim's stratum
+    alpha: float
+    seeds: int | None  # per arm for 80 % power; None = unreachable with <= 50 seeds
+
+
+def power_plan(
+    results: Sequence[CellResult],
+    claims: Sequence[DeclaredClaim] = CLAIMS,
+    fraction: float = 0.5,
+    frontier: Sequence[str] = FRONTIER,
+) -> list[PowerRow]:
+    """Seeds per arm for each paper claim (module doc): the claim's control, measured on the
+    claim's own stratum and metric, gives the effect (× ``fraction``), the pooled seed sd of its
+    two arms and the item term; the level is 0.05 / (paper claims)."""
+    controls = {c.key: c for c in claims if c.family == "control"}
+    out = []
+    for c in (c for c in claims if c.family != "control"):
+        alpha = ALPHA / sum(x.family == c.family for x in claims)
+        ctl = controls.get(c.control)
+        if ctl is None:
+            out.append(PowerRow(c.key, c.control, None, None, 0.0, alpha, None))
+            continue
+        d, _, _, n = compare(results, ctl.better, ctl.worse, c.stratum, c.metric, "welch", frontier)
+        if d.mean is None or d.se_seed is None:
+            out.append(PowerRow(c.key, ctl.key, None, None, 0.0, alpha, None))
+            continue
+        arms = [
+            [
+                t_interval(list(item_scores(r, c.stratum, c.metric, frontier).values())).mean
+                for r in results
+                if r.variant == v
+            ]
+            for v in (ctl.better, ctl.worse)
+        ]
+        sds = [t_interval(x).sd for x in arms if len(x) >= 2]
+        sd = (sum(s * s for s in sds) / len(sds)) ** 0.5 if sds else None  # type: ignore[operator]
+        effect = abs(d.mean) * fraction
+        paired_sd = sd * (2**0.5) if sd is not None and c.comparison == "paired" else sd
+        # a paired ablation's pair difference has at most the sd of a difference of two runs (no correlation)
+        iv = d.se_item**2
+        seeds = seeds_for_power(effect, paired_sd, iv, alpha, paired=c.comparison == "paired") if sd else None
+        out.append(PowerRow(c.key, ctl.key, effect, sd, iv, alpha, seeds))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# markdown
+
+
+def _pm(x: float | None, nd: int = 3, signed: bool = True) -> str:
+    return "-" if x is None else (f"{x:+.{nd}f}" if signed else f"{x:.{nd}f}")
+
+
+def _diff(d: Difference) -> str:
+    if d.mean is None:
+        return "-"
+    if d.low is None:
+        return f"{d.mean:+.3f} (n={d.n})"
+    return f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
+
+
+def declaration_table(
+    claims: Sequence[DeclaredClaim] = CLAIMS, seeds: dict[str, int | None] | None = None
+) -> list[str]:
+    """The declaration: one row per claim (written into the docs before the runs)."""
+    L = [
+        "| # | claim | better - worse | stratum | metric | comparison | family | seeds | paper |",
+        "|---|---|---|---|---|---|---|---:|---|",
+    ]
+    for c in claims:
+        n = "-" if seeds is None else (str(CONTROL_SEEDS) if c.family == "control" else str(seeds.get(c.key) or "-"))
+        L.append(
+            f"| {c.key} | {c.text} | {c.better} - {c.worse} | {c.stratum} | {c.metric} | {c.comparison} | "
+            f"{c.family} | {n} | {c.paper} |"
+        )
+    return L
+
+
+def seeds_cell(n: int, declared: int | None, family: str, arms: tuple[int, int] | None = None) -> str:
+    """Seeds run per arm against the seeds the power plan asks for (controls: 3); "of >50" when
+    the plan calls the claim unreachable. Arms run to different counts (one variant also serves
+    another claim) read "8 + 14"; ``n`` is what the statistic used (pairs, or all of each arm)."""
+    want = CONTROL_SEEDS if family == "control" else declared
+    run = f"{arms[0]} + {arms[1]}" if arms is not None and arms[0] != arms[1] and min(arms) > 0 else str(n)
+    return f"{run} of {want if want is not None else '>50'}"
+
+
+def verdict_table(verdicts: Sequence[Verdict], declared: dict[str, int | None] | None = None) -> list[str]:
+    """One row per claim; ``declared`` (claim -> seeds per arm from the power plan) adds "n of N"
+    to the seeds column, so an interval from fewer seeds than planned reads as such."""
+    L = [
+        "| # | claim | better - worse | stratum | seeds (run of planned) | better | worse | Δ [95 % CI] (primary) | "
+        "se seed / item | Δ/se | Holm p | verdict | Δ on the other metric |",
+        "|---|---|---|---|---:|---:|---:|---|---|---:|---:|---|---|",
+    ]
+    for v in verdicts:
+        d = v.diff
+        ratio = (d.mean / d.se) if d.mean is not None and d.se else None
+        arms = None if d.kind == "paired" else v.arms
+        n = str(d.n) if declared is None else seeds_cell(d.n, declared.get(v.claim.key), v.claim.family, arms)
+        L.append(
+            f"| {v.claim.key} | {v.claim.text} | {v.claim.better} - {v.claim.worse} | {v.claim.stratum} "
+            f"({v.n_items} items) | {n} | {_pm(v.mean_better, signed=False)} | {_pm(v.mean_worse, signed=False)} | "
+            f"{_diff(d)} | {_pm(d.se_seed, 4, False)} / {_pm(d.se_item, 4, False)} | "
+            f"{'-' if ratio is None else f'{ratio:.1f}'} | {'-' if v.p_holm is None else f'{v.p_holm:.3g}'} | "
+            f"**{v.verdict}** | {_diff(v.secondary)} |"
+        )
+    return L
+
+
+def _seeds_cell(r: PowerRow) -> str:
+    """A power row's seed count; without an effect or a seed sd (its control has fewer than two seeds
+    per arm) there is nothing to size from, which is not the same as an unreachable effect."""
+    if r.effect is None or r.sd is None:
+        return "- (control: < 2 seeds per arm)"
+    return str(r.seeds) if r.seeds is not None else "unreachable (> 50)"
+
+
+def power_table(rows: Sequence[PowerRow]) -> list[str]:
+    L = [
+        "| claim | control | effect of interest | seed sd | item se | level | seeds per arm (80 % power) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        L.append(
+            f"| {r.claim} | {r.control} | {_pm(r.effect, 4, False)} | {_pm(r.sd, 4, False)} | "
+            f"{r.item_var**0.5:.4f} | {r.alpha:.4f} | {_seeds_cell(r)} |"
+        )
+    return L
+
+
+def strata_table(
+    results: Sequence[CellResult], variants: Sequence[str], frontier: Sequence[str] = FRONTIER
+) -> list[str]:
+    """Per variant, mean over seeds of greedy / sampled accuracy on each stratum, and compute; the
+    first row is the base model (every run's base evaluation, averaged: one model, seeded draws)."""
+    strata = ["all", "deficient", "soft", "hard", "clean", *(["frontier"] if frontier else [])]
+    L = [
+        "| variant | seeds | " + " | ".join(f"{x} g / s" for x in strata) + " | rollouts | labels | wall min |",
+        "|---|---:|" + "---|" * len(strata) + "---:|---:|---:|",
+    ]
+
+    def means(mine: Sequence[CellResult], which: str) -> list[str]:
+        cells = []
+        for st_ in strata:
+            g = [sum(x := list(item_scores(r, st_, "greedy", frontier, which).values())) / max(1, len(x)) for r in mine]
+            sm = [
+                sum(x := list(item_scores(r, st_, "sampled", frontier, which).values())) / max(1, len(x)) for r in mine
+            ]
+            cells.append(f"{sum(g) / len(g):.3f} / {sum(sm) / len(sm):.3f}")
+        return cells
+
+    based = [r for r in results if _has_items(r, "base")]
+    if based:  # runs made before the base's per-item records have none
+        L.append(f"| base | {len(based)} runs | " + " | ".join(means(based, "base")) + " | 0 | 0 | - |")
+    for v in variants:
+        mine = [r for r in results if r.variant == v]
+        if not mine:
+            continue
+        roll = sum(r.compute.rollouts for r in mine) / len(mine)
+        labels = sum(r.compute.labels for r in mine) / len(mine)
+        wall = sum(r.wall_seconds or 0 for r in mine) / len(mine) / 60
+        L.append(
+            f"| {v} | {len(mine)} | " + " | ".join(means(mine, "final")) + f" | {roll:.3g} | {labels:.0f} | "
+            f"{wall:.1f} |"
+        )
+    return L
+
+
+def run_time_line(results: Sequence[CellResult]) -> str:
+    """The study's cost: the runs' wall clocks summed (how many ran at once is the user's to say)."""
+    total = sum(r.wall_seconds or 0 for r in results)
+    return f"Run time: {len(results)} runs, {total / 3600:.2f} h summed over the runs' wall clocks."
+
+
+def memory_table(results: Sequence[CellResult]) -> list[str]:
+    """The error memory of each run that kept one, against the injected deficits."""
+    L = [
+        "| variant | seed | causes | precision | precision (failures) | recall (soft) | recall (all) | injected causes' "
+        "state | top causes (failures) |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in results:
+        m = (r.world or {}).get("memory")
+        if not m or not m.get("causes"):
+            continue
+        top = ", ".join(f"{c} {f}" for c, f in (m.get("top") or [])[:4])
+        found = ", ".join(f"{c}: {s or 'absent'}" for c, s in (m.get("found") or {}).items())
+        L.append(
+            f"| {r.variant} | {r.seed} | {m['causes']} | {_pm(m.get('precision'), signed=False)} | "
+            f"{_pm(m.get('precision_failures'), signed=False)} | {_pm(m.get('recall_soft'), signed=False)} | "
+            f"{_pm(m.get('recall'), signed=False)} | {found} | {top} |"
+        )
+    return L
+
+
+def group_missing(missing: Sequence[str]) -> list[str]:
+    """``"v seedN: why"`` lines grouped per variant and reason: ``"v: seeds 3-6, 9 (why)"``."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    other = []
+    for m in missing:
+        hit = re.fullmatch(r"(\S+) seed(\d+): (.*)", m)
+        if hit:
+            groups.setdefault((hit[1], hit[3]), []).append(int(hit[2]))
+        else:
+            other.append(m)
+    out = []
+    for (v, why), seeds in groups.items():
+        seeds, spans = sorted(seeds), []
+        for k in seeds:
+            if spans and k == spans[-1][1] + 1:
+                spans[-1][1] = k
+            else:
+                spans.append([k, k])
+        text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+        out.append(f"{v}: seed{'s' if len(seeds) > 1 else ''} {text} ({why})")
+    return out + other
+
+
+def render(
+    results: Sequence[CellResult],
+    missing: Sequence[str],
+    setting: Sequence[str],
+    notes: Sequence[str] = (),
+    claims: Sequence[DeclaredClaim] = CLAIMS,
+    frontier: Sequence[str] = FRONTIER,
+) -> tuple[str, dict[str, Any]]:
+    """The study's markdown and JSON from the finished cells."""
+    verdicts = judge(results, claims, frontier)
+    plan = power_plan(results, claims, frontier=frontier)
+    variants = list(dict.fromkeys(r.variant for r in results))
+    L = [
+        "# Skill-world study: positive controls, power and the papers' claims",
+        "",
+        "Written by `coevolve study --declaration skill` from the run folders (every figure also in "
+        "`skill_study.json`); the rule, strata and seed counts were declared in "
+        "[skill_world.md](skill_world.md) before the runs.",
+        "",
+        "## Setting",
+        "",
+        *setting,
+        "",
+        f"Primary metric: {PRIMARY_METRIC} accuracy on the claim's stratum; frontier strata: "
+        f"{', '.join(frontier) or '(none declared)'}. Differences: Welch between recipes, paired within a recipe; "
+        "both add the item term (the held-out items are a sample). Holm within each family, two-sided 0.05.",
+        "",
+        "## Declared claims",
+        "",
+        *declaration_table(claims, {r.claim: r.seeds for r in plan}),
+        "",
+        "## Verdicts",
+        "",
+        *verdict_table(verdicts, {r.claim: r.seeds for r in plan}),
+        "",
+        "## Power (from the controls)",
+        "",
+        *power_table(plan),
+        "",
+        "## Accuracy by stratum (mean over seeds; greedy / sampled)",
+        "",
+        *strata_table(results, variants, frontier),
+        "",
+        run_time_line(results),
+        "",
+    ]
+    mem = memory_table(results)
+    if len(mem) > 2:
+        L += ["## The error memory against the injected deficits", "", *mem, ""]
+    if notes:
+        L += ["## Notes", "", *notes, ""]
+    if missing:
+        L += ["## Not run", "", *(f"- {m}" for m in group_missing(missing)), ""]
+    data = {
+        "setting": list(setting),
+        "frontier": list(frontier),
+        "metric": PRIMARY_METRIC,
+        "verdicts": [v.to_dict() for v in verdicts],
+        "power": [asdict(r) for r in plan],
+        "cells": [r.to_dict() for r in results],
+        "missing": list(missing),
+    }
+    return "\n".join(L), data
+
+
+__all__ = [
+    "CLAIMS",
+    "DeclaredClaim",
+    "FRONTIER",
+    "LABELS",
+    "PRIMARY_METRIC",
+    "PowerRow",
+    "Verdict",
+    "compare",
+    "declaration_table",
+    "in_stratum",
+    "item_scores",
+    "judge",
+    "memory_table",
+    "group_missing",
+    "power_plan",
+    "power_table",
+    "render",
+    "run_time_line",
+    "seeds_cell",
+    "strata_table",
+    "stratum_skills",
+    "verdict_table",
+]

@@ -1,1 +1,0 @@
-"""The skill world (see ``coevolve.skill.world``)."""

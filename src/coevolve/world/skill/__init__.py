@@ -1,0 +1,1 @@
+"""The skill world (see ``coevolve.world.skill.problems``)."""
