@@ -4,6 +4,7 @@ cut-off completions; the grader is the real one)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import pytest
@@ -74,3 +75,41 @@ def test_a_cut_off_derivation_does_not_pass_an_anchor() -> None:
     t = Task(id="a", question="a", answer="33")
     (rec,) = difficulty.estimate_difficulty(CutSampler(script), Prompter(), [t], 4, SamplingParams(seed=0), Grader())
     assert rec.pass_rate == pytest.approx(1 / 4)
+
+
+def test_cut_off_share_per_phase_in_metrics_summary_report_and_a_warning(tmp_path) -> None:
+    from coevolve.eval.report import load_run, render_markdown
+    from coevolve.recipes.common import BUDGET_FIELDS, write_summary
+    from coevolve.run import Phase, PhaseResult, Run
+    from coevolve.run.compute import Compute, MeteredSampler, cut_off_warning
+
+    said: list[str] = []
+    run = Run.create(tmp_path / "run", "recipe: grpo\n", "grpo", say=said.append)
+    run.budget_fields = BUDGET_FIELDS
+    # solver: 1 of 20 cut off (5 %, not past the line); eval: 3 of 20 (15 %)
+    script = {"s": [(CUT, "length")] + [(DONE, "stop")] * 19, "e": [(CUT, "length")] * 3 + [(DONE, "stop")] * 17}
+
+    def phase(q: str):
+        def fn(ctx):
+            MeteredSampler(CutSampler(script), run.meter).sample([f"Q:{q}"], 20, SamplingParams())
+            return PhaseResult(rollouts=20)
+
+        return fn
+
+    run.phase(Phase("solver", 1), phase("s"))
+    run.phase(Phase("eval", 1), phase("e"))
+    run.metrics.flush()
+    rows = [json.loads(x) for x in (run.path / "metrics.jsonl").read_text().splitlines()]
+    shares = {k: v for r in rows for k, v in r.items() if k.endswith("/cut_off_share")}
+    assert shares == {"phase/solver/cut_off_share": 0.05, "phase/eval/cut_off_share": 0.15}
+    warnings = [s for s in said if s.startswith("[warning]")]
+    assert warnings == [
+        "[warning] 01/eval: 15.0% of 20 completions stopped at the token budget "
+        "(no answer unless their answer closed first): raise eval.max_new_tokens"
+    ]
+    summary = write_summary(run)
+    assert summary["cut_off"] == {"01/solver": 0.05, "01/eval": 0.15}
+    md = render_markdown(load_run(run.path), [])
+    assert "## Cut off by the token budget" in md and "| 01/eval | 15.0% | over 5% |" in md
+    assert cut_off_warning("x", Compute(rollouts=100, cut_off=6), "f") is not None
+    assert cut_off_warning("x", Compute(), "f") is None

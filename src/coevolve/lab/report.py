@@ -21,7 +21,7 @@ from coevolve.curriculum.difficulty import histogram_labels, pass_rate_histogram
 from coevolve.data.jsonl import iter_jsonl
 from coevolve.errors import DataError, RunStateError
 from coevolve.run import METRICS_FILE, STATE_FILE, SUMMARY_FILE
-from coevolve.run.compute import COUNTERS, EVAL_PHASE, Compute, cumulative
+from coevolve.run.compute import COUNTERS, CUT_OFF_WARN, EVAL_PHASE, Compute, cumulative
 from coevolve.run.files import atomic_write_text
 from coevolve.run.state import PhaseRecord
 
@@ -681,7 +681,8 @@ def render_markdown(data: RunData, plots: list[Plot]) -> str:
             ]
     else:
         lines += ["No plottable series found.", ""]
-    lines += _signals_section(data) + _compute_section(data) + _histogram_table(data) + _rounds_table(data.summary)
+    lines += _signals_section(data) + _compute_section(data) + _cut_off_section(data.summary)
+    lines += _histogram_table(data) + _rounds_table(data.summary)
     key_rows = []
     for k in KEY_NUMBERS:
         _, ys, _ = per_step(data.rows, k)
@@ -702,6 +703,19 @@ def render_markdown(data: RunData, plots: list[Plot]) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def _cut_off_section(summary: dict[str, Any]) -> list[str]:
+    """Per phase, the share of its completions cut off by the token budget (summary ``cut_off``);
+    a phase past ``CUT_OFF_WARN`` is marked, since its cut-off answers counted as non-answers."""
+    shares = summary.get("cut_off") or {}
+    if not shares:
+        return []
+    rows = [
+        f"| {k} | {v:.1%} |{' over ' + format(CUT_OFF_WARN, '.0%') if v > CUT_OFF_WARN else ''} |"
+        for k, v in shares.items()
+    ]
+    return ["## Cut off by the token budget", "", "| phase | share | |", "|---|---:|---|", *rows, ""]
 
 
 def _facts(data: RunData) -> str:

@@ -163,6 +163,7 @@ def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader, engine: Engine) -> 
     """The parts of a run opened and bound by ``recipes.open_run``: the base model folder (the
     toy base built once when the config names none) and the world it implies."""
     base = base_model_path(cfg.model, run.say, cfg.data)
+    run.budget_fields = BUDGET_FIELDS
     return Setup(
         cfg,
         run,
@@ -620,6 +621,28 @@ def _cache_compute(cache: Path) -> Path:
     return cache.with_name(f"{cache.name}.compute.json")
 
 
+BUDGET_FIELDS = {
+    "solver": "solver.max_new_tokens",
+    "questioner": "questioner.max_new_tokens",
+    "challenger": "challenger.max_new_tokens",
+    "memory": "diagnoser.max_new_tokens",
+    "eval": "eval.max_new_tokens",
+}
+"""The config field each phase's own completion cap comes from; the other phases (the pool's
+votes, difficulty, probe) sample with ``sampling.max_new_tokens`` (ours: names for the warning)."""
+
+
+def cut_off_shares(recs: list[PhaseRecord]) -> dict[str, float]:
+    """summary.json's ``cut_off``: per phase key, the share of its completions cut off by the
+    token budget (``coevolve.run.compute``), for the phases that sampled."""
+    out = {}
+    for r in recs:
+        share = None if r.compute is None else Compute.from_dict(r.compute).cut_off_share()
+        if share is not None:
+            out[r.key] = round(share, 4)
+    return out
+
+
 def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """``summary.json`` from the phase records: ``ok`` / ``problems`` (phases that should have
     trained and did not), evaluations (base, per round, final), one row of scalar figures per
@@ -654,6 +677,7 @@ def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, An
         "final": final,
         "rollouts": sum(r.rollouts for r in recs),
         "compute": _compute_totals(recs),
+        "cut_off": cut_off_shares(recs),
         "wall_seconds": round(sum(r.seconds for r in recs), 1),
         **(extra or {}),
     }

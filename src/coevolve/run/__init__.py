@@ -26,7 +26,7 @@ from typing import Any
 from coevolve.data.jsonl import read_jsonl
 from coevolve.errors import RunStateError
 from coevolve.run.children import check_children
-from coevolve.run.compute import Compute, ComputeMeter, cumulative
+from coevolve.run.compute import Compute, ComputeMeter, cumulative, cut_off_warning
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from coevolve.run.lock import check_run_dir
 from coevolve.run.metrics import MetricsLog
@@ -140,6 +140,8 @@ class Run:
         self.say = say
         self.resume_only: tuple[str, ...] = ()  # checkpoint files only the newest checkpoint of a role keeps
         self.meter = ComputeMeter()  # the running phase's compute; reset by every phase, kept in its record
+        # the config field a phase's completion cap comes from, named by its cut-off warning
+        self.budget_fields: dict[str, str] = {}
 
     @classmethod
     def create(cls, path: Path, config_yaml: str, recipe: str, **kw: Any) -> Run:
@@ -227,9 +229,19 @@ class Run:
             {
                 f"phase/{phase.name}/seconds": round(seconds, 3),
                 f"phase/{phase.name}/rollouts": res.rollouts,
+                **(
+                    {}
+                    if (share := self.meter.total.cut_off_share()) is None
+                    else {f"phase/{phase.name}/cut_off_share": share}
+                ),
                 **compute_metrics(self.state.records() + [rec]),
             }
         )
+        warning = cut_off_warning(
+            phase.key, self.meter.total, self.budget_fields.get(phase.name, "sampling.max_new_tokens")
+        )
+        if warning:
+            self.say(warning)
         if res.problem:
             self.say(f"[problem] {phase.key}: {res.problem}")
         root = self.path.resolve()

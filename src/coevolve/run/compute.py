@@ -16,6 +16,11 @@ plots). Its four counters, per phase:
   are drawn from that pool, so later rounds add none), none for generated questions or
   pseudo-labels (DiagEvo: 0). Evaluation answers are not counted (they are the yardstick).
 
+Beside them, ``cut_off``: the rollouts that stopped at ``max_new_tokens``
+(``Completion.finish_reason == "length"``); ``cut_off_share`` is its share of the phase's rollouts,
+and a phase past ``CUT_OFF_WARN`` is warned about (a budget that cuts answers off turns them into
+non-answers, so votes and rewards rest on fewer samples than asked).
+
 A phase is *evaluation* when its name is ``eval`` (``EVAL_PHASE``); every other phase is
 training. ``cumulative`` folds finished phase records in finishing order into (training,
 evaluation) totals, so a resumed run (``kill -9`` + ``coevolve resume``) gets exactly the
@@ -34,6 +39,9 @@ from coevolve.types import Completion, SamplingParams
 COUNTERS = ("rollouts", "generated_tokens", "trained_tokens", "labels")
 """The counters of ``Compute``, in plot order."""
 
+CUT_OFF_WARN = 0.05
+"""Share of a phase's rollouts cut off by the token budget past which the run warns (ours)."""
+
 EVAL_PHASE = "eval"
 """Phase name whose compute is evaluation, not training."""
 
@@ -46,9 +54,14 @@ class Compute:
     generated_tokens: int = 0
     trained_tokens: int = 0
     labels: int = 0
+    cut_off: int = 0
 
     def __add__(self, other: Compute) -> Compute:
-        return Compute(*(getattr(self, k) + getattr(other, k) for k in COUNTERS))
+        return Compute(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    def cut_off_share(self) -> float | None:
+        """Share of the rollouts that stopped at ``max_new_tokens``; None without rollouts."""
+        return self.cut_off / self.rollouts if self.rollouts else None
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -71,7 +84,9 @@ class ComputeMeter:
 
     def sampled(self, comps: Sequence[Sequence[Completion]]) -> None:
         self.total += Compute(
-            rollouts=sum(len(g) for g in comps), generated_tokens=sum(len(c.token_ids) for g in comps for c in g)
+            rollouts=sum(len(g) for g in comps),
+            generated_tokens=sum(len(c.token_ids) for g in comps for c in g),
+            cut_off=sum(c.finish_reason == "length" for g in comps for c in g),
         )
 
     def trained(self, tokens: int) -> None:
@@ -95,6 +110,17 @@ class MeteredSampler:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def cut_off_warning(key: str, compute: Compute, budget_field: str) -> str | None:
+    """The warning line for a phase whose cut-off share passes ``CUT_OFF_WARN``, else None."""
+    share = compute.cut_off_share()
+    if share is None or share <= CUT_OFF_WARN:
+        return None
+    return (
+        f"[warning] {key}: {share:.1%} of {compute.rollouts} completions stopped at the token budget "
+        f"(no answer unless their answer closed first): raise {budget_field}"
+    )
 
 
 def unmetered(sampler: Any) -> Any:
