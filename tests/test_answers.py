@@ -623,3 +623,35 @@ def test_text_operations_on_model_output_are_linear() -> None:
         extract_answer(text)
         normalize(text)
         assert time.perf_counter() - t0 < 1.0, text[:60]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "7 × 8 = 56. 56 × 6 = 336. The answer is \\box",
+        "The answer is \\boxe",
+        "So 12. The answer is \\boxed",
+        "So 12. The answer is \\b",
+        "So 12. The answer is \\fbo",
+        "<answer>42",
+        "<think>7 is close</think><answer>42</ans",
+        "<think>7 is close</think> 12 <answ",
+    ],
+)
+def test_cut_off_marker_is_no_answer(text: str) -> None:
+    """A completion that ends inside its final-answer marker states no answer: not the stub,
+    and not an earlier number of it."""
+    assert extract_answer(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<think>2+2 is 4, or 5?</think><answer>4</answer>", "4"),
+        ("<think>maybe \\boxed{3}</think>\n<answer>-3.5</answer>", "-3.5"),
+        ("<answer>\\boxed{7}</answer>", "7"),
+        ("<answer>The answer is 9.</answer>", "9"),
+    ],
+)
+def test_answer_tags_are_the_stated_answer(text: str, expected: str) -> None:
+    assert extract_answer(text) == expected

@@ -534,12 +534,38 @@ def extract_answer(text: str | None, fallback: bool = True) -> str | None:
     ('12', 'x = 3')
     >>> extract_answer("good \\\\boxed{3} then truncated \\\\boxed{\\\\frac{1}{") is None
     True
+    >>> extract_answer("<think>2+2</think><answer>4</answer>"), extract_answer("56. The answer is \\\\box")
+    ('4', None)
     """
-    if not text:
+    if not text or _CUT_MARKER_RE.search(text):
         return None
+    tagged = _tagged_answer(text)
+    if tagged is not None:
+        return tagged or None
     if has_box(text):
         return boxed_answer(text)
     return _read_unboxed(text) if fallback else None
+
+
+# A completion that ends inside a final-answer marker ("... is \\box", "<answ") was cut off:
+# it states no answer, and an earlier number of it is not read in its place.
+_CUT_MARKER_RE = re.compile(r"(?:\\b(?:o(?:x(?:e(?:d)?)?)?)?|\\f(?:b(?:o(?:x)?)?)?|<a(?:n(?:s(?:w(?:e(?:r)?)?)?)?)?)\s*$")
+_TAG_OPEN, _TAG_CLOSE = "<answer>", "</answer>"
+
+
+def _tagged_answer(text: str) -> str | None:
+    """The content of the last ``<answer>`` of the answer section (R1-style templates, read as
+    their graders read it); "" when that tag never closes (cut off: no answer); None when the
+    section has no ``<answer>`` tag."""
+    s = answer_section(text)
+    open_at = -1 if s is None else s.rfind(_TAG_OPEN)
+    if open_at < 0:
+        return None
+    body = s[open_at + len(_TAG_OPEN) :]
+    close = body.find(_TAG_CLOSE)
+    if close < 0:
+        return ""
+    return answer_or_whole(body[:close]) or ""
 
 
 _BARE_WORDS = frozenset(UNIT_WORDS) | {"and", "or"}
