@@ -70,10 +70,11 @@ QUICK: dict[str, list[str]] = {
     ],
 }
 TIME_KEYS = frozenset(
-    {"time", "created", "finished", "tracker_id", "seconds", "wall_seconds", "started", "metrics_bytes"}
+    {"time", "created", "finished", "tracker_id", "seconds", "wall_seconds", "started", "metrics_bytes", "digests"}
 )
 """JSON keys that measure time (plus any key ending in ``seconds``): removed before comparing.
-``metrics_bytes`` (state.json) is the byte length of a log whose rows hold timestamps."""
+``metrics_bytes`` (state.json) is the byte length of a log whose rows hold timestamps, and a
+phase record's ``digests`` hash files that hold some (the files themselves are compared)."""
 SKIP = ("report/", "run.lock")
 SETUP_SHARE = 0.15  # of the random-time kills: inside a process's setup (imports, lock, model load)
 

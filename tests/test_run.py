@@ -141,3 +141,44 @@ def test_open_removes_what_a_killed_writer_left(tmp_path):
     assert not any(f.exists() for f in orphans) and not staging.exists()
     assert all(f.read_text() == "mine" for f in keep)
     assert Run.open(root).done(Phase("a", 1))
+
+
+def _phase_with_checkpoint(run: Run, i: int) -> None:
+    ck = run.checkpoint_dir("solver", f"r{i}")
+    ck.mkdir(parents=True)
+
+    def fn(ctx):
+        (ck / "model.safetensors").write_bytes(bytes(range(256)) * 4)
+        (ck / "optimizer.pt").write_bytes(b"adam" * 64)
+        (ctx.dir / "rollouts.jsonl").write_text('{"r": 1}\n')
+        return PhaseResult(checkpoints={"solver": ck})
+
+    run.phase(Phase("s", i), fn)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "checkpoints/solver_r2/model.safetensors",
+        "checkpoints/solver_r2/optimizer.pt",
+        "round_01/rollouts.jsonl",
+        "round_02/rollouts.jsonl",
+    ],
+)
+def test_resume_refuses_a_damaged_artefact_or_checkpoint_naming_it(tmp_path, damage):
+    run = _create(tmp_path)
+    run.keep_checkpoints = 1  # r1's checkpoint goes: its files are not looked for
+    _phase_with_checkpoint(run, 1)
+    _phase_with_checkpoint(run, 2)
+    assert not (tmp_path / "r" / "checkpoints" / "solver_r1").exists()
+    Run.open(tmp_path / "r")  # untouched: reopens
+    f = tmp_path / "r" / damage
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped bit
+    f.write_bytes(bytes(data))
+    with pytest.raises(RunStateError, match=rf"{f.name}: its content differs from what phase"):
+        Run.open(tmp_path / "r")
+    f.unlink()
+    if damage.startswith("checkpoints"):
+        with pytest.raises(RunStateError, match=rf"{f.name}: missing"):
+            Run.open(tmp_path / "r")

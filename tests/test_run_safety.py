@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from coevolve.config import dump_yaml, load_config
-from coevolve.run import Run, faults
 from coevolve.errors import RunStateError
+from coevolve.run import Run, faults
 from coevolve.run.lock import RunLockedError, run_lock
 from coevolve.run.metrics import MetricsLog
 from coevolve.run.state import PhaseState
@@ -479,3 +479,25 @@ def test_a_state_path_outside_the_run_folder_is_refused(tmp_path, bad):
     with pytest.raises(RunStateError, match="not a relative path inside the run folder"):
         PhaseState.load(state.path)
     assert outside.is_dir()
+
+
+def test_resume_refuses_a_result_relevant_config_change_unless_forced(tmp_path):
+    from coevolve.recipes import CONFIG_PRINT_KEY, check_config_print
+
+    cfg = load_config("grpo", None, ["solver.steps=2"])
+    run = Run.create(tmp_path / "run", dump_yaml(cfg), "grpo")
+    assert check_config_print(cfg, run) == [] and CONFIG_PRINT_KEY in run.state.data
+    for changed, field in (
+        (["learner.lr=0.5"], "learner.lr"),
+        (["run.seed=1"], "run.seed"),
+        (["solver.steps=3"], "solver.steps"),
+    ):
+        with pytest.raises(RunStateError, match=rf"made with in: {field}; .*--force"):
+            check_config_print(load_config("grpo", None, ["solver.steps=2", *changed]), run)
+    safe = load_config("grpo", None, ["solver.steps=2", "run.threads=3", "run.progress=false", "run.trackers=[jsonl]"])
+    assert check_config_print(safe, run) == []
+    more = load_config("grpo", None, ["solver.steps=3"])
+    assert check_config_print(more, run, extended=True) == []  # solver.steps= extends the run
+    lr = load_config("grpo", None, ["solver.steps=3", "learner.lr=0.5"])
+    assert check_config_print(lr, run, force=True) == ["--force: resuming with a config changed in: learner.lr"]
+    assert check_config_print(lr, Run.open(run.path)) == []  # the forced config is the run's from then on

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import errno
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,64 @@ class RunWriteError(RunStateError):
 PHASE_LIST_KEY = "phase_list"
 """state.json's list of the phase keys the recipe goes through (runs made before it was named so
 saved it as ``plan``)."""
+
+
+CONFIG_PRINT_KEY = "config_print"
+"""state.json's hash per config field (dotted key) of the config the run was made with."""
+SAFE_ON_RESUME = (
+    "run.threads",
+    "run.progress",
+    "run.trackers",
+    "run.wandb_project",
+    "run.wandb_mode",
+    "run.preflight",
+    "run.name",
+    "run.root",
+)
+"""Config fields a resume may change: they decide how a run is shown or paced, not its results
+(the ``EXTENDABLE`` fields change too when a resume extends the run)."""
+
+
+def config_print(cfg: RecipeConfig) -> dict[str, str]:
+    """A short hash of every result-relevant config field, by dotted key."""
+    out: dict[str, str] = {}
+
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+        elif not key.startswith(SAFE_ON_RESUME):
+            text = json.dumps(value, sort_keys=True, ensure_ascii=True)
+            out[key] = hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    walk(cfg.model_dump(mode="json"), "")
+    return out
+
+
+def check_config_print(cfg: RecipeConfig, run: Any, force: bool = False, extended: bool = False) -> list[str]:
+    """Refuse a resume whose config (edited config.yaml, a ``run.seed=`` override) differs from
+    the one the run was made with in a field outside ``SAFE_ON_RESUME`` (and ``EXTENDABLE`` when
+    ``extended``), naming the fields, unless ``force``; save the current print either way (a run
+    made before prints were kept gets one now). Returns what it says."""
+    now, saved = config_print(cfg), run.state.data.get(CONFIG_PRINT_KEY)
+    lines = []
+    if saved is not None:
+        changed = sorted(k for k in {*now, *saved} if now.get(k) != saved.get(k))
+        if extended:
+            changed = [k for k in changed if k not in EXTENDABLE]
+        if changed:
+            names = ", ".join(changed)
+            names = names if len(names) <= 200 else names[:197] + "..."
+            if not force:
+                raise RunStateError(
+                    f"{run.path}: the config differs from the one the run was made with in: {names}; "
+                    "resume would no longer continue that run: undo the change, start a new run, or "
+                    "resume with --force to go on with the changed config"
+                )
+            lines.append(f"--force: resuming with a config changed in: {names}")
+    if saved != now:
+        run.state.save({**run.state.data, CONFIG_PRINT_KEY: now})
+    return lines
 
 
 def check_phase_list(cfg: RecipeConfig, run: Any, force: bool = False) -> None:
@@ -289,6 +348,8 @@ def open_run(
             for line in extend_run(cfg, run, extend, force):
                 say(line)
         check_phase_list(cfg, run, force)
+        for line in check_config_print(cfg, run, force, extended=extend is not None):
+            say(line)
         r = cfg.run
         run.bind(seed=r.seed, keep_checkpoints=r.keep_checkpoints, say=say, resume_only=(OPTIM_FILE,))
         run.metrics.attach(

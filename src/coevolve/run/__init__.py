@@ -27,6 +27,7 @@ from coevolve.data.jsonl import read_jsonl
 from coevolve.errors import RunStateError
 from coevolve.run.children import check_children
 from coevolve.run.compute import Compute, ComputeMeter, cumulative, cut_off_warning
+from coevolve.run.digests import folder_digests, verify_digests
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from coevolve.run.lock import check_run_dir
 from coevolve.run.metrics import MetricsLog
@@ -170,6 +171,7 @@ class Run:
                 shutil.rmtree(tmp, ignore_errors=True)
             else:
                 tmp.unlink(missing_ok=True)
+        verify_digests(path.resolve(), run.state.data)
         return run
 
     def bind(self, *, seed: int, keep_checkpoints: int, say: Say = say, resume_only: tuple[str, ...] = ()) -> Run:
@@ -244,7 +246,17 @@ class Run:
             self.say(warning)
         if res.problem:
             self.say(f"[problem] {phase.key}: {res.problem}")
+        self._record(rec, res, ctx.dir)
+        return rec
+
+    def _record(self, rec: PhaseRecord, res: PhaseResult, folder: Path) -> None:
+        """Mark ``rec`` done with the hashes of what it left and move its roles' checkpoints."""
         root = self.path.resolve()
+        known = {k: v for r in self.state.records() for k, v in (r.digests or {}).items()}
+        found = folder_digests(
+            root, [folder, *res.checkpoints.values()]
+        )  # a round's folder holds its earlier phases' too
+        rec.digests = {k: v for k, v in found.items() if known.get(k) != v}
         ckpts = {role: str(Path(p).resolve().relative_to(root)) for role, p in res.checkpoints.items()}
         pins = {role: str(Path(p).resolve().relative_to(root)) for role, p in res.pins.items()}
         for rel in self.state.finish(rec, ckpts, self.keep_checkpoints, self.metrics.size(), pins):
@@ -254,7 +266,6 @@ class Run:
             for rel in self.state.data["checkpoint_history"].get(role, [])[:-1]:
                 for name in self.resume_only:
                     (self.path / rel / name).unlink(missing_ok=True)
-        return rec
 
     def checkpoint(self, role: str) -> Path | None:
         """The role's latest checkpoint folder (None before its first one)."""

@@ -73,7 +73,7 @@ def run_lock(path: str | Path, *, create: bool = False) -> Iterator[None]:
         raise RunStateError(f"{path} is not a coevolve run folder (it does not exist)")
     try:  # no-follow: a run.lock symlink must not get its target truncated
         fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    except OSError as e:
+    except OSError:
         if (path / LOCK_FILE).is_symlink():
             raise RunStateError(f"{path / LOCK_FILE} is a symlink; a run folder's lock must be a plain file") from None
         raise

@@ -15,7 +15,6 @@ from coevolve.data.jsonl import read_jsonl
 from coevolve.run.faults import fault_point
 from coevolve.run.files import json_line
 
-
 TAIL_BYTES = 1 << 20
 """How far back a torn last line is looked for (a metrics row is far shorter)."""
 

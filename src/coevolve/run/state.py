@@ -53,6 +53,7 @@ class PhaseRecord:
     finished: float = 0.0
     problem: str | None = None
     compute: dict[str, int] | None = None
+    digests: dict[str, str] | None = None  # sha256 per file it left (run.digests; None in older runs)
 
 
 class PhaseState:
