@@ -182,3 +182,13 @@ def test_resume_refuses_a_damaged_artefact_or_checkpoint_naming_it(tmp_path, dam
     if damage.startswith("checkpoints"):
         with pytest.raises(RunStateError, match=rf"{f.name}: missing"):
             Run.open(tmp_path / "r")
+
+
+def test_a_file_a_later_phase_rewrites_is_checked_against_its_last_hash(tmp_path):
+    run = _create(tmp_path)
+    for name, text in (("a", "first\n"), ("b", "second\n")):  # two phases of round 1 write one pool file
+        run.phase(Phase(name, 1), lambda ctx, text=text: (ctx.dir / "pool.jsonl").write_text(text) and PhaseResult())
+    Run.open(tmp_path / "r")
+    (tmp_path / "r" / "round_01" / "pool.jsonl").write_text("first\n")
+    with pytest.raises(RunStateError, match="what phase 01/b wrote"):
+        Run.open(tmp_path / "r")

@@ -7,8 +7,10 @@ CLI in a fresh process: a run in this process would inherit whatever state earli
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -501,3 +503,70 @@ def test_resume_refuses_a_result_relevant_config_change_unless_forced(tmp_path):
     lr = load_config("grpo", None, ["solver.steps=3", "learner.lr=0.5"])
     assert check_config_print(lr, run, force=True) == ["--force: resuming with a config changed in: learner.lr"]
     assert check_config_print(lr, Run.open(run.path)) == []  # the forced config is the run's from then on
+
+
+@contextlib.contextmanager
+def _tmpfs(where: Path, size: str):
+    """A real small file system at ``where`` (root only: the test is skipped elsewhere)."""
+    where.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a real full disk needs root to mount a tmpfs")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_real_full_disk_inside_a_checkpoint_is_a_write_error(tmp_path):
+    """What save_pretrained (safetensors) and torch.save raise on a real full disk: not OSError."""
+    from safetensors.torch import save_file
+
+    from coevolve.recipes import RunWriteError, write_errors
+
+    big = torch.zeros(1 << 18)  # 1 MiB, on a 512 KiB file system
+    with _tmpfs(tmp_path / "disk", "512k") as disk:
+        for write in (
+            lambda: save_file({"w": big}, str(disk / "model.safetensors")),
+            lambda: torch.save({"m": big}, disk / "learner_optim.pt"),
+            lambda: (disk / "state.json").write_bytes(bytes(1 << 20)),
+        ):
+            with pytest.raises(RunWriteError, match="writing the run folder failed"):
+                with write_errors(disk):
+                    write()
+            for f in disk.iterdir():
+                f.unlink()
+
+
+def test_a_library_error_is_a_write_error_only_on_a_full_disk(tmp_path, monkeypatch):
+    from coevolve.recipes import RunWriteError, write_errors
+
+    torn = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4480 vs 4366")
+    with pytest.raises(RuntimeError, match="unexpected pos"):  # room left: not a full disk, not masked
+        with write_errors(tmp_path):
+            raise torn
+    full = os.statvfs_result((4096, 4096, 100, 0, 0, 10, 0, 0, 0, 255))
+    monkeypatch.setattr(os, "statvfs", lambda p: full)
+    with pytest.raises(RunWriteError, match=r"\(\[enforce fail .* unexpected pos 4480 vs 4366\); every finished"):
+        with write_errors(tmp_path):
+            raise torn
+    with pytest.raises(ValueError):  # other errors pass through even then
+        with write_errors(tmp_path):
+            raise ValueError("not a write")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("toy_base")  # the runs' model, built before any run starts
+@pytest.mark.parametrize("size", ["300k", "4m"])
+def test_a_real_full_disk_during_a_run_is_one_line_and_resumes(tmp_path, reference, size):
+    with _tmpfs(tmp_path / "disk", size) as disk:
+        run = disk / "run"
+        r = cli("run", "grpo", *TINY, "--run-dir", str(run))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+        assert "writing the run folder failed" in r.stderr and f"coevolve resume {run}" in r.stderr
+        subprocess.run(["mount", "-o", "remount,size=256m", str(disk)], check=True)
+        r = cli("resume", str(run))
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert kill_fuzz.compare(reference[0], run) == []

@@ -10,6 +10,7 @@ import copy
 import errno
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -440,15 +441,38 @@ def execute(
         return summary
 
 
+FULL_BYTES = 1 << 20
+"""Free space under which a failed write is taken for a full disk (ours)."""
+
+
+def disk_full(e: BaseException, path: Path) -> bool:
+    """Whether ``e`` is a write the run cannot fix itself: an ``OSError`` of ``WRITE_ERRNOS``, or
+    what the libraries that write inside a checkpoint raise instead on a full disk (safetensors'
+    ``SafetensorError`` naming os error 28, torch's ``RuntimeError`` "unexpected pos"), told apart
+    by the text or by the folder's file system having (almost) no room left."""
+    if isinstance(e, OSError):
+        return e.errno in WRITE_ERRNOS
+    if not isinstance(e, RuntimeError) and type(e).__name__ != "SafetensorError":
+        return False
+    if "No space left on device" in str(e) or "os error 28" in str(e):
+        return True
+    try:
+        st = os.statvfs(next(p for p in (Path(path), *Path(path).parents) if p.exists()))
+    except (OSError, StopIteration):
+        return False
+    return st.f_bavail * st.f_frsize < FULL_BYTES
+
+
 @contextlib.contextmanager
 def write_errors(path: Path) -> Iterator[None]:
     """Turn a failed write into the clear ``RunWriteError`` (how to continue, no traceback)."""
     try:
         yield
-    except OSError as e:
-        if e.errno not in WRITE_ERRNOS:
+    except Exception as e:
+        if not disk_full(e, path):
             raise
+        said = " ".join(str(e).split())  # torch's text spans lines
         raise RunWriteError(
-            f"writing the run folder failed ({e}); every finished phase is intact: free space "
+            f"writing the run folder failed ({said[:200]}); every finished phase is intact: free space "
             f"(or fix the disk), then `coevolve resume {path}` continues"
         ) from e

@@ -33,18 +33,23 @@ def verify_digests(root: Path, data: dict[str, Any]) -> None:
     a file of a role's current checkpoint (what a resume loads) is gone. Files of checkpoints
     that fell out of the kept ones are removed on purpose and not looked for."""
     current = {str(Path(c)) for c in data.get("checkpoints", {}).values()}
+    latest: dict[
+        str, tuple[dict[str, Any], str]
+    ] = {}  # a later phase may rewrite a file of its folder: its hash is the one that holds
     for rec in data.get("phases", []):
         for rel, want in (rec.get("digests") or {}).items():
-            p = root / rel
-            if not p.is_file():
-                if any(Path(rel).is_relative_to(c) for c in current):
-                    raise RunStateError(
-                        f"{p}: missing; phase {rec['key']} left it in the checkpoint the run resumes "
-                        "from: restore it, or start a new run"
-                    )
-                continue
-            if file_digest(p) != want:
+            latest[rel] = (rec, want)
+    for rel, (rec, want) in latest.items():
+        p = root / rel
+        if not p.is_file():
+            if any(Path(rel).is_relative_to(c) for c in current):
                 raise RunStateError(
-                    f"{p}: its content differs from what phase {rec['key']} wrote (sha256 {want[:12]}...); "
-                    "the run would resume to other results: restore the file, or start a new run"
+                    f"{p}: missing; phase {rec['key']} left it in the checkpoint the run resumes "
+                    "from: restore it, or start a new run"
                 )
+            continue
+        if file_digest(p) != want:
+            raise RunStateError(
+                f"{p}: its content differs from what phase {rec['key']} wrote (sha256 {want[:12]}...); "
+                "the run would resume to other results: restore the file, or start a new run"
+            )
