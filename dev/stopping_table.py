@@ -104,7 +104,7 @@ def main() -> None:
     base_loss = None
     for label, select, patience in rules(args.patience):
         cells, hits, losses = [], 0, []
-        for name, (probes, acc) in data.items():
+        for _name, (probes, acc) in data.items():
             last = max(acc)
             t = choose(select, patience, probes, last)
             hit, lost = oracle_regret(t, acc)

@@ -51,10 +51,7 @@ def test_with_the_extra_present_nothing_is_refused():
     check_extras(load_config("grpo", None, ["learner.lora=true"]))  # peft is installed in the test env
 
 
-@pytest.mark.parametrize(
-    "kind,module,extra",
-    [("parquet", "pyarrow", "datasets"), ("disk", "datasets", "datasets")],
-)
+@pytest.mark.parametrize("kind,module,extra", [("parquet", "pyarrow", "datasets"), ("disk", "datasets", "datasets")])
 def test_data_source_extras(tmp_path, monkeypatch, kind, module, extra):
     if kind == "parquet":
         src = tmp_path / "train.parquet"

@@ -355,8 +355,8 @@ def test_offload_and_fused_options_on_cpu():
 @pytest.mark.slow  # the default toy base
 def test_sampler_kv_token_budget_chunks_and_same_greedy_output(toy_base):
     from coevolve.engine import HFSampler, load_model
-    from coevolve.world.toy import ToyPrompter, sample_tasks
     from coevolve.types import SamplingParams
+    from coevolve.world.toy import ToyPrompter, sample_tasks
 
     model, tok = load_model(toy_base, device="cpu", dtype="float32")
     prompts = [ToyPrompter().solver(t.question) for t in sample_tasks(random.Random(0), 6)]

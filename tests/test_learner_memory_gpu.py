@@ -104,8 +104,8 @@ def test_role_offload_onload_and_parked_sampler():
     from coevolve.engine import HFSampler, load_model
     from coevolve.loop import ParkedSampler, Role
     from coevolve.rl import Learner, LearnerConfig
-    from coevolve.world.toy import ToyPrompter, ensure_base
     from coevolve.types import SamplingParams
+    from coevolve.world.toy import ToyPrompter, ensure_base
 
     model, tok = load_model(ensure_base(), device="cuda", dtype="bfloat16")
     lr = Learner(model, LearnerConfig(lr=1e-4))

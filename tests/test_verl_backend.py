@@ -521,8 +521,8 @@ class _CannedSolver:
         self.calls = 0
 
     def sample(self, prompts, n, params):
-        from coevolve.world.toy.prompts import solver_prompt
         from coevolve.types import Completion
+        from coevolve.world.toy.prompts import solver_prompt
 
         self.calls += 1
         out = []
@@ -557,9 +557,9 @@ def test_writer_reward_equals_coevolve_rewards():
     from coevolve.answers import make_grader
     from coevolve.curriculum import score_writer_batch
     from coevolve.schema import WriterReward
-    from coevolve.world.toy.prompts import ToyPrompter, question_completion
     from coevolve.types import Completion, SamplingParams
     from coevolve.verl.writer import score_sample
+    from coevolve.world.toy.prompts import ToyPrompter, question_completion
 
     texts = [
         [question_completion("1+2"), "junk", question_completion("2+3")],
@@ -625,10 +625,10 @@ def _fake_openai(model: str):
 
 def test_writer_reward_through_a_solver_server():
     from coevolve.answers import make_grader
-    from coevolve.world.toy.prompts import question_completion, solver_prompt
     from coevolve.types import SamplingParams
     from coevolve.verl import writer
     from coevolve.verl.writer import RemoteSolver, SolverServerError, check_served_model, score_sample
+    from coevolve.world.toy.prompts import question_completion, solver_prompt
 
     srv, url, bodies = _fake_openai("solver-r01")
     try:

@@ -254,10 +254,10 @@ def test_writer_reward_through_verls_naive_reward_manager(toy, tmp_path):
 
     from coevolve.answers import make_grader
     from coevolve.engine import load_tokenizer
-    from coevolve.world.toy.prompts import question_completion
     from coevolve.verl import writer
     from coevolve.verl.parquet import RewardSpec
     from coevolve.verl.reward import compute_score
+    from coevolve.world.toy.prompts import question_completion
 
     spec = writer.WriterSpec(
         reward={"kind": "plateau", "samples": 4},

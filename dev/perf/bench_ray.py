@@ -122,8 +122,8 @@ def main() -> None:
     from coevolve.config.base import EngineConfig
     from coevolve.engine import Engine, HFSampler, load_model
     from coevolve.engine import ray as engine_ray
-    from coevolve.world.toy import ensure_base
     from coevolve.types import SamplingParams
+    from coevolve.world.toy import ensure_base
     from coevolve.world.toy.world import ToyWorld
 
     base = args.model or ensure_base(None)

@@ -87,7 +87,9 @@ def run(
     from coevolve.run.lock import check_run_dir
 
     if force and any(o.startswith("run.preflight=") and o != "run.preflight=warn" for o in overrides or []):
-        raise CoevolveError("--force means run.preflight=warn; it contradicts the given run.preflight: pass one of them")
+        raise CoevolveError(
+            "--force means run.preflight=warn; it contradicts the given run.preflight: pass one of them"
+        )
     cfg = load_config(recipe, config, (overrides or []) + (["run.preflight=warn"] if force else []), preset or [])
     path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
     check_run_dir(path)
@@ -273,7 +275,9 @@ def _check_eval_flags(model, bench, samples, engine, endpoint, compare) -> None:
     if samples is not None and samples < -1:
         raise CoevolveError(f"--samples must be 0 (greedy only), k > 0 or -1 (each benchmark's default), got {samples}")
     if endpoint and engine is not None:
-        raise CoevolveError(f"--engine {engine} with --endpoint: a served model is sampled by its server; drop --engine")
+        raise CoevolveError(
+            f"--engine {engine} with --endpoint: a served model is sampled by its server; drop --engine"
+        )
     if engine not in (None, "hf", "vllm"):
         raise CoevolveError(f"--engine must be hf or vllm, got {engine!r} (a served model: --endpoint URL)")
     if engine == "vllm" and not endpoint:

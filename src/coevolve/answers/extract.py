@@ -549,7 +549,9 @@ def extract_answer(text: str | None, fallback: bool = True) -> str | None:
 
 # A completion that ends inside a final-answer marker ("... is \\box", "<answ") was cut off:
 # it states no answer, and an earlier number of it is not read in its place.
-_CUT_MARKER_RE = re.compile(r"(?:\\b(?:o(?:x(?:e(?:d)?)?)?)?|\\f(?:b(?:o(?:x)?)?)?|<a(?:n(?:s(?:w(?:e(?:r)?)?)?)?)?)\s*$")
+_CUT_MARKER_RE = re.compile(
+    r"(?:\\b(?:o(?:x(?:e(?:d)?)?)?)?|\\f(?:b(?:o(?:x)?)?)?|<a(?:n(?:s(?:w(?:e(?:r)?)?)?)?)?)\s*$"
+)
 _TAG_OPEN, _TAG_CLOSE = "<answer>", "</answer>"
 
 

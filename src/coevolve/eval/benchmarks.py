@@ -296,7 +296,9 @@ BENCHMARKS: dict[str, Benchmark] = {
             answer_tokens=1000,
             items=460,
         ),
-        Benchmark("toy", "toy", "toy", group_key="level", answer_tokens=40, generator="coevolve.world.toy:heldout_tasks"),
+        Benchmark(
+            "toy", "toy", "toy", group_key="level", answer_tokens=40, generator="coevolve.world.toy:heldout_tasks"
+        ),
         Benchmark(
             "arith",
             "math",

@@ -117,8 +117,8 @@ def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
 
         return SkillWorld.from_config(cfg, say)
     if cfg.model.path is None:
-        from coevolve.world.toy import LEVELS, labelled_set
         from coevolve.world.real import load_labelled
+        from coevolve.world.toy import LEVELS, labelled_set
         from coevolve.world.toy.world import ToyWorld
 
         levels = list(cfg.data.levels or LEVELS)

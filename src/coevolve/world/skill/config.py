@@ -9,7 +9,15 @@ from pydantic import Field, field_validator
 
 from coevolve.schema import Strict
 
-SKILL_NAMES = ("add", "sub", "mul", "div", "rev", "max", "dsum")  # coevolve.world.skill.problems.SKILLS (no torch import here)
+SKILL_NAMES = (
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "rev",
+    "max",
+    "dsum",
+)  # coevolve.world.skill.problems.SKILLS (no torch import here)
 
 
 class SkillWorldConfig(Strict):

@@ -31,7 +31,6 @@ from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from coevolve.errors import ConfigError, DataError
 from coevolve.world.skill.causes import CAUSES, parse_trace, problem_for_causes, shows_cause, trace_bug_steps
-from coevolve.world.skill.prompts import parse_question_block
 from coevolve.world.skill.problems import (
     DEFICITS,
     DEPTHS,
@@ -50,6 +49,7 @@ from coevolve.world.skill.problems import (
     render_completion,
     run_chain,
 )
+from coevolve.world.skill.prompts import parse_question_block
 from coevolve.world.toy.pretrain import build_cached, build_model, generate_texts, pretrain
 from coevolve.world.toy.prompts import challenger_prompt, question_completion, questioner_prompt, solver_prompt
 from coevolve.world.toy.tokenizer import build_tokenizer

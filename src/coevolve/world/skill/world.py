@@ -13,8 +13,9 @@ from coevolve.errors import ConfigError
 from coevolve.memory.diagnose import Diagnoser, TraceDiagnoser
 from coevolve.memory.store import Cause
 from coevolve.prompts import Prompter
+from coevolve.types import Task
+from coevolve.world.real import draw_from, pool_from
 from coevolve.world.skill.causes import CAUSES, cause_by_text, explain_divergence, injected_causes, shows_cause
-from coevolve.world.skill.prompts import SkillPrompter
 from coevolve.world.skill.problems import (
     DEFICITS,
     HELDOUT_DEFAULT,
@@ -29,8 +30,7 @@ from coevolve.world.skill.problems import (
     oracle,
     parse_chain,
 )
-from coevolve.types import Task
-from coevolve.world.real import draw_from, pool_from
+from coevolve.world.skill.prompts import SkillPrompter
 
 DEFAULT_POOL = 400
 

@@ -30,14 +30,6 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config,
 
 from coevolve.errors import ConfigError, ModelLoadError
 from coevolve.world.toy.causes import _CAUSE_FEATURE, CAUSES, parse_trace, problem_for_causes, shows_cause
-from coevolve.world.toy.prompts import (
-    challenger_prompt,
-    parse_question_block,
-    question_completion,
-    questioner_prompt,
-    solver_prompt,
-)
-from coevolve.world.toy.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_tokenizer
 from coevolve.world.toy.problems import (
     LEVELS,
     WORLD_VERSION,
@@ -47,6 +39,14 @@ from coevolve.world.toy.problems import (
     make_problem,
     random_problem,
 )
+from coevolve.world.toy.prompts import (
+    challenger_prompt,
+    parse_question_block,
+    question_completion,
+    questioner_prompt,
+    solver_prompt,
+)
+from coevolve.world.toy.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_tokenizer
 
 # Rough difficulty (100 - sampled accuracy %) of each level for the prototype base: the
 # questioner's "D:" number during pretraining, so the number correlates with the anchor's level.

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 
 from coevolve.errors import DataError
 from coevolve.prompts import StopKind, fill_template
-from coevolve.world.toy.problems import parse_toy_question
 from coevolve.types import Stop
+from coevolve.world.toy.problems import parse_toy_question
 
 QUESTION_OPEN, QUESTION_CLOSE = "<question>", "</question>"
 DIAGNOSER_TEMPLATE = "DIAG:{question}={label}\nBAD:{bad}\nGOOD:{good}\nJSON:"

@@ -12,6 +12,8 @@ from coevolve.curriculum.buffer import dedupe, normalize_question
 from coevolve.memory.diagnose import Diagnoser, TraceDiagnoser
 from coevolve.memory.store import Cause
 from coevolve.prompts import Prompter
+from coevolve.types import Task
+from coevolve.world.real import draw_from, pool_from
 from coevolve.world.toy import (
     build_tokenizer,
     cause_by_text,
@@ -24,8 +26,6 @@ from coevolve.world.toy import (
     shows_cause,
 )
 from coevolve.world.toy.prompts import ToyPrompter
-from coevolve.types import Task
-from coevolve.world.real import draw_from, pool_from
 
 DEFAULT_POOL = 400
 
