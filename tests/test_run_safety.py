@@ -8,6 +8,7 @@ CLI in a fresh process: a run in this process would inherit whatever state earli
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -547,6 +548,12 @@ def test_a_library_error_is_a_write_error_only_on_a_full_disk(tmp_path, monkeypa
     with pytest.raises(RuntimeError, match="unexpected pos"):  # room left: not a full disk, not masked
         with write_errors(tmp_path):
             raise torn
+    with pytest.raises(RunWriteError, match="unexpected pos"):  # torch.save into a file: the write's ENOSPC
+        with write_errors(tmp_path):
+            try:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            except OSError:
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 9 vs 7")  # noqa: B904 (as torch raises it)
     full = os.statvfs_result((4096, 4096, 100, 0, 0, 10, 0, 0, 0, 255))
     monkeypatch.setattr(os, "statvfs", lambda p: full)
     with pytest.raises(RunWriteError, match=r"\(\[enforce fail .* unexpected pos 4480 vs 4366\); every finished"):

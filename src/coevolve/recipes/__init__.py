@@ -424,8 +424,8 @@ def execute(
     with open_run(cfg, path, new=new, force=force, extend=extend) as run:
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
-        run.state.set_status("running")
-        try:
+        try:  # a failed "running" write is a failure like any other: recorded when the disk lets it
+            run.state.set_status("running")
             summary = run_recipe(recipe, cfg, run)
         except KeyboardInterrupt:
             with contextlib.suppress(OSError):
@@ -449,9 +449,12 @@ def disk_full(e: BaseException, path: Path) -> bool:
     """Whether ``e`` is a write the run cannot fix itself: an ``OSError`` of ``WRITE_ERRNOS``, or
     what the libraries that write inside a checkpoint raise instead on a full disk (safetensors'
     ``SafetensorError`` naming os error 28, torch's ``RuntimeError`` "unexpected pos"), told apart
-    by the text or by the folder's file system having (almost) no room left."""
+    by the ``OSError`` it was raised during (torch.save into a Python file object keeps it), by the
+    text, or by the folder's file system having (almost) no room left."""
     if isinstance(e, OSError):
         return e.errno in WRITE_ERRNOS
+    if isinstance(e.__context__, OSError):  # torch.save into a Python file: the write's own error
+        return e.__context__.errno in WRITE_ERRNOS
     if not isinstance(e, RuntimeError) and type(e).__name__ != "SafetensorError":
         return False
     if "No space left on device" in str(e) or "os error 28" in str(e):

@@ -876,14 +876,17 @@ class Learner:
         tok = tokenizer if tokenizer is not None else self.tokenizer
         if tok is not None:
             tok.save_pretrained(str(d))
-        torch.save(
-            {
-                "optimizer": self.optimizer.state_dict(),
-                "master": None if self.master is None else [m.detach().cpu() for m in self.master],
-                "param_names": self.param_names,
-            },
-            d / OPTIM_FILE,
-        )
+        # into a Python file, not a path: on a full disk torch's "unexpected pos" error then carries
+        # the write's OSError (ENOSPC) as its context, which recipes.disk_full reads
+        with open(d / OPTIM_FILE, "wb") as f:
+            torch.save(
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "master": None if self.master is None else [m.detach().cpu() for m in self.master],
+                    "param_names": self.param_names,
+                },
+                f,
+            )
         (d / STATE_JSON).write_text(
             json.dumps({"step": self.step_count, "config": self.cfg.model_dump(mode="json")}, indent=2)
         )
