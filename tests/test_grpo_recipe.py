@@ -46,7 +46,10 @@ def test_grpo_toy_artefacts_and_resume(tmp_path, toy_overrides_30):
     assert all(r["label"] is not None for r in rows)
     ckpt = run.checkpoint("solver")
     assert (ckpt / "config.json").exists() and (ckpt / "tokenizer.json").exists()
-    assert json.loads((ckpt / "coevolve.json").read_text())["world"] == "toy"
+    meta = json.loads((ckpt / "coevolve.json").read_text())
+    assert meta["world"] == "toy" and meta["provenance"]["libraries"]["torch"] == torch.__version__
+    prov = json.loads((run.path / "provenance.json").read_text())
+    assert prov["created"]["coevolve"] and prov["created"]["libraries"]["transformers"] and prov["resumed"] == []
     steps = [m for m in run.metrics.rows() if m.get("phase") == "solver" and "step" in m]
     assert [m["step"] for m in steps] == [0, 1]
     assert all("solver/frac_zero_std" in m and "solver/loss" in m and "solver/acc_mean" in m for m in steps)

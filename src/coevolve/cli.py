@@ -35,6 +35,23 @@ PRESET_HELP = (
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from coevolve import __version__
+
+        typer.echo(f"coevolve {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print coevolve's version and exit"
+    ),
+) -> None:
+    """Self-evolving RL for reasoning LLMs (D2Evo, DiagEvo, baselines)."""
+
+
 def _err(msg: str) -> None:
     typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
 
@@ -509,6 +526,20 @@ def plan_cmd(
     p = make_plan(cfg, device_for(device) if device else local_device(cfg.model.device), gpus=gpus, nodes=nodes)
     typer.echo(format_plan(p))
     raise typer.Exit(0 if p.fits else 1)
+
+
+@app.command("env")
+def env_cmd(
+    json_out: bool = typer.Option(False, "--json", help="As JSON (what every run folder's provenance.json holds)"),
+) -> None:
+    """Print the environment for a bug report: coevolve's version and git commit, Python, the
+    platform, CUDA and GPUs, and the versions of torch, transformers, TRL, vLLM and the rest."""
+    import json
+
+    from coevolve.provenance import environment, format_environment
+
+    env = environment()
+    typer.echo(json.dumps(env, indent=2) if json_out else format_environment(env))
 
 
 def _quiet_libraries() -> None:

@@ -334,6 +334,7 @@ def open_run(
     seed, checkpoint budget, progress printer, live trackers. A failed write inside the block
     (a full disk) becomes ``RunWriteError``; the trackers are closed on the way out."""
     from coevolve.config import dump_yaml
+    from coevolve.provenance import record_provenance
     from coevolve.rl.learner import OPTIM_FILE
     from coevolve.run import STATE_FILE, Run, say
     from coevolve.run.lock import run_lock
@@ -341,10 +342,9 @@ def open_run(
 
     path = Path(path)
     with run_lock(path, create=True), write_errors(path):
-        if (path / STATE_FILE).is_file() and not new:
-            run = Run.open(path)
-        else:
-            run = Run.create(path, dump_yaml(cfg), cfg.recipe)
+        created = not ((path / STATE_FILE).is_file() and not new)
+        run = Run.create(path, dump_yaml(cfg), cfg.recipe) if created else Run.open(path)
+        record_provenance(run.path, created)  # versions, git commit, device: one entry per start
         if extend is not None:
             for line in extend_run(cfg, run, extend, force):
                 say(line)

@@ -21,6 +21,7 @@ from coevolve.eval.signals import SelectRule, parse_select, select_round, stop_r
 from coevolve.eval.suite import evaluate_suite
 from coevolve.loop import ParkedSampler, PhaseParkedSampler, Role, sampling_params
 from coevolve.prompts import StopKind
+from coevolve.provenance import environment
 from coevolve.recipes.declare import Recipe, Rollouts, Step, Work
 from coevolve.rl.learner import Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed, seed_everything
@@ -125,6 +126,7 @@ class Setup:
                 "role": role.name,
                 "recipe": self.cfg.recipe,
                 "tag": tag,
+                "provenance": environment(),  # the code and libraries that made these weights
             }
             atomic_write_json(staging / CHECKPOINT_META, meta)
         except BaseException:  # a full disk: no half checkpoint stays behind (a kill's is removed by Run.open)
