@@ -296,6 +296,10 @@ def test_report_only_renders_from_fixture_folders(tmp_path):
     assert f"unpaired (each method's own seed se): {(g.mean - r.mean) / math.hypot(g.se, r.se):.1f}" in text
     data = json.loads((out / "study.json").read_text())
     assert len(data["cells"]) == 13 and data["missing"] and "grpo" in json.dumps(data["variants"])
+    # a generated file names the command that rewrites it, at its top and in the JSON
+    regen = f"--out {out} --out-md {md} --report-only --only grpo,d2evo,diagevo,rzero,diagevo.no_filter"
+    assert data["generated_by"].startswith("coevolve study --preset ") and data["generated_by"].endswith(regen)
+    assert f"Written by `{data['generated_by']}` from the run folders" in text.splitlines()[2]
 
 
 @pytest.mark.slow

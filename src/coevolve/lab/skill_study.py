@@ -684,17 +684,19 @@ def render(
     notes: Sequence[str] = (),
     claims: Sequence[DeclaredClaim] = CLAIMS,
     frontier: Sequence[str] = FRONTIER,
+    command: str = "coevolve study --declaration skill",
 ) -> tuple[str, dict[str, Any]]:
-    """The study's markdown and JSON from the finished cells."""
+    """The study's markdown and JSON from the finished cells; ``command`` (the line that rewrites
+    them) heads the markdown."""
     verdicts = judge(results, claims, frontier)
     plan = power_plan(results, claims, frontier=frontier)
     variants = list(dict.fromkeys(r.variant for r in results))
     L = [
         "# Skill-world study: positive controls, power and the papers' claims",
         "",
-        "Written by `coevolve study --declaration skill` from the run folders (every figure also in "
-        "`skill_study.json`); the rule, strata and seed counts were declared in "
-        "[skill_world.md](skill_world.md) before the runs.",
+        f"Written by `{command}` from the run folders (every figure also in `skill_study.json`; rerun "
+        "that command to update this file rather than edit it); the rule, strata and seed counts were "
+        "declared in [skill_world.md](skill_world.md) before the runs.",
         "",
         "## Setting",
         "",

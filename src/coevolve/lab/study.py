@@ -890,14 +890,17 @@ def render_markdown(
     notes: Sequence[str] = (),
     results: Sequence[CellResult] = (),
     sep: Sequence[Separation] = (),
+    command: str = "coevolve study",
 ) -> str:
     """``docs/results/study.md``: setting, main methods, ablations, oracle agreement, compute,
-    the figure, the claims table, every run, and every cell not run."""
+    the figure, the claims table, every run, and every cell not run. ``command`` (the line that
+    rewrites it) heads the file: it is generated, never edited by hand."""
     pct = int(CONFIDENCE * 100)
     L = [
         "# Multi-seed study: methods, paper ablations and the papers' claims",
         "",
-        "Written by `coevolve study` from the run folders (every figure also in `study.json`).",
+        f"Written by `{command}` from the run folders (every figure also in `study.json`); "
+        "rerun that command to update this file rather than edit it.",
         "",
         "## Setting",
         "",

@@ -171,7 +171,21 @@ def adopt_runs(
     return lines
 
 
-def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[str], notes: list[str]) -> Path:
+def regenerate_command(a: argparse.Namespace, preset: str) -> str:
+    """The ``coevolve study --report-only`` line that rewrites this report from the same run folders:
+    written at the top of the markdown and into the JSON, so a generated file says how it is remade."""
+    parts = ["coevolve study", f"--preset {preset}"]
+    parts += ["--declaration skill"] if a.declaration == "skill" else []
+    parts += [f"--out {a.out}", f"--out-md {a.out_md}", "--report-only"]
+    parts += [f"--only {a.only}"] if a.only else []
+    parts += [f"--methods {a.methods}"] if a.methods else []
+    parts += [f"--seeds {','.join(map(str, a.seeds))}"] if a.seeds != [0, 1, 2] else []
+    return " ".join(parts)
+
+
+def write_report(
+    cells: list[st.Cell], out: Path, out_md: Path, setting: list[str], notes: list[str], command: str
+) -> Path:
     """study.json in ``out`` and the markdown (+ its figure) at ``out_md``."""
     from coevolve.lab.report import compute_curve, load_run, plot_compute
 
@@ -202,10 +216,12 @@ def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[st
     mains = [v for v in variants if st.VARIANTS[v].main]
     sep = [sp for m in ("greedy", "sampled") if (sp := st.separation(results, mains, m)) is not None]
     out_md.write_text(
-        st.render_markdown(stats, verdicts, missing, setting, figure, notes, results, sep), encoding="utf-8"
+        st.render_markdown(stats, verdicts, missing, setting, figure, notes, results, sep, command=command),
+        encoding="utf-8",
     )
     out.mkdir(parents=True, exist_ok=True)
     data = {
+        "generated_by": command,
         **st.study_json(results, stats, verdicts, missing, setting),
         "separation": [{**sp.__dict__, "diff": sp.diff.to_dict()} for sp in sep],
     }
@@ -213,12 +229,15 @@ def write_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[st
     return out_md
 
 
-def write_skill_report(cells: list[st.Cell], out: Path, out_md: Path, setting: list[str], notes: list[str]) -> Path:
+def write_skill_report(
+    cells: list[st.Cell], out: Path, out_md: Path, setting: list[str], notes: list[str], command: str
+) -> Path:
     """skill_study.json in ``out`` and the skill study's markdown at ``out_md``."""
     from coevolve.lab import skill_study
 
     results, missing = st.read_results(cells)
-    md, data = skill_study.render(results, missing, setting, notes)
+    md, data = skill_study.render(results, missing, setting, notes, command=command)
+    data = {"generated_by": command, **data}
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text(md, encoding="utf-8")
     out.mkdir(parents=True, exist_ok=True)
@@ -333,10 +352,11 @@ def main(argv: list[str] | None = None) -> int:
         f"- seeds: {' '.join(map(str, a.seeds))}; variants: {', '.join(v.name for v in variants)}",
     ]
     notes = [*a.note, *spec.get("adopted", []), *(f"- failed: {f}" for f in failures)]
+    command = regenerate_command(a, spec["preset"])
     if a.declaration == "skill":
-        md = write_skill_report(cells, a.out, a.out_md, setting, notes)
+        md = write_skill_report(cells, a.out, a.out_md, setting, notes, command)
     else:
-        md = write_report(cells, a.out, a.out_md, setting, notes)
+        md = write_report(cells, a.out, a.out_md, setting, notes, command)
     log(f"wrote {md} and {a.out / ('skill_study.json' if a.declaration == 'skill' else 'study.json')}")
     return 1 if failures else 0
 

@@ -18,7 +18,7 @@ which is what makes a small instruct model copy the answer format; without one t
 ``Question: ...`` / ``Answer: ...`` blocks before the request (a base model continues the
 pattern). Measured on SmolLM2-135M-Instruct, two-digit arithmetic: the solver system prompt alone
 boxes 0 % of answers; with two example turns ~98 %; the same examples pasted into the user
-message do not work (README, "Try it on a CPU").
+message do not work (docs/real-models.md, "A real model on a CPU").
 """
 
 from __future__ import annotations
