@@ -51,3 +51,9 @@ def test_config_print_roundtrip(tmp_path):
 def test_grade_exit_codes():
     assert cli("grade", "1/2", "\\boxed{0.5}").returncode == 0
     assert cli("grade", "3", "\\boxed{4}").returncode == 1
+
+
+def test_config_describe():
+    r = cli("config", "grpo", "solver.steps=5", "--describe")
+    assert r.returncode == 0, r.stderr
+    assert "\nsolver.steps = 5  (int)" in r.stdout and "\n    " in r.stdout  # value, type, then description

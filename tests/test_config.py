@@ -262,3 +262,44 @@ def test_former_names_and_places_of_fields_still_load(tmp_path):
         load_config("grpo", both)
     dumped = dump_yaml(load_config("grpo", None, []))
     assert "solver_samples" not in dumped and "toy_seed: 0" in dumped and "ray_address" not in dumped
+
+
+@pytest.mark.parametrize(
+    "call, hint",
+    [
+        (lambda: load_config("grpo", None, ["solver.stepz=3"]), "did you mean 'solver.steps'?"),
+        (lambda: load_config("grpo", None, ["learner.lr_sched=3"]), None),  # nothing close: no guess
+        (lambda: load_config("grpoo"), "did you mean 'grpo'?"),
+        (lambda: load_config("grpo", "rzeroo"), "did you mean 'rzero'?"),
+        (lambda: load_config("grpo", None, ["eval.benches=[gsm8]"]), "did you mean 'gsm8k'?"),
+    ],
+)
+def test_unknown_names_suggest_the_nearest(call, hint):
+    with pytest.raises(ConfigError) as e:
+        call()
+    assert (hint in str(e.value)) if hint else "did you mean" not in str(e.value)
+
+
+def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path):
+    p = tmp_path / "a.yaml"
+    p.write_text("recipe: d2evo\ndifficulty:\n  band:\n    lowe: 0.3\n")
+    with pytest.raises(
+        ConfigError, match=r"difficulty\.band\.lowe: unknown key \(did you mean 'difficulty\.band\.low'\?\)"
+    ):
+        load_config("d2evo", p)
+
+
+def test_describe_documents_every_field_with_paper_and_ours():
+    from coevolve.config.describe import describe, field_rows
+
+    cfg = load_config("d2evo", None, ["solver.steps=7"])
+    text = describe(cfg)
+    leaves = [r for r in field_rows(cfg) if r[2] != "section"]
+    assert len(leaves) > 150 and all(f"\n{name} = " in text for name, *_ in leaves)
+    assert "\nsolver.steps = 7  (int)" in text  # the resolved value, not only the class default
+    assert (
+        "\ndifficulty.samples = 32  (int)  [paper]\n    N solver samples per candidate question (paper: N = 32)."
+        in text
+    )
+    assert "difficulty.selection = 'band'  ('band' | 'random')  [paper]  alias: anchor_selection" in text
+    assert "\ndifficulty.pool_size = 400  (int | None)  [ours]" in text

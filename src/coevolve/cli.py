@@ -358,7 +358,9 @@ def data_cmd(
         data = DataConfig.model_validate(raw)
     except ValidationError as e:
         layers = [("command line", raw)]
-        raise ConfigError(validation_message(e, layers).replace("invalid config", "invalid data settings")) from None
+        raise ConfigError(
+            validation_message(e, layers, DataConfig).replace("invalid config", "invalid data settings")
+        ) from None
     tasks, report = check_source(data)
     typer.echo(
         f"{len(tasks)} questions from {source_label(data)}"
@@ -492,11 +494,21 @@ def config_cmd(
     overrides: Optional[list[str]] = typer.Argument(None),
     config: Optional[list[str]] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     preset: Optional[list[str]] = typer.Option(None, "--preset", help=PRESET_HELP),
+    describe: bool = typer.Option(
+        False, "--describe", help="Every field with its value, type, alias and description (paper's or ours)"
+    ),
 ) -> None:
-    """Print the resolved config (defaults <- presets <- files <- overrides) as YAML."""
+    """Print the resolved config (defaults <- presets <- files <- overrides) as YAML, or with
+    --describe every field documented."""
     from coevolve.config import dump_yaml, load_config
 
-    typer.echo(dump_yaml(load_config(recipe, config, overrides or [], preset or [])), nl=False)
+    cfg = load_config(recipe, config, overrides or [], preset or [])
+    if describe:
+        from coevolve.config.describe import describe as describe_config
+
+        typer.echo(describe_config(cfg), nl=False)
+        return
+    typer.echo(dump_yaml(cfg), nl=False)
 
 
 @app.command("plan")

@@ -3,6 +3,9 @@ problem (file, line, field); the CLI prints it without a traceback."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class CoevolveError(Exception):
     """Base class: a clear, user-facing error."""
@@ -26,3 +29,11 @@ class GraderError(CoevolveError):
 
 class RunStateError(CoevolveError):
     """A run folder that cannot be resumed (missing or inconsistent state)."""
+
+
+def did_you_mean(word: str, known: Iterable[str], prefix: str = "") -> str:
+    """`` (did you mean 'solver.steps'?)`` for the closest of ``known`` to a mistyped ``word``
+    (difflib's ratio >= 0.6, its default), ``prefix`` put before it, else ''; appended to the
+    message that names the unknown name."""
+    close = difflib.get_close_matches(word, [str(k) for k in known], n=1)
+    return f" (did you mean {prefix + close[0]!r}?)" if close else ""

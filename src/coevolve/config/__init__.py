@@ -8,7 +8,7 @@ from pathlib import Path
 
 from coevolve.config.base import DEFAULTS, Layer, RecipeConfig, build_config, dump_yaml, read_yaml
 from coevolve.config.presets import find_preset, is_preset_name, preset_label, real_model_given
-from coevolve.errors import ConfigError
+from coevolve.errors import ConfigError, did_you_mean
 
 # recipe name -> (config class, the recipe's declaration ``recipes.declare.Recipe``); imported
 # lazily so one broken recipe cannot break the CLI.
@@ -26,7 +26,7 @@ def _resolve(ref: str):
 
 def config_class(recipe: str) -> type[RecipeConfig]:
     if recipe not in RECIPES:
-        raise ConfigError(f"unknown recipe {recipe!r} (known: {', '.join(RECIPES)})")
+        raise ConfigError(f"unknown recipe {recipe!r}{did_you_mean(recipe, RECIPES)} (known: {', '.join(RECIPES)})")
     try:
         return _resolve(RECIPES[recipe][0])
     except ModuleNotFoundError as e:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from coevolve.errors import ConfigError
+from coevolve.errors import ConfigError, did_you_mean
 from coevolve.prompts.spec import PromptsConfig
 from coevolve.rl.learner import LearnerConfig
 from coevolve.schema import ModelPath, Strict
@@ -594,14 +594,28 @@ def origins(loc: tuple[Any, ...], layers: list[Layer]) -> list[str]:
     return hits or [DEFAULTS]
 
 
-def validation_message(err: ValidationError, layers: list[Layer]) -> str:
-    """One line per failing field: the field, what is wrong, the value, and where it came from."""
+def _section_fields(cls: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the section at ``loc`` of ``cls`` ([] when ``loc`` is not a section)."""
+    model: Any = cls
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if fields is None or part not in fields:
+            return []
+        model = fields[part].annotation
+    return list(getattr(model, "model_fields", None) or ())
+
+
+def validation_message(err: ValidationError, layers: list[Layer], cls: type[BaseModel] | None = None) -> str:
+    """One line per failing field: the field, what is wrong, the value, and where it came from;
+    an unknown key of ``cls`` with the nearest known one (did you mean)."""
     lines = []
     for e in err.errors():
         loc = _fmt_loc(e["loc"])
         where = " [from " + ", over ".join(origins(tuple(e["loc"]), layers)) + "]" if e["loc"] else ""
         if e["type"] == "extra_forbidden":
-            lines.append(f"{loc}: unknown key{where}")
+            parent = tuple(e["loc"][:-1])
+            hint = did_you_mean(str(e["loc"][-1]), _section_fields(cls, parent), "".join(f"{p}." for p in parent))
+            lines.append(f"{loc}: unknown key{hint}{where}")
             continue
         got = e.get("input")
         msg = e["msg"].removeprefix("Value error, ")
@@ -641,7 +655,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type[BaseMo
             if fields is None or part not in fields:
                 where = ".".join(path[: i + 1])
                 known = ", ".join(sorted(fields)) if fields else "(not a section)"
-                raise ConfigError(f"override {ov!r}: unknown key {where!r} (known here: {known})")
+                hint = did_you_mean(part, fields or (), ".".join(path[:i]) + "." if i else "")
+                raise ConfigError(f"override {ov!r}: unknown key {where!r}{hint} (known here: {known})")
             if i == len(path) - 1:
                 node[part] = as_typed(fields[part].annotation, ov, value)
             else:
@@ -849,7 +864,7 @@ def build_config(
             return cls.model_validate(deep_merge(cls(recipe=data.get("recipe", "")).model_dump(), data))
         except ValidationError as e:
             if dropped is None or not _drop_invalid(data, e, dropped):
-                raise ConfigError(validation_message(e, layers)) from None
+                raise ConfigError(validation_message(e, layers, cls)) from None
 
 
 def _drop_invalid(data: dict[str, Any], err: ValidationError, dropped: list[str]) -> bool:

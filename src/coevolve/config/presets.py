@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from coevolve.errors import ConfigError
+from coevolve.errors import ConfigError, did_you_mean
 
 SUFFIXES = (".yaml", ".yml")
 
@@ -55,8 +55,10 @@ def find_preset(name: str, real: bool) -> Path:
             f = root / f"{cand}.yaml"
             if f.is_file():
                 return f
+    known = list_presets()
     raise ConfigError(
-        f"config {name!r} is neither a file nor a preset shipped with coevolve (presets: {', '.join(list_presets())})"
+        f"config {name!r} is neither a file nor a preset shipped with coevolve{did_you_mean(stem, known)} "
+        f"(presets: {', '.join(known)})"
     )
 
 

@@ -34,7 +34,7 @@ from typing import Any
 from coevolve.answers import extract_answer
 from coevolve.answers.extract import last_boxed
 from coevolve.data.jsonl import iter_jsonl
-from coevolve.errors import ConfigError, DataError
+from coevolve.errors import ConfigError, DataError, did_you_mean
 from coevolve.prompts import Prompter
 from coevolve.prompts.chat import LETTERS
 from coevolve.types import AnswerGrader, Task
@@ -364,7 +364,8 @@ def resolve_benches(names: Sequence[str]) -> list[Benchmark]:
                 expanded = (name,)
             else:
                 raise ConfigError(
-                    f"unknown benchmark {name!r}; benchmarks: {', '.join(BENCHMARKS)}; groups: {', '.join(GROUPS)}"
+                    f"unknown benchmark {name!r}{did_you_mean(name, [*BENCHMARKS, *GROUPS])}; "
+                    f"benchmarks: {', '.join(BENCHMARKS)}; groups: {', '.join(GROUPS)}"
                 )
             out.extend(n for n in expanded if n not in out)
     if not out:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from coevolve.errors import ConfigError
+from coevolve.errors import ConfigError, did_you_mean
 
 GiB = float(1 << 30)
 
@@ -104,7 +104,9 @@ DEVICES: dict[str, Device] = {
 
 def device_for(name: str) -> Device:
     if name not in DEVICES:
-        raise ConfigError(f"--device {name!r}: unknown device (known: {', '.join(DEVICES)})")
+        raise ConfigError(
+            f"--device {name!r}: unknown device{did_you_mean(name, DEVICES)} (known: {', '.join(DEVICES)})"
+        )
     return DEVICES[name]
 
 
