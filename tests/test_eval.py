@@ -482,6 +482,25 @@ def test_coevolve_eval_budget_is_the_runs_budget():
     assert run_eval("arith").max_new_tokens == arith.max_new_tokens  # the arith presets' budget
 
 
+@pytest.mark.parametrize("recipe", ["grpo", "d2evo", "diagevo", "rzero"])
+def test_coevolve_eval_of_a_skill_checkpoint_evaluates_as_the_skill_runs(tmp_path, recipe):
+    """``coevolve eval --model <skill checkpoint>``: the checkpoint's world is skill, and its
+    evaluation defaults are the skill presets' (4 samples, 80 tokens), not a real model's."""
+    import yaml
+
+    from coevolve.eval.suite import run_eval
+    from coevolve.world import CHECKPOINT_META, world_of_model
+
+    ckpt = tmp_path / "solver_r01"
+    ckpt.mkdir()
+    (ckpt / CHECKPOINT_META).write_text(json.dumps({"world": "skill"}))
+    world = world_of_model(ckpt, None)
+    preset = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "skill" / f"{recipe}.yaml").read_text())
+    got = run_eval(world.name)
+    assert world.name == "skill"
+    assert (got.samples, got.max_new_tokens) == (preset["eval"]["samples"], preset["eval"]["max_new_tokens"])
+
+
 class SeededSampler(KeywordSampler):
     """A KeywordSampler whose T=1 answers depend on the sampling seed (one table per seed)."""
 

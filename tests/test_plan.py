@@ -199,6 +199,25 @@ def test_eval_repeats_count_their_samples_not_the_greedy_pass():
     assert three.rollouts - one.rollouts == 2 * g.eval.heldout_size * 2 * g.eval.samples
 
 
+def test_eval_plans_the_benchmark_of_the_runs_world(tmp_path):
+    """The cost model plans the benchmark the run evaluates (``WORLDS``' default, as the world
+    built for the run has): the skill set for a skill run (its base is a toy-sized model), arith
+    for an arith run, not toy / math7 by the model's size."""
+    from coevolve.world import make_world
+
+    model = tmp_path / "m"
+    model.mkdir()
+    skill = load_config("grpo", None, ["data.source=skill"])
+    arith = load_config("grpo", None, [f"model.path={model}", "data.source=arith"])
+    for cfg, toy, bench in (
+        (skill, True, "skill"),
+        (arith, False, "arith"),
+        (load_config("grpo", None, []), True, "toy"),
+    ):
+        assert {w.name: w for w in phases(cfg, toy=toy)}["eval"].note == bench
+    assert make_world(skill, None, lambda m: None).default_benches == ("skill",)
+
+
 # ---------------------------------------------------------------- verdicts
 def test_toy_fits_everywhere_and_preflight_is_silent():
     for recipe in ("grpo", "d2evo", "diagevo"):

@@ -297,8 +297,10 @@ def test_world_draws_pools_and_causes():
     assert w.shows_causes("93-27", [c]) == [True] and w.shows_causes("97-27", [c]) == [False]
     assert w.oracle("93-27~*3") == "198" and w.oracle("nonsense") is None
     assert w.prompter.parse_question("<question>93-27~*3</question>") == "93-27~*3"
-    with pytest.raises(ConfigError, match="backend=local only"):
-        make_world(_cfg("backend=verl"), None, lambda m: None)
+    # verl's reward workers rebuild this world's prompter by its name: the skill world runs under verl
+    from coevolve.verl.writer import prompter_spec
+
+    assert prompter_spec(make_world(_cfg("backend=verl"), None, lambda m: None).prompter) == {"kind": "skill"}
 
 
 def test_memory_scores_against_the_injected_deficits():

@@ -551,6 +551,26 @@ def _writer_spec(kind: str, **kw):
     )
 
 
+def test_reward_workers_rebuild_each_worlds_prompter():
+    """A writer's reward worker rebuilds the run's prompter from the spec: the toy and skill
+    worlds' own prompters by name (the skill world's question parser included), a real model's
+    chat prompter from its settings; a world whose prompter needs a tokenizer is refused by name."""
+    from dataclasses import replace
+
+    from coevolve.prompts.chat import ChatPrompter
+    from coevolve.verl.writer import _prompter, prompter_spec
+    from coevolve.world.skill.prompts import SkillPrompter
+    from coevolve.world.toy.prompts import ToyPrompter
+
+    for p in (ToyPrompter(), SkillPrompter(), ChatPrompter(None, use_chat_template=False)):
+        back = _prompter(replace(_writer_spec("plateau"), prompter=prompter_spec(p)))
+        assert type(back) is type(p)
+    skill = _prompter(replace(_writer_spec("plateau"), prompter=prompter_spec(SkillPrompter())))
+    assert skill.parse_question("<question>93-27~*3</question>") == "93-27~*3"
+    with pytest.raises(ConfigError, match="the real world's prompter is rebuilt from a tokenizer"):
+        _prompter(replace(_writer_spec("plateau"), prompter={"kind": "real"}))
+
+
 def test_writer_reward_equals_coevolve_rewards():
     """Per sample (verl) = coevolve's batch scorer (local) for the plateau reward on fixed answers;
     R-Zero's reward, whose repetition penalty clusters the whole batch, is refused per sample."""

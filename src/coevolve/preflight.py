@@ -19,6 +19,7 @@ from coevolve.errors import ConfigError, ModelLoadError
 from coevolve.extras import check_extras
 from coevolve.plan import preflight_problems
 from coevolve.schema import WriterReward
+from coevolve.world.facts import WORLDS, world_of_config
 
 
 def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str]:
@@ -162,15 +163,7 @@ def check_resume_checkpoint(cfg: RecipeConfig) -> None:
             "older checkpoint of the run keeps only its weights: use the newest, or model.path for the "
             "weights alone)"
         )
-    world = (
-        "skill"
-        if cfg.data.source == "skill"
-        else "toy"
-        if cfg.model.path is None
-        else "arith"
-        if cfg.data.source == "arith"
-        else "real"
-    )
+    world = world_of_config(cfg).name
     trained_in = read_checkpoint_meta(d).get("world")
     if trained_in is not None and trained_in != world:
         raise ConfigError(
@@ -234,13 +227,16 @@ MIN_REAL_QUESTION_TOKENS = 64
 
 
 def evaluated_benches(cfg: RecipeConfig) -> list[Any]:
-    """The benchmarks the run will evaluate: ``eval.benches``, or the world's default (toy for the
-    toy model, arith / skill for those worlds, math7 for another real model)."""
+    """The benchmarks the run will evaluate: ``eval.benches``, or the world's default
+    (``WORLDS``: toy, skill, arith, math7 for a real model). A toy or skill model given as
+    ``model.path`` on real data is measured with the toy set's lengths: it cannot write a math
+    solution at any budget, so the real benchmarks' solution lengths would refuse every such run."""
     from coevolve.eval.benchmarks import resolve_benches
 
-    real = cfg.model.path is not None and not is_toy_model(cfg.model.path)
-    default = [cfg.data.source] if cfg.data.source in ("arith", "skill") else ["math7"] if real else ["toy"]
-    return resolve_benches(cfg.eval.benches or default)
+    facts = world_of_config(cfg)
+    if facts.name == "real" and is_toy_model(cfg.model.path):
+        facts = WORLDS["toy"]
+    return resolve_benches(cfg.eval.benches or facts.default_benches)
 
 
 def expected_answer_tokens(bench: Any, data_dir: str | None) -> int:

@@ -437,20 +437,16 @@ def compare(dirs: list[Path]) -> str:
 
 
 def run_eval(world: str) -> Any:
-    """The evaluation section (``EvalConfig``) a run in ``world`` has unless told otherwise: the
-    config's defaults in the toy world, the SmolLM2 arith presets' in the arith world (greedy, 48
-    tokens), the real-model preset's otherwise (greedy, mean@32 on AIME / AMC, 4096 tokens), so ``coevolve eval`` measures a model as its runs do."""
+    """The evaluation section (``EvalConfig``) a run in ``world`` has unless told otherwise, from
+    the world's table (``coevolve.world.facts.WORLDS``): the config's defaults in the toy world, the
+    skill presets' in the skill world (4 samples, 80 tokens), the SmolLM2 arith presets' in the
+    arith world (greedy, 48 tokens), the real-model preset's otherwise (greedy, mean@32 on AIME /
+    AMC, 4096 tokens), so ``coevolve eval`` measures a model as its runs do."""
     from coevolve.config.base import EvalConfig, real_preset
+    from coevolve.world.facts import WORLDS
 
-    if world == "toy":
-        return EvalConfig()
-    if world == "arith":
-        return EvalConfig(samples=0, max_new_tokens=ARITH_ANSWER_TOKENS)
-    return EvalConfig.model_validate(real_preset("grpo").get("eval", {}))
-
-
-ARITH_ANSWER_TOKENS = 48
-"""Answer budget of an arith evaluation: the answers of configs/smollm2/ run ~25 tokens."""
+    fields = WORLDS[world].eval
+    return EvalConfig.model_validate(real_preset("grpo").get("eval", {}) if fields is None else dict(fields))
 
 
 def evaluate_model(

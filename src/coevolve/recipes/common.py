@@ -30,7 +30,7 @@ from coevolve.run.files import TMP_SUFFIX, atomic_write_json
 from coevolve.schema import GRPOPhase, WriterReward
 from coevolve.training import AuditFn, Trainer, TrainRequest, TrainResult, WriterRule, WriterScoring, make_trainer
 from coevolve.types import AnswerGrader, Sampler, SamplingParams, Task
-from coevolve.world import CHECKPOINT_META, CHECKPOINT_META_FORMAT, World, base_model_path, make_world
+from coevolve.world import CHECKPOINT_META, CHECKPOINT_META_FORMAT, World, base_model_path, make_world, world_of_config
 
 
 @dataclass
@@ -249,12 +249,13 @@ def eval_due(cfg: RecipeConfig, phase: Phase) -> bool:
 
 
 def eval_work(cfg: RecipeConfig, toy: bool) -> Work:
-    """An evaluation's answers: per benchmark its items (``eval.heldout_size`` for the toy
+    """An evaluation's answers: per benchmark (``eval.benches``, or the default of the config's
+    world, the one the run evaluates) its items (``eval.heldout_size`` for the toy
     held-out set, ``Benchmark.items`` otherwise; at most ``eval.limit``) x (1 greedy +
     ``eval.samples`` x ``eval.repeats``: each evaluation run draws its own samples, the greedy
     pass runs once), in one sampler call."""
     e = cfg.eval
-    benches = resolve_benches(e.benches or (["toy"] if toy else ["math7"]))
+    benches = resolve_benches(e.benches or world_of_config(cfg).default_benches)
     rows = 0
     for b in benches:
         n = e.heldout_size if b.kind == "toy" else b.items

@@ -52,7 +52,9 @@ class WriterSpec:
     seed: int  # the phase's reward seed (the local reward's ``seed``)
     ns: str  # "verify" (D²Evo) or "solve" (DiagEvo): the local reward's seed part
     params: dict[str, Any]  # SamplingParams of the solver's answers (seed set per question)
-    prompter: dict[str, Any]  # {"kind": "toy"} or {"kind": "chat", "chat_template": .., "enable_thinking": ..}
+    prompter: dict[
+        str, Any
+    ]  # {"kind": "toy" | "skill"} or {"kind": "chat", "chat_template": .., "enable_thinking": ..}
     rep_tokenizer: str
     batch_prompts: int
     solver_path: str = ""  # the frozen solver folder the phase exported ("" with solver_url)
@@ -103,11 +105,14 @@ _VOTES: dict[tuple[str, int, str], VoteRecord] = {}
 
 
 def prompter_spec(prompter: Any) -> dict[str, Any]:
-    """The world's prompter as data a reward worker rebuilds it from (``_prompter``)."""
-    from coevolve.world.toy.prompts import ToyPrompter
+    """The world's prompter as data a reward worker rebuilds it from (``_prompter``): a world's own
+    prompter (toy, skill: ``WORLDS[...].prompter``) by its world's name, a real model's as its
+    settings."""
+    from coevolve.world.facts import WORLDS
 
-    if isinstance(prompter, ToyPrompter):
-        return {"kind": "toy"}
+    world = getattr(prompter, "world", None)
+    if world in WORLDS and WORLDS[world].prompter is not None:
+        return {"kind": world}
     prompts = getattr(prompter, "prompts", None)
     return {
         "kind": "chat",
@@ -118,10 +123,10 @@ def prompter_spec(prompter: Any) -> dict[str, Any]:
 
 
 def _prompter(spec: WriterSpec) -> Any:
-    if spec.prompter.get("kind") == "toy":
-        from coevolve.world.toy.prompts import ToyPrompter
+    if spec.prompter.get("kind") != "chat":
+        from coevolve.world.facts import world_prompter
 
-        return ToyPrompter()
+        return world_prompter(str(spec.prompter.get("kind")))
     from coevolve.engine import load_tokenizer
     from coevolve.prompts.chat import ChatPrompter
     from coevolve.prompts.spec import PromptsConfig

@@ -26,6 +26,7 @@ from coevolve.memory.diagnose import Diagnoser
 from coevolve.memory.store import Cause
 from coevolve.prompts import Prompter
 from coevolve.types import Task
+from coevolve.world.facts import WORLDS, WorldFacts, world_name, world_of_config
 
 
 class World(Protocol):
@@ -85,7 +86,7 @@ def base_model_path(model_cfg: Any, say: Callable[[str], None], data_cfg: Any = 
     if model_cfg.path:
         return Path(model_cfg.path)
     cache = Path(model_cfg.toy_cache) if model_cfg.toy_cache else None
-    if data_cfg is not None and data_cfg.source == "skill":
+    if WORLDS[world_name(None, data_cfg.source if data_cfg is not None else "toy")].base_model == "skill":
         from coevolve.world.skill.pretrain import ensure_skill_base
         from coevolve.world.skill.problems import DeficitProfile
 
@@ -112,11 +113,12 @@ def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
     ``data.source``); for a real model the arith world (``data.source=arith``) or ``data.source``
     as a JSONL file (or no labelled data for label-free recipes). ``data.source=skill``
     is the skill world whatever the model (its base, or a checkpoint of a skill run)."""
-    if cfg.data.source == "skill":
+    name = world_name(cfg.model.path, cfg.data.source)
+    if name == "skill":
         from coevolve.world.skill.world import SkillWorld
 
         return SkillWorld.from_config(cfg, say)
-    if cfg.model.path is None:
+    if name == "toy":
         from coevolve.world.real import load_labelled
         from coevolve.world.toy import LEVELS, labelled_set
         from coevolve.world.toy.world import ToyWorld
@@ -144,7 +146,7 @@ def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
         enable_thinking=cfg.model.enable_thinking,
         prompts=cfg.prompts,
     )
-    if cfg.data.source == "arith":
+    if name == "arith":
         from coevolve.world.arith import ArithWorld
 
         return ArithWorld.from_config(cfg, prompter, say)
@@ -252,9 +254,13 @@ def world_of_model(
 __all__ = [
     "CHECKPOINT_META",
     "CHECKPOINT_META_FORMAT",
+    "WORLDS",
     "World",
+    "WorldFacts",
     "base_model_path",
     "make_world",
     "read_checkpoint_meta",
+    "world_name",
+    "world_of_config",
     "world_of_model",
 ]

@@ -41,6 +41,7 @@ from coevolve.memory.diagnose import Diagnoser
 from coevolve.memory.store import Cause
 from coevolve.prompts import Prompter
 from coevolve.types import Task
+from coevolve.world.facts import WORLDS
 from coevolve.world.real import draw_from, pool_from
 
 LEVELS: tuple[int, ...] = (1, 2, 3, 4)
@@ -232,7 +233,7 @@ class ArithWorld:
     benchmark ``arith``, an exact oracle for any arithmetic question, the real-model prompts."""
 
     name = "arith"
-    default_benches = ("arith",)
+    default_benches = WORLDS["arith"].default_benches
     default_diagnoser = "llm"
     knows_truth = True
     rep_tokenizer = "whitespace"

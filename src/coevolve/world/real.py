@@ -15,11 +15,12 @@ from coevolve.memory.store import Cause
 from coevolve.prompts import Prompter
 from coevolve.prompts.chat import ChatPrompter
 from coevolve.types import Task
+from coevolve.world.facts import WORLDS
 
 
 class RealWorld:
     name = "real"
-    default_benches = ("math7",)
+    default_benches = WORLDS["real"].default_benches
     default_diagnoser = "llm"
     knows_truth = False
     rep_tokenizer = "whitespace"

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.curriculum.buffer import dedupe, normalize_question
-from coevolve.errors import ConfigError
 from coevolve.memory.diagnose import Diagnoser, TraceDiagnoser
 from coevolve.memory.store import Cause
 from coevolve.prompts import Prompter
 from coevolve.types import Task
+from coevolve.world.facts import WORLDS
 from coevolve.world.real import draw_from, pool_from
 from coevolve.world.skill.causes import CAUSES, cause_by_text, explain_divergence, injected_causes, shows_cause
 from coevolve.world.skill.problems import (
@@ -37,7 +37,7 @@ DEFAULT_POOL = 400
 
 class SkillWorld:
     name = "skill"
-    default_benches = ("skill",)
+    default_benches = WORLDS["skill"].default_benches
     default_diagnoser = "trace"
     knows_truth = True
     chat_template = False
@@ -65,11 +65,6 @@ class SkillWorld:
     @classmethod
     def from_config(cls, cfg: Any, say: Callable[[str], None]) -> SkillWorld:
         sk = cfg.data.skill
-        if cfg.backend.kind == "verl":
-            raise ConfigError(
-                "data.source=skill runs on backend=local only (verl's writer workers rebuild the toy "
-                "or chat prompter, not the skill world's question parser)"
-            )
         profile = DeficitProfile.of(sk.deficits)
         tasks = None
         if cfg.data.limit is not None:

@@ -13,6 +13,7 @@ from coevolve.memory.diagnose import Diagnoser, TraceDiagnoser
 from coevolve.memory.store import Cause
 from coevolve.prompts import Prompter
 from coevolve.types import Task
+from coevolve.world.facts import WORLDS
 from coevolve.world.real import draw_from, pool_from
 from coevolve.world.toy import (
     build_tokenizer,
@@ -37,7 +38,7 @@ def toy_vocab() -> tuple[tuple[str, int], ...]:
 
 class ToyWorld:
     name = "toy"
-    default_benches = ("toy",)
+    default_benches = WORLDS["toy"].default_benches
     default_diagnoser = "trace"
     knows_truth = True
     chat_template = False
