@@ -36,7 +36,10 @@ A math span is a math environment (its content) or a run of numbers, operators, 
 commands and one-letter variables in the text ("25 - 14 = 11", "3x + 2", "\\frac{2}{5}"). A chain
 of numeric equalities reads as its last value ("25 - 14 = 11" -> "11", math-verify's last-equation
 rule); an equation with a variable (``x = 3``, ``2x + y = 5``) is kept whole for the grader. A
-span that is a sentence (``$? just about 1$``) is no answer.
+span that is a sentence is no answer; a ``$`` whose inline "math" would be a sentence is a currency
+sign (``= $10,455. The final answer is $10,455$``). Plain-text math is read as models write it:
+``-1 + sqrt(3)``, ``2**(1/4)``, a time ``20:34:00``, ``33.5 percent``; a sign after "Answer:" is
+the answer's.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .normalize import UNIT_WORDS
+from .normalize import PLAIN_FUNCTIONS, UNIT_WORDS
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
 _BRACE_TOKEN_RE = re.compile(r"\\[{}]|[{}]")
@@ -234,7 +237,7 @@ _MAX_X = 300  # a statement's X longer than this is not tried as a bare answer (
 
 # Copulas and punctuation between an anchor and a bare X ("is", "est", "是", ":", "=").
 _LEAD_RE = re.compile(
-    r"[\s*:：=\-—]*(?:(?i:is|are|was|will\s+be|would\s+be|equals|est|sera|ist|lautet|es|é|è|是|为|為)"
+    r"(?:[\s*:：=—]|-(?![\d.($\\]))*(?:(?i:is|are|was|will\s+be|would\s+be|equals|est|sera|ist|lautet|es|é|è|是|为|為)"
     r"(?![^\W\d_]))?[\s*:：=]*"
 )
 _CLAUSE_BREAK_RE = re.compile(r"[,;，；،、]")
@@ -255,7 +258,10 @@ _SIGN_OFF_RE = re.compile(
 # A run of math in running text: numbers (not glued to a word: "AZYUK2A" has none), operators,
 # brackets, LaTeX commands, one-letter variables, currency and percent signs, spaces.
 _RUN_TOKEN = (
-    r"(?<![A-Za-z]{2})\d+(?:[.,]\d+)*|\.\d+"  # a number, not glued to a word ("AZYUK2A" holds none)
+    r"(?<![A-Za-z]{2})\d{1,2}(?::\d{2}){1,2}(?![\d:])"  # a time (20:34, 20:34:00)
+    r"|(?<![A-Za-z]{2})\d+(?:[.,]\d+)*|\.\d+"  # a number, not glued to a word ("AZYUK2A" holds none)
+    rf"|(?<![A-Za-z])(?:{'|'.join(PLAIN_FUNCTIONS)})(?=\s*\()"  # plain-text math: sqrt(3), log(2)
+    r"|(?<![A-Za-z])(?:percent|pi)(?![A-Za-z])"
     r"|\\(?:text|textbf|textit|textrm|textnormal|mathrm|mbox|operatorname)\s*\{[^{}\n]*\}"  # units, names
     r"|\\(?:begin|end)\s*\{[A-Za-z*]+\}"  # matrix and array environments
     r"|\\[A-Za-z]+\d*|\\\\|\\[%$,!;: {}]"  # LaTeX commands ("\\frac12", "\\sqrt3"), "\\\\", escapes
@@ -335,6 +341,8 @@ class _Doc:
                 continue  # inline math stays on one line
             if _NONSPACE_RE.search(s, lo, hi) is None:
                 continue
+            if t == "$" and _is_sentence(s[lo:hi]):
+                continue  # "$10,455. Final Answer: ... is $": a currency sign, not inline math
             envs.append(_Env(p, hi + len(closer[t]), s[lo:hi]))
             i = j + 1
         return envs
@@ -570,7 +578,8 @@ def _tagged_answer(text: str) -> str | None:
     return answer_or_whole(body[:close]) or ""
 
 
-_BARE_WORDS = frozenset(UNIT_WORDS) | {"and", "or"}
+_BARE_WORDS = frozenset(UNIT_WORDS) | frozenset(PLAIN_FUNCTIONS) | {"and", "or", "pi"}
+_FACTORIAL_RE = re.compile(r"(?<=[\d)}])!")  # "1/2004!": a factorial, not the end of a sentence
 
 
 def _is_bare(s: str) -> bool:
@@ -579,7 +588,7 @@ def _is_bare(s: str) -> bool:
     or one word standing alone (``Evelyn``), with no answer word and no sentence end inside."""
     if _one_env_content(s) != s:
         return True
-    if _WORD_RE.search(s) or _SENT_END_RE.search(s.rstrip(". ")):
+    if _WORD_RE.search(s) or _SENT_END_RE.search(_FACTORIAL_RE.sub("", s.rstrip(". "))):
         return False
     doc = _Doc(s)
     rest = "".join(s[a:b] for a, b in zip([0, *(e.end for e in doc.envs)], [*(e.start for e in doc.envs), len(s)]))
@@ -592,7 +601,11 @@ def answer_or_whole(text: str) -> str | None:
     """One side of a pair to grade, which may be a whole model output or a bare answer: the box
     when it has one (None when that box is empty or truncated), the whole string when it is a
     bare answer (``x = 3``, ``\\$5``, ``12 and 13``, ``5 dollars``, ``Evelyn``), else the
-    free-text reading of ``extract_answer`` (None when it states no answer)."""
+    free-text reading of ``extract_answer`` (None when it states no answer). An ``<answer>`` tag
+    is read first, as by ``extract_answer``."""
+    tagged = _tagged_answer(text)
+    if tagged is not None:
+        return tagged or None
     if has_box(text):
         return boxed_answer(text)
     s = text.strip()

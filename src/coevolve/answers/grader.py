@@ -193,6 +193,34 @@ def _ordered_list_equiv(a: Canon, b: Canon) -> bool | None:
     return all(verdicts)
 
 
+_PRIMED_RE = re.compile(r"[A-Za-z]'+")  # normalised: A^{\prime} and A’ are A'
+
+
+def _primes(text: str) -> list[str]:
+    """The primed letters of a normalised answer (``E'`` -> ``["E'"]``), in order."""
+    return _PRIMED_RE.findall(text)
+
+
+def shape_mismatch(a: Canon, b: Canon) -> bool:
+    """True when two answers that are not equal as strings differ in kind, whatever their values:
+    different primed symbols (``E`` and ``E'``: math-verify drops the prime), or a bare list against
+    a single value (``1,1`` and ``1``: math-verify reads the list as the set ``{1}``). Decided
+    "not equal" before math-verify: a false "equal" rewards a wrong answer."""
+    if _primes(a.text) != _primes(b.text):
+        return True
+    if "=" in a.text + b.text:
+        return False
+    return any(_split_top_commas(x.text) is not None and _single(y.text) for x, y in ((a, b), (b, a)))
+
+
+_SEVERAL_RE = re.compile(r"[,;]|\\pm|\\mp|±|∓|(?<![a-zA-Z])(?:and|or)(?![a-zA-Z])|\d(?:and|or)\d")
+
+
+def _single(text: str) -> bool:
+    """True when a normalised answer states one value: no list separator, no "and" / "or", no ±."""
+    return _SEVERAL_RE.search(text) is None
+
+
 class Grader:
     """Owns one math-verify worker process; thread-safe; restarts the worker after a timeout.
 
@@ -329,6 +357,8 @@ class Grader:
     # ------------------------------------------------------------------ equivalence
     def _cheap(self, a: Canon, b: Canon) -> bool | None:
         verdict = cheap_equiv(a, b)
+        if verdict is None and shape_mismatch(a, b):
+            return False
         if verdict is None and self.ordered_bare_lists:
             verdict = _ordered_list_equiv(a, b)
         return verdict

@@ -18,8 +18,8 @@ _WRAPPER_RE = re.compile(
     r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mathsf|mbox|operatorname|boldsymbol|bm)\s*\{"
 )
 _UNICODE_OPS = str.maketrans({"−": "-", "·": "\\cdot ", "×": "\\times ", "÷": "\\div "})
-_NEG_SPACE_RE = re.compile(r"\\!")
-_BRACED_COMMA_RE = re.compile(r"\{\s*,\s*\}")  # "14{,}916", "14 {, }916": a thousands comma
+_NEG_SPACE_RE = re.compile(r"\\!\s*")
+_BRACED_COMMA_RE = re.compile(r"\s*\{\s*,\s*\}\s*")  # "14{,}916", "14 {, }916": a thousands comma
 _SPACING_RE = re.compile(r"\\[,;:! ]|\\quad|\\qquad|~|\\displaystyle|\\limits")
 _LEFT_RIGHT_RE = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])\s*")
 _FRAC_VARIANT_RE = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
@@ -27,6 +27,7 @@ _FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)")  # \frac12 -> \frac{1}{2}
 _FRAC_HALF_SHORT_RE = re.compile(r"\\frac\s*\{([^{}]*)\}\s*(\d)")  # \frac{10}3
 _FRAC_FIRST_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*\{")  # \frac3{4}
 _SQRT_SHORT_RE = re.compile(r"\\sqrt\s*(\d+|[a-zA-Z])")
+_PRIME_RE = re.compile(r"\^\s*\{\s*\\prime\s*\}|\^\s*\\prime|\\prime|’")  # A^{\prime} is A'
 _DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|°|\\degree")
 _PERCENT_RE = re.compile(r"\\%|%|\\percent")
 _DOLLAR_RE = re.compile(r"\\\$|\$|€|£|¥")
@@ -55,20 +56,56 @@ _FRAC_NUM_RE = re.compile(r"([-+]?)\\frac\{([-+]?\d+)\}\{([-+]?\d+)\}")
 _SLASH_NUM_RE = re.compile(r"([-+]?\d+)/([-+]?\d+)")
 _SCI_RE = re.compile(r"([-+]?(?:\d+(?:\.\d*)?|\.\d+))(?:\\times|\*|x)10\^\{?([-+]?\d+)\}?")
 _NEWLINE_PROTECT_RE = re.compile(r"(\\[a-zA-Z]+)\s+(?=[a-zA-Z])")
+PLAIN_FUNCTIONS: tuple[str, ...] = ("sqrt", "cbrt", "exp", "log", "ln", "sin", "cos", "tan")
+"""Functions a model writes in plain-text math (``-1 + sqrt(3)``). ``normalize`` turns ``sqrt(x)``
+into ``\\sqrt{x}`` and ``a**b`` into ``a^{b}``: math-verify's LaTeX parser reads ``-1 + sqrt(3)``
+as no value, and only its plain-expression parser reads ``**`` -- which reads ``-1 + sqrt(3)`` as
+``-1`` (a partial match), so it is never sent a raw answer."""
+_SQRT_CALL_RE = re.compile(r"(?<![\\a-zA-Z])sqrt\s*\(")
+_POW_RE = re.compile(r"\*\*\s*")
+_PERCENT_WORD_RE = re.compile(r"(?<=[\d\s])(?:percent|per\s+cent|pct)(?![a-zA-Z])", re.IGNORECASE)
+_REVERSED_ASSIGN_RE = re.compile(r"^([^=]*[^=\s])\s*=\s*[a-zA-Z](?:_\{?\w+\}?)?$")  # "2 = x"
+_TIME_RE = re.compile(r"(\d{1,2}:\d{2}):00")  # "20:34:00" is the time 20:34
+TIME_FULL_RE = re.compile(r"\d{1,2}:\d{2}(?::\d{2})?")
 FLOAT_ROUNDING = 6  # decimal places, same as math-verify's verify(float_rounding=6)
 
 
-def matching_brace(s: str, open_idx: int) -> int | None:
-    """Index of the ``}`` matching the ``{`` at ``open_idx`` (None when unbalanced)."""
+def matching_brace(s: str, open_idx: int, pair: str = "{}") -> int | None:
+    """Index of the ``}`` (or ``pair[1]``) matching the ``{`` (``pair[0]``) at ``open_idx`` (None
+    when unbalanced)."""
     depth = 0
     for i in range(open_idx, len(s)):
-        if s[i] == "{":
+        if s[i] == pair[0]:
             depth += 1
-        elif s[i] == "}":
+        elif s[i] == pair[1]:
             depth -= 1
             if depth == 0:
                 return i
     return None
+
+
+def _plain_math_to_latex(s: str) -> str:
+    """``sqrt(x)`` -> ``\\sqrt{x}``, ``a**(b)`` / ``a**b`` -> ``a^{(b)}`` / ``a^{b}`` (see
+    ``PLAIN_FUNCTIONS``); an unbalanced call is left as written. Linear per rewrite, at most 20."""
+    for _ in range(20):
+        m = _SQRT_CALL_RE.search(s)
+        close = None if m is None else matching_brace(s, m.end() - 1, "()")
+        if m is None or close is None:
+            break
+        s = s[: m.start()] + "\\sqrt{" + s[m.end() : close] + "}" + s[close + 1 :]
+    for _ in range(20):
+        m = _POW_RE.search(s)
+        if m is None:
+            break
+        j = m.end()
+        end = matching_brace(s, j, "()") if j < len(s) and s[j] == "(" else None
+        if end is None:
+            num = re.match(r"[-+]?[\w.]+", s[j:])
+            end = j + num.end() - 1 if num else None
+        if end is None:
+            break
+        s = s[: m.start()] + "^{" + s[j : end + 1] + "}" + s[end + 1 :]
+    return s
 
 
 def _unwrap_commands(s: str) -> str:
@@ -115,9 +152,11 @@ def _canon(ans: str) -> tuple[str, bool]:
     s = _FRAC_FIRST_SHORT_RE.sub(r"\\frac{\1}{", s)
     s = _FRAC_HALF_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
     s = _SQRT_SHORT_RE.sub(r"\\sqrt{\1}", s)
-    s = _DEGREE_RE.sub("", s)
-    had_percent = bool(_PERCENT_RE.search(s))
-    s = _PERCENT_RE.sub("", s)
+    s = _DEGREE_RE.sub("", _PRIME_RE.sub("'", s))
+    if "sqrt" in s or "**" in s:
+        s = _plain_math_to_latex(s)
+    had_percent = bool(_PERCENT_RE.search(s) or _PERCENT_WORD_RE.search(s))
+    s = _PERCENT_WORD_RE.sub("", _PERCENT_RE.sub("", s))
     s = _DOLLAR_RE.sub("", s)
     s = s.strip().rstrip(".").strip()
     m = _TRAILING_UNIT_RE.match(s)
@@ -126,6 +165,9 @@ def _canon(ans: str) -> tuple[str, bool]:
     s = _THOUSANDS_RE.sub(lambda mm: mm.group(1) + mm.group(2).replace(",", ""), s)
     if s.count("=") == 1:
         s = _ASSIGN_RE.sub("", s)
+        s = _REVERSED_ASSIGN_RE.sub(r"\1", s)  # "2 = x" states x = 2
+    if TIME_FULL_RE.fullmatch(s):
+        s = _TIME_RE.sub(r"\1", s)
     s = _NEWLINE_PROTECT_RE.sub(lambda mm: mm.group(1) + "\x00", s)
     s = re.sub(r",\s+(?=\d)", ",\x00", s)  # "32, 349" is a list, not 32349: keep the gap
     s = re.sub(r"\s+", "", s).replace("\x00", " ")
