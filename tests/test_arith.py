@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import doctest
+import hashlib
+import json
 import random
 
 import pytest
@@ -67,8 +69,40 @@ def test_every_generated_problem_is_answered_by_the_oracle() -> None:
             assert A.oracle(t.question) == t.answer and t.features["level"] == level
             assert t.question.startswith("What is ") and t.question.endswith("?")
             assert int(t.answer) >= 0
+    for level in A.LADDER_LEVELS[4:]:
+        for _ in range(200):
+            t = A.make_problem(rng, level)
+            assert A.oracle(t.question) == t.answer and t.features["level"] == level and int(t.answer) >= 0
+    assert A.read_expression(A.make_problem(rng, 7).question).count("*") >= 1
+    assert "/" not in A.make_problem(rng, 8).id  # ids stay usable as file names
     with pytest.raises(ConfigError):
-        A.make_problem(rng, 5)
+        A.make_problem(rng, 10)
+
+
+def test_arith_benchmark_is_unchanged_by_the_ladder() -> None:
+    """The ``arith`` benchmark's 500 items hash as they did before the ladder existed, so earlier
+    figures stay comparable."""
+    rows = [[t.id, t.question, t.answer, t.features] for t in A.heldout_tasks()]
+    digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+    assert digest == "a7fca185e5e67f81b27f30f478ba768687a377c9614a4332af4c8e9a9fdb6043"
+
+
+def test_ladder_is_held_out_per_level_and_never_drawn() -> None:
+    ladder = A.ladder_tasks()
+    assert len(ladder) == A.LADDER_PER_LEVEL * len(A.LADDER_LEVELS) == 450
+    assert [sum(t.features["level"] == lv for t in ladder) for lv in A.LADDER_LEVELS] == [50] * 9
+    assert [t.features["level"] for t in ladder[:9]] == list(A.LADDER_LEVELS)  # interleaved: prefixes balanced
+    assert len({t.question for t in ladder}) == 450
+    assert not {t.question for t in ladder} & {t.question for t in A.heldout_tasks()}
+    assert all(A.oracle(t.question) == t.answer for t in ladder)
+    (b,) = resolve_benches(["arith_ladder"])
+    assert [t.question for t in load_tasks(b, limit=9)] == [t.question for t in ladder[:9]]
+    w = make_world(_cfg("data.levels=[5,6,7,8,9]"), None, lambda _: None)
+    assert {normalize_question(t.question) for t in ladder} <= w.excluded()
+    drawn = w.draw(random.Random(0), 3000)
+    assert {t.features["level"] for t in drawn} == {5, 6, 7, 8, 9}
+    assert not {normalize_question(t.question) for t in drawn} & w.excluded()
+    assert len(w.bench_tasks("arith_ladder", None, None)) == 450
 
 
 def test_heldout_is_fixed_balanced_and_never_drawn() -> None:
@@ -114,6 +148,7 @@ def test_world_from_config(tmp_path) -> None:
     "over,message",
     [
         (["data.levels=[0]"], "data.levels: must be a non-empty list"),
+        (["data.levels=[10]"], "data.levels: must be a non-empty list"),
         (["data.levels=[]"], "data.levels: must be a non-empty list"),
         (["data.source=skill", "data.levels=[1]"], "data.levels: levels apply to the generated worlds toy and arith"),
     ],

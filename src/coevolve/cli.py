@@ -460,6 +460,25 @@ def model_smollm2(
     typer.echo(f"SmolLM2-135M-Instruct: {path}")
 
 
+@model_app.command("smollm2-arith")
+def model_smollm2_arith(
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder to write (default: the cache, built once)"),
+    steps: int = typer.Option(150, "--steps", help="Optimiser steps of batch --batch-size"),
+    batch_size: int = typer.Option(16, "--batch-size"),
+    lr: float = typer.Option(1e-4, "--lr"),
+    seed: int = typer.Option(0, "--seed"),
+    base: str = typer.Option("smollm2", "--base", help="The model fine-tuned (folder or built-in name)"),
+) -> None:
+    """SmolLM2-135M-Instruct warm-started on worked arith answers (TRL SFT; recipe in warm_start.json)."""
+    from coevolve.warmstart import WarmStartConfig, build_warm_start, ensure_warm_start
+
+    cfg = WarmStartConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, base=base)
+    if out is None and cfg != WarmStartConfig():
+        raise CoevolveError("the cached smollm2-arith has the default recipe: give --out for other settings")
+    path = build_warm_start(out, cfg) if out is not None else ensure_warm_start()
+    typer.echo(f"SmolLM2-135M-Instruct, warm-started on arith: {path} (recipe {path / 'warm_start.json'})")
+
+
 @app.command()
 def grade(
     gold: Optional[str] = typer.Argument(None),

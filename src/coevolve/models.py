@@ -97,16 +97,27 @@ def build_smollm2(out: Path, wheel: Path | None = None, dtype: str = "bfloat16")
     return out
 
 
-BUILTIN_MODELS: dict[str, str] = {"smollm2": "smollm2-135m-instruct", "smollm2-135m-instruct": "smollm2-135m-instruct"}
+BUILTIN_MODELS: dict[str, str] = {
+    "smollm2": "smollm2-135m-instruct",
+    "smollm2-135m-instruct": "smollm2-135m-instruct",
+    "smollm2-arith": "smollm2-135m-arith",
+}
 """Names a config may give instead of a folder (``model.path=smollm2``): the model is built offline
-into the cache (``coevolve model smollm2``) and the name stands for that folder."""
+into the cache (``coevolve model smollm2``; ``smollm2-arith``, the warm start of
+``coevolve.warmstart``: ``coevolve model smollm2-arith``) and the name stands for that folder."""
 
 
 def ensure_model(path: str, say: Callable[[str], None] = print) -> None:
     """Build a built-in model's cache folder when ``path`` is one and it is missing."""
     p = Path(path)
-    if p.parent == default_cache_dir() and p.name == "smollm2-135m-instruct" and not (p / MARKER).is_file():
+    if p.parent != default_cache_dir() or (p / MARKER).is_file():
+        return
+    if p.name == "smollm2-135m-instruct":
         ensure_smollm2(p.parent, say)
+    elif p.name == "smollm2-135m-arith":
+        from coevolve.warmstart import ensure_warm_start  # it builds on this module (and needs trl)
+
+        ensure_warm_start(p.parent, say)
 
 
 HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

@@ -113,8 +113,8 @@ class DataConfig(Strict):
     )
     levels: list[int] | None = Field(
         None,
-        description="Difficulty levels a generated world draws problems from (toy: 1-4; arith: 1-4, see "
-        "coevolve.world.arith; formerly data.toy_levels). None = all of the world's levels.",
+        description="Difficulty levels a generated world draws problems from (toy: 1-4; arith: 1-9, the "
+        "ladder of coevolve.world.arith; formerly data.toy_levels). None = all of the world's levels.",
     )
     skill: SkillWorldConfig = Field(
         default_factory=SkillWorldConfig, description="The skill world (data.source=skill)."
@@ -130,7 +130,7 @@ class DataConfig(Strict):
     def _levels(cls, levels: list[int] | None, info: ValidationInfo) -> list[int] | None:
         source = info.data.get("source", "toy")
         if levels is not None:
-            known = {"toy": (1, 2, 3, 4), "arith": (1, 2, 3, 4)}.get(source)
+            known = {"toy": (1, 2, 3, 4), "arith": tuple(range(1, 10))}.get(source)
             if known is None:
                 raise ValueError(f"levels apply to the generated worlds toy and arith, not to data.source={source!r}")
             if not levels or any(x not in known for x in levels):

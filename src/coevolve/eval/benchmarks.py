@@ -308,6 +308,16 @@ BENCHMARKS: dict[str, Benchmark] = {
             generator="coevolve.world.arith:heldout_tasks",
         ),
         Benchmark(
+            "arith_ladder",
+            "math",
+            "arith",
+            group_key="level",
+            answer_tokens=96,
+            items=450,
+            generator="coevolve.world.arith:ladder_tasks",
+            note="the arith world's ladder L1-L9 (data.levels up to 9), 50 held-out items a level",
+        ),
+        Benchmark(
             "skill",
             "toy",
             "toy",
@@ -344,6 +354,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "toy": ("toy",),
     "arith": ("arith",),
+    "arith_ladder": ("arith_ladder",),
     "skill": ("skill",),
 }
 

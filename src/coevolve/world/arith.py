@@ -16,6 +16,17 @@ example turns, greedy, bf16: L1 0.63, L2 0.31, L3 0.17, L4 about 0.12 on the hel
 - L3: two-digit ``a + b`` / ``a - b`` (a >= b);
 - L4: three one-digit numbers joined by ``+`` / ``-``, left to right, every partial result >= 0.
 
+The ladder (``LADDER_LEVELS``: L1-L4 and five harder rungs, so a model that has mastered L1-L4, e.g.
+the warm start ``coevolve model smollm2-arith``, still has a frontier; the held-out benchmark
+``arith_ladder`` has every rung, ``LADDER_PER_LEVEL`` items each, drawn from its own seed):
+
+- L5: two-digit times two-digit;
+- L6: three-digit ``a + b`` / ``a - b`` (a >= b);
+- L7: four one-digit numbers joined by ``+ - ×``, at least one ``×`` and one ``+`` / ``-``
+  (multiplication first), result >= 0;
+- L8: exact division, a two- or three-digit number by a one-digit one (``a ÷ b``, whole quotient 10..99);
+- L9: three-digit times two-digit.
+
 The oracle reads any question holding exactly one arithmetic expression (digits with ``+ - × x *
 ÷ /`` or the words plus, minus, times, multiplied by, divided by) and no other number; it returns
 the exact value (an integer, or a reduced fraction ``p/q``), or None when the question is not such
@@ -45,13 +56,19 @@ from coevolve.world.facts import WORLDS
 from coevolve.world.real import draw_from, pool_from
 
 LEVELS: tuple[int, ...] = (1, 2, 3, 4)
+"""The arith world's default levels and those of the ``arith`` benchmark."""
+LADDER_LEVELS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+"""Every level the world can draw (``data.levels``) and the ``arith_ladder`` benchmark's rungs."""
+LADDER_SEED = 20261203
+"""Seed of the ``arith_ladder`` benchmark (its own, so the ``arith`` benchmark stays as it was)."""
+LADDER_PER_LEVEL = 50
 HELDOUT_SEED = 20261201
 """Seed of the held-out benchmark: fixed, so every run and every ``coevolve eval`` of the
 ``arith`` benchmark asks the same questions."""
 HELDOUT_SIZE = 500
 DEFAULT_POOL = 400
 
-_SYMBOL = {"+": "+", "-": "-", "*": "×"}
+_SYMBOL = {"+": "+", "-": "-", "*": "×", "/": "÷"}
 
 
 def question_text(operands: Sequence[int], ops: Sequence[str]) -> str:
@@ -86,12 +103,12 @@ def make_problem(rng: random.Random, level: int) -> Task:
             if ok:
                 break
     else:
-        raise ConfigError(f"arith world: level must be one of {list(LEVELS)}, got {level}")
+        operands, ops = _ladder_problem(rng, level)
     q = question_text(operands, ops)
     answer = oracle(q)
     assert answer is not None
     return Task(
-        f"arith-L{level}-{'_'.join(map(str, operands))}-{''.join(ops)}",
+        f"arith-L{level}-{'_'.join(map(str, operands))}-{''.join(ops).replace('/', 'd')}",
         q,
         answer,
         "arith",
@@ -109,6 +126,32 @@ def sample_tasks(
         if normalize_question(t.question) not in banned:
             out.append(t)
     return out
+
+
+def _ladder_problem(rng: random.Random, level: int) -> tuple[list[int], list[str]]:
+    """Operands and operators of a ladder rung beyond L4 (module doc)."""
+    if level == 5:
+        return [rng.randint(10, 99), rng.randint(10, 99)], ["*"]
+    if level == 6:
+        op = rng.choice("+-")
+        a, b = rng.randint(100, 999), rng.randint(100, 999)
+        return ([a, b] if op == "+" or a >= b else [b, a]), [op]
+    if level == 7:
+        while True:
+            operands, ops = [rng.randint(1, 9) for _ in range(4)], [rng.choice("+-*") for _ in range(3)]
+            if "*" in ops and set(ops) - {"*"} and _value(operands, ops) >= 0:
+                return operands, ops
+    if level == 8:
+        b, q = rng.randint(2, 9), rng.randint(10, 99)
+        return [b * q, b], ["/"]
+    if level == 9:
+        return [rng.randint(100, 999), rng.randint(10, 99)], ["*"]
+    raise ConfigError(f"arith world: level must be one of {list(LADDER_LEVELS)}, got {level}")
+
+
+def _value(operands: Sequence[int], ops: Sequence[str]) -> Fraction:
+    expr = str(operands[0]) + "".join(f"{o}{b}" for o, b in zip(ops, operands[1:]))
+    return _evaluate(ast.parse(expr, mode="eval"))
 
 
 @functools.lru_cache(maxsize=8)
@@ -287,9 +330,9 @@ class ArithWorld:
         return oracle(question)
 
     def bench_tasks(self, bench: str, data_dir: Path | None, limit: int | None) -> list[Task] | None:
-        if bench != "arith":
+        if bench not in ("arith", "arith_ladder"):
             return None
-        tasks = heldout_tasks(self.heldout_size)
+        tasks = heldout_tasks(self.heldout_size) if bench == "arith" else ladder_tasks()
         return tasks[:limit] if limit else tasks
 
     def prompter_for(self, tokenizer: Any) -> Prompter:
@@ -311,16 +354,51 @@ class ArithWorld:
         return None
 
 
+@functools.lru_cache(maxsize=1)
+def _ladder() -> tuple[Task, ...]:
+    rng = random.Random(LADDER_SEED)
+    seen = {t.question for t in heldout_tasks()}  # its own questions: apart from the arith benchmark's
+    by_level: list[list[Task]] = []
+    for level in LADDER_LEVELS:
+        tasks: list[Task] = []
+        while len(tasks) < LADDER_PER_LEVEL:
+            t = make_problem(rng, level)
+            if t.question not in seen:
+                seen.add(t.question)
+                tasks.append(t)
+        by_level.append(tasks)
+    order = [tasks[i] for i in range(LADDER_PER_LEVEL) for tasks in by_level]
+    return tuple(Task(f"arith-ladder-{i:04d}", t.question, t.answer, "arith", t.features) for i, t in enumerate(order))
+
+
+def ladder_tasks() -> list[Task]:
+    """The held-out benchmark ``arith_ladder``: ``LADDER_PER_LEVEL`` distinct questions of every
+    rung of ``LADDER_LEVELS``, levels interleaved, from a fixed seed, none in the ``arith``
+    benchmark; never trained on (``ArithWorld.excluded``)."""
+    return list(_ladder())
+
+
 @functools.lru_cache(maxsize=8)
 def _excluded(size: int) -> frozenset[str]:
-    return frozenset(normalize_question(t.question) for t in heldout_tasks(size))
+    return frozenset(normalize_question(t.question) for t in (*heldout_tasks(size), *ladder_tasks()))
+
+
+def heldout_expressions(size: int = HELDOUT_SIZE) -> frozenset[str]:
+    """The expressions (``read_expression``) of both held-out benchmarks: a question written
+    another way (``47 * 36``, ``47 times 36``) is still a held-out question."""
+    return frozenset(
+        e for t in (*heldout_tasks(size), *ladder_tasks()) if (e := read_expression(t.question)) is not None
+    )
 
 
 __all__ = [
     "ArithWorld",
     "HELDOUT_SIZE",
+    "LADDER_LEVELS",
     "LEVELS",
+    "heldout_expressions",
     "heldout_tasks",
+    "ladder_tasks",
     "labelled_set",
     "make_problem",
     "oracle",

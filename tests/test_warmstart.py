@@ -1,0 +1,81 @@
+"""The warm start (``coevolve model smollm2-arith``): its data, its folder, its recipe file."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import random
+
+import pytest
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+import coevolve.world.arith as A
+import coevolve.world.arith_steps as S
+from coevolve.errors import ConfigError
+from coevolve.warmstart import RECIPE_FILE, WarmStartConfig, _rewrite, build_warm_start, training_problems
+from coevolve.world import world_of_model
+
+
+def test_doctests() -> None:
+    assert doctest.testmod(S).failed == 0
+
+
+def test_worked_answers_end_in_the_oracle_value() -> None:
+    cfg = WarmStartConfig(steps=40, batch_size=10)
+    questions = [t.question for t in A.ladder_tasks()] + [p["question"] for p in training_problems(cfg)]
+    questions += ["What is 17 - 62?", "What is 85 / 7?", "What is 6 × (3 + 4)?", "What is 7 times 8 minus 5 times 6?"]
+    for q in questions:
+        assert S.worked_answer(q).endswith(f"The answer is \\boxed{{{A.oracle(q)}}}."), q
+    assert S.worked_answer("Name a prime.") is None
+
+
+def test_training_problems_never_hold_a_heldout_question() -> None:
+    """L1's space is small (~500 questions, a third of them held out), so a generator that did not
+    exclude the held-out sets would draw many of them here."""
+    banned = A.heldout_expressions()
+    cfg = WarmStartConfig(steps=20, batch_size=10, levels=[1], drift_share=0.0, variant_share=0.5)
+    problems = training_problems(cfg)
+    assert len(problems) == 200 and {p["form"] for p in problems} == {"L1"}
+    assert not {A.read_expression(p["question"]) for p in problems} & banned
+    assert len({A.read_expression(p["question"]) for p in problems}) == 200
+    rng = random.Random(0)
+    raw = [A.read_expression(A.make_problem(rng, 1).question) for _ in range(200)]
+    assert sum(e in banned for e in raw) > 30  # the check has teeth: unfiltered draws hit the held-out sets
+    # a held-out question written another way is still held out
+    rng = random.Random(1)
+    for t in A.heldout_tasks()[:40] + A.ladder_tasks()[:40]:
+        assert A.read_expression(_rewrite(t.question, rng)) in banned
+    wide = training_problems(WarmStartConfig(steps=30, batch_size=20))
+    assert {p["form"] for p in wide} >= {f"L{lv}" for lv in range(1, 9)} and "L9" not in {p["form"] for p in wide}
+    assert not {A.read_expression(p["question"]) for p in wide} & banned
+    with pytest.raises(ConfigError, match="fewer than 2000 distinct problems"):
+        training_problems(WarmStartConfig(steps=100, batch_size=20, levels=[1], drift_share=0.0))
+
+
+@pytest.fixture(scope="module")
+def tiny(smollm2, tmp_path_factory):
+    """A one-layer model with SmolLM2's tokenizer and chat template (seconds to fine-tune)."""
+    cfg = AutoConfig.from_pretrained(smollm2)
+    cfg.update({"num_hidden_layers": 1, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2})
+    cfg.update({"num_key_value_heads": 1, "head_dim": 8})
+    path = tmp_path_factory.mktemp("tiny")
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    AutoTokenizer.from_pretrained(smollm2).save_pretrained(path)
+    return path
+
+
+def test_build_records_its_recipe_and_loads_like_any_model(tiny, tmp_path) -> None:
+    cfg = WarmStartConfig(base=str(tiny), steps=3, batch_size=2, warmup_steps=1, seed=5)
+    out = build_warm_start(tmp_path / "warm", cfg, say=lambda _: None)
+    recipe = json.loads((out / RECIPE_FILE).read_text())
+    assert recipe["config"]["steps"] == 3 and recipe["config"]["seed"] == 5 and recipe["config"]["lr"] == 1e-4
+    assert recipe["problems"] == 6 and sum(recipe["forms"].values()) == 6 and recipe["seconds"] > 0
+    assert len(recipe["loss_log"]) == 1 and recipe["loss_last"] > 0
+    data = [json.loads(line) for line in (out / "warm_start_data.jsonl").read_text().splitlines()]
+    assert [d["question"] for d in data] == [p["question"] for p in training_problems(cfg)]
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.config.num_hidden_layers == 1
+    tok = AutoTokenizer.from_pretrained(out)
+    world = world_of_model(out, tok)
+    assert world.name == "arith" and world.chat_template and world.prompter.prompts.solver.examples == []
+    assert not (tmp_path / ".warm.train").exists()  # the trainer's checkpoints are removed
