@@ -268,7 +268,7 @@ def test_former_names_and_places_of_fields_still_load(tmp_path):
     "call, hint",
     [
         (lambda: load_config("grpo", None, ["solver.stepz=3"]), "did you mean 'solver.steps'?"),
-        (lambda: load_config("grpo", None, ["learner.lr_sched=3"]), None),  # nothing close: no guess
+        (lambda: load_config("grpo", None, ["learner.banana=3"]), None),  # nothing close: no guess
         (lambda: load_config("grpoo"), "did you mean 'grpo'?"),
         (lambda: load_config("grpo", "rzeroo"), "did you mean 'rzero'?"),
         (lambda: load_config("grpo", None, ["eval.benches=[gsm8]"]), "did you mean 'gsm8k'?"),

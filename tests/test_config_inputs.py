@@ -79,6 +79,8 @@ def test_numbers_given_for_text_are_that_text(tmp_path: Path) -> None:
 def test_option_combinations_refused_when_read() -> None:
     with pytest.raises(ConfigError, match="backend=verl with learner.lora=true"):
         load_config("grpo", None, ["backend=verl", "learner.lora=true"])
+    with pytest.raises(ConfigError, match="backend=verl with learner.lr_schedule=cosine"):
+        load_config("grpo", None, ["backend=verl", "learner.lr_schedule=cosine"])
     r = cli("config", "grpo", "eval.benches=[math8]")
     assert r.returncode == 2 and "unknown benchmark 'math8'" in r.stderr
 

@@ -211,3 +211,50 @@ def test_gradient_sums_reach_the_masters_once_per_step(monkeypatch):
     assert not any(master for master, _ in calls), "a master received a gradient before the end of the step"
     assert all(s for _, s in calls[1:]), "the device sums should carry the earlier micro-batches"
     assert taken == [True]
+
+
+def _zero_variance(g: RolloutGroup) -> RolloutGroup:
+    return RolloutGroup(g.prompt_ids, g.completion_ids, [1.0] * len(g.completion_ids))
+
+
+def _phase(model, cfg, batches, done: int = 0, load=None) -> list[float]:
+    """A GRPO phase of len(batches) updates from update ``done`` on (after loading ``load``)."""
+    learner = Learner(model, cfg)
+    if load is not None:
+        learner.load(load)
+    learner.begin_phase(len(batches), done)
+    lrs = [learner.step(b)["lr"] for b in batches[done:]]
+    learner.close()
+    return lrs
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "constant"])
+def test_lr_schedule_is_transformers_and_exact_on_resume(tmp_path, schedule):
+    from transformers.optimization import get_scheduler
+
+    cfg = LearnerConfig(lr=1e-2, lr_schedule=schedule, warmup_steps=2, epochs_per_batch=2)
+    batches = [make_groups(seed=s) for s in range(5)]
+    batches[2] = [_zero_variance(g) for g in batches[2]]  # a skipped update still moves the schedule
+    once = make_model()
+    lrs = _phase(once, cfg, batches)
+    # the reference: transformers' scheduler stepped after each of the phase's 5 x 2 optimizer steps
+    opt = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=1e-2)
+    name = "constant_with_warmup" if schedule == "constant" else schedule
+    ref = get_scheduler(name, opt, num_warmup_steps=2, num_training_steps=10)
+    want = []
+    for _ in range(10):
+        want.append(ref.get_last_lr()[0])
+        opt.step()
+        ref.step()
+    assert lrs == pytest.approx(want[::2], rel=1e-12, abs=1e-15)
+    assert lrs[0] == 0.0 and max(lrs) == pytest.approx(1e-2)
+    # stopped after 3 updates and resumed from the checkpoint: the same weights as at once
+    split = make_model()
+    first = Learner(split, cfg)
+    first.begin_phase(5, 0)
+    for b in batches[:3]:
+        first.step(b)
+    ck = first.save(tmp_path / "ck")
+    first.close()
+    _phase(split, cfg, batches, done=3, load=ck)
+    assert all(torch.equal(a, b) for a, b in zip(once.parameters(), split.parameters()))

@@ -335,6 +335,11 @@ def test_more_solver_steps_continue_only_a_phase_nothing_trained_on(tmp_path):
     assert load_config("d2evo", run.path / "config.yaml", []).solver.steps == 60
     with pytest.raises(ConfigError, match=r"solver.steps=30 \(command line\): this run's solver phases have 40 steps"):
         extension_config(saved, ["solver.steps=30"], load_config("d2evo", None, ["rounds=2", "solver.steps=30"]))
+    cosine = load_config("d2evo", None, ["rounds=2", "learner.lr_schedule=cosine"])
+    with pytest.raises(
+        ConfigError, match=r"learner.lr_schedule=cosine: the schedule's horizon is the phase's 40 steps"
+    ):
+        extension_config(cosine, ["solver.steps=60"], wanted)
 
     both = load_config("d2evo", None, ["rounds=3", "solver.steps=60"])  # more rounds and more steps at once
     said = extend_run(

@@ -194,7 +194,9 @@ def grpo_train(
     book at step k = the steps it had: the role was loaded from the phase's checkpoint
     (weights, optimiser state, step count), the batches of steps 0..k-1 are drawn again and
     dropped (a recipe's draws are sequential), and step k on is what a run of N steps made at
-    once does (the learning rate is constant: nothing depends on the number of steps)."""
+    once does (with ``learner.lr_schedule=constant``; another schedule's horizon is the phase's
+    steps, so the extension refuses it). The schedule starts at the phase's first step
+    (``Learner.begin_phase``), at step k for a continued phase."""
     from tqdm import tqdm
 
     from coevolve.run.compute import Compute
@@ -206,6 +208,7 @@ def grpo_train(
         ctx.compute.total += Compute.from_dict(prior["compute"])
         ctx.say(f"[{ns}] continued at step {prior['steps']} of {phase.steps}")
     start = 0 if prior is None else int(prior["steps"])
+    role.learner.begin_phase(phase.steps, start)
     try:
         with StepBook(ctx, ns, rollouts_file, role.learner.cfg.epochs_per_batch, prior) as book:
             for step in range(start):

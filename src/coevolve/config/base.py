@@ -549,6 +549,12 @@ class RecipeConfig(Strict):
                     f"{what} with eval.every_round=false: the chosen round would have no held-out "
                     "evaluation; set eval.every_round=true"
                 )
+        if self.backend.kind == "verl" and (self.learner.lr_schedule != "constant" or self.learner.warmup_steps):
+            raise ValueError(
+                f"backend=verl with learner.lr_schedule={self.learner.lr_schedule}, warmup_steps="
+                f"{self.learner.warmup_steps}: verl's trainer does not get coevolve's schedule yet; use backend=local, "
+                "or set verl's actor_rollout_ref.actor.optim schedule in backend.verl.extra_overrides"
+            )
         if self.backend.kind == "verl" and self.learner.lora:
             raise ValueError(
                 "backend=verl with learner.lora=true: verl's trainer does not get coevolve's LoRA settings "

@@ -170,6 +170,12 @@ def extension_config(saved: RecipeConfig, overrides: list[str], wanted: RecipeCo
                 f"solver.steps={steps} (command line): this run's solver phases have {old} steps; resume "
                 "continues a run and cannot shorten it"
             )
+        if saved.learner.lr_schedule != "constant" and steps != old:
+            raise ConfigError(
+                f"solver.steps={steps} (command line) with learner.lr_schedule={saved.learner.lr_schedule}: the "
+                f"schedule's horizon is the phase's {old} steps, so more steps would not be what a run of {steps} "
+                "steps does; start a new run with solver.steps=" + str(steps)
+            )
         update["solver"] = saved.solver.model_copy(update={"steps": steps})  # type: ignore[attr-defined]
     return dump_yaml(saved.model_copy(update=update))
 

@@ -140,6 +140,16 @@ class LearnerConfig(Strict):
         allow_inf_nan=False,
         description="AdamW learning rate (toy: 3e-5; 3e-4 collapses, 1e-4 degrades; real 4B: ~1e-6).",
     )
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant",
+        description="Learning-rate schedule over each GRPO phase's optimizer steps (steps x epochs_per_batch; every "
+        "round's phase starts it again, as a new TRL trainer would), from transformers' get_scheduler: 'constant', "
+        "'linear' (TRL's default: decays to 0 at the phase's last step), 'cosine' (to 0). A pure function of the "
+        "step, so a resumed or continued phase is exact. (our default: constant, the papers name none)",
+    )
+    warmup_steps: int = Field(
+        0, ge=0, description="Optimizer steps of linear warm-up from 0 at the start of each GRPO phase (0 = none)."
+    )
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas, each in [0, 1).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     grad_clip: float = Field(1.0, ge=0, description="Global gradient-norm clip (0 = no clipping).")
@@ -523,6 +533,28 @@ class Learner:
             opt_params, lr=self.cfg.lr, betas=self.cfg.betas, weight_decay=self.cfg.weight_decay, **extra
         )
         self.step_count = 0
+        self._lr_factor: Any = None  # the phase's schedule (begin_phase); None = cfg.lr throughout
+        self.phase_step = 0  # optimizer steps taken in the phase, the schedule's argument
+
+    def begin_phase(self, updates: int, done: int = 0) -> None:
+        """Start ``learner.lr_schedule`` for a GRPO phase of ``updates`` calls of ``step`` of which
+        ``done`` are already taken (a continued or resumed phase): each call's optimizer steps get
+        ``cfg.lr`` x transformers' schedule factor at their index in the phase. The factor is a pure
+        function of that index, so a phase resumed at step k goes on exactly as if never stopped."""
+        # transformers.optimization costs ~4 s to import; a config load (which imports this module) must not pay it
+        from transformers.optimization import get_scheduler
+
+        mu = self.cfg.epochs_per_batch
+        name = "constant_with_warmup" if self.cfg.lr_schedule == "constant" else self.cfg.lr_schedule
+        probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)  # holds the schedule, never steps
+        sched = get_scheduler(name, probe, num_warmup_steps=self.cfg.warmup_steps, num_training_steps=updates * mu)
+        self._lr_factor = sched.lr_lambdas[0]
+        self.phase_step = done * mu
+
+    @property
+    def current_lr(self) -> float:
+        """The learning rate of the next optimizer step."""
+        return self.cfg.lr * (1.0 if self._lr_factor is None else float(self._lr_factor(self.phase_step)))
 
     def _hook_fp32_masters(self, model: Any) -> None:
         """Set up fp32 training of half-precision weights (called once, from ``__init__``):
@@ -721,7 +753,7 @@ class Learner:
             "n_groups_used": float(len(groups) - n_zero if cfg.drop_zero_std else len(groups)),
             "n_tokens": float(n_tokens),
             "adv_abs_mean": sum(abs(s[2]) for s in seqs) / len(seqs) if seqs else 0.0,
-            "lr": cfg.lr,
+            "lr": self.current_lr,  # of this update's first optimizer step
             "micro_batches": 0.0,
             "pad_frac": 0.0,
             "loss": 0.0,
@@ -734,6 +766,7 @@ class Learner:
             "entropy": 0.0,
         }
         if not seqs or n_tokens == 0:
+            self.phase_step += cfg.epochs_per_batch  # the schedule moves on: its position is the phase's step
             metrics.update(skipped=1.0, step=float(self.step_count))
             return metrics
 
@@ -855,7 +888,10 @@ class Learner:
             raise NonFiniteLossError(
                 f"gradient norm is {grad_norm.item()} at learner step {self.step_count} (weights untouched)"
             )
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.current_lr
         self.optimizer.step()
+        self.phase_step += 1
         self._zero_grads()
         if self.master is not None:
             with torch.no_grad():
