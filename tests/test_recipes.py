@@ -204,6 +204,10 @@ def test_each_recipe_executes_exactly_the_phases_it_plans(tmp_path, tiny, case):
     for key in executed:  # every executed phase wrote into its own folder
         folder = "base" if key.startswith("base/") else "final" if key.startswith("final/") else f"round_{key[:2]}"
         assert (tmp_path / "run" / folder).is_dir(), key
+    # every phase logs the grader's counters it added (timeouts, refusals: metrics.jsonl, report)
+    grading = [k for r in run.metrics.rows() for k in r if k.endswith("/grader_timeouts")]
+    assert len(grading) == len(executed)
+    assert sum(r.get(k, 0) for r in run.metrics.rows() for k in r if k.endswith("/grader_calls")) > 0
 
 
 def test_phase_functions_run_the_phase_they_are_given(tmp_path, tiny, monkeypatch):

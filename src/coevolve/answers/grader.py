@@ -66,6 +66,18 @@ class GraderStats:
     too_long: int = 0  # comparisons with an answer over_limit (long/deep/huge): "not equal" unless equal as strings
     worker_seconds: float = 0.0  # wall time spent waiting for the worker
 
+    def decided(self) -> dict[str, int]:
+        """The counts of verdicts the grader, not the answer, decided -- all "not equal": requests
+        killed at the timeout, worker crashes or errors, and answers refused by the over-limit
+        rule -- with the comparisons and worker requests they are out of (run metrics, report)."""
+        return {
+            "timeouts": self.timeouts,
+            "errors": self.errors,
+            "refused": self.too_long,
+            "calls": self.calls,
+            "worker_calls": self.worker_calls,
+        }
+
 
 MAX_ANSWER_CHARS = 300
 """Answers longer than this (normalised) are equal only when their normalised strings are. Real

@@ -362,6 +362,46 @@ def phase_totals(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+GRADER_COUNTERS = ("timeouts", "errors", "refused", "calls", "worker_calls")
+"""The grader counters each phase logs (``phase/<name>/grader_<counter>``, ``GraderStats.decided``)."""
+
+
+def grader_totals(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """phase name -> {counter: total over all rounds} of the grader counters."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        for k, v in r.items():
+            m = re.match(r"^phase/(.+)/grader_(\w+)$", k)
+            val = _num(v)
+            if m and val is not None and m.group(2) in GRADER_COUNTERS:
+                d = out.setdefault(m.group(1), dict.fromkeys(GRADER_COUNTERS, 0))
+                d[m.group(2)] += int(val)
+    return out
+
+
+def _grader_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Per phase, the verdicts the grader decided rather than the answer (all "not equal"): a
+    math-verify call killed at ``run.grader_timeout``, a worker error, an answer refused by the
+    over-limit rule. Shown only when one happened."""
+    totals = grader_totals(rows)
+    if not any(d["timeouts"] + d["errors"] + d["refused"] for d in totals.values()):
+        return []
+    lines = [
+        "## Rewards the grader decided",
+        "",
+        'Each is "not equal" whatever the answer: a timeout (`run.grader_timeout`), a worker error, '
+        "or an answer over the grader's length, nesting or exponent limit.",
+        "",
+        "| phase | timeouts | errors | refused | comparisons | math-verify calls |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {name} | {d['timeouts']} | {d['errors']} | {d['refused']} | {d['calls']} | {d['worker_calls']} |"
+        for name, d in totals.items()
+    ]
+    return [*lines, ""]
+
+
 # ----------------------------------------------------------------------------------------------
 # plotting
 
@@ -682,6 +722,7 @@ def render_markdown(data: RunData, plots: list[Plot]) -> str:
     else:
         lines += ["No plottable series found.", ""]
     lines += _signals_section(data) + _compute_section(data) + _cut_off_section(data.summary)
+    lines += _grader_section(data.rows)
     lines += _histogram_table(data) + _rounds_table(data.summary)
     key_rows = []
     for k in KEY_NUMBERS:

@@ -166,6 +166,9 @@ def setup(cfg: RecipeConfig, run: Run, grader: AnswerGrader, engine: Engine) -> 
     toy base built once when the config names none) and the world it implies."""
     base = base_model_path(cfg.model, run.say, cfg.data)
     run.budget_fields = BUDGET_FIELDS
+    stats = getattr(grader, "stats", None)  # a Grader or GraderPool; verl's reward workers grade on their own
+    if stats is not None and hasattr(stats, "decided"):
+        run.grader_counts = lambda: grader.stats.decided()  # type: ignore[attr-defined]
     return Setup(
         cfg,
         run,

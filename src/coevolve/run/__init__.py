@@ -143,6 +143,8 @@ class Run:
         self.meter = ComputeMeter()  # the running phase's compute; reset by every phase, kept in its record
         # the config field a phase's completion cap comes from, named by its cut-off warning
         self.budget_fields: dict[str, str] = {}
+        # the run's grader counters (``GraderStats.decided``): each phase logs what it added
+        self.grader_counts: Callable[[], dict[str, int]] = dict
 
     @classmethod
     def create(cls, path: Path, config_yaml: str, recipe: str, **kw: Any) -> Run:
@@ -189,7 +191,6 @@ class Run:
 
     def phase(self, phase: Phase, fn: Callable[[PhaseContext], PhaseResult]) -> PhaseRecord:
         """Run ``fn`` unless ``phase`` is already done; return the phase's record either way.
-
         ``fn`` must write its artefacts (atomically, into ``ctx.dir``) before returning."""
         rec = self.state.record(phase.key)
         if rec is not None:
@@ -212,7 +213,7 @@ class Run:
             run_dir=self.path,
         )
         ctx.dir.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
+        counts0, t0 = self.grader_counts(), time.perf_counter()
         res = fn(ctx)
         seconds = time.perf_counter() - t0 + (prior["record"]["seconds"] if prior else 0.0)
         rec = PhaseRecord(
@@ -236,6 +237,7 @@ class Run:
                     if (share := self.meter.total.cut_off_share()) is None
                     else {f"phase/{phase.name}/cut_off_share": share}
                 ),
+                **grader_metrics(phase.name, counts0, self.grader_counts()),
                 **compute_metrics(self.state.records() + [rec]),
             }
         )
@@ -286,6 +288,12 @@ class Run:
 
     def read_jsonl(self, rel: str | Path) -> list[dict[str, Any]]:
         return read_jsonl(self.path / rel)
+
+
+def grader_metrics(name: str, before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """``phase/<name>/grader_<counter>``: what the phase added to the grader's counters
+    (timeouts, errors, refusals by the over-limit rule, comparisons, worker requests)."""
+    return {f"phase/{name}/grader_{k}": v - before.get(k, 0) for k, v in after.items()}
 
 
 def compute_metrics(records: list[PhaseRecord]) -> dict[str, int]:
