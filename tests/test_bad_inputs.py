@@ -82,7 +82,7 @@ def test_older_checkpoint_meta_without_format_still_reads(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_eval_and_export_refuse_a_newer_checkpoint_before_touching_it(tmp_path: Path, toy_base: Path) -> None:
-    from coevolve.eval.suite import evaluate_model
+    from coevolve.evaluate import evaluate_model
     from coevolve.export import export_checkpoint
 
     ck = tmp_path / "ck"

@@ -15,7 +15,8 @@ import pytest
 from coevolve.errors import ConfigError, DataError
 from coevolve.eval import benchmarks as B
 from coevolve.eval.core import EvalResult, evaluate_tasks
-from coevolve.eval.suite import compare, evaluate_benchmark, evaluate_model, evaluate_suite, format_table, load_results
+from coevolve.eval.suite import compare, evaluate_benchmark, evaluate_suite, format_table, load_results
+from coevolve.evaluate import evaluate_model
 from coevolve.prompts.chat import ChatPrompter
 from coevolve.types import Completion, SamplingParams, Task
 
@@ -473,7 +474,7 @@ def test_coevolve_eval_budget_is_the_runs_budget():
     run of the model's world does (the toy config's 64; the real preset's 4096)."""
     from coevolve.config import load_config
     from coevolve.config.base import real_preset
-    from coevolve.eval.suite import run_eval
+    from coevolve.evaluate import run_eval
 
     assert run_eval("toy").max_new_tokens == load_config("grpo", None, []).eval.max_new_tokens
     for recipe in ("grpo", "d2evo", "diagevo"):
@@ -488,7 +489,7 @@ def test_coevolve_eval_of_a_skill_checkpoint_evaluates_as_the_skill_runs(tmp_pat
     evaluation defaults are the skill presets' (4 samples, 80 tokens), not a real model's."""
     import yaml
 
-    from coevolve.eval.suite import run_eval
+    from coevolve.evaluate import run_eval
     from coevolve.world import CHECKPOINT_META, world_of_model
 
     ckpt = tmp_path / "solver_r01"

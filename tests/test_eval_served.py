@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from coevolve.errors import CoevolveError, DataError
-from coevolve.eval.suite import evaluate_model, run_eval
+from coevolve.evaluate import evaluate_model, run_eval
 from coevolve.prompts.chat import ChatPrompter
 from json_http import JsonHandler
 from test_cli import cli

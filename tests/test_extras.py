@@ -106,10 +106,11 @@ def test_contradicting_flags_refused(monkeypatch, capsys, args, said):
 
 
 def test_eval_with_every_benchmark_skipped_exits_nonzero(tmp_path, monkeypatch, capsys):
+    from coevolve import evaluate
     from coevolve.eval import suite
 
     monkeypatch.setattr(
-        suite, "evaluate_model", lambda *a, **k: {"benchmarks": {}, "skipped": {"gpqa": "absent"}, "averages": {}}
+        evaluate, "evaluate_model", lambda *a, **k: {"benchmarks": {}, "skipped": {"gpqa": "absent"}, "averages": {}}
     )
     monkeypatch.setattr(suite, "format_table", lambda r: "")
     rc, out = _cli(["eval", "--model", str(tmp_path), "--out", str(tmp_path / "o")], monkeypatch, capsys)

@@ -241,6 +241,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate a model on named benchmarks (a folder with hf or vllm, or a served model at
     --endpoint; the prompts, grader and defaults of a run's evaluation), or compare result folders."""
+    from coevolve import evaluate
     from coevolve.eval import suite
 
     _check_eval_flags(model, bench, samples, engine, endpoint, compare)
@@ -260,7 +261,7 @@ def eval_cmd(
         model = str(resolve_model_path(model))
         ensure_model(model)  # a built-in name (--model smollm2) is built offline, once
     out_dir = out or Path("eval_results") / time.strftime("%Y%m%d-%H%M%S")
-    results = suite.evaluate_model(
+    results = evaluate.evaluate_model(
         model,
         [b.strip() for b in bench.split(",") if b.strip()] if bench else None,
         out_dir=out_dir,
