@@ -34,7 +34,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("world", "world.toy", "world.skill"),
     ("config",),
     ("recipes", "plan"),
-    ("evaluate", "export", "preflight", "lab", "cli", "__main__"),
+    ("evaluate", "export", "preflight", "warmstart", "lab", "cli", "__main__"),
 )
 """The floors from the bottom up (the library, then eval, the worlds, config, the recipes, the
 commands and the lab): an import from a package to one on a higher floor is an arrow back up."""
