@@ -70,6 +70,7 @@ class TrainResult:
     reward_rollouts: int
     records: list[dict[str, Any]]
     updates: int = 0  # steps that changed the weights (a step whose groups all had zero variance does not)
+    zero_variance: float | None = None  # share of the phase's groups whose rewards were all equal (no signal)
 
     @property
     def problem(self) -> str | None:
@@ -329,8 +330,8 @@ class StepBook:
         p = prior or {}
         self.seen: list[float] = list(p.get("seen", []))
         self.records: list[dict[str, Any]] = list(p.get("records", []))
-        self.rollouts, self.reward_rollouts, self.updates = (
-            int(p.get(k, 0)) for k in ("rollouts", "reward_rollouts", "updates")
+        self.rollouts, self.reward_rollouts, self.updates, self.groups, self.zero_groups = (
+            int(p.get(k, 0)) for k in ("rollouts", "reward_rollouts", "updates", "groups", "zero_groups")
         )
 
     def state(self, steps: int, compute: dict[str, int]) -> dict[str, Any]:
@@ -343,6 +344,8 @@ class StepBook:
             "rollouts": self.rollouts,
             "reward_rollouts": self.reward_rollouts,
             "updates": self.updates,
+            "groups": self.groups,
+            "zero_groups": self.zero_groups,
             "compute": compute,
         }
 
@@ -371,6 +374,8 @@ class StepBook:
         if not skipped:  # trained tokens: the update's completion tokens, once per epoch
             self.ctx.compute.trained(int(metrics["n_tokens"]) * self.epochs)
         self.seen.extend(x for r in rewards for x in r)
+        self.groups += sum(1 for r in rewards if len(r))
+        self.zero_groups += sum(1 for r in rewards if len(r) and max(r) - min(r) < 1e-6)  # GRPO's zero-std rule
         self.rollouts += sum(len(c) for c in comps)
         self.reward_rollouts += observed.rollouts
         self.records.extend({"step": step, **r} for r in observed.records)
@@ -406,6 +411,7 @@ class StepBook:
             self.reward_rollouts,
             self.records,
             self.updates,
+            round(self.zero_groups / self.groups, 4) if self.groups else None,
         )
 
 

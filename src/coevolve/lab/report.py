@@ -708,7 +708,8 @@ KEY_NUMBERS = [
 def render_markdown(data: RunData, plots: list[Plot]) -> str:
     """report.md: run facts, base vs final accuracy, per-round eval table, plot list, key
     last values, and any malformed lines that were skipped."""
-    lines = [f"# Run report: {data.path.name}", "", _facts(data), ""] + _accuracy_section(data) + ["## Plots", ""]
+    lines = [f"# Run report: {data.path.name}", "", _facts(data), ""] + _premise_section(data.summary)
+    lines += _accuracy_section(data) + ["## Plots", ""]
     if plots:
         for p in plots:
             lines += [
@@ -744,6 +745,22 @@ def render_markdown(data: RunData, plots: list[Plot]) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def _premise_section(summary: dict[str, Any]) -> list[str]:
+    """The methods' premise per round (summary ``premise``: kept pseudo-label accuracy against the
+    oracle, share in band, zero-variance groups) and its warnings, first: a run whose labels are
+    mostly wrong says nothing about the method, and the reader should see that before the results."""
+    rows = [r for r in summary.get("premise") or [] if any(r.get(k) is not None for k in PREMISE_KEYS)]
+    warnings = [f"**Warning:** {w}" for w in summary.get("warnings") or []]
+    if not rows and not warnings:
+        return []
+    table = ["| round | kept labels right | in band | zero-variance groups |", "|---:|---:|---:|---:|"]
+    table += [f"| {r['round']} | " + " | ".join(_fmt(r.get(k), pct=True) for k in PREMISE_KEYS) + " |" for r in rows]
+    return ["## Premise", "", *warnings, *([""] if warnings else []), *(table if rows else []), ""]
+
+
+PREMISE_KEYS = ("kept_label_accuracy", "in_band", "zero_variance")
 
 
 def _cut_off_section(summary: dict[str, Any]) -> list[str]:

@@ -23,6 +23,7 @@ from coevolve.loop import ParkedSampler, PhaseParkedSampler, Role, sampling_para
 from coevolve.prompts import StopKind
 from coevolve.provenance import environment
 from coevolve.recipes.declare import Recipe, Rollouts, Step, Work
+from coevolve.recipes.premise import premise_rows, premise_warnings
 from coevolve.rl.learner import Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed, seed_everything
 from coevolve.run.compute import Compute, ComputeMeter, MeteredSampler, cumulative, unmetered
@@ -674,12 +675,16 @@ def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, An
     if evals["rounds"]:  # the round run.select picks (summary "selection"), else the last evaluated
         evals["final"] = evals["rounds"].get(str(chosen.get("round")), evals["rounds"][max(evals["rounds"], key=int)])
     problems = [{"phase": r.key, "problem": r.problem} for r in recs if r.problem]
+    rows = [by_round[t] for t in sorted(by_round)]
+    premise = premise_rows(rows)
     summary = {
         "recipe": run.state.recipe,
         "ok": not problems,
         "problems": problems,
         "eval": evals,
-        "rounds": [by_round[t] for t in sorted(by_round)],
+        "rounds": rows,
+        "premise": premise,
+        "warnings": premise_warnings(premise),
         "final": final,
         "rollouts": sum(r.rollouts for r in recs),
         "compute": _compute_totals(recs),
@@ -710,6 +715,14 @@ def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     summary = write_summary(
         s.run, {**(extra or {}), **s.world.run_summary(s.run.path), **({"selection": sel} if sel is not None else {})}
     )
+    for row in summary["premise"]:
+        s.run.metrics.log(
+            {f"premise/{k}": v for k, v in row.items() if k != "round" and v is not None},
+            round=row["round"],
+            phase="premise",
+        )
+    for warning in summary["warnings"]:
+        s.run.say(f"warning: {warning}")
     s.run.metrics.close()
     s.run.say(f"[report] {write_report(s.run.path)}")
     return summary

@@ -424,6 +424,7 @@ def phase_solver(p: D2Evo, phase: Phase) -> PhaseRecord:
                 "reward_mean": round(res.reward_mean, 4),
                 "steps": res.steps,
                 "updates": res.updates,
+                "zero_variance": res.zero_variance,
                 "buffer": len(buffer),
             },
             res.rollouts,

@@ -329,7 +329,12 @@ def phase_solver(p: DiagEvo, phase: Phase) -> PhaseRecord:
         s.run.write_jsonl(ctx.dir / "optimisation.jsonl", [first[k] for k in sorted(first)])
         ctx.say(f"[solver] mean reward {res.reward_mean:.3f} over {res.steps} steps on {len(tasks)} kept questions")
         return PhaseResult(
-            {"reward_mean": round(res.reward_mean, 4), "questions_trained": len(first), "updates": res.updates},
+            {
+                "reward_mean": round(res.reward_mean, 4),
+                "questions_trained": len(first),
+                "updates": res.updates,
+                "zero_variance": res.zero_variance,
+            },
             res.rollouts,
             s.save(solver, f"r{t:02d}"),
             res.problem,

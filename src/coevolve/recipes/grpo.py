@@ -59,7 +59,12 @@ def phase_solver(p: GRPO, phase: Phase) -> PhaseRecord:
         ctx.compute.labelled(len(labelled))
         ctx.say(f"[solver] mean reward {res.reward_mean:.3f} over {res.steps} steps")
         return PhaseResult(
-            {"reward_mean": round(res.reward_mean, 4), "steps": res.steps, "updates": res.updates},
+            {
+                "reward_mean": round(res.reward_mean, 4),
+                "steps": res.steps,
+                "updates": res.updates,
+                "zero_variance": res.zero_variance,
+            },
             res.rollouts,
             s.save(solver, f"r{t:02d}"),
             res.problem,
