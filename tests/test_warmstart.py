@@ -11,7 +11,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaF
 
 import coevolve.world.arith as A
 import coevolve.world.arith_steps as S
+from coevolve.config import load_config
 from coevolve.errors import ConfigError
+from coevolve.extras import needed_extras
+from coevolve.models import resolve_model_path
 from coevolve.warmstart import RECIPE_FILE, WarmStartConfig, _rewrite, build_warm_start, training_problems
 from coevolve.world import world_of_model
 
@@ -79,3 +82,11 @@ def test_build_records_its_recipe_and_loads_like_any_model(tiny, tmp_path) -> No
     world = world_of_model(out, tok)
     assert world.name == "arith" and world.chat_template and world.prompter.prompts.solver.examples == []
     assert not (tmp_path / ".warm.train").exists()  # the trainer's checkpoints are removed
+
+
+def test_the_name_stands_for_the_cached_folder_and_needs_trl(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("COEVOLVE_CACHE", str(tmp_path))
+    path = resolve_model_path("smollm2-arith")
+    assert path == str(tmp_path / "models" / "smollm2-135m-arith")
+    cfg = load_config("grpo", None, [f"model.path={path}", "data.source=arith"])
+    assert (f"model.path={path}", "trl", ("trl", "accelerate")) in needed_extras(cfg)

@@ -256,7 +256,8 @@ def eval_cmd(
 
         model = str(ensure_base())
     elif model:
-        from coevolve.models import ensure_model, resolve_model_path
+        from coevolve.models import resolve_model_path
+        from coevolve.warmstart import ensure_model
 
         model = str(resolve_model_path(model))
         ensure_model(model)  # a built-in name (--model smollm2) is built offline, once

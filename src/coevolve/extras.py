@@ -43,8 +43,10 @@ def needed_extras(cfg: Any) -> list[tuple[str, str, tuple[str, ...]]]:
     if getattr(getattr(cfg, "backend", None), "kind", None) == "verl":
         needs.append(("backend.kind=verl", "verl", ("pyarrow",)))
     model = getattr(getattr(cfg, "model", None), "path", None)
-    if isinstance(model, str) and _unbuilt_smollm2(model):
+    if isinstance(model, str) and _unbuilt(model, "smollm2-135m-instruct"):
         needs.append((f"model.path={model}", "models", ("gguf", "accelerate")))
+    if isinstance(model, str) and _unbuilt(model, "smollm2-135m-arith"):  # the warm start (coevolve.warmstart)
+        needs.append((f"model.path={model}", "trl", ("trl", "accelerate")))
     return needs
 
 
@@ -63,9 +65,9 @@ def _data_extras(data: Any) -> list[tuple[str, str, tuple[str, ...]]]:
     return []
 
 
-def _unbuilt_smollm2(path: str) -> bool:
+def _unbuilt(path: str, name: str) -> bool:
     p = Path(path)
-    return p.parent == default_cache_dir() and p.name == "smollm2-135m-instruct" and not (p / MARKER).is_file()
+    return p.parent == default_cache_dir() and p.name == name and not (p / MARKER).is_file()
 
 
 def check_extras(cfg: Any) -> None:

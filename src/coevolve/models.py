@@ -104,20 +104,8 @@ BUILTIN_MODELS: dict[str, str] = {
 }
 """Names a config may give instead of a folder (``model.path=smollm2``): the model is built offline
 into the cache (``coevolve model smollm2``; ``smollm2-arith``, the warm start of
-``coevolve.warmstart``: ``coevolve model smollm2-arith``) and the name stands for that folder."""
-
-
-def ensure_model(path: str, say: Callable[[str], None] = print) -> None:
-    """Build a built-in model's cache folder when ``path`` is one and it is missing."""
-    p = Path(path)
-    if p.parent != default_cache_dir() or (p / MARKER).is_file():
-        return
-    if p.name == "smollm2-135m-instruct":
-        ensure_smollm2(p.parent, say)
-    elif p.name == "smollm2-135m-arith":
-        from coevolve.warmstart import ensure_warm_start  # it builds on this module (and needs trl)
-
-        ensure_warm_start(p.parent, say)
+``coevolve.warmstart``: ``coevolve model smollm2-arith``) and the name stands for that folder
+(``coevolve.warmstart.ensure_model`` builds a missing one)."""
 
 
 HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -173,7 +161,7 @@ def hub_id_of(path: str | Path | None) -> str | None:
 
 def resolve_model_path(path: str | None) -> str | None:
     """What a config's model path stands for: a built-in model name its cache folder (not built
-    yet: ``ensure_model``), a Hub id its snapshot in the local cache (``resolve_hub_model``),
+    yet: ``coevolve.warmstart.ensure_model``), a Hub id its snapshot in the local cache (``resolve_hub_model``),
     anything else as given."""
     if path is not None and path in BUILTIN_MODELS:
         return str(default_cache_dir() / BUILTIN_MODELS[path])

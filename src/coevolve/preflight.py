@@ -27,7 +27,7 @@ def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str
     errors; settings that cannot give a meaningful run (``budget_problems``, the memory plan) are
     refused too, unless ``run.preflight=warn`` (``coevolve run --force``): then they are printed as
     warnings and returned, and the run goes ahead."""
-    from coevolve.models import ensure_model
+    from coevolve.warmstart import ensure_model
 
     check_extras(cfg)  # first: before a built-in model is built or anything is loaded
     paths = [("model.path", cfg.model.path)] + [

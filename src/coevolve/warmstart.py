@@ -32,9 +32,12 @@ from typing import Any
 from pydantic import Field
 
 from coevolve.errors import ConfigError, ModelLoadError
-from coevolve.models import MARKER, default_cache_dir, ensure_model, resolve_model_path
+from coevolve.models import MARKER, default_cache_dir, ensure_smollm2, resolve_model_path
+from coevolve.prompts.chat import ChatPrompter
+from coevolve.prompts.spec import PromptsConfig
 from coevolve.schema import Strict
 from coevolve.types import Task
+from coevolve.world import CHECKPOINT_META, CHECKPOINT_META_FORMAT
 from coevolve.world.arith import heldout_expressions, make_problem, oracle, read_expression
 from coevolve.world.arith_steps import worked_answer
 
@@ -139,8 +142,6 @@ def training_problems(cfg: WarmStartConfig) -> list[dict[str, Any]]:
 
 
 def _meta(prompts: Any) -> dict[str, Any]:
-    from coevolve.world import CHECKPOINT_META_FORMAT
-
     return {
         "format": CHECKPOINT_META_FORMAT,
         "world": "arith",
@@ -182,6 +183,28 @@ def _trainer(cfg: WarmStartConfig, model: Any, tok: Any, rows: list[dict[str, st
     return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
 
 
+def _recipe(
+    cfg: WarmStartConfig, base: str, problems: list[dict[str, Any]], log: list[dict], seconds: float, resumed: bool
+) -> dict[str, Any]:
+    """``warm_start.json``: every setting, the data's make-up, the time and the loss curve."""
+    import trl
+
+    losses = [{"step": r["step"], "loss": r["loss"]} for r in log if "loss" in r]
+    return {
+        "config": cfg.model_dump(mode="json"),
+        "base": base,
+        "trainer": f"trl {trl.__version__} SFTTrainer (prompt/completion, completion-only loss)",
+        "problems": len(problems),
+        "forms": dict(sorted(Counter(p["form"] for p in problems).items())),
+        "heldout_excluded": "arith and arith_ladder benchmarks, by expression",
+        "seconds": round(seconds, 1),
+        "resumed": resumed,
+        "loss_first": losses[0]["loss"] if losses else None,
+        "loss_last": losses[-1]["loss"] if losses else None,
+        "loss_log": losses,
+    }
+
+
 def build_warm_start(out: Path, cfg: WarmStartConfig | None = None, say: Callable[[str], None] = print) -> Path:
     """Fine-tune ``cfg.base`` on worked arith answers into the folder ``out`` (module doc).
 
@@ -189,14 +212,11 @@ def build_warm_start(out: Path, cfg: WarmStartConfig | None = None, say: Callabl
     ``out`` and a rerun with the same settings resumes from the last one."""
     try:
         import torch
-        import trl
+        import trl  # noqa: F401
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.trainer_utils import get_last_checkpoint
     except ImportError as e:
         raise ModelLoadError(f"the warm start needs the 'trl' extra (pip install 'coevolve[trl]'): {e}") from e
-    from coevolve.prompts.chat import ChatPrompter
-    from coevolve.prompts.spec import PromptsConfig
-    from coevolve.world import CHECKPOINT_META
 
     cfg = cfg or WarmStartConfig()
     out = Path(out)
@@ -215,7 +235,6 @@ def build_warm_start(out: Path, cfg: WarmStartConfig | None = None, say: Callabl
     trainer = _trainer(cfg, model, tok, rows, work)
     trainer.train(resume_from_checkpoint=last)
     seconds = time.monotonic() - start
-    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
     out.mkdir(parents=True, exist_ok=True)
     trained = trainer.model.to(getattr(torch, cfg.save_dtype))
     trained.generation_config.eos_token_id = model.generation_config.eos_token_id
@@ -223,19 +242,7 @@ def build_warm_start(out: Path, cfg: WarmStartConfig | None = None, say: Callabl
     tok.save_pretrained(str(out))
     with open(out / DATA_FILE, "w") as f:
         f.writelines(json.dumps(p) + "\n" for p in problems)
-    recipe = {
-        "config": cfg.model_dump(mode="json"),
-        "base": base,
-        "trainer": f"trl {trl.__version__} SFTTrainer (prompt/completion, completion-only loss)",
-        "problems": len(problems),
-        "forms": dict(sorted(Counter(p["form"] for p in problems).items())),
-        "heldout_excluded": "arith and arith_ladder benchmarks, by expression",
-        "seconds": round(seconds, 1),
-        "resumed": last is not None,
-        "loss_first": losses[0] if losses else None,
-        "loss_last": losses[-1] if losses else None,
-        "loss_log": [{"step": r["step"], "loss": r["loss"]} for r in trainer.state.log_history if "loss" in r],
-    }
+    recipe = _recipe(cfg, base, problems, trainer.state.log_history, seconds, last is not None)
     (out / RECIPE_FILE).write_text(json.dumps(recipe, indent=2))
     (out / CHECKPOINT_META).write_text(json.dumps(_meta(prompts), indent=2))
     (out / MARKER).write_text(
@@ -244,6 +251,18 @@ def build_warm_start(out: Path, cfg: WarmStartConfig | None = None, say: Callabl
     shutil.rmtree(work, ignore_errors=True)
     say(f"warm start: {seconds:.0f} s, loss {recipe['loss_first']} -> {recipe['loss_last']}")
     return out
+
+
+def ensure_model(path: str, say: Callable[[str], None] = print) -> None:
+    """Build a built-in model's cache folder (``coevolve.models.BUILTIN_MODELS``) when ``path`` is
+    one and it is missing: the SmolLM2 build, or its warm start (which builds on it)."""
+    p = Path(path)
+    if p.parent != default_cache_dir() or (p / MARKER).is_file():
+        return
+    if p.name == "smollm2-135m-instruct":
+        ensure_smollm2(p.parent, say)
+    elif p.name == WARM_START_NAME:
+        ensure_warm_start(p.parent, say)
 
 
 def ensure_warm_start(cache_dir: Path | None = None, say: Callable[[str], None] = print) -> Path:
@@ -264,4 +283,4 @@ def ensure_warm_start(cache_dir: Path | None = None, say: Callable[[str], None] 
     return target
 
 
-__all__ = ["WarmStartConfig", "build_warm_start", "ensure_warm_start", "training_problems"]
+__all__ = ["WarmStartConfig", "build_warm_start", "ensure_model", "ensure_warm_start", "training_problems"]
