@@ -26,6 +26,13 @@ def hang_on_marker(pairs: list[tuple[str, str]], both_directions: bool) -> bool:
     return verify_any(pairs, both_directions)
 
 
+def slow_on_marker(pairs: list[tuple[str, str]], both_directions: bool) -> bool:
+    """Worker function for the scheduling test: 3 s when the gold contains SLOW, else instant."""
+    if "SLOW" in pairs[0][0]:
+        time.sleep(3)
+    return False
+
+
 @pytest.fixture(scope="module")
 def grader():
     with Grader(timeout=10.0) as g:
@@ -695,3 +702,27 @@ def test_primes_and_lists_against_one_value_are_not_equal_without_the_worker(gol
         assert not g.is_equiv(gold, pred)
         assert g.vote([gold, pred]).p1 == 0.5
         assert g.stats.worker_calls == 0
+
+
+def test_the_pool_hands_out_answers_one_by_one_so_a_straggler_holds_one_worker() -> None:
+    """With contiguous shares, the grader holding a slow answer also held the rest of its share;
+    now the other grader takes every answer while the first one waits on the slow one."""
+    from coevolve.answers import GraderPool
+
+    golds = ["SLOW \\sqrt{2}"] + [f"\\sqrt{{{k}}}" for k in range(2, 9)]
+    with GraderPool(2, timeout=30.0, verify_fn="tests.test_answers:slow_on_marker") as pool:
+        pool.grade_batch(golds[1:3], ["\\boxed{\\pi}"] * 2)  # start both workers
+        calls0 = [g.stats.worker_calls for g in pool.graders]
+        assert pool.grade_batch(golds, ["\\boxed{\\pi}"] * len(golds)) == [False] * len(golds)
+        calls = sorted(g.stats.worker_calls - c for g, c in zip(pool.graders, calls0))
+    assert calls == [1, 7]
+
+
+def test_a_worker_over_its_memory_limit_is_not_equal_counted_and_replaced() -> None:
+    """sympy expands (x+1)^{99999} to ~580 MB until the timeout; under the limit the request ends
+    early as "not equal", counted, and the next request gets a fresh worker."""
+    with Grader(timeout=30.0, memory_mb=300) as g:
+        t0 = time.perf_counter()
+        assert not g.is_equiv("(x+1)^{99999}", "(x+1)^{99}")
+        assert g.stats.memory == 1 and g.stats.timeouts == 0 and time.perf_counter() - t0 < 25
+        assert g.is_equiv("\\sqrt{8}", "2\\sqrt{2}") and g.stats.restarts == 1

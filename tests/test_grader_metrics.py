@@ -29,7 +29,7 @@ def test_timeouts_and_refusals_reach_metrics_and_report(tmp_path: Path) -> None:
     assert rows[1]["phase/eval/grader_timeouts"] == 0  # a phase logs what it added, not the run's total
     assert grader_totals(rows)["solver"]["timeouts"] == 1
     md = write_report(run.path).read_text(encoding="utf-8")
-    assert "## Rewards the grader decided" in md and "| solver | 1 | 0 | 1 | 3 | 1 |" in md
+    assert "## Rewards the grader decided" in md and "| solver | 1 | 0 | 1 | 0 | 3 | 1 |" in md
 
 
 def test_a_run_without_grader_decisions_has_no_grader_section(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from coevolve.answers import Grader, GraderPool, extract_answer
+from coevolve.answers.worker import WORKER_MEMORY_MB
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
 
@@ -174,6 +175,50 @@ def pool_throughput(cases: list[dict], workers: list[int], repeat: int) -> None:
         print(f"  {w} worker(s): {len(golds) / dt:8.1f} answers/s  ({dt:.1f} s, {same})")
 
 
+ADVERSARIAL = ("(x+1)^{99999}", "(x+1)^{99}")
+"""An answer pair math-verify works on until the timeout (sympy expands the power: ~580 MB)."""
+
+
+def straggler_mix(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """(golds, outputs): 60 % integers, 30 % fractions against decimals (both cheap path), 10 %
+    roots (math-verify), each boxed in an output."""
+    rng = random.Random(seed)
+    golds, texts = [], []
+    for i in range(n):
+        a, b = rng.randint(1, 99), rng.choice([2, 4, 5, 8])
+        gold, pred = [
+            (str(a), str(a + (i % 3 == 0))),
+            (f"\\frac{{{a}}}{{{b}}}", str(a / b)),
+            (f"\\sqrt{{{4 * a}}}", f"2\\sqrt{{{a}}}"),
+        ][0 if i % 10 < 6 else 1 if i % 10 < 9 else 2]
+        golds.append(gold)
+        texts.append(f"The answer is \\boxed{{{pred}}}.")
+    return golds, texts
+
+
+def straggler_throughput(workers: int, n: int, share: float, memory_mb: int = WORKER_MEMORY_MB) -> None:
+    """Wall time of ``grade_batch`` on ``workers`` graders over ``n`` answers (``straggler_mix``),
+    without and with a ``share`` of adversarial answers at random places (each one costs the
+    per-call timeout): how much a straggler slows a batch."""
+    golds, texts = straggler_mix(n)
+    bad = max(1, round(share * n))
+    adv_golds, adv_texts = list(golds), list(texts)
+    for k in random.Random(1).sample(range(n), bad):
+        adv_golds[k], adv_texts[k] = ADVERSARIAL[0], f"\\boxed{{{ADVERSARIAL[1]}}}"
+    walls = []
+    for g_list, t_list in ((golds, texts), (adv_golds, adv_texts)):
+        with GraderPool(workers, memory_mb=memory_mb) as pool:
+            pool.grade_batch(golds[:workers], texts[:workers])
+            t0 = time.perf_counter()
+            pool.grade_batch(g_list, t_list)
+            walls.append(time.perf_counter() - t0)
+            st = pool.stats
+        print(f"  {len(g_list)} answers: {walls[-1]:.1f} s (timeouts {st.timeouts}, restarts {st.restarts})")
+    print(
+        f"stragglers: {bad} adversarial of {n} ({100 * bad / n:.2f} %) on {workers} workers: x{walls[1] / walls[0]:.2f}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
@@ -183,6 +228,7 @@ def main() -> None:
     ap.add_argument("--baseline", action="store_true", help="also score plain math-verify")
     ap.add_argument("--workers", type=int, default=0, help="also time grade_batch with 1 and N workers")
     ap.add_argument("--repeat", type=int, default=2, help="passes over the cases for the pool timing")
+    ap.add_argument("--stragglers", type=int, default=0, help="also time N answers with 0.1 %% adversarial ones")
     args = ap.parse_args()
     case_sets = [load_cases(p) for p in args.cases]
     with Grader() as grader:
@@ -201,6 +247,8 @@ def main() -> None:
             baseline(cases)
     if args.workers > 1:
         pool_throughput([c for cases in case_sets for c in cases], [1, args.workers], args.repeat)
+    if args.stragglers:
+        straggler_throughput(max(2, args.workers), args.stragglers, 0.001)
 
 
 if __name__ == "__main__":

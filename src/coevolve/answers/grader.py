@@ -50,7 +50,7 @@ from coevolve.types import Vote
 
 from .extract import answer_or_whole, extract_answer
 from .normalize import Canon, canon, cheap_equiv, matching_brace
-from .worker import DEFAULT_VERIFY_FN, wrap_latex
+from .worker import DEFAULT_VERIFY_FN, WORKER_MEMORY_MB, wrap_latex
 
 
 @dataclass
@@ -63,6 +63,7 @@ class GraderStats:
     timeouts: int = 0  # requests killed at the wall-clock limit (counted as "not equal")
     errors: int = 0  # worker crashes / exceptions (counted as "not equal")
     restarts: int = 0  # worker processes started after the first
+    memory: int = 0  # requests that ran past the worker's memory limit (counted as "not equal")
     too_long: int = 0  # comparisons with an answer over_limit (long/deep/huge): "not equal" unless equal as strings
     worker_seconds: float = 0.0  # wall time spent waiting for the worker
 
@@ -74,6 +75,7 @@ class GraderStats:
             "timeouts": self.timeouts,
             "errors": self.errors,
             "refused": self.too_long,
+            "memory": self.memory,
             "calls": self.calls,
             "worker_calls": self.worker_calls,
         }
@@ -238,7 +240,8 @@ class Grader:
 
     ``timeout`` is the default wall-clock budget per math-verify request; ``verify_fn`` is the
     ``"module:function"`` the worker runs (tests inject a hanging one); ``start_timeout`` bounds
-    worker start-up (sympy import), which is not charged to the per-call budget.
+    worker start-up (sympy import), which is not charged to the per-call budget; ``memory_mb`` is
+    the worker's address-space limit (``worker.WORKER_MEMORY_MB``; 0: none).
     """
 
     def __init__(
@@ -247,6 +250,7 @@ class Grader:
         verify_fn: str = DEFAULT_VERIFY_FN,
         start_timeout: float = 120.0,
         ordered_bare_lists: bool = True,
+        memory_mb: int = WORKER_MEMORY_MB,
     ) -> None:
         if timeout <= 0:
             raise GraderError(f"Grader timeout must be > 0 seconds, got {timeout}")
@@ -254,6 +258,7 @@ class Grader:
         self.verify_fn = verify_fn
         self.start_timeout = start_timeout
         self.ordered_bare_lists = ordered_bare_lists
+        self.memory_mb = memory_mb
         self.stats = GraderStats()
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -275,6 +280,7 @@ class Grader:
             str(p2c_r),
             str(c2p_w),
             self.verify_fn,
+            str(self.memory_mb),
         ]
         try:
             proc = subprocess.Popen(cmd, pass_fds=(p2c_r, c2p_w), env=env, stdin=subprocess.DEVNULL)
@@ -334,6 +340,10 @@ class Grader:
                 return None
             finally:
                 self.stats.worker_seconds += time.perf_counter() - t0
+            if status == "memory":  # a fresh worker gives the next request the whole limit again
+                self.stats.memory += 1
+                self._kill()
+                return None
             if status != "ok":
                 self.stats.errors += 1
                 return None

@@ -4,13 +4,14 @@ a D²Evo difficulty pass is N = 32 per question).
 
 ``GraderPool(workers)`` holds ``workers`` independent ``Grader`` s, each with its own worker process
 and the same hard timeout, and spreads ``grade_batch`` / ``vote_batch`` over them from a thread
-pool (the threads spend their time waiting on the worker pipes, so the GIL is not the limit).
+pool, item by item as each grader is free (the threads spend their time waiting on the worker pipes, so the GIL is not the limit).
 Results are identical to one ``Grader``: every comparison is deterministic and independent, and
 each vote is still computed by one grader in answer order.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ from coevolve.errors import GraderError
 from coevolve.types import Vote
 
 from .grader import Grader, GraderStats
-from .worker import DEFAULT_VERIFY_FN
+from .worker import DEFAULT_VERIFY_FN, WORKER_MEMORY_MB
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -36,10 +37,12 @@ def default_workers() -> int:
 class GraderPool:
     """``AnswerGrader`` over ``workers`` grader processes (see the module docstring)."""
 
-    def __init__(self, workers: int, timeout: float = 5.0, verify_fn: str = DEFAULT_VERIFY_FN) -> None:
+    def __init__(
+        self, workers: int, timeout: float = 5.0, verify_fn: str = DEFAULT_VERIFY_FN, memory_mb: int = WORKER_MEMORY_MB
+    ) -> None:
         if workers < 1:
             raise GraderError(f"grading pool: workers must be >= 1, got {workers}")
-        self.graders = [Grader(timeout=timeout, verify_fn=verify_fn) for _ in range(workers)]
+        self.graders = [Grader(timeout=timeout, verify_fn=verify_fn, memory_mb=memory_mb) for _ in range(workers)]
         self._threads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grader")
 
     @property
@@ -56,18 +59,24 @@ class GraderPool:
         return total
 
     def _spread(self, items: Sequence[T], fn: Callable[[Grader, T], R]) -> list[R]:
-        """``fn(grader, item)`` for every item, in order; grader i takes the i-th contiguous share."""
+        """``fn(grader, item)`` for every item, results in item order. Each grader takes the next
+        item as soon as it is free (a shared counter), so an answer that runs to the timeout holds
+        up one worker for one item, not a fixed share of the batch behind it."""
         n, k = len(items), min(self.workers, len(items))
         if k <= 1:
             return [fn(self.graders[0], x) for x in items]
-        bounds = [n * i // k for i in range(k + 1)]
-        jobs = [
-            self._threads.submit(
-                lambda g, lo, hi: [fn(g, x) for x in items[lo:hi]], self.graders[i], bounds[i], bounds[i + 1]
-            )
-            for i in range(k)
-        ]
-        return [r for j in jobs for r in j.result()]
+        out: list[R | None] = [None] * n
+        nxt = itertools.count()  # next() on a count is atomic under the GIL
+
+        def work(g: Grader) -> None:
+            for i in iter(lambda: next(nxt), None):
+                if i >= n:
+                    return
+                out[i] = fn(g, items[i])
+
+        for job in [self._threads.submit(work, self.graders[j]) for j in range(k)]:
+            job.result()
+        return out  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ AnswerGrader
     def is_equiv(self, gold: str | None, pred: str | None, timeout: float | None = None) -> bool:

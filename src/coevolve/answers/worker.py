@@ -12,6 +12,7 @@ request. The default is ``verify_any`` below; tests inject a function that never
 from __future__ import annotations
 
 import importlib
+import resource
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from multiprocessing.connection import Connection
@@ -20,6 +21,11 @@ from typing import Any
 from coevolve.run.faults import fault_point
 
 DEFAULT_VERIFY_FN = "coevolve.answers.worker:verify_any"
+WORKER_MEMORY_MB = 512
+"""Address-space limit of a worker process (ours): sympy expands ``(x+1)^{99999}``, a 25-character
+answer, to ~580 MB until the timeout, and a pool multiplies that by its workers. A request past the
+limit is "not equal" and counted (``GraderStats.memory``), and ends in about a second instead of at
+the timeout. The worker itself takes ~70 MB; every case of the regression sets stays under it."""
 _DELIMS = ("$", "\\(", "\\[", "\\boxed", "\\fbox")
 
 
@@ -68,6 +74,8 @@ def verify_any(pairs: Sequence[tuple[str, str]], both_directions: bool) -> bool:
                 return True
             if both_directions and verify(p, g):
                 return True
+        except MemoryError:
+            raise  # over the worker's memory limit: reported to the parent, which counts it
         except Exception:  # noqa: BLE001 - a parse/verify failure means "not shown equal"
             continue
     return False
@@ -122,7 +130,8 @@ def resolve(path: str) -> Callable[..., Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Child entry point: ``python -c '...main()' <read_fd> <write_fd> <verify_fn>``.
+    """Child entry point: ``python -c '...main()' <read_fd> <write_fd> <verify_fn> [<memory MB>]``
+    (a memory limit of 0: none).
 
     Runs under ``subprocess`` rather than ``multiprocessing`` so the child never re-imports the
     parent's ``__main__`` (scripts without a main guard, pytest, notebooks all work).
@@ -134,12 +143,35 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
     logging.getLogger("latex2sympy2_extended").setLevel(logging.CRITICAL)
     r_fd, w_fd, verify_fn = int(args[0]), int(args[1]), args[2]
+    limit = (int(args[3]) if len(args) > 3 else WORKER_MEMORY_MB) * 2**20
+    if limit > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     with Connection(r_fd, writable=False) as rconn, Connection(w_fd, readable=False) as wconn:
-        serve_split(rconn, wconn, verify_fn)
+        serve_split(rconn, wconn, verify_fn, limit)
 
 
-def serve_split(rconn: Connection, wconn: Connection, verify_fn: str) -> None:
-    """``serve`` over two one-way connections (the parent holds the other ends)."""
+def peak_memory() -> int | None:
+    """The process's peak address-space size in bytes (``VmPeak``; None where /proc has none)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+_LIMIT_SLACK = 16 * 2**20  # a peak this close to the limit means an allocation hit it
+
+
+def serve_split(rconn: Connection, wconn: Connection, verify_fn: str, memory_limit: int = 0) -> None:
+    """``serve`` over two one-way connections (the parent holds the other ends).
+
+    A request that hit ``memory_limit`` (bytes; 0: none) answers ``("memory", None)``: either its
+    MemoryError reached here, or math-verify caught it inside (it catches every exception) and the
+    process's peak address space reached the limit during the request. The parent then counts it
+    and starts a fresh worker."""
     fn = resolve(verify_fn)
     if verify_fn == DEFAULT_VERIFY_FN:
         import math_verify  # noqa: F401  (warm the sympy/antlr import before "ready")
@@ -153,7 +185,13 @@ def serve_split(rconn: Connection, wconn: Connection, verify_fn: str) -> None:
             return
         args, kwargs = msg
         fault_point("worker")
+        peak0 = peak_memory() if memory_limit else None
         try:
-            wconn.send(("ok", fn(*args, **kwargs)))
+            value = fn(*args, **kwargs)
+            peak = peak_memory() if peak0 is not None else None
+            hit = peak is not None and peak > peak0 and peak >= memory_limit - _LIMIT_SLACK  # type: ignore[operator]
+            wconn.send(("memory", None) if hit else ("ok", value))
+        except MemoryError:
+            wconn.send(("memory", None))
         except Exception as exc:  # noqa: BLE001 - reported to the parent as an error
             wconn.send(("err", f"{type(exc).__name__}: {exc}"))

@@ -362,7 +362,7 @@ def phase_totals(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-GRADER_COUNTERS = ("timeouts", "errors", "refused", "calls", "worker_calls")
+GRADER_COUNTERS = ("timeouts", "errors", "refused", "memory", "calls", "worker_calls")
 """The grader counters each phase logs (``phase/<name>/grader_<counter>``, ``GraderStats.decided``)."""
 
 
@@ -384,19 +384,21 @@ def _grader_section(rows: list[dict[str, Any]]) -> list[str]:
     math-verify call killed at ``run.grader_timeout``, a worker error, an answer refused by the
     over-limit rule. Shown only when one happened."""
     totals = grader_totals(rows)
-    if not any(d["timeouts"] + d["errors"] + d["refused"] for d in totals.values()):
+    if not any(d["timeouts"] + d["errors"] + d["refused"] + d["memory"] for d in totals.values()):
         return []
     lines = [
         "## Rewards the grader decided",
         "",
         'Each is "not equal" whatever the answer: a timeout (`run.grader_timeout`), a worker error, '
-        "or an answer over the grader's length, nesting or exponent limit.",
+        "an answer over the grader's length, nesting or exponent limit (refused), or a math-verify call "
+        "past the worker's memory limit.",
         "",
-        "| phase | timeouts | errors | refused | comparisons | math-verify calls |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| phase | timeouts | errors | refused | memory | comparisons | math-verify calls |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
-        f"| {name} | {d['timeouts']} | {d['errors']} | {d['refused']} | {d['calls']} | {d['worker_calls']} |"
+        f"| {name} | {d['timeouts']} | {d['errors']} | {d['refused']} | {d['memory']} | {d['calls']} "
+        f"| {d['worker_calls']} |"
         for name, d in totals.items()
     ]
     return [*lines, ""]
