@@ -113,3 +113,19 @@ def test_cut_off_share_per_phase_in_metrics_summary_report_and_a_warning(tmp_pat
     assert "## Cut off by the token budget" in md and "| 01/eval | 15.0% | over 5% |" in md
     assert cut_off_warning("x", Compute(rollouts=100, cut_off=6), "f") is not None
     assert cut_off_warning("x", Compute(), "f") is None
+
+
+@pytest.mark.parametrize("kind", ["solver", "match"])
+def test_the_grpo_reward_reads_a_cut_off_completion_as_votes_do(kind: str) -> None:
+    """The free-text reading of a cut-off derivation took "33" from its middle and rewarded it as
+    correct; the reward reads it through ``answer_text`` like the votes (a closed box still counts)."""
+    from coevolve.training import RewardSpec, local_reward
+
+    cut, done = (Completion(CUT, [], [], finish_reason=r) for r in ("length", "stop"))
+    with Grader() as g:
+        reward = local_reward(RewardSpec(kind), g)
+        rewards, _ = reward(0, [Task("t", "7 × 8 × 6 = ?", answer="33")], [[cut, done]])
+        assert rewards[0][0] < rewards[0][1]  # the same text, cut off: no answer
+        closed, _ = reward(0, [Task("u", "?", answer="336")], [[Completion(CUT_BOXED, [], [], finish_reason="length")]])
+        finished, _ = reward(0, [Task("u", "?", answer="336")], [[Completion(DONE, [], [])]])
+        assert closed == finished

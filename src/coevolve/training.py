@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from coevolve.curriculum.proposals import WriterBatch, score_writer_batch
+from coevolve.curriculum.sampling import answer_text
 from coevolve.errors import ConfigError
 from coevolve.rewards import signed_match_rewards, solver_rewards
 from coevolve.run import PhaseContext, derive_seed
@@ -253,7 +254,8 @@ def local_reward(spec: RewardSpec, grader: AnswerGrader, writer: WriterScoring |
         return writer_reward
 
     def reward(step: int, tasks: list[Task], comps: list[list[Completion]]) -> tuple[list[list[float]], Observed]:
-        texts = [c.text for g in comps for c in g]
+        # read as votes and pass rates read them: a completion cut off before its box closed is no answer
+        texts = [answer_text(c) for g in comps for c in g]
         labels = [t.answer or "" for t, g in zip(tasks, comps) for _ in g]
         flat = (
             solver_scores(labels, texts, grader, spec.alpha)
