@@ -747,3 +747,42 @@ def test_the_one_gpu_hours_preset_fits_and_costs_less_than_the_paper_preset(tmp_
     total = lambda p: sum(e.gen_seconds + e.train_seconds for e in p.phases)  # noqa: E731
     assert total(hours) < 0.7 * total(paper)
     assert next(e for e in hours.phases if e.work.name == "difficulty").work.times == 3  # no final re-measure
+
+
+SMOLLM2 = {
+    "model_type": "llama",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "vocab_size": 49152,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 8192,
+}
+
+
+def test_cpu_learn_time_counts_a_shared_prompt_once_per_group_and_the_weights_dtype(tmp_path):
+    """share_prompt: a group's prompt is one token pass, not G; a CPU learns bf16 weights at the
+    bf16 rate and fp32 ones at the slower fp32 rate (the plan was 25x off the measured SmolLM2 run)."""
+    path = model_dir(tmp_path, SMOLLM2)
+
+    def learn(*over: str) -> float:
+        cfg = load_config("grpo", ["smollm2/grpo"], [f"model.path={path}", *over])
+        return sum(e.train_seconds for e in make_plan(cfg, device_for("cpu")).phases)
+
+    shared, rowwise = learn(), learn("learner.share_prompt=false")
+    # 8 groups x 8 answers, prompt 144, answers 24 on average: (8*144 + 64*24) / (64*144 + 64*24)
+    assert shared / rowwise == pytest.approx((8 * 144 + 64 * 24) / (64 * (144 + 24)), rel=0.05)
+    fp32 = learn("model.dtype=float32")
+    cpu = DEVICES["cpu"]
+    assert fp32 / shared == pytest.approx(cpu.matmul_tflops.value / cpu.fp32_tflops.value, rel=0.01)
+
+
+def test_cpu_plan_of_the_toy_grpo_run_is_within_1_5x_of_its_measured_time():
+    """docs/results/plan_vs_measured.md: `coevolve run grpo run.threads=2` on 2 quiet cores took
+    62.3 s in its phases (solver 34.4 s, evaluations 8.2 + 19.7 s)."""
+    p = make_plan(load_config("grpo"), device_for("cpu"))
+    planned = sum(e.gen_seconds + e.train_seconds for e in p.phases)
+    assert 62.3 / 1.5 <= planned <= 62.3 * 1.5, planned

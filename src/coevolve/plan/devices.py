@@ -7,11 +7,12 @@ from; every ``Rate`` says whether it was measured (where, with which command) or
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from coevolve.errors import ConfigError, did_you_mean
 
 GiB = float(1 << 30)
+BF16_TFLOPS = 0.15
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Device:
     mem_gbps: Rate  # memory bandwidth (decode reads every weight and the KV cache once per step)
     hf_step_ms_per_layer: Rate  # HF generate's launch-bound floor per decode step and layer
     vllm_bw_efficiency: Rate  # share of bandwidth vLLM's decode reaches
+    fp32_tflops: Rate | None = None  # a CPU's learner rate for fp32 weights (matmul_tflops is then bf16's)
+    learn_us_per_token_layer: Rate = Rate(0.0, False, "none: GPU updates are compute-bound at these sizes")
+    hf_us_per_row_step: Rate = Rate(0.0, False, "none: a GPU samples a row's token in parallel")
 
 
 DEVICES: dict[str, Device] = {
@@ -84,20 +88,37 @@ DEVICES: dict[str, Device] = {
         memory_gib=Rate(24.0, True, "this project's 2-core CI machine (24 GiB); `coevolve run` uses the real figure"),
         host_memory_gib=Rate(24.0, True, "same memory"),
         matmul_tflops=Rate(
-            0.0178,
+            BF16_TFLOPS,
             True,
-            "effective fp32 rate of a SmolLM2-135M learner step, 2 shared cores "
-            "(dev/perf/bench_learner_memory.py --rates, load average ~5)",
+            "effective bf16 rate of the SmolLM2 grpo preset's learner (share_prompt, 8 x 8 rows, AVX-512 BF16): "
+            "its 40 steps, 89 TFLOP as the plan counts them, took 975-1,383 s of user CPU on 2 shared cores in all "
+            "(sampling included), so at least 0.13-0.18 TFLOP/s",
         ),
         train_mfu=Rate(1.0, True, "already folded into the measured effective rate"),
         mem_gbps=Rate(10.0, False, "assumed"),
         hf_step_ms_per_layer=Rate(
-            10.1,
+            1.78,
             True,
-            "HF generate, SmolLM2-135M fp32 at batch 1: 303 ms per decode step / "
-            "30 layers, 2 shared cores (dev/perf/bench_learner_memory.py --rates)",
+            "the toy grpo run (`coevolve run grpo run.threads=2`, 2 quiet cores): 3.56 ms per decode step of "
+            "128 rows over 2 layers, an upper bound (a larger model's step is its matmuls')",
         ),
         vllm_bw_efficiency=Rate(0.3, False, "assumed"),
+        fp32_tflops=Rate(
+            0.14,
+            True,
+            "effective fp32 rate of the toy grpo run's learner steps (2.21 TFLOP as the plan counts them in "
+            "15.8 s, 2 quiet cores); a SmolLM2-135M fp32 step measured 0.0178 at load average ~5 "
+            "(dev/perf/bench_learner_memory.py --rates), its 49k-entry LM head in fp32",
+        ),
+        learn_us_per_token_layer=Rate(
+            12.0,
+            True,
+            "the toy grpo run (`coevolve run grpo run.threads=2`, 2 quiet cores): 15.8 s of learner steps for "
+            "80 x 128 rows, 1.31 M token passes x layers as the plan counts them",
+        ),
+        hf_us_per_row_step=Rate(
+            28.0, True, "the same toy grpo run: 18.2 s of sampling for 80 calls of 128 rows x 64 decode steps"
+        ),
     ),
 }
 
@@ -127,30 +148,9 @@ def local_device(model_device: str = "auto") -> Device:
             else (DEVICES["a100-80g"] if total > 60 else DEVICES["a100-40g"])
         )
         mem = Rate(round(total, 1), True, f"torch.cuda: {props.name}")
-        return Device(
-            f"{base.name} (here: {props.name})",
-            "cuda",
-            mem,
-            _host_memory(),
-            base.matmul_tflops,
-            base.train_mfu,
-            base.mem_gbps,
-            base.hf_step_ms_per_layer,
-            base.vllm_bw_efficiency,
-        )
-    cpu = DEVICES["cpu"]
+        return replace(base, name=f"{base.name} (here: {props.name})", memory_gib=mem, host_memory_gib=_host_memory())
     host = _host_memory()
-    return Device(
-        "cpu (here)",
-        "cpu",
-        host,
-        host,
-        cpu.matmul_tflops,
-        cpu.train_mfu,
-        cpu.mem_gbps,
-        cpu.hf_step_ms_per_layer,
-        cpu.vllm_bw_efficiency,
-    )
+    return replace(DEVICES["cpu"], name="cpu (here)", memory_gib=host, host_memory_gib=host)
 
 
 def _host_memory() -> Rate:

@@ -268,7 +268,10 @@ def _estimate(w: PhaseWork, roles: dict[str, RoleMemory], z: _Sizing) -> PhaseEs
     gen_s = sum(gen_seconds(g, z.shape, z.device, z.b, z.engine_of(g), z.rows_in_flight(g)) for g in w.gens) * w.times
     train_s = 0.0
     if w.train is not None:
-        train_s = train_seconds(w.train, w.times, z.shape, z.lcfg, z.device, roles[w.train.role].checkpointing)
+        ckpt = roles[w.train.role].checkpointing
+        train_s = train_seconds(
+            w.train, w.times, z.shape, z.lcfg, z.device, ckpt, "float32" if z.b == 4 else "bfloat16"
+        )
     gen_tok = w.times * sum(g.rows * COMPLETION_FILL * g.max_new for g in w.gens)
     tr_tok = (
         0.0 if w.train is None else w.times * w.train.steps * w.train.rows_per_step * COMPLETION_FILL * w.train.max_new

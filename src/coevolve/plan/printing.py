@@ -181,6 +181,9 @@ def _rates(plan: Plan) -> list[str]:
         ("train MFU", d.train_mfu),
         ("memory GB/s", d.mem_gbps),
         ("HF decode ms/step/layer", d.hf_step_ms_per_layer),
+        *(() if d.fp32_tflops is None else (("fp32 matmul TFLOP/s", d.fp32_tflops),)),
+        *((("learn us/token/layer", d.learn_us_per_token_layer),) if d.learn_us_per_token_layer.value else ()),
+        *((("HF decode us/row/step", d.hf_us_per_row_step),) if d.hf_us_per_row_step.value else ()),
     ):
         L.append(f"  {'*' if r.measured else '-'} {label:<24}{r.value:>10.4g}  {r.source}")
     return L

@@ -35,16 +35,41 @@ def gen_seconds(g: Gen, shape: ModelShape, device: Device, b: int, engine: str, 
     ctx = g.prompt + g.max_new / 2
     step = max(
         device.hf_step_ms_per_layer.value * shape.layers / 1e3,
+        rows * device.hf_us_per_row_step.value / 1e6,  # a CPU's per-row cost of a step (sampling, small models)
         (weights + rows * ctx * kv_tok) / (device.mem_gbps.value * 1e9),
         2 * shape.n_params * rows / flops,
     )
     return calls * g.max_new * step
 
 
-def train_seconds(t: Train, times: int, shape: ModelShape, lcfg: LearnerConfig, device: Device, ckpt: bool) -> float:
-    tokens = times * t.steps * t.rows_per_step * (t.prompt + COMPLETION_FILL * t.max_new)
+def train_tokens(t: Train, times: int, share_prompt: bool) -> float:
+    """Token passes of a role's GRPO updates: every row [prompt | completion], or with
+    ``learner.share_prompt`` each group's prompt once and its G completions on its KV cache."""
+    prompts = t.rows_per_step / max(1, t.group) if share_prompt else t.rows_per_step
+    return times * t.steps * (prompts * t.prompt + t.rows_per_step * COMPLETION_FILL * t.max_new)
+
+
+def train_flops(t: Train, times: int, shape: ModelShape, lcfg: LearnerConfig, ckpt: bool) -> float:
+    """FLOPs of a role's GRPO updates: forward + backward of the weights (2 + 4 per parameter and
+    token; LoRA skips the weight gradients), the recompute of checkpointing, a reference / old
+    policy forward when used, and causal attention."""
+    tokens = train_tokens(t, times, lcfg.share_prompt)
     per_tok = 2 * shape.n_params * (3 if not lcfg.lora else 2) + (2 * shape.n_params if ckpt else 0)
     per_tok += 2 * shape.n_params * (int(lcfg.beta_kl > 0) + int(lcfg.epochs_per_batch > 1))
     per_tok *= lcfg.epochs_per_batch if lcfg.epochs_per_batch > 1 else 1
     attn = 6 * shape.layers * (t.prompt + t.max_new) * shape.q_dim  # causal QK^T and AV, forward + backward
-    return tokens * (per_tok + attn) / (device.matmul_tflops.value * 1e12 * device.train_mfu.value)
+    return tokens * (per_tok + attn)
+
+
+def train_seconds(
+    t: Train, times: int, shape: ModelShape, lcfg: LearnerConfig, device: Device, ckpt: bool, dtype: str = "bfloat16"
+) -> float:
+    """Learner time: ``train_flops`` at the device's rate in the weights' dtype (a CPU learns in
+    fp32 several times slower than in bf16), and at least the device's per-token floor (a CPU's
+    overhead per token pass and layer, which bounds small models)."""
+    rate = device.matmul_tflops.value
+    if device.kind == "cpu" and dtype == "float32" and device.fp32_tflops is not None:
+        rate = device.fp32_tflops.value
+    flops_s = train_flops(t, times, shape, lcfg, ckpt) / (rate * 1e12 * device.train_mfu.value)
+    passes = train_tokens(t, times, lcfg.share_prompt) * max(1, lcfg.epochs_per_batch)
+    return max(flops_s, passes * shape.layers * device.learn_us_per_token_layer.value / 1e6)

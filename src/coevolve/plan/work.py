@@ -12,11 +12,14 @@ from typing import Any
 PROMPT_TOKENS = {
     "toy": {"answer": 32, "question": 64, "diagnosis": 64},
     "real": {"answer": 384, "question": 512, "diagnosis": 768},
+    "arith": {"answer": 144, "question": 512, "diagnosis": 768},
 }
 """Assumed prompt lengths: toy prompts are ~30-60 characters (char tokenizer); a real math
 question with instructions and chat template ~150-400 tokens, a writer prompt (anchor question,
 answer, difficulty or memory causes) up to ~500, a diagnosis prompt (a question and two answers)
-twice a question's. Assumed, conservative."""
+twice a question's. Assumed, conservative. The arith world's answer prompt (a one-line sum with
+the system text, the smollm2 preset's two worked turns and SmolLM2's chat template) is 131 tokens
+(measured: dev/perf/bench_plan_rates.py), rounded up."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Train:
     max_new: int
     section: str = "solver"  # the config section that sets it (named by the advice)
     kind: str = "answer"  # what its prompts ask for: "answer" (a solver) or "question" (a writer)
+    group: int = 1  # rows per prompt (G): learner.share_prompt runs a group's prompt once
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ def phases(cfg: Any, toy: bool) -> list[PhaseWork]:
     its token cap), from the recipe's declaration (``Recipe.work``)."""
     from coevolve.config import recipe_of
 
-    tokens = PROMPT_TOKENS["toy" if toy else "real"]
+    tokens = PROMPT_TOKENS["toy" if toy else "arith" if cfg.data.source == "arith" else "real"]
     mb = cfg.engine.max_batch
     out = []
     for step, times, work in recipe_of(cfg.recipe).work(cfg, toy):
@@ -94,7 +98,14 @@ def phases(cfg: Any, toy: bool) -> list[PhaseWork]:
             None
             if tr is None
             else Train(
-                tr.role, tr.steps, tr.rows_per_step, tokens[tr.prompt], tr.max_new, section=tr.section, kind=tr.prompt
+                tr.role,
+                tr.steps,
+                tr.rows_per_step,
+                tokens[tr.prompt],
+                tr.max_new,
+                section=tr.section,
+                kind=tr.prompt,
+                group=tr.group,
             )
         )
         out.append(PhaseWork(step.name, times, gens, train, work.note, uses=step.uses))
