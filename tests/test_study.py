@@ -680,3 +680,21 @@ def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     assert f"| base | {len(cells)} runs | 1.000 / 0.000 | 1.000 / 0.000 |" in md  # read from base/eval
     total = sum(c.wall_seconds or 0 for c in cells)
     assert f"{len(cells)} runs, {total / 3600:.2f} h summed" in md
+
+
+def test_a_study_whose_runs_need_a_missing_extra_refuses_before_its_folder(tmp_path, capsys, monkeypatch):
+    """Each cell's `coevolve run` would refuse for the missing extra; the study says so first, in
+    the run's own line, and makes neither --out nor study_spec.json."""
+    import sys
+
+    mod = _script()
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # what extras.have reads as not installed
+    out = tmp_path / "study"
+    assert mod.main(["--out", str(out), "--only", "grpo", "--seeds", "0", "run.trackers=[tensorboard]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: run.trackers=tensorboard needs the 'track' extra (tensorboard not installed): " + (
+        "pip install 'coevolve[track]'"
+    )
+    assert not out.exists()
+    assert mod.main(["--out", str(out), "--only", "grpo", "--seeds", "0", "solver.stepz=1"]) == 2
+    assert "did you mean 'solver.steps'?" in capsys.readouterr().err and not out.exists()

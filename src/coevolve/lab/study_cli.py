@@ -32,8 +32,10 @@ import sys
 import time
 from pathlib import Path
 
+from coevolve.config import load_config
 from coevolve.config.presets import preset_roots
-from coevolve.errors import RunStateError
+from coevolve.errors import ConfigError, RunStateError
+from coevolve.extras import check_extras
 from coevolve.lab import study as st
 from coevolve.run.children import check_children, run_child
 
@@ -95,6 +97,15 @@ def run_grid(
         if st.cell_status(c.path) != "finished":
             failures.append(f"{c.variant.name} seed{c.seed}: exit {rc}, see {c.path.parent / f'seed{c.seed}.log'}")
     return failures
+
+
+def check_grid(cells: list[st.Cell], preset: Path, overrides: list[str]) -> None:
+    """Every variant's config loads and has its extras installed (``check_extras``), checked
+    before the study makes its folder: a grid whose runs would each refuse stops at once, with
+    the run's own one-line message (``ConfigError``)."""
+    for v in {c.variant.name: c.variant for c in cells}.values():
+        cfg = load_config(v.recipe, [str(Path(preset) / v.config)], [*overrides, *v.overrides])
+        check_extras(cfg)
 
 
 ADOPT_ALWAYS_IGNORED = ("run.progress", "run.root", "run.name")
@@ -326,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     elif not a.report_only:
         try:  # a run a killed study started must end before this one starts its cell again
             check_children(a.out)
-        except RunStateError as e:
+            if a.src == SRC:  # another checkout's runs may need fields this coevolve does not know
+                check_grid(cells, a.preset, a.overrides)
+        except (RunStateError, ConfigError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
         a.out.mkdir(parents=True, exist_ok=True)
