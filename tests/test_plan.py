@@ -786,3 +786,20 @@ def test_cpu_plan_of_the_toy_grpo_run_is_within_1_5x_of_its_measured_time():
     p = make_plan(load_config("grpo"), device_for("cpu"))
     planned = sum(e.gen_seconds + e.train_seconds for e in p.phases)
     assert 62.3 / 1.5 <= planned <= 62.3 * 1.5, planned
+
+
+def test_h100_row_and_any_card_by_its_memory(tmp_path):
+    from typer.testing import CliRunner
+
+    from coevolve.cli import app
+
+    d = model_dir(tmp_path, QWEN3_4B)
+    args = ["plan", "diagevo", f"model.path={d}", *DIAGEVO_4B]
+    h100 = CliRunner().invoke(app, [*args, "--device", "h100"])
+    assert "plan: diagevo on h100 (79.2 GiB" in h100.output
+    small = CliRunner().invoke(app, [*args, "--gpu-memory", "24"])
+    assert small.exit_code == 1 and "on h100 rates, 24 GiB" in small.output and "DOES NOT FIT" in small.output
+    big = CliRunner().invoke(app, [*args, "--device", "h200", "--gpu-memory", "139"])
+    assert big.exit_code == 0 and "on h200 rates, 139 GiB" in big.output, big.output
+    cpu = CliRunner().invoke(app, [*args, "--device", "cpu", "--gpu-memory", "24"])
+    assert cpu.exit_code != 0 and "--gpu-memory with --device cpu" in str(cpu.output) + str(cpu.exception)

@@ -539,7 +539,12 @@ def plan_cmd(
     config: Optional[list[str]] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     preset: Optional[list[str]] = typer.Option(None, "--preset", help=PRESET_HELP),
     device: Optional[str] = typer.Option(
-        None, "--device", help="h200 | a100-80g | a100-40g | cpu (default: this machine's GPU, else its CPU and memory)"
+        None,
+        "--device",
+        help="h200 | h100 | a100-80g | a100-40g | cpu (default: this machine's GPU, else its CPU and memory)",
+    ),
+    gpu_memory: Optional[float] = typer.Option(
+        None, "--gpu-memory", help="GiB of another card: planned with --device's rates (default h100's)"
     ),
     gpus: Optional[int] = typer.Option(
         None, "--gpus", help="GPUs per node (default: backend.verl.n_gpus_per_node with backend=verl, else 1)"
@@ -554,9 +559,13 @@ def plan_cmd(
     layout and its wall time (docs/scale.md). Exit 0 when everything fits, 1 when something does not."""
     from coevolve.config import load_config
     from coevolve.plan import device_for, format_plan, local_device, make_plan
+    from coevolve.plan.devices import with_gpu_memory
 
     cfg = load_config(recipe, config, overrides or [], preset or [])
-    p = make_plan(cfg, device_for(device) if device else local_device(cfg.model.device), gpus=gpus, nodes=nodes)
+    dev = device_for(device) if device else local_device(cfg.model.device)
+    if gpu_memory is not None:
+        dev = with_gpu_memory(device_for(device or "h100"), gpu_memory)
+    p = make_plan(cfg, dev, gpus=gpus, nodes=nodes)
     typer.echo(format_plan(p))
     raise typer.Exit(0 if p.fits else 1)
 

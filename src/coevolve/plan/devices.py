@@ -60,6 +60,17 @@ DEVICES: dict[str, Device] = {
         ),
         vllm_bw_efficiency=Rate(0.6, False, "assumed: continuous batching with CUDA graphs"),
     ),
+    "h100": Device(
+        "h100",
+        "cuda",
+        memory_gib=Rate(79.2, False, "assumed: an H100 80 GB (SXM) as torch reports it"),
+        host_memory_gib=Rate(128.0, False, "assumed host memory"),
+        matmul_tflops=Rate(790.0, False, "assumed: dense bf16 like the H200 (the same compute; spec 989)"),
+        train_mfu=Rate(0.35, False, "assumed: HF eager model, checkpointing recompute counted separately"),
+        mem_gbps=Rate(3350.0, False, "assumed: H100 SXM HBM3 spec"),
+        hf_step_ms_per_layer=Rate(83.0 / 36, False, "assumed: launch-bound like the H200 figure"),
+        vllm_bw_efficiency=Rate(0.6, False, "assumed: continuous batching with CUDA graphs"),
+    ),
     "a100-80g": Device(
         "a100-80g",
         "cuda",
@@ -131,6 +142,16 @@ def device_for(name: str) -> Device:
     return DEVICES[name]
 
 
+def with_gpu_memory(device: Device, gib: float) -> Device:
+    """``device``'s rates on a card of ``gib`` GiB (``coevolve plan --gpu-memory``: any other card)."""
+    if gib <= 0:
+        raise ConfigError(f"--gpu-memory {gib:g}: must be a positive number of GiB")
+    if device.kind != "cuda":
+        raise ConfigError(f"--gpu-memory with --device {device.name}: give the GPU whose rates to use (e.g. h100)")
+    mem = Rate(float(gib), True, "--gpu-memory (given)")
+    return replace(device, name=f"{device.name} rates, {gib:g} GiB", memory_gib=mem)
+
+
 def local_device(model_device: str = "auto") -> Device:
     """The device a run will use here (``model.device``), with its real memory: the nearest
     ``DEVICES`` entry for the rates, the memory torch / the OS reports."""
@@ -144,7 +165,9 @@ def local_device(model_device: str = "auto") -> Device:
         name = props.name.lower()
         base = (
             DEVICES["h200"]
-            if ("h200" in name or "h100" in name)
+            if "h200" in name
+            else DEVICES["h100"]
+            if "h100" in name
             else (DEVICES["a100-80g"] if total > 60 else DEVICES["a100-40g"])
         )
         mem = Rate(round(total, 1), True, f"torch.cuda: {props.name}")
