@@ -78,13 +78,14 @@ def cases(w: Path, ref: Callable[[], Path]) -> list[tuple[str, list[str], Callab
         (w / "bigint.jsonl").write_text('{"question": "q", "answer": ' + "9" * 5000 + "}\n")
         (w / "deep.jsonl").write_text('{"question": ' + "[" * 100000 + "]" * 100000 + ', "answer": "1"}\n')
         with gzip.open(w / "trunc.jsonl.gz", "wb") as f:
-            f.write(b'{"question": "1+1", "answer": "2"}\n' * 1000)
+            f.write("".join(f'{{"question": "{i}+{i}", "answer": "{2 * i}"}}\n' for i in range(1000)).encode())
         (w / "trunc.jsonl.gz").write_bytes((w / "trunc.jsonl.gz").read_bytes()[:200])
         (w / "g.jsonl").write_bytes(b'{"pred": "1", "gold": "1"}\n{"pred": "\xff", "gold": "1"}\n')
         (w / "brokenmodel").mkdir(exist_ok=True)
         (w / "brokenmodel" / "config.json").write_text("{\n")
         (w / "m_list").mkdir(exist_ok=True)
         (w / "m_list" / "config.json").write_text("[]")
+        (w / "wide.csv").write_text("question,answer\n" + "x" * 200_000 + ",1\n")
         (w / "dangling").unlink(missing_ok=True)
         (w / "dangling").symlink_to(w / "nowhere" / "x")
 
@@ -144,6 +145,7 @@ def cases(w: Path, ref: Callable[[], Path]) -> list[tuple[str, list[str], Callab
         ("data lone surrogate", ["data", str(w / "surrogate.jsonl")], None),
         ("data int of 5000 digits", ["data", str(w / "bigint.jsonl")], None),
         ("data JSON nested 100000 deep", ["data", str(w / "deep.jsonl")], None),
+        ("CSV field of 200 kB", ["data", str(w / "wide.csv")], None),
         ("truncated .jsonl.gz", ["data", str(w / "trunc.jsonl.gz")], None),
         ("grade file non-UTF-8", ["grade", "--jsonl", str(w / "g.jsonl")], None),
         ("grade file a folder", ["grade", "--jsonl", str(w / "cfgdir")], None),

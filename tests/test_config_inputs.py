@@ -69,6 +69,36 @@ def test_values_keep_their_kind_and_are_checked_when_read(override: str, needle:
     assert needle in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("solver.steps=" + "9" * 5000, "solver.steps: Unable to parse input string as an integer"),
+        ("solver.steps=" + "9" * 30, "solver.steps: an integer of 30 digits; a config integer is at most 2**63 - 1"),
+        ("run.name=" + "x" * 100_000, "run.name: String should have at most 100 characters"),
+        ("run.name=" + "9" * 5000, "run.name: String should have at most 100 characters"),
+        ("solver.steps=" + "[" * 5000, "solver.steps: Input should be a valid integer"),
+    ],
+    ids=["int-5000-digits", "int-over-2**63", "name-100kB", "name-5000-digits", "nested-5000"],
+)
+def test_hostile_values_are_one_short_line(override: str, needle: str) -> None:
+    """An integer over Python's 4300 digits, or past 2**63, a 100 kB name, a value nested 5000
+    deep: one line that names the field and quotes the value cut short."""
+    with pytest.raises(ConfigError) as e:
+        load_config("grpo", None, [override])
+    assert needle in str(e.value) and "\n" not in str(e.value) and len(str(e.value)) < 400
+
+
+def test_a_config_file_nested_too_deep_or_with_a_huge_integer_is_one_line(tmp_path: Path) -> None:
+    deep = write(tmp_path / "deep.yaml", "a: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=r"deep\.yaml: nested too deeply \(past Python's recursion limit\)$"):
+        load_config("grpo", deep, [])
+    big = write(tmp_path / "big.yaml", "solver:\n  steps: " + "9" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=r"big\.yaml: an integer of more than 4300 digits"):
+        load_config("grpo", big, [])
+    r = cli("config", "grpo", "-c", str(deep))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
 def test_numbers_given_for_text_are_that_text(tmp_path: Path) -> None:
     assert load_config("grpo", None, ["run.name=2024"]).run.name == "2024"
     assert load_config("grpo", None, ["run.name=007"]).run.name == "007"  # as typed, not the number 7

@@ -151,6 +151,35 @@ def test_broken_and_empty_sources_name_the_problem(tmp_path: Path) -> None:
     assert source_kind("openai/gsm8k") == "hub"
 
 
+def test_rows_no_parser_or_tokenizer_takes_are_refused_by_line(tmp_path: Path) -> None:
+    """An integer over Python's 4300 digits, JSON nested 100,000 deep, a lone surrogate, a CSV
+    field over csv's 128 KiB: a DataError naming the file and line, never a traceback."""
+    rows = {
+        "big.jsonl": '{"question": "q", "answer": ' + "9" * 5000 + "}\n",
+        "deep.jsonl": '{"question": ' + "[" * 100_000 + "]" * 100_000 + ', "answer": "1"}\n',
+        "lone.jsonl": '{"question": "ok", "answer": "1"}\n{"question": "a \\ud800", "answer": "1"}\n',
+        "lone_answer.jsonl": '{"question": "q", "answer": "\\udfff"}\n',
+        "deep.json": "[" * 100_000 + "]" * 100_000,
+        "wide.csv": "question,answer\n" + "x" * 200_000 + ",1\n",
+    }
+    expect = {
+        "big.jsonl": r"big\.jsonl:1: not readable JSON: an integer of more than 4300 digits",
+        "deep.jsonl": r"deep\.jsonl:1: not readable JSON: nested too deeply",
+        "lone.jsonl": r"lone\.jsonl:2: field 'question' holds a lone surrogate \('\\ud800' at character 3\)",
+        "lone_answer.jsonl": r"lone_answer\.jsonl:1: field 'answer' holds a lone surrogate",
+        "deep.json": r"deep\.json: not readable JSON: nested too deeply",
+        "wide.csv": r"wide\.csv:2: not readable CSV \(field larger than field limit",
+    }
+    for name, text in rows.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(DataError, match=expect[name]):
+            check_source(data(tmp_path / name))
+    tasks, report = load_labelled_tasks(data(tmp_path / "lone.jsonl", on_error="skip"))
+    assert len(tasks) == 1 and "lone surrogate" in report.problems[0]
+    r = cli("data", str(tmp_path / "deep.jsonl"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
 def test_datasets_folder_with_splits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     datasets = pytest.importorskip("datasets")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "dscache"))

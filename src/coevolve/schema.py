@@ -97,6 +97,10 @@ def scalar_kinds(annotation: Any) -> set[Any]:
     return {origin or annotation}
 
 
+INT_LIMIT = 2**63 - 1
+"""Our bound on every integer of a config: what torch, numpy and the file formats hold."""
+
+
 def exact_scalar(annotation: Any, value: Any) -> Any:
     """``value`` as the config takes it for a field of type ``annotation``, with pydantic's two
     lax coercions that hide a mistake turned around: a boolean is not a number (``solver.steps=
@@ -115,6 +119,8 @@ def exact_scalar(annotation: Any, value: Any) -> Any:
         if kinds & {int, float} and bool not in kinds:
             raise ValueError(f"a number is needed here, got the boolean {value}")
         return value
+    if isinstance(value, int) and abs(value) > INT_LIMIT:
+        raise ValueError(f"an integer of {len(str(abs(value)))} digits; a config integer is at most 2**63 - 1")
     if isinstance(value, (int, float)) and str in kinds and not kinds & {int, float, bool, Literal}:
         return str(value)
     if isinstance(value, list) and list in kinds:

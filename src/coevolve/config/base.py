@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from coevolve.errors import ConfigError, did_you_mean
+from coevolve.errors import ConfigError, clip, did_you_mean, unparsable
 from coevolve.prompts.spec import PromptsConfig
 from coevolve.rl.learner import LearnerConfig
 from coevolve.schema import ModelPath, Strict
@@ -426,9 +426,17 @@ class EvalConfig(Strict):
         return v
 
 
+RUN_NAME_MAX = 100
+"""Our bound on run.name: a folder name, well under the file systems' 255 bytes."""
+
+
 class RunSection(Strict):
     seed: int = Field(0, description="Master seed; every phase derives its own seed from it, so resume is exact.")
-    name: str | None = Field(None, description="Run name (default '<recipe>-<timestamp>').")
+    name: str | None = Field(
+        None,
+        max_length=RUN_NAME_MAX,
+        description="Run name, the run folder's name under run.root (default '<recipe>-<timestamp>').",
+    )
     root: str = Field("runs", description="Folder that holds run folders when --run-dir is not given.")
     progress: bool = Field(True, description="Show progress bars.")
     save_rollouts: bool = Field(True, description="Save every rollout batch (prompts, completions, rewards) for audit.")
@@ -626,7 +634,7 @@ def validation_message(err: ValidationError, layers: list[Layer], cls: type[Base
         got = e.get("input")
         msg = e["msg"].removeprefix("Value error, ")
         shown = "got " in msg or (isinstance(got, str) and got in msg)  # the message already quotes the value
-        got_s = "" if isinstance(got, dict) or not e["loc"] or shown else f" (got {got!r})"
+        got_s = "" if isinstance(got, dict) or not e["loc"] or shown else f" (got {clip(repr(got))})"
         lines.append(f"{loc}: {msg}{got_s}{where}" if loc else f"{msg}")
     if len(lines) == 1:
         return f"invalid config: {lines[0]}"
@@ -637,15 +645,15 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     """``a.b.c=value`` -> (["a", "b", "c"], parsed value). Values are parsed as YAML scalars /
     flow lists, so ``x=3`` is an int, ``x=[1,2]`` a list, ``x=null`` None, ``x=abc`` a string."""
     if "=" not in text:
-        raise ConfigError(f"override {text!r} is not of the form key=value")
+        raise ConfigError(f"override {clip(text)!r} is not of the form key=value")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key or any(not p for p in key.split(".")):
-        raise ConfigError(f"override {text!r}: empty key")
+        raise ConfigError(f"override {clip(text)!r}: empty key")
     try:
         value = yaml.safe_load(raw) if raw.strip() != "" else ""
-    except yaml.YAMLError:
-        value = raw
+    except (yaml.YAMLError, ValueError, RecursionError):  # not YAML, an int over Python's 4300 digits, too deep:
+        value = raw  # the text as typed, which a text field takes and any other field refuses by name
     return key.split("."), value
 
 
@@ -662,7 +670,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type[BaseMo
                 where = ".".join(path[: i + 1])
                 known = ", ".join(sorted(fields)) if fields else "(not a section)"
                 hint = did_you_mean(part, fields or (), ".".join(path[:i]) + "." if i else "")
-                raise ConfigError(f"override {ov!r}: unknown key {where!r}{hint} (known here: {known})")
+                raise ConfigError(f"override {clip(ov)!r}: unknown key {where!r}{hint} (known here: {known})")
             if i == len(path) - 1:
                 node[part] = as_typed(fields[part].annotation, ov, value)
             else:
@@ -729,6 +737,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         raise ConfigError(f"config file {p}{where} is not valid YAML: {getattr(e, 'problem', e)}") from None
+    except (ValueError, RecursionError) as e:
+        raise ConfigError(f"config file {p}: {unparsable(e)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -854,7 +864,7 @@ def build_config(
     _, overrides = resolve_aliases(cls, {}, overrides)
     _, overrides = move_fields(cls, {}, overrides)
     for text, ov in zip(typed, overrides):  # one layer per override: an error names the one that set it
-        layers.append((f"command line ({text})", apply_overrides({}, [ov], cls)))
+        layers.append((f"command line ({clip(text)})", apply_overrides({}, [ov], cls)))
     data = apply_overrides(data, overrides, cls)
     path = (data.get("model") or {}).get("path") if isinstance(data.get("model"), dict) else None
     if path and not is_toy_model(path):

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from coevolve.errors import DataError
+from coevolve.errors import DataError, unparsable
 from coevolve.types import Task
 
 if TYPE_CHECKING:
@@ -73,6 +73,9 @@ def iter_jsonl(
                     obj = json.loads(text)
                 except json.JSONDecodeError as e:
                     problem(f"{name}:{lineno}: not valid JSON ({e.msg} at column {e.colno})")
+                    continue
+                except (ValueError, RecursionError) as e:
+                    problem(f"{name}:{lineno}: not readable JSON: {unparsable(e)}")
                     continue
                 if objects_only and not isinstance(obj, dict):
                     problem(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")

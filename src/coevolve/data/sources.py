@@ -31,11 +31,12 @@ import gzip
 import io
 import json
 import re
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from coevolve.errors import DataError
+from coevolve.errors import DataError, unparsable
 from coevolve.types import Task
 
 AnswerFormat = Literal["auto", "raw", "gsm8k", "boxed"]
@@ -127,7 +128,7 @@ def _open_text(path: Path) -> str:
     try:
         raw = gzip.decompress(path.read_bytes()) if path.name.lower().endswith(".gz") else path.read_bytes()
         return raw.decode("utf-8")
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise DataError(f"{path}: cannot read: {e}") from None
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 (byte at offset {e.start})") from None
@@ -147,6 +148,8 @@ def _json_rows(path: Path) -> Iterator[tuple[str, Any]]:
                 yield f"{path}:{lineno}", row
             return
         raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+    except (ValueError, RecursionError) as e:
+        raise DataError(f"{path}: not readable JSON: {unparsable(e)}") from None
     if isinstance(doc, dict):
         lists = [k for k, v in doc.items() if isinstance(v, list)]
         if len(lists) != 1:
@@ -162,8 +165,11 @@ def _csv_rows(path: Path) -> Iterator[tuple[str, Any]]:
     reader = csv.DictReader(io.StringIO(_open_text(path), newline=""))
     if not reader.fieldnames:
         raise DataError(f"{path}: empty CSV file (the first line must name the columns)")
-    for row in reader:
-        yield f"{path}:{reader.line_num}", {k: v for k, v in row.items() if k is not None}
+    try:
+        for row in reader:
+            yield f"{path}:{reader.line_num}", {k: v for k, v in row.items() if k is not None}
+    except csv.Error as e:  # a field over csv's 128 KiB limit, a NUL byte
+        raise DataError(f"{path}:{reader.line_num + 1}: not readable CSV ({e})") from None
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
@@ -334,6 +340,17 @@ def _suggest(row: dict[str, Any], key: str, names: tuple[str, ...], field: str) 
     return f" (this row's fields: {have}{hint})"
 
 
+def _check_text(key: str, text: str) -> None:
+    """A ``ValueError`` for text no tokenizer or file can take: a lone UTF-16 surrogate (JSON's
+    ``"\\ud800"`` escape decodes to one)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"field {key!r} holds a lone surrogate ({text[e.start]!r} at character {e.start + 1}), not Unicode text"
+        ) from None
+
+
 def row_task(where: str, row: Any, data: Any, require_answer: bool = True) -> Task:
     """One row as a ``Task``, or a ``ValueError`` saying what is wrong with it (field named)."""
     if not isinstance(row, dict):
@@ -347,6 +364,7 @@ def row_task(where: str, row: Any, data: Any, require_answer: bool = True) -> Ta
             f"field {qkey!r} is missing or empty"
             + (_suggest(row, qkey, QUESTION_NAMES, "question_key") if field_value(row, qkey) is None else "")
         )
+    _check_text(qkey, q)
     a = field_value(row, akey)
     if is_messages(a):
         a = last_turn(a, ("assistant", "gpt"))
@@ -354,6 +372,7 @@ def row_task(where: str, row: Any, data: Any, require_answer: bool = True) -> Ta
     if a is not None and not (isinstance(a, str) and not a.strip()):
         if isinstance(a, (list, dict)):
             raise ValueError(f"field {akey!r} holds a {type(a).__name__}, not an answer")
+        _check_text(akey, str(a))
         try:
             answer = final_answer(str(a), getattr(data, "answer_format", "auto"))
         except ValueError as e:
