@@ -57,7 +57,7 @@ def fake_run(tmp_path: Path, smollm2: Path, chat_template: bool, model_path: str
             {
                 "eval": {
                     "base": {"gsm8k": {"score": 0.5, "metric": "greedy"}},
-                    "rounds": {"2": {"gsm8k": {"score": 0.625, "metric": "greedy"}}},
+                    "rounds": {"2": {"gsm8k": {"score": 0.625, "metric": "greedy", "n": 1319}}},
                     "final": {"gsm8k": {"score": 0.625, "metric": "greedy"}},
                 }
             }
@@ -112,13 +112,20 @@ def test_model_card_states_base_recipe_settings_prompt_and_eval(tmp_path: Path, 
     shutil.copytree(ck, out)
     finish_export(out, run, ck, "solver")
     card = (out / "README.md").read_text()
-    assert card.startswith("---\nlibrary_name: transformers\n") and "base_model: Qwen/Qwen3-4B-Base" in card
+    assert card.startswith("---\n") and "\nbase_model: Qwen/Qwen3-4B-Base\n" in card
     assert "**d2evo** run (recipe `d2evo`), round 2" in card and "from **Qwen/Qwen3-4B-Base**" in card
     assert (
         "| `solver.steps` | `20` |" in card and "| `learner.lr` | `1e-06` |" in card and "| `run.seed` | `3` |" in card
     )
     assert "```text\nPlease reason step by step" in card and "\n\n{question}\n\n\n```" in card
-    assert "| gsm8k | greedy | 50.0 | 62.5 |" in card
+    assert "| gsm8k | greedy | 1319 | 50.0 | 62.5 |" in card  # each score with its n
+    # the header is huggingface_hub's ModelCardData: each key and tag once, the Hub dataset named
+    from huggingface_hub import ModelCard
+
+    meta = ModelCard(card).data.to_dict()
+    assert meta["base_model"] == "Qwen/Qwen3-4B-Base" and meta["datasets"] == ["openai/gsm8k"]
+    assert meta["library_name"] == "transformers" and len(meta["tags"]) == len(set(meta["tags"]))
+    assert str(tmp_path) not in card and snapshot not in card  # no local paths
 
 
 class FakeHub:

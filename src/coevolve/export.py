@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from huggingface_hub import ModelCardData
 
 from coevolve.data.sources import field_value
 from coevolve.errors import CoevolveError, RunStateError
@@ -105,6 +106,8 @@ SENTINEL = "\x00coevolve-question\x00"
 
 TEMPLATE_FILE = "chat_template.jinja"
 CARD_FILE = "README.md"
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+"""A Hub repo id (``owner/name``): a data source named so is listed as the card's dataset."""
 
 
 def jinja_literal(text: str) -> str:
@@ -211,10 +214,15 @@ def model_card(
     path = field_value(cfg, "model.path")
     base = "the built-in toy base model" if not path else hub_id_of(path) or Path(str(path)).name
     method = method_of(cfg)
-    header = ["---", "library_name: transformers", "pipeline_tag: text-generation"]
-    if path and hub_id_of(path):
-        header.append(f"base_model: {hub_id_of(path)}")
-    header += ["tags:", "- coevolve", f"- {method}", "- grpo", "- reasoning", "---", ""]
+    source = field_value(cfg, "data.source")
+    data = ModelCardData(
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        base_model=hub_id_of(path) if path else None,
+        datasets=[source] if _hub_dataset(source) else None,
+        tags=list(dict.fromkeys(["coevolve", method, "grpo", "reasoning"])),  # each once (method may be grpo)
+    )
+    header = ["---", data.to_yaml(), "---", ""]
     lines = [
         f"# {name}",
         "",
@@ -229,6 +237,8 @@ def model_card(
     ]
     for key in CARD_SETTINGS:
         value = field_value(cfg, key)
+        if isinstance(value, str) and Path(value).is_absolute():  # a local path means nothing on the Hub
+            value = Path(value).name
         if value is not None:
             lines.append(f"| `{key}` | `{value}` |")
     lines += [
@@ -259,6 +269,13 @@ def model_card(
     return "\n".join(header + lines)
 
 
+def _hub_dataset(source: Any) -> bool:
+    """Whether ``data.source`` names a Hub dataset (``openai/gsm8k``), not a file or folder."""
+    if not isinstance(source, str) or not HUB_ID.fullmatch(source) or Path(source).exists():
+        return False
+    return not source.lower().removesuffix(".gz").endswith((".jsonl", ".json", ".csv", ".parquet"))
+
+
 def _eval_table(summary: dict[str, Any], round_number: int | None) -> list[str]:
     ev = summary.get("eval") or {}
     after = (ev.get("rounds") or {}).get(str(round_number)) if round_number is not None else None
@@ -270,8 +287,8 @@ def _eval_table(summary: dict[str, Any], round_number: int | None) -> list[str]:
         "Scores in % on the run's held-out benchmarks (same prompt and grader as training), before "
         "training (base) and at this checkpoint:",
         "",
-        "| benchmark | metric | base | this model |",
-        "|---|---|---:|---:|",
+        "| benchmark | metric | n | base | this model |",
+        "|---|---|---:|---:|---:|",
     ]
     for b in dict.fromkeys([*base, *after]):
         row_b, row_a = base.get(b) or {}, after.get(b) or {}
@@ -280,7 +297,8 @@ def _eval_table(summary: dict[str, Any], round_number: int | None) -> list[str]:
         def fmt(r: dict) -> str:
             return "–" if r.get("score") is None else f"{100.0 * r['score']:.1f}"
 
-        out.append(f"| {b} | {metric} | {fmt(row_b)} | {fmt(row_a)} |")
+        n = row_a.get("n") or row_b.get("n")
+        out.append(f"| {b} | {metric} | {n if n is not None else '–'} | {fmt(row_b)} | {fmt(row_a)} |")
     return out
 
 
