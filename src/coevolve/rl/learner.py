@@ -888,8 +888,9 @@ class Learner:
             raise NonFiniteLossError(
                 f"gradient norm is {grad_norm.item()} at learner step {self.step_count} (weights untouched)"
             )
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.current_lr
+        if self._lr_factor is not None:  # a phase's schedule (begin_phase); otherwise the optimizer's own lr
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.current_lr
         self.optimizer.step()
         self.phase_step += 1
         self._zero_grads()
