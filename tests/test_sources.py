@@ -308,6 +308,49 @@ def test_a_run_with_bad_data_or_template_leaves_no_folder(tmp_path: Path, smollm
         assert not run_dir.exists(), extra
 
 
+def test_a_question_over_the_models_context_is_refused_or_dropped(tmp_path: Path, smollm2: Path) -> None:
+    """The rendered solver prompt plus the answer budget against the model's context (8192 for
+    the SmolLM2 folder): refused before any work naming the row, or dropped and counted with
+    data.drop_too_long=true; a 300,000-character question is counted only up to a bound."""
+    from coevolve.engine import load_tokenizer
+    from coevolve.preflight import check_inputs
+    from coevolve.prompts.chat import ChatPrompter
+    from coevolve.world.real import RealWorld
+
+    rows = [
+        {"question": "What is 2+2?", "answer": "4"},
+        {"question": " ".join(f"{i}+{i}" for i in range(3000)), "answer": "1"},
+        {"question": "x y " * 75_000, "answer": "1"},
+    ]
+    p = write_jsonl(tmp_path / "long.jsonl", rows)
+    over = [f"model.path={smollm2}", f"data.source={p}"]
+    cfg = load_config("grpo", None, over)
+    with pytest.raises(DataError) as e:
+        check_inputs(cfg)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}:2: the solver prompt of this row is ") and "(and 1 more rows)" in msg
+    assert (
+        "over the model's context of 8,192 (max_position_embeddings of" in msg and "sampling.max_new_tokens=4096" in msg
+    )
+    assert "data.drop_too_long=true" in msg
+    with pytest.raises(
+        DataError, match=r"long\.jsonl:2: .* over the model's context of 4,000 \(engine\.max_model_len\)"
+    ):
+        check_inputs(load_config("grpo", None, [*over, "engine.max_model_len=4000", "sampling.max_new_tokens=8"]))
+    huge = write_jsonl(tmp_path / "huge.jsonl", rows[2:])
+    with pytest.raises(DataError, match=r"huge\.jsonl:1: the solver prompt of this row is at least [\d,]+ tokens"):
+        check_inputs(load_config("grpo", None, [f"model.path={smollm2}", f"data.source={huge}"]))
+    cfg = load_config("grpo", None, [*over, "data.drop_too_long=true"])
+    check_inputs(cfg)
+    said: list[str] = []
+    world = RealWorld.from_config(cfg, ChatPrompter(load_tokenizer(smollm2)), said.append)
+    assert [t.question for t in world.tasks] == ["What is 2+2?"]
+    assert any("dropped 2 questions whose prompt plus answer budget exceeds the context" in s for s in said)
+    run_dir = tmp_path / "run"
+    r = cli("run", "grpo", *over, "--run-dir", str(run_dir))
+    assert r.returncode == 2 and "long.jsonl:2: the solver prompt" in r.stderr and not run_dir.exists()
+
+
 def test_device_and_verl_are_checked_before_the_run(tmp_path: Path) -> None:
     import torch
 

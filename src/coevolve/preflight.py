@@ -15,7 +15,7 @@ from coevolve.config import recipe_of
 from coevolve.config.base import RecipeConfig, is_toy_model
 from coevolve.engine import check_engine
 from coevolve.engine.servable import unservable_frozen
-from coevolve.errors import ConfigError, ModelLoadError
+from coevolve.errors import ConfigError, DataError, ModelLoadError
 from coevolve.extras import check_extras
 from coevolve.plan import preflight_problems
 from coevolve.schema import WriterReward
@@ -120,8 +120,7 @@ def check_inputs(cfg: RecipeConfig) -> None:
     and verl's interpreter."""
     from coevolve.data.sources import GENERATED, check_source
 
-    if cfg.data.source not in GENERATED:
-        check_source(cfg.data)
+    tasks = check_source(cfg.data)[0] if cfg.data.source not in GENERATED else []
     real = cfg.model.path is not None and not is_toy_model(cfg.model.path)
     if real and cfg.model.chat_template:
         from coevolve.engine import load_tokenizer
@@ -131,11 +130,34 @@ def check_inputs(cfg: RecipeConfig) -> None:
                 f"model.chat_template=true but the tokenizer of {cfg.model.path} has no chat template "
                 "(a base model: set model.chat_template=false, its prompts are plain text)"
             )
+    if real and tasks and not cfg.data.drop_too_long:
+        check_context(cfg, tasks)
     check_device(cfg.model.device)
     if cfg.backend.kind == "verl":
         check_verl(cfg.backend.verl)
     if cfg.learner.resume_from_checkpoint:
         check_resume_checkpoint(cfg)
+
+
+def check_context(cfg: RecipeConfig, tasks: list[Any]) -> None:
+    """Refuse labelled questions the model cannot take: a rendered solver prompt plus the answer
+    budget over the model's context, the first such row named (``data.drop_too_long`` drops them)."""
+    from coevolve.engine import load_tokenizer
+    from coevolve.prompts.chat import ChatPrompter
+    from coevolve.world.real import answer_budget, model_context, too_long, too_long_message
+
+    context = model_context(cfg)
+    if context is None:
+        return
+    prompter = ChatPrompter(
+        load_tokenizer(cfg.model.path),
+        use_chat_template=cfg.model.chat_template,
+        enable_thinking=cfg.model.enable_thinking,
+        prompts=cfg.prompts,
+    )
+    over = too_long(tasks, prompter, context[0], answer_budget(cfg)[0])
+    if over:
+        raise DataError(too_long_message(cfg, over, context))
 
 
 def check_resume_checkpoint(cfg: RecipeConfig) -> None:

@@ -119,6 +119,11 @@ class DataConfig(Strict):
     skill: SkillWorldConfig = Field(
         default_factory=SkillWorldConfig, description="The skill world (data.source=skill)."
     )
+    drop_too_long: bool = Field(
+        False,
+        description="Ours: drop (and count) labelled questions whose solver prompt plus the answer budget exceeds "
+        "the model's context, instead of refusing the run in its preflight naming the first such row.",
+    )
     exclude_heldout: bool = Field(
         True,
         description="Drop generated questions that are evaluation items (the held-out set), so no "
