@@ -128,6 +128,25 @@ def test_model_card_states_base_recipe_settings_prompt_and_eval(tmp_path: Path, 
     assert str(tmp_path) not in card and snapshot not in card  # no local paths
 
 
+def test_an_export_has_ordinary_file_modes_and_no_local_path(tmp_path: Path, smollm2: Path) -> None:
+    """Files the run wrote atomically are readable as open() would make them (umask), not
+    mkstemp's 0600, and coevolve.json names the weights without this machine's absolute path."""
+    import os
+
+    from coevolve.export import export_checkpoint
+    from coevolve.run.files import atomic_write_text
+
+    run, ck = fake_run(tmp_path, smollm2, False, None)
+    atomic_write_text(ck / "coevolve.json", (ck / "coevolve.json").read_text())
+    out = export_checkpoint(ck, tmp_path / "exported")
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {f.name: f.stat().st_mode & 0o777 for f in out.iterdir()}
+    assert modes and set(modes.values()) == {0o666 & ~umask}, modes
+    meta = json.loads((out / "coevolve.json").read_text())
+    assert meta["exported_from"] == "run/checkpoints/solver_r02_s000020" and str(tmp_path) not in json.dumps(meta)
+
+
 class FakeHub:
     def __init__(self, fail: Exception | None = None):
         self.calls: list[tuple] = []

@@ -94,7 +94,9 @@ def export_checkpoint(checkpoint: Path, out: Path) -> Path:
         if (checkpoint / "coevolve.json").is_file():
             shutil.copy2(checkpoint / "coevolve.json", out / "coevolve.json")
     meta = out / "coevolve.json"
-    meta.write_text(json.dumps({**meta_data, "exported_from": str(checkpoint.resolve())}, indent=2))
+    # run folder / checkpoints / checkpoint: which weights, without this machine's absolute path
+    where = "/".join(checkpoint.resolve().parts[-3:])
+    meta.write_text(json.dumps({**meta_data, "exported_from": where}, indent=2))
     return out
 
 

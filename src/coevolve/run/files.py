@@ -21,12 +21,16 @@ from coevolve.run.faults import fault_point
 
 TMP_SUFFIX = ".tmp"
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)  # read once at import (os.umask only sets): atomic writes get the modes open() would give
+
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would make run files and exports private to one user
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
