@@ -165,6 +165,37 @@ def test_overrides_golden_list_for_a_toy_grpo_phase():
     assert _overrides() == GOLDEN
 
 
+NAMES = ["/runs/a=b,c", "/runs/it's", "/runs/${oc.env:HOME}", "/runs/x\\", "/r/a\\'b", "/r/\\${y}", "/r/[a]{b} c"]
+
+
+def test_a_run_folder_name_hydra_would_split_or_interpolate_is_quoted():
+    """A run folder named with ``=``, ``,``, ``'`` or ``${`` reaches verl as itself."""
+    from coevolve.verl.overrides import hydra_quoted
+
+    cfg = load_config("grpo", None, TINY + ["backend=verl"])
+    kw = dict(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=24, max_prompt_tokens=12, experiment="e", seed=1)
+    ov = phase_overrides(
+        phase=cfg.solver, learner=cfg.learner, verl=cfg.backend.verl, engine=cfg.engine,
+        paths=_paths(Path("/runs/a=b,c'${x}")), **kw,
+    )  # fmt: skip
+    assert "data.train_files='/runs/a=b,c\\'\\${x}/train.parquet'" in ov
+    assert [hydra_quoted(n) for n in NAMES[:3]] == ["'/runs/a=b,c'", "'/runs/it\\'s'", "'/runs/\\${oc.env:HOME}'"]
+    assert hydra_quoted("/w/plain-1.2") == "/w/plain-1.2"
+
+
+def test_quoted_values_resolve_back_to_themselves_in_hydra():
+    pytest.importorskip("hydra")
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from coevolve.verl.overrides import hydra_quoted
+
+    parser = OverridesParser.create()
+    for name in NAMES:
+        value = parser.parse_override(f"k={hydra_quoted(name)}").value()
+        assert OmegaConf.create({"k": value}).k == name, name
+
+
 def test_overrides_follow_the_config():
     ov = _overrides(
         "learner.beta_kl=0.04",

@@ -10,6 +10,7 @@ Hydra keeps the last value of a key, so a user can override any of these.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,23 @@ def _fmt(v: Any) -> str:
         return repr(v)
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(_fmt(x) for x in v) + "]"
-    return str(v)
+    return hydra_quoted(str(v)) if isinstance(v, (str, Path)) else str(v)
+
+
+_PLAIN = re.compile(r"[\w./:@+-]*", re.ASCII)
+
+
+def hydra_quoted(text: str) -> str:
+    """``text`` as one Hydra override value that OmegaConf resolves back to ``text``: plain
+    when it is only word characters and ``./:@+-``, else single-quoted with quotes escaped,
+    backslashes before a quote, the end or ``${`` doubled, and ``${`` escaped, so a run folder
+    named ``a=b,c``, ``it's`` or ``${x}`` is neither split nor interpolated."""
+    if _PLAIN.fullmatch(text):
+        return text
+    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
+    body = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", body)
+    return f"'{body}'"
 
 
 def default_commands(verl: Any) -> tuple[list[str], list[str]]:
