@@ -13,6 +13,7 @@ from typing import Any
 
 from coevolve.answers import Grader
 from coevolve.config.base import EngineConfig, EvalConfig, real_preset
+from coevolve.engine.remote import redacted
 from coevolve.errors import DataError
 from coevolve.eval.benchmarks import resolve_benches
 from coevolve.eval.suite import evaluate_suite
@@ -78,7 +79,7 @@ def evaluate_model(
         "world": world.name,
         "chat_template": world.chat_template,
         "engine": "endpoint" if endpoint else engine,
-        **({"endpoint": endpoint, "served_model": sampler.model} if endpoint else {}),
+        **({"endpoint": redacted(endpoint), "served_model": sampler.model} if endpoint else {}),
     }
     with Grader() as grader:
         return evaluate_suite(

@@ -10,6 +10,7 @@ R-Zero's setup). The answers come back as text only (no token ids), which is all
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +24,18 @@ from coevolve.types import Completion, SamplingParams
 
 class SolverServerError(CoevolveError):
     """The model's server failed, cannot be reached, or serves another model."""
+
+
+MAX_BODY = 64 * 2**20
+"""Ours: the largest response read from a server (64 MiB, far above any batch of completions),
+so a broken or hostile server cannot fill the memory."""
+
+_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def redacted(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced, for messages and files."""
+    return _CREDENTIALS.sub("***@", url)
 
 
 VERL_HINT = "backend.verl.solver_url; is `vllm serve` running and reachable from the reward workers?"
@@ -46,19 +59,23 @@ def _request(
         )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return json.loads(resp.read().decode("utf-8"))
+                raw = resp.read(MAX_BODY + 1)
+            if len(raw) > MAX_BODY:
+                last = f"the response is over {MAX_BODY // 2**20} MiB"
+                break
+            return json.loads(raw.decode("utf-8"))
         except urllib.error.HTTPError as e:
             last = f"HTTP {e.code}: {e.read()[:300].decode('utf-8', 'replace')}"
             if e.code < 500:
                 break
         except (urllib.error.URLError, TimeoutError, OSError) as e:
             last = str(getattr(e, "reason", e))
-        except json.JSONDecodeError as e:
-            last = f"not JSON ({e.msg})"
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            last = f"not JSON ({getattr(e, 'msg', e)})"
             break
         if attempt < retries:
             time.sleep(min(2.0**attempt, 10.0))
-    raise SolverServerError(f"{what} {url}: {last} ({hint})")
+    raise SolverServerError(f"{what} {redacted(url)}: {redacted(last)} ({hint})")
 
 
 def served_models(
@@ -82,11 +99,13 @@ def check_served_model(
     model meant (nothing here can tell which weights it holds); None = the first one it lists."""
     names = served_models(url, timeout, retries, what, hint)
     if not names:
-        raise SolverServerError(f"{what} {url}/models lists no model")
+        raise SolverServerError(f"{what} {redacted(url)}/models lists no model")
     if model is None:
         return names[0]
     if model not in names:
-        raise SolverServerError(f"{what} {url} serves {names}, not {field}={model!r}: serve the model under that name")
+        raise SolverServerError(
+            f"{what} {redacted(url)} serves {names}, not {field}={model!r}: serve the model under that name"
+        )
     return model
 
 
@@ -130,7 +149,9 @@ class RemoteSolver:
         got = _request(self.url + "/completions", body, self.timeout, self.retries, self.what, self.hint)
         choices = sorted(got.get("choices", []), key=lambda c: c.get("index", 0))
         if len(choices) != n:
-            raise SolverServerError(f"{self.what} {self.url}/completions returned {len(choices)} choices for n={n}")
+            raise SolverServerError(
+                f"{self.what} {redacted(self.url)}/completions returned {len(choices)} choices for n={n}"
+            )
         return [
             Completion(str(c.get("text", "")), [], [], finish_reason=c.get("finish_reason") or "stop") for c in choices
         ]
