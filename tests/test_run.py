@@ -112,6 +112,27 @@ def test_create_refuses_existing_files_and_old_formats(tmp_path):
         Run.open(old)
 
 
+def test_create_refuses_a_folder_of_someone_elses_files(tmp_path):
+    """A run into an existing folder that holds no run would overwrite config.yaml, summary.json
+    and report/ and delete .*.tmp files anywhere below it: refused naming the folder and its files,
+    which stay as they were. What a start killed before its first phase left is no obstacle."""
+    mine = tmp_path / "project"
+    (mine / ".git").mkdir(parents=True)
+    (mine / ".git" / ".index.tmp").write_text("keep")
+    (mine / "summary.json").write_text("mine")
+    with pytest.raises(
+        RunStateError,
+        match=r"run folder .*project exists and holds files that are not a run's \(\.git, summary\.json\)",
+    ):
+        _create(tmp_path, "project")
+    assert (mine / "summary.json").read_text() == "mine" and (mine / ".git" / ".index.tmp").read_text() == "keep"
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    for name in ("run.lock", "config.yaml", "provenance.json", ".config.yaml.abc.tmp"):
+        (killed / name).write_text("")
+    _create(tmp_path, "killed")
+
+
 def test_derive_seed_pinned_across_processes_and_versions():
     """A resumed run (a new process, maybe a newer coevolve) must give a phase the seed the killed
     run gave it: the values are pinned (sha256 of the key's repr, not Python's per-process

@@ -29,7 +29,7 @@ from coevolve.run.children import check_children
 from coevolve.run.compute import Compute, ComputeMeter, cumulative, cut_off_warning
 from coevolve.run.digests import folder_digests, verify_digests
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json, atomic_write_jsonl, atomic_write_text
-from coevolve.run.lock import check_run_dir
+from coevolve.run.lock import LOCK_FILE, check_run_dir
 from coevolve.run.metrics import MetricsLog
 from coevolve.run.state import CONTINUED_KEY, PhaseRecord, PhaseState
 
@@ -152,6 +152,14 @@ class Run:
         check_run_dir(path)
         if (path / STATE_FILE).exists():
             raise RunStateError(f"{path} already holds a run; use `coevolve resume {path}` or choose another --run-dir")
+        own = lambda n: n in OWN_FILES or (n.startswith(".") and n.endswith(TMP_SUFFIX))  # noqa: E731
+        theirs = sorted(p.name for p in path.iterdir() if not own(p.name)) if path.is_dir() else []
+        if theirs:  # a run writes config.yaml, summary.json, report/ there and clears .*.tmp files below it
+            shown = ", ".join(theirs[:5]) + (f" and {len(theirs) - 5} more" if len(theirs) > 5 else "")
+            raise RunStateError(
+                f"run folder {path} exists and holds files that are not a run's ({shown}); a run would overwrite "
+                "or delete some of them: choose a new or empty --run-dir (or run.name)"
+            )
         path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path / CONFIG_FILE, config_yaml)
         return cls(path, PhaseState.new(path / STATE_FILE, recipe), **kw)
@@ -317,6 +325,11 @@ def read_recipe(path: Path) -> str:
     if not (path / STATE_FILE).is_file() or not (path / CONFIG_FILE).is_file():
         raise RunStateError(f"{path} is not a coevolve run folder (no {STATE_FILE} / {CONFIG_FILE})")
     return PhaseState.load(path / STATE_FILE).recipe
+
+
+OWN_FILES = frozenset({LOCK_FILE, CONFIG_FILE, "provenance.json"})
+"""What a run folder may hold before its state.json: the lock and the files a start killed before
+its first phase left (a fresh ``coevolve run`` there is that start again)."""
 
 
 def default_run_path(root: str | Path, recipe: str, name: str | None) -> Path:
