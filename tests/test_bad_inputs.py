@@ -112,6 +112,19 @@ def test_grade_jsonl_with_a_non_utf8_line(tmp_path: Path, capsys: pytest.Capture
     assert [json.loads(line)["gold"] for line in out.read_text().splitlines()] == ["1", "3"]
 
 
+def test_grade_refuses_to_write_over_its_own_input(tmp_path: Path) -> None:
+    """``coevolve grade --jsonl F --out F`` emptied F and exited 0; now one line, F untouched
+    (also through another name for the same file)."""
+    p = tmp_path / "g.jsonl"
+    text = '{"gold": "1", "pred": "1"}\n'
+    p.write_text(text)
+    (tmp_path / "alias.jsonl").symlink_to(p)
+    for out in (p, tmp_path / "alias.jsonl"):
+        r = cli("grade", "--jsonl", str(p), "--out", str(out))
+        assert r.returncode == 2 and "is the --jsonl file itself" in r.stderr and "Traceback" not in r.stderr
+        assert p.read_text() == text
+
+
 def test_cli_prints_one_line_without_traceback(tmp_path: Path) -> None:
     r = cli("config", "grpo", "--config", str(tmp_path))
     assert r.returncode == 2 and "is a folder, not a YAML file" in r.stderr and "Traceback" not in r.stderr + r.stdout

@@ -528,6 +528,8 @@ class Grader:
                 if not path.exists()
                 else f"{path}: cannot read grading file (a folder, not a JSONL file)"
             )
+        if isinstance(out, Path) and out.exists() and os.path.samefile(out, path):
+            raise DataError(f"--out {out} is the --jsonl file itself: writing it would empty it before it is read")
         opened: TextIO | None = None
         if isinstance(out, Path):
             opened = out.open("w", encoding="utf-8")
