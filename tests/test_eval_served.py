@@ -112,6 +112,10 @@ def test_cli_eval_against_an_endpoint(tmp_path: Path, server: FakeServer) -> Non
     )
     assert r.returncode == 0, r.stderr
     assert "| amc23 | math | 2 | greedy | 50.0 |" in r.stdout and {b["max_tokens"] for b in server.bodies} == {50}
+    before = (tmp_path / "o" / "results.json").read_bytes()
+    again = cli("eval", "--endpoint", server.url, "--bench", "amc23", "--out", str(tmp_path / "o"))
+    assert again.returncode == 2 and "already holds an evaluation (items_amc23.jsonl, results.json)" in again.stderr
+    assert (tmp_path / "o" / "results.json").read_bytes() == before  # a second model's items never mix in
 
 
 def test_eval_defaults_are_a_runs_evaluation() -> None:

@@ -262,6 +262,9 @@ def eval_cmd(
         model = str(resolve_model_path(model))
         ensure_model(model)  # a built-in name (--model smollm2) is built offline, once
     out_dir = out or Path("eval_results") / time.strftime("%Y%m%d-%H%M%S")
+    held = sorted(p.name for p in out_dir.glob("*") if p.name == "results.json" or p.name.startswith("items_"))
+    if held:  # a second evaluation would mix its items with the first one's results
+        raise CoevolveError(f"--out {out_dir} already holds an evaluation ({', '.join(held[:3])}); choose a new folder")
     results = evaluate.evaluate_model(
         model,
         [b.strip() for b in bench.split(",") if b.strip()] if bench else None,
