@@ -86,6 +86,11 @@ def cases(w: Path, ref: Callable[[], Path]) -> list[tuple[str, list[str], Callab
         (w / "m_list").mkdir(exist_ok=True)
         (w / "m_list" / "config.json").write_text("[]")
         (w / "wide.csv").write_text("question,answer\n" + "x" * 200_000 + ",1\n")
+        (w / "project" / ".git").mkdir(parents=True, exist_ok=True)
+        (w / "project" / "summary.json").write_text("mine")
+        (w / "g2.jsonl").write_text('{"pred": "1", "gold": "1"}\n')
+        long = " ".join(f"{i}+{i}" for i in range(3000))
+        (w / "long.jsonl").write_text(json.dumps({"question": long, "answer": "1"}) + "\n")
         (w / "dangling").unlink(missing_ok=True)
         (w / "dangling").symlink_to(w / "nowhere" / "x")
 
@@ -183,6 +188,13 @@ def cases(w: Path, ref: Callable[[], Path]) -> list[tuple[str, list[str], Callab
             lambda: shutil.rmtree(w / "fd", ignore_errors=True),
         ),
         ("full disk at config.yaml", ["run", "grpo", *TINY, "--run-dir", str(w / "fd2")], None),
+        ("run into a project folder", ["run", "grpo", *TINY, "--run-dir", str(w / "project")], None),
+        ("grade a file onto itself", ["grade", "--jsonl", str(w / "g2.jsonl"), "--out", str(w / "g2.jsonl")], None),
+        (
+            "question over the model's context",
+            ["run", "grpo", "model.path=smollm2", f"data.source={w / 'long.jsonl'}", "--run-dir", str(w / "ctx")],
+            None,
+        ),
         ("compare an unfinished run", ["compare", str(w / "cfgdir"), str(w / "same")], None),
     ]
     return c
