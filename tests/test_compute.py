@@ -84,6 +84,9 @@ class FakeLearner:
     cfg = SimpleNamespace(epochs_per_batch=2, offload_when_idle=True)
     device = torch.device("cpu")
 
+    def begin_phase(self, updates, done=0):  # no lr schedule to set
+        pass
+
     def step(self, groups):
         if all(len(set(g.rewards)) == 1 for g in groups):
             return {"skipped": 1.0, "n_tokens": 0.0}

@@ -17,6 +17,7 @@ from typing import Any
 
 from coevolve.config.base import RecipeConfig
 from coevolve.errors import RunStateError
+from coevolve.recipes.premise import PREMISE_PHASE
 
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG})
 """Errors of a write that the run cannot fix itself (full disk, quota, I/O error, read-only)."""
@@ -227,7 +228,10 @@ def extend_run(cfg: RecipeConfig, run: Any, config_yaml: str, force: bool = Fals
                 if r.get("round") == cont.round and r.get("phase") == cont.name and r.get("step") is not None
             )
         else:  # the final stage runs after every round: its rows are those after the last row of a round
-            last = max((i for i, r in enumerate(rows) if r.get("round") is not None), default=len(lines) - 1)
+            last = max(  # the premise rows name their round but are the run's end: they go too
+                (i for i, r in enumerate(rows) if r.get("round") is not None and r.get("phase") != PREMISE_PHASE),
+                default=len(lines) - 1,
+            )
         atomic_write_text(run.metrics.path, "".join(lines[: last + 1]))
         data["metrics_bytes"] = run.metrics.size()
         data["phases"] = [p for p in data["phases"] if p["key"] not in again + final]
@@ -236,6 +240,14 @@ def extend_run(cfg: RecipeConfig, run: Any, config_yaml: str, force: bool = Fals
             cont.key: {
                 "record": next(p for p in run.state.data["phases"] if p["key"] == cont.key),
                 "book": read_book(run, cont),
+                # the grader's counters at its end (the row is cut): the continuation adds its own
+                "grader": {
+                    k: v
+                    for r in rows
+                    if r.get("round") == cont.round and r.get("phase") == cont.name and r.get("step") is None
+                    for k, v in r.items()
+                    if k.startswith(f"phase/{cont.name}/grader_")
+                },
             }
         }
     atomic_write_text(run.path / CONFIG_FILE, config_yaml)

@@ -245,7 +245,7 @@ class Run:
                     if (share := self.meter.total.cut_off_share()) is None
                     else {f"phase/{phase.name}/cut_off_share": share}
                 ),
-                **grader_metrics(phase.name, counts0, self.grader_counts()),
+                **grader_metrics(phase.name, counts0, self.grader_counts(), (prior or {}).get("grader")),
                 **compute_metrics(self.state.records() + [rec]),
             }
         )
@@ -298,10 +298,16 @@ class Run:
         return read_jsonl(self.path / rel)
 
 
-def grader_metrics(name: str, before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+def grader_metrics(
+    name: str, before: dict[str, int], after: dict[str, int], prior: dict[str, int] | None = None
+) -> dict[str, int]:
     """``phase/<name>/grader_<counter>``: what the phase added to the grader's counters
-    (timeouts, errors, refusals by the over-limit rule, comparisons, worker requests)."""
-    return {f"phase/{name}/grader_{k}": v - before.get(k, 0) for k, v in after.items()}
+    (timeouts, errors, refusals by the over-limit rule, comparisons, worker requests); ``prior``:
+    a continued phase's figures when it first ended, which its continuation adds to."""
+    prior = prior or {}
+    return {
+        (key := f"phase/{name}/grader_{k}"): v - before.get(k, 0) + int(prior.get(key, 0)) for k, v in after.items()
+    }
 
 
 def compute_metrics(records: list[PhaseRecord]) -> dict[str, int]:
