@@ -17,7 +17,6 @@ from typing import Any
 
 from coevolve.config.base import RecipeConfig
 from coevolve.errors import RunStateError
-from coevolve.recipes.premise import PREMISE_PHASE
 
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG})
 """Errors of a write that the run cannot fix itself (full disk, quota, I/O error, read-only)."""
@@ -228,10 +227,7 @@ def extend_run(cfg: RecipeConfig, run: Any, config_yaml: str, force: bool = Fals
                 if r.get("round") == cont.round and r.get("phase") == cont.name and r.get("step") is not None
             )
         else:  # the final stage runs after every round: its rows are those after the last row of a round
-            last = max(  # the premise rows name their round but are the run's end: they go too
-                (i for i, r in enumerate(rows) if r.get("round") is not None and r.get("phase") != PREMISE_PHASE),
-                default=len(lines) - 1,
-            )
+            last = max((i for i, r in enumerate(rows) if r.get("round") is not None), default=len(lines) - 1)
         atomic_write_text(run.metrics.path, "".join(lines[: last + 1]))
         data["metrics_bytes"] = run.metrics.size()
         data["phases"] = [p for p in data["phases"] if p["key"] not in again + final]

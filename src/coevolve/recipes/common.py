@@ -23,7 +23,7 @@ from coevolve.loop import ParkedSampler, PhaseParkedSampler, Role, sampling_para
 from coevolve.prompts import StopKind
 from coevolve.provenance import environment
 from coevolve.recipes.declare import Recipe, Rollouts, Step, Work
-from coevolve.recipes.premise import PREMISE_PHASE, premise_rows, premise_warnings
+from coevolve.recipes.premise import premise_rows, premise_warnings
 from coevolve.rl.learner import Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed, seed_everything
 from coevolve.run.compute import Compute, ComputeMeter, MeteredSampler, cumulative, unmetered
@@ -715,13 +715,6 @@ def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     summary = write_summary(
         s.run, {**(extra or {}), **s.world.run_summary(s.run.path), **({"selection": sel} if sel is not None else {})}
     )
-    for row in summary["premise"]:
-        s.run.metrics.log(
-            {f"premise/{k}": v for k, v in row.items() if k != "round" and v is not None},
-            round=row["round"],
-            phase=PREMISE_PHASE,
-        )
-    s.run.state.mark_metrics(s.run.metrics.size())  # a later open (resume, extend) keeps them
     for warning in summary["warnings"]:
         s.run.say(f"warning: {warning}")
     s.run.metrics.close()

@@ -19,9 +19,6 @@ from typing import Any
 PREMISE_FLOOR = 0.5
 """Round-1 kept-label accuracy below which a run warns (ours: a vote right less often than not)."""
 
-PREMISE_PHASE = "premise"
-"""The ``phase`` of the premise rows the run's end logs to metrics.jsonl (one per round)."""
-
 _KEPT = ("buffer/oracle_acc_kept", "pool/oracle_acc_kept")
 
 
@@ -77,4 +74,4 @@ def premise_warnings(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-__all__ = ["PREMISE_FLOOR", "PREMISE_PHASE", "premise_rows", "premise_warnings"]
+__all__ = ["PREMISE_FLOOR", "premise_rows", "premise_warnings"]

@@ -152,10 +152,5 @@ class PhaseState:
     def checkpoint(self, role: str) -> str | None:
         return self.data["checkpoints"].get(role)
 
-    def mark_metrics(self, metrics_bytes: int) -> None:
-        """Count rows logged after the last phase's mark (the run's end: its premise rows) as kept:
-        a later open cuts metrics.jsonl back to this size, not to the last phase's."""
-        self.save({**self.data, "metrics_bytes": metrics_bytes})
-
     def set_status(self, status: str) -> None:
         self.save({**self.data, "status": status})
