@@ -1,7 +1,7 @@
 """The skill-world study (``configs/skill/``, docs/results/skill_study.md): positive controls,
 the papers' claims per stratum, their power, and the verdicts.
 
-Declared before the runs (``CLAIMS`` and the markdown's declaration section are written from the
+Declared before the runs (``CLAIMS`` in ``coevolve.lab.studies.skill``, and the markdown's declaration section are written from the
 same list): for each claim the two variants, the held-out stratum and metric it is judged on,
 how the two arms are compared, and the family its multiple-comparison correction runs over.
 
@@ -10,8 +10,8 @@ how the two arms are compared, and the family its multiple-comparison correction
                 (skill, depth) strata of ``FRONTIER``, just below the difficulty band at the base)
     comparison  ``welch`` between recipes or data (no shared training randomness: unpaired);
                 ``paired`` for an ablation within a recipe (seed s of both runs starts alike)
-    item term   both: the items are a sample too (``study.item_variance``), added to the seed
-                term (``study.welch_difference`` / ``paired_items_difference``)
+    item term   both: the items are a sample too (``stats.item_variance``), added to the seed
+                term (``stats.welch_difference`` / ``paired_items_difference``)
     rule        Holm-adjusted two-sided p < 0.05 within the claim's family (``control``:
                 the positive controls; ``paper``: every paper claim that ran; ``label check``:
                 D²Evo with the paper's label check, declared later): the sign says
@@ -34,8 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from coevolve.lab.study import (
-    CellResult,
+from coevolve.lab.stats import (
     Difference,
     StudyError,
     holm,
@@ -45,245 +44,8 @@ from coevolve.lab.study import (
     t_interval,
     welch_difference,
 )
-
-LABELS = 256
-"""L: the labelled set of the skill preset (data.limit of configs/skill/grpo.yaml and d2evo.yaml)."""
-
-PRIMARY_METRIC = "sampled"
-"""The declared metric: sampled accuracy (mean over the eval samples at T = 1). Why not greedy:
-the soft deficits are bug *rates* below one half, which greedy decoding hides by construction
-(the base's greedy answer follows the majority procedure); docs/results/skill_world.md measures
-both. Greedy is reported beside every verdict."""
-
-FRONTIER: tuple[str, ...] = ("sub@5", "mul@1", "mul@3", "mul@4", "div@2")
-"""The ``skill@depth`` strata just below D²Evo's band at the base: sampled accuracy in [0.15, 0.45)
-in the base's evaluation on the preset's 1,190 held-out items (seed 0's eval draw; 170 items),
-where a difficulty-aware curriculum should move the frontier. Fixed from that measurement before
-any run of the anchors control or of a method (docs/results/skill_world.md)."""
-
-ALPHA = 0.05
-
-CONTROL_SEEDS = 3
-"""Seeds per arm of the positive controls (0-2), fixed before the power plan exists."""
-
-
-@dataclass(frozen=True)
-class DeclaredClaim:
-    key: str
-    text: str
-    better: str
-    worse: str
-    paper: str
-    stratum: str
-    comparison: str  # "welch" | "paired"
-    family: str  # "control" | "paper"
-    metric: str = PRIMARY_METRIC
-    control: str = ""  # the control whose effect sizes its power (power_plan)
-
-
-CLAIMS: tuple[DeclaredClaim, ...] = (
-    DeclaredClaim(
-        "C1",
-        "targeted gold practice beats uniform gold practice on the deficient skills",
-        "control.targeted",
-        "control.uniform",
-        "positive control (ours)",
-        "deficient",
-        "welch",
-        "control",
-    ),
-    DeclaredClaim(
-        "C2",
-        "in-band gold anchors beat random gold anchors at the frontier",
-        "d2evo.no_questioner",
-        "control.random_anchors",
-        "positive control (ours)",
-        "frontier",
-        "welch",
-        "control",
-    ),
-    DeclaredClaim(
-        "M1",
-        "D²Evo beats GRPO on the same L labels",
-        "d2evo",
-        "grpo",
-        "51.35 vs 49.28 (4B math)",
-        "all",
-        "welch",
-        "paper",
-        control="C1",
-    ),
-    DeclaredClaim(
-        "M1b",
-        "D²Evo with L labels beats GRPO with 4L",
-        "d2evo",
-        "grpo.4L",
-        "0.1K vs 19K labels: 51.35 vs 49.28",
-        "all",
-        "welch",
-        "paper",
-        control="C1",
-    ),
-    DeclaredClaim(
-        "M1c",
-        "D²Evo with L labels beats GRPO with 16L",
-        "d2evo",
-        "grpo.16L",
-        "0.1K vs 19K labels: 51.35 vs 49.28",
-        "all",
-        "welch",
-        "paper",
-        control="C1",
-    ),
-    DeclaredClaim(
-        "M2",
-        "D²Evo beats the R-Zero-style baseline",
-        "d2evo",
-        "rzero",
-        "51.35 vs 46.91",
-        "all",
-        "welch",
-        "paper",
-        control="C1",
-    ),
-    DeclaredClaim(
-        "G1",
-        "DiagEvo beats the R-Zero-style baseline on the deficient skills",
-        "diagevo",
-        "rzero",
-        "72.3 vs 67.8",
-        "deficient",
-        "welch",
-        "paper",
-        control="C1",
-    ),
-    DeclaredClaim(
-        "B2",
-        "memory-guided targeting beats free exploration on the deficient skills",
-        "diagevo",
-        "diagevo.explore_only",
-        "72.3 vs 69.5",
-        "deficient",
-        "paired",
-        "paper",
-        control="C1",
-    ),
-    DeclaredClaim(
-        "A4",
-        "band anchors beat random anchors at the frontier",
-        "d2evo",
-        "d2evo.random_anchors",
-        "51.35 vs 49.22",
-        "frontier",
-        "paired",
-        "paper",
-        control="C2",
-    ),
-    DeclaredClaim(
-        "A1",
-        "the questioner helps at the frontier",
-        "d2evo",
-        "d2evo.no_questioner",
-        "51.35 vs 47.94",
-        "frontier",
-        "paired",
-        "paper",
-        control="C2",
-    ),
-    DeclaredClaim(
-        "A3",
-        "synthetic questions help",
-        "d2evo",
-        "d2evo.no_synthesis",
-        "51.35 vs 48.71",
-        "all",
-        "paired",
-        "paper",
-        control="C2",
-    ),
-    DeclaredClaim(
-        "B3",
-        "the ε mix beats targeting only on the deficient skills",
-        "diagevo",
-        "diagevo.targeted_only",
-        "72.3 vs 70.1",
-        "deficient",
-        "paired",
-        "paper",
-        control="C1",
-    ),
-    DeclaredClaim(
-        "B1",
-        "training the challenger helps",
-        "diagevo",
-        "diagevo.frozen_challenger",
-        "72.3 vs 68.5",
-        "all",
-        "paired",
-        "paper",
-        control="C1",
-    ),
-    DeclaredClaim(
-        "B4",
-        "the dual filter beats no filter",
-        "diagevo",
-        "diagevo.no_filter",
-        "72.3 vs 69.4",
-        "all",
-        "paired",
-        "paper",
-        control="C1",
-    ),
-    DeclaredClaim(
-        "B5",
-        "the dual filter beats the absolute filter",
-        "diagevo",
-        "diagevo.absolute_filter",
-        "72.3 vs 70.9",
-        "all",
-        "paired",
-        "paper",
-        control="C1",
-    ),
-    DeclaredClaim(
-        "B6",
-        "same-node stitching beats random pairs on the deficient skills",
-        "diagevo",
-        "diagevo.random_pair",
-        "+1.0",
-        "deficient",
-        "paired",
-        "paper",
-        control="C1",
-    ),
-    # declared after D²Evo's seed 0 (its kept pseudo-labels were right for 42-48 % of its generated
-    # questions) and before any run of d2evo.checked: the paper's pipeline checks every label (GPT-5.2)
-    DeclaredClaim(
-        "V1",
-        "D²Evo with the paper's label check beats GRPO on the same L labels",
-        "d2evo.checked",
-        "grpo",
-        "51.35 vs 49.28 (with GPT-5.2's check)",
-        "all",
-        "welch",
-        "label check",
-        control="C1",
-    ),
-    DeclaredClaim(
-        "V2",
-        "the label check helps D²Evo",
-        "d2evo.checked",
-        "d2evo",
-        "- (not an ablation of the paper)",
-        "all",
-        "paired",
-        "label check",
-        control="C1",
-    ),
-)
-"""Every claim of the skill study, in priority order (controls, then the papers' main comparisons
-and the ablations whose mechanism the world hosts)."""
-
+from coevolve.lab.studies.skill import ALPHA, CLAIMS, CONTROL_SEEDS, FRONTIER, LABELS, PRIMARY_METRIC, DeclaredClaim
+from coevolve.lab.study import CellResult
 
 # ----------------------------------------------------------------------------------------------
 # strata of held-out items
@@ -677,21 +439,8 @@ def group_missing(missing: Sequence[str]) -> list[str]:
     return out + other
 
 
-def render(
-    results: Sequence[CellResult],
-    missing: Sequence[str],
-    setting: Sequence[str],
-    notes: Sequence[str] = (),
-    claims: Sequence[DeclaredClaim] = CLAIMS,
-    frontier: Sequence[str] = FRONTIER,
-    command: str = "coevolve study --declaration skill",
-) -> tuple[str, dict[str, Any]]:
-    """The study's markdown and JSON from the finished cells; ``command`` (the line that rewrites
-    them) heads the markdown."""
-    verdicts = judge(results, claims, frontier)
-    plan = power_plan(results, claims, frontier=frontier)
-    variants = list(dict.fromkeys(r.variant for r in results))
-    L = [
+def _head(setting: Sequence[str], frontier: Sequence[str], command: str) -> list[str]:
+    return [
         "# Skill-world study: positive controls, power and the papers' claims",
         "",
         f"Written by `{command}` from the run folders (every figure also in `skill_study.json`; rerun "
@@ -706,13 +455,27 @@ def render(
         f"{', '.join(frontier) or '(none declared)'}. Differences: Welch between recipes, paired within a recipe; "
         "both add the item term (the held-out items are a sample). Holm within each family, two-sided 0.05.",
         "",
+    ]
+
+
+def _body(
+    results: Sequence[CellResult],
+    claims: Sequence[DeclaredClaim],
+    verdicts: Sequence[Verdict],
+    plan: Sequence[PowerRow],
+    frontier: Sequence[str],
+) -> list[str]:
+    """Declared claims, verdicts, power, accuracy by stratum and the run time."""
+    seeds = {r.claim: r.seeds for r in plan}
+    variants = list(dict.fromkeys(r.variant for r in results))
+    return [
         "## Declared claims",
         "",
-        *declaration_table(claims, {r.claim: r.seeds for r in plan}),
+        *declaration_table(claims, seeds),
         "",
         "## Verdicts",
         "",
-        *verdict_table(verdicts, {r.claim: r.seeds for r in plan}),
+        *verdict_table(verdicts, seeds),
         "",
         "## Power (from the controls)",
         "",
@@ -725,13 +488,37 @@ def render(
         run_time_line(results),
         "",
     ]
+
+
+def _tail(results: Sequence[CellResult], notes: Sequence[str], missing: Sequence[str]) -> list[str]:
+    """The memory table, the notes and the cells not run (each only when there is one)."""
     mem = memory_table(results)
-    if len(mem) > 2:
-        L += ["## The error memory against the injected deficits", "", *mem, ""]
+    L = ["## The error memory against the injected deficits", "", *mem, ""] if len(mem) > 2 else []
     if notes:
         L += ["## Notes", "", *notes, ""]
     if missing:
         L += ["## Not run", "", *(f"- {m}" for m in group_missing(missing)), ""]
+    return L
+
+
+def render(
+    results: Sequence[CellResult],
+    missing: Sequence[str],
+    setting: Sequence[str],
+    notes: Sequence[str] = (),
+    claims: Sequence[DeclaredClaim] = CLAIMS,
+    frontier: Sequence[str] = FRONTIER,
+    command: str = "coevolve study --declaration skill",
+) -> tuple[str, dict[str, Any]]:
+    """The study's markdown and JSON from the finished cells; ``command`` (the line that rewrites
+    them) heads the markdown."""
+    verdicts = judge(results, claims, frontier)
+    plan = power_plan(results, claims, frontier=frontier)
+    md = [
+        *_head(setting, frontier, command),
+        *_body(results, claims, verdicts, plan, frontier),
+        *_tail(results, notes, missing),
+    ]
     data = {
         "setting": list(setting),
         "frontier": list(frontier),
@@ -741,11 +528,13 @@ def render(
         "cells": [r.to_dict() for r in results],
         "missing": list(missing),
     }
-    return "\n".join(L), data
+    return "\n".join(md), data
 
 
 __all__ = [
+    "ALPHA",
     "CLAIMS",
+    "CONTROL_SEEDS",
     "DeclaredClaim",
     "FRONTIER",
     "LABELS",

@@ -3,7 +3,7 @@ write study.json and the markdown report (--out-md; docs/results/study.md in thi
 t-interval of held-out greedy / sampled accuracy, paired differences to the full method (or
 full-label grpo), seed sd next to the held-out binomial se, pseudo-label oracle agreement,
 compute at the end of each run, one accuracy-vs-compute figure of the main runs, and the papers'
-claims judged by a stated rule. The variants and the statistics live in coevolve.lab.study.
+claims judged by a stated rule. The variants live in coevolve.lab.studies, the statistics in coevolve.lab.stats.
 
     coevolve study --out runs/study run.threads=1
     coevolve study --out runs/study --only grpo,d2evo,diagevo,rzero --seeds 0,1,2
@@ -37,6 +37,7 @@ from coevolve.config.presets import preset_roots
 from coevolve.errors import ConfigError, RunStateError
 from coevolve.extras import check_extras
 from coevolve.lab import study as st
+from coevolve.lab.study_markdown import render_markdown, study_json
 from coevolve.run.children import check_children, run_child
 
 SRC = Path(__file__).resolve().parents[2]
@@ -227,13 +228,13 @@ def write_report(
     mains = [v for v in variants if st.VARIANTS[v].main]
     sep = [sp for m in ("greedy", "sampled") if (sp := st.separation(results, mains, m)) is not None]
     out_md.write_text(
-        st.render_markdown(stats, verdicts, missing, setting, figure, notes, results, sep, command=command),
+        render_markdown(stats, verdicts, missing, setting, figure, notes, results, sep, command=command),
         encoding="utf-8",
     )
     out.mkdir(parents=True, exist_ok=True)
     data = {
         "generated_by": command,
-        **st.study_json(results, stats, verdicts, missing, setting),
+        **study_json(results, stats, verdicts, missing, setting),
         "separation": [{**sp.__dict__, "diff": sp.diff.to_dict()} for sp in sep],
     }
     (out / "study.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
@@ -271,7 +272,7 @@ def _arg_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, required=True, help="study folder: OUT/<variant>/seed<k>, study.json")
     ap.add_argument("--out-md", type=Path, default=None, help="the markdown report (default OUT/study.md)")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated run.seed values")
-    ap.add_argument("--only", default="", help="comma-separated variants (see coevolve.lab.study.VARIANTS)")
+    ap.add_argument("--only", default="", help="comma-separated variants (see coevolve.lab.studies.variants.VARIANTS)")
     ap.add_argument("--methods", default="", help="comma-separated methods: each with all its ablations")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from existing run folders")
     ap.add_argument(
