@@ -6,6 +6,7 @@ is most of the lane's time); every test compares the pool with an in-process
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -73,6 +74,24 @@ def test_pool_equals_in_process_prompt_scope(pool_sampler, model, tok):
     # and a per-call seed (one stream for the batch) would not have matched
     assert ids(HFSampler(model, tok).sample(PROMPTS, 3, PARAMS)) != ids(want)
     assert pool_sampler.sample([], 3, PARAMS) == []
+
+
+def test_a_local_ray_started_by_the_pool_listens_on_loopback_only(pool_sampler):
+    """Every socket the pool's Ray processes (GCS, raylet, workers, agents: this process's
+    descendants) listen on is 127.0.0.1's: nothing of the pool is reachable from another machine
+    (Ray 2.60 listens on all interfaces by default)."""
+    import ipaddress
+
+    psutil = pytest.importorskip("psutil")
+    listening = set()
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            listening |= {
+                (proc.name(), c.laddr.ip) for c in proc.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+            }
+    assert {name for name, _ in listening} >= {"gcs_server", "raylet"}, listening
+    ips = {ipaddress.ip_address(ip) for _, ip in listening}
+    assert all((getattr(ip, "ipv4_mapped", None) or ip).is_loopback for ip in ips), listening
 
 
 def test_actor_death_is_recovered_with_identical_results(pool_sampler, model, tok):

@@ -37,7 +37,8 @@ Design decisions (why, not what):
 * **Lifecycle.** A Ray started by a pool (``address=None``) is shut down when that pool is
   closed (with its run, or at the latest when the process ends); a cluster joined by address is
   left running. No ports or
-  device ids are chosen here: Ray picks free ports, placement groups pick the GPUs.
+  device ids are chosen here: Ray picks free ports, placement groups pick the GPUs. A Ray started
+  by a pool listens on 127.0.0.1 only (``_loopback_only``); a cluster is joined by its address.
 
 Ray is imported lazily: the default ``hf`` lane never imports it.
 """
@@ -241,9 +242,7 @@ def _init_ray(engine: Any) -> bool:
 
     actors = r.num_actors or (torch.cuda.device_count() // engine.tensor_parallel_size) or 2  # as RayPool._start counts
     want = int(max(os.cpu_count() or 1, actors * r.cpus_per_actor + 1))
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = path  # inherited by the raylet and its workers (a local cluster only)
-    try:
+    with _environ(PYTHONPATH=path), _loopback_only():  # the environment: inherited by the raylet and its workers
         ray.init(
             num_cpus=want,
             include_dashboard=False,
@@ -251,12 +250,43 @@ def _init_ray(engine: Any) -> bool:
             logging_level="WARNING",
             log_to_driver=False,
         )
-    finally:
-        if old is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old
     return True
+
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch for a single-machine Ray: off, every Ray process takes 127.0.0.1 as the node's
+address and listens there only (Ray 2.60 on Linux otherwise listens on all interfaces, and turns
+``_node_ip_address="127.0.0.1"`` into the machine's reachable address)."""
+
+
+@contextlib.contextmanager
+def _environ(**values: str):
+    """``os.environ`` with ``values`` set inside the block, as it was after it."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _loopback_only():
+    """A local Ray started inside the block binds 127.0.0.1 only: nothing of the pool is reachable
+    from another machine. The switch (``LOOPBACK_ENV``) is read by Ray's processes at import, so it
+    goes into their environment, and into this process's copy of it (already imported)."""
+    consts = importlib.import_module("ray._private.ray_constants")
+    old = getattr(consts, "ENABLE_RAY_CLUSTER", None)
+    consts.ENABLE_RAY_CLUSTER = False
+    try:
+        with _environ(**{LOOPBACK_ENV: "0"}):
+            yield
+    finally:
+        consts.ENABLE_RAY_CLUSTER = old
 
 
 @dataclass
