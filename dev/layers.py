@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1] / "src"
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("types", "errors", "__init__", "bench_data"),
     ("models", "schema"),
-    ("rewards", "data", "answers", "prompts", "run", "extras", "provenance"),
+    ("rewards", "reward_function", "data", "answers", "prompts", "run", "extras", "provenance"),
     ("rl", "engine"),
     ("curriculum", "memory"),
     ("training", "loop", "verl"),

@@ -232,6 +232,11 @@ def eval_cmd(
         None, "--served-model", help="The model name the --endpoint serves (default: the first it lists at /models)"
     ),
     concurrency: int = typer.Option(16, "--concurrency", help="--endpoint: requests in flight at once"),
+    reward_function: Optional[str] = typer.Option(
+        None,
+        "--reward-function",
+        help="Grade with your own function, as a run's reward.function (pkg.module:fn or path/to/file.py:fn)",
+    ),
     compare: Optional[list[Path]] = typer.Option(
         None,
         "--compare",
@@ -281,6 +286,7 @@ def eval_cmd(
         served_model=served_model,
         concurrency=concurrency,
         repeats=repeats,
+        reward_function=reward_function,
     )
     typer.echo(suite.format_table(results))
     typer.echo(f"results: {out_dir / 'results.json'}")

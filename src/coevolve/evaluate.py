@@ -18,6 +18,7 @@ from coevolve.errors import DataError
 from coevolve.eval.benchmarks import resolve_benches
 from coevolve.eval.suite import evaluate_suite
 from coevolve.prompts.chat import ChatPrompter
+from coevolve.reward_function import FunctionGrader, check_function
 from coevolve.run import derive_seed
 from coevolve.world import WORLDS, read_checkpoint_meta, world_of_model
 from coevolve.world.real import RealWorld
@@ -53,12 +54,14 @@ def evaluate_model(
     served_model: str | None = None,
     concurrency: int = 16,
     repeats: int | None = None,
+    reward_function: str | None = None,
 ) -> dict[str, Any]:
     """What ``coevolve eval`` runs: a saved model (a base model, a checkpoint, an exported folder)
     loaded with ``engine`` (hf or vllm), or a model served at ``endpoint`` (OpenAI-compatible, its
     name ``served_model``), prompted as its world does (``world_of_model``: a served model's folder
     ``model`` gives its prompt form and tokenizer; without it the prompts are plain text), graded
-    by the run's grader; ``out_dir`` gets the results. ``samples``, ``max_new_tokens``, ``repeats``
+    by the run's grader (``reward_function``: a run's ``reward.function``); ``out_dir`` gets the
+    results. ``samples``, ``max_new_tokens``, ``repeats``
     (evaluation runs, mean ± std) and ``seed`` None = what a run of the model's world evaluates
     with (``run_eval``; the seed of a run with run.seed=0)."""
 
@@ -66,6 +69,8 @@ def evaluate_model(
         raise DataError(f"--repeats must be >= 1 (evaluation runs), got {repeats}")
     if benches:
         resolve_benches(benches)  # fail on a typo before spending minutes loading a model
+    if reward_function:
+        check_function(reward_function)  # likewise the user's grading function
     if model is not None:
         read_checkpoint_meta(model)  # likewise a damaged / newer coevolve.json
     sampler, world = _eval_model(model, chat_template, batch_size, engine, endpoint, served_model, concurrency)
@@ -81,7 +86,7 @@ def evaluate_model(
         "engine": "endpoint" if endpoint else engine,
         **({"endpoint": redacted(endpoint), "served_model": sampler.model} if endpoint else {}),
     }
-    with Grader() as grader:
+    with FunctionGrader(reward_function) if reward_function else Grader() as grader:
         return evaluate_suite(
             sampler,
             world.prompter,

@@ -133,10 +133,36 @@ def check_inputs(cfg: RecipeConfig) -> None:
     if real and tasks and not cfg.data.drop_too_long:
         check_context(cfg, tasks)
     check_device(cfg.model.device)
+    check_reward(cfg)
+    check_user_benches(cfg)
     if cfg.backend.kind == "verl":
         check_verl(cfg.backend.verl)
     if cfg.learner.resume_from_checkpoint:
         check_resume_checkpoint(cfg)
+
+
+def check_reward(cfg: RecipeConfig) -> None:
+    """``reward.function`` loads and scores a probe with one number (``reward_function``); verl's
+    reward workers grade with their own math grader, so it needs ``backend=local``."""
+    if not cfg.reward.function:
+        return
+    from coevolve.reward_function import check_function
+
+    if cfg.backend.kind != "local":
+        raise ConfigError(
+            f"reward.function with backend={cfg.backend.kind}: verl's reward workers grade with the math grader; "
+            "use backend=local"
+        )
+    check_function(cfg.reward.function)
+
+
+def check_user_benches(cfg: RecipeConfig) -> None:
+    """A user's benchmark file in ``eval.benches`` is read now, every row, as the evaluation will."""
+    from coevolve.eval.benchmarks import load_tasks
+
+    for b in evaluated_benches(cfg):
+        if b.source is not None:
+            load_tasks(b)
 
 
 def check_context(cfg: RecipeConfig, tasks: list[Any]) -> None:

@@ -29,6 +29,7 @@ from typing import Any, Literal, Protocol
 from coevolve.curriculum.proposals import WriterBatch, score_writer_batch
 from coevolve.curriculum.sampling import answer_text
 from coevolve.errors import ConfigError
+from coevolve.reward_function import CORRECT_AT, FunctionGrader
 from coevolve.rewards import signed_match_rewards, solver_rewards
 from coevolve.run import PhaseContext, derive_seed
 from coevolve.run.faults import fault_point
@@ -158,7 +159,12 @@ def solver_scores(
     labels: Sequence[str], texts: Sequence[str], grader: AnswerGrader, alpha: float
 ) -> list[dict[str, float]]:
     """``{"score", "acc", "format"}`` per completion: ``α·acc + (1-α)·fmt`` against its label
-    (a task without a label is never correct)."""
+    (a task without a label is never correct); under a user's ``reward.function`` the score is the
+    function's value itself (TRL's reward), ``acc`` whether it reaches ``CORRECT_AT``."""
+    if isinstance(grader, FunctionGrader):
+        values = grader.scores(list(labels), list(texts))
+        _, bd = solver_rewards(list(texts), [v >= CORRECT_AT for v in values], alpha)
+        return [{"score": v, "acc": a, "format": f} for v, a, f in zip(values, bd["acc"], bd["format"])]  # type: ignore[arg-type]
     correct = [bool(lab) and ok for lab, ok in zip(labels, grader.grade_batch(list(labels), list(texts)))]
     r, bd = solver_rewards(list(texts), correct, alpha)
     return [{"score": s, "acc": a, "format": f} for s, a, f in zip(r, bd["acc"], bd["format"])]  # type: ignore[arg-type]

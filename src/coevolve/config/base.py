@@ -431,6 +431,15 @@ class EvalConfig(Strict):
         return v
 
 
+class RewardConfig(Strict):
+    function: str | None = Field(
+        None,
+        description="Your own reward in place of the math grader, in rewards, votes and evaluation alike: "
+        "'pkg.module:fn' or 'path/to/file.py:fn' (verl's custom_reward_function form), called as TRL's reward_funcs "
+        "fn(completions=[str], answers=[str]) -> [float]; a score >= 0.5 counts as correct (ours). None = math answers.",
+    )
+
+
 RUN_NAME_MAX = 100
 """Our bound on run.name: a folder name, well under the file systems' 255 bytes."""
 
@@ -522,6 +531,7 @@ class RecipeConfig(Strict):
     backend: BackendConfig = Field(default_factory=BackendConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="The reward (your own function).")
     prompts: PromptsConfig = Field(
         default_factory=PromptsConfig,
         description="Every role's system text, user "

@@ -228,6 +228,9 @@ class Benchmark:
     items: int = 500
     generator: str | None = None
     """``module:function`` returning the tasks of a benchmark a world generates (toy, arith)."""
+    source: str | None = None
+    """A user's benchmark file (``user_bench``), read by ``coevolve.data``'s readers with ``keys``."""
+    keys: tuple[tuple[str, str], ...] = ()
 
     @property
     def multiple_choice(self) -> bool:
@@ -359,18 +362,63 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
+USER_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+"""An ``eval.benches`` entry whose path ends so (``.gz`` allowed) is a user's benchmark file."""
+USER_KEYS = {"question_key": "question", "answer_key": "answer", "answer_format": "auto"}
+"""What a user's benchmark entry may set after its path, as ``data.*`` reads a source."""
+
+
+def is_user_bench(entry: str) -> bool:
+    return entry.split(":")[0].lower().removesuffix(".gz").endswith(USER_SUFFIXES)
+
+
+def user_bench(entry: str) -> Benchmark:
+    """A user's benchmark: ``path/to/file.jsonl`` (JSONL, JSON, CSV or Parquet, as ``data.source``
+    reads them), optionally ``:question_key=K:answer_key=K:answer_format=F``; named by the file's
+    stem, graded as math answers by the run's grader (``reward.function`` when set), its rows'
+    other fields kept as features (``level`` groups the breakdown).
+
+    >>> b = user_bench("my/mcq.jsonl:question_key=prompt:answer_key=label")
+    >>> b.name, b.source, dict(b.keys)["question_key"]
+    ('mcq', 'my/mcq.jsonl', 'prompt')
+    """
+    path, *opts = entry.split(":")
+    keys = dict(USER_KEYS)
+    for opt in opts:
+        k, eq, v = opt.partition("=")
+        if not eq or k not in USER_KEYS or not v:
+            allowed = "".join(f":{k}=..." for k in USER_KEYS)
+            raise ConfigError(f"eval.benches: {entry!r}: after the file comes {allowed}, got {opt!r}")
+        keys[k] = v
+    if keys["answer_format"] not in ("auto", "raw", "gsm8k", "boxed"):
+        raise ConfigError(f"eval.benches: {entry!r}: answer_format must be auto, raw, gsm8k or boxed")
+    name = Path(Path(path).name.lower().removesuffix(".gz")).stem
+    if name in BENCHMARKS or name in GROUPS:
+        raise ConfigError(f"eval.benches: {path}: its name {name!r} is a built-in benchmark's; rename the file")
+    # answer_tokens 0: a user's answers have no length we know, so no eval budget is refused for them
+    return Benchmark(name, "math", "user", source=path, keys=tuple(keys.items()), answer_tokens=0)
+
+
 def resolve_benches(names: Sequence[str]) -> list[Benchmark]:
-    """Expand group names (math7, general, all, toy) and comma lists; keep order, drop repeats.
+    """Expand group names (math7, general, all, toy) and comma lists; keep order, drop repeats;
+    a path to a data file is a user's benchmark (``user_bench``).
 
     Raises ``ConfigError`` naming the unknown entry and listing the valid ones.
     """
     out: list[str] = []
+    users: dict[str, Benchmark] = {}
     for raw in names:
         for name in (p.strip() for p in str(raw).split(",")):
             if not name:
                 continue
-            if name in GROUPS:
-                expanded: Sequence[str] = GROUPS[name]
+            if is_user_bench(name):
+                b = user_bench(name)
+                if b.name in users and users[b.name].source != b.source:
+                    raise ConfigError(f"eval.benches: two files named {b.name!r} ({users[b.name].source}, {b.source})")
+                users[b.name] = b
+                expanded: Sequence[str] = (b.name,)
+            elif name in GROUPS:
+                expanded = GROUPS[name]
             elif name in BENCHMARKS:
                 expanded = (name,)
             else:
@@ -381,7 +429,7 @@ def resolve_benches(names: Sequence[str]) -> list[Benchmark]:
             out.extend(n for n in expanded if n not in out)
     if not out:
         raise ConfigError("no benchmark given")
-    return [BENCHMARKS[n] for n in out]
+    return [users.get(n) or BENCHMARKS[n] for n in out]
 
 
 def _data_root(data_dir: Path | None) -> Path | None:
@@ -412,6 +460,8 @@ def load_tasks(bench: Benchmark | str, data_dir: Path | None = None, limit: int 
     b = BENCHMARKS[bench] if isinstance(bench, str) else bench
     if limit is not None and limit < 0:
         raise ConfigError(f"limit must be >= 0, got {limit}")
+    if b.source is not None:
+        return _load_user(b, limit)
     if b.generator is not None:  # a generated world's held-out set (the world itself sizes it: eval.heldout_size)
         import importlib
 
@@ -432,6 +482,28 @@ def load_tasks(bench: Benchmark | str, data_dir: Path | None = None, limit: int 
     else:
         tasks = _load_hub(b, data_dir)
     return tasks if limit is None else tasks[:limit]
+
+
+def _load_user(b: Benchmark, limit: int | None) -> list[Task]:
+    """A user's benchmark file through ``coevolve.data``'s readers (every row; a broken one is
+    a ``DataError`` naming ``eval.benches``, the file and the row; a key to set is said as the
+    entry's ``:key=...``)."""
+    from types import SimpleNamespace
+
+    from coevolve.data.sources import load_labelled_tasks
+
+    where = f"eval.benches: benchmark {b.name} ({b.source})"
+    if not Path(str(b.source)).is_file():
+        raise DataError(f"{where}: no such file")
+    data = SimpleNamespace(source=b.source, split="train", subset=None, on_error="raise", limit=limit, **dict(b.keys))
+    try:
+        tasks, report = load_labelled_tasks(data)
+    except DataError as e:
+        text = str(e).replace(" (set data.on_error=skip to skip broken rows)", "").replace("set data.", "add :")
+        raise DataError(f"{where}: {text}") from None
+    if not tasks:
+        raise DataError(f"{where}: no usable rows ({report.rows} read)")
+    return tasks
 
 
 def _load_hub(b: Benchmark, data_dir: Path | None) -> list[Task]:

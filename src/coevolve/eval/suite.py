@@ -31,7 +31,7 @@ from coevolve.prompts import Prompter
 from coevolve.run.files import atomic_write_json, atomic_write_jsonl
 from coevolve.types import AnswerGrader, Sampler, Task
 
-AVERAGE_ORDER = ("math", "general", "toy", "overall")
+AVERAGE_ORDER = ("math", "general", "user", "toy", "overall")
 BenchTasks = Callable[[str, "Path | None", "int | None"], "list[Task] | None"]
 """``world.bench_tasks(name, data_dir, limit)``: a world's own benchmark, or None (registry)."""
 
@@ -81,7 +81,7 @@ def averages(benchmarks: dict[str, dict[str, Any]]) -> dict[str, float]:
     by_cat: dict[str, list[float]] = {}
     for row in benchmarks.values():
         by_cat.setdefault(row["category"], []).append(row["score"])
-    for cat in ("math", "general", "toy"):
+    for cat in AVERAGE_ORDER[:-1]:
         if by_cat.get(cat):
             out[cat] = sum(by_cat[cat]) / len(by_cat[cat])
     real = [s for c, v in by_cat.items() if c != "toy" for s in v]
@@ -98,7 +98,7 @@ def averages_std(benchmarks: dict[str, dict[str, Any]]) -> dict[str, float | Non
     for row in benchmarks.values():
         by_cat.setdefault(row["category"], []).append(score_runs(row))
     out: dict[str, float | None] = {}
-    for cat in ("math", "general", "toy"):
+    for cat in AVERAGE_ORDER[:-1]:
         if by_cat.get(cat):
             out[cat] = spread(by_cat[cat])["std"]
     real = [s for c, v in by_cat.items() if c != "toy" for s in v]
@@ -193,7 +193,7 @@ def _tasks_or_skip(
 def _bench_row(b: Benchmark, res: EvalResult, data_dir: Path | None, repeats: int, seconds: float) -> dict[str, Any]:
     """One benchmark's row of results.json (with R > 1 repeats: each run's score and their std)."""
     metric, score = primary_metric(b, res)
-    src = find_data_file(b, data_dir) if b.kind != "toy" else None
+    src = b.source or (find_data_file(b, data_dir) if b.kind != "toy" else None)
     row = {
         "category": b.category,
         "kind": b.kind,

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coevolve.answers import make_grader
 from coevolve.config.base import RecipeConfig
 from coevolve.engine import Engine, HFSampler, load_model, load_tokenizer
 from coevolve.engine.servable import unservable
@@ -24,6 +23,7 @@ from coevolve.prompts import StopKind
 from coevolve.provenance import environment
 from coevolve.recipes.declare import Recipe, Rollouts, Step, Work
 from coevolve.recipes.premise import premise_rows, premise_warnings
+from coevolve.reward_function import run_grader
 from coevolve.rl.learner import Learner
 from coevolve.run import SUMMARY_FILE, Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed, seed_everything
 from coevolve.run.compute import Compute, ComputeMeter, MeteredSampler, cumulative, unmetered
@@ -525,7 +525,7 @@ def run_recipe(recipe: Recipe, cfg: RecipeConfig, run: Run) -> dict[str, Any]:
     skipped by ``Run.phase``; before an unfinished one, the roles it does not use are parked:
     ``place_roles``), then the summary and the report. The grader's workers and the engine's
     shared resources (an actor pool, a Ray it started) end with the run."""
-    with make_grader(cfg.run.grader_timeout, cfg.run.grader_workers) as grader, Engine(cfg.engine) as engine:
+    with run_grader(cfg) as grader, Engine(cfg.engine) as engine:
         s = setup(cfg, run, grader, engine)
         # the roles' random initialisation (LoRA adapters) follows run.seed, not whatever state the
         # process's generators were left in: a run in a process that ran others draws as a fresh one
