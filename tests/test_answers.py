@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import coevolve.answers as answers
-from coevolve.answers import Grader, extract_answer, normalize
+from coevolve.answers import Grader, answer_or_whole, extract_answer, normalize
 from coevolve.answers.worker import verify_any
 from coevolve.errors import DataError
 
@@ -49,7 +49,6 @@ def grader():
         ("\\fbox{7}", "7"),
         ("\\boxed{1} and \\fbox{2}", "\\{1, 2\\}"),  # joined boxes are one answer: a set
         ("\\[\\boxed{-2} \\quad \\text{and} \\quad \\boxed{1}.\\]", "\\{-2, 1\\}"),
-        ("\\boxed{1} papers and \\boxed{2} bins", "2"),  # words between: not joined
         ("the result is $\\boxed 5$.", "5"),
         ("\\boxed{\\{1,2\\}}", "\\{1,2\\}"),
         ("good \\boxed{3} then truncated \\boxed{\\frac{1}{", None),  # the last box decides, even unclosed
@@ -129,6 +128,27 @@ def test_last_boxed_is_the_single_last_box() -> None:
     assert last_boxed("\\boxed{C} then \\boxed{") is None and boxed_answer("\\boxed{C} then \\boxed{") is None
 
 
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        # boxes joined by a short clause ending in "and" are one set, as math-verify reads them
+        ("\\boxed{1} papers and \\boxed{2} bins", "\\{1, 2\\}"),
+        ("$$\\boxed{(3, 3)} \\text{ for part (a) and } \\boxed{(1, 1)}$$", "\\{(3, 3), (1, 1)\\}"),
+        ("x = \\boxed{3} and y = \\boxed{4}", "4"),  # the gap does not end in "and"
+        ("\\boxed{3} then we try again with a long detour that fails and \\boxed{4}", "4"),  # too long
+        ("\\boxed{3}. So and \\boxed{4}", "4"),  # a sentence ends in between
+        # Minerva's template after the last box states the answer; the boxes before it are working
+        ("so $5 \\cdot 2 = \\boxed{10}$. Final Answer: The final answer is $12$. I hope it is correct.", "12"),
+        ("\\boxed{3}. The final answer is \\boxed{4}. I hope it is correct.", "4"),
+        ("The final answer is 4. I hope it is correct. \\boxed{5}", "5"),  # before the last box: the box
+        ("\\boxed{3} so the final answer is above. I hope it is correct.", "3"),  # no math after "is"
+        ("\\boxed{3}. The final answer is 4 and more", "3"),  # "final answer is" without the template
+    ],
+)
+def test_box_joins_and_minerva_template(text: str, expected: str) -> None:
+    assert extract_answer(text) == expected and answer_or_whole(text) == expected
+
+
 # ----------------------------------------------------------------------------- normalisation
 @pytest.mark.parametrize(
     "raw,expected",
@@ -199,10 +219,12 @@ def test_none_and_empty_are_not_equal(grader: Grader) -> None:
 
 
 def test_grade_pair_full_texts(grader: Grader) -> None:
-    """Each side is read as the reward reads an output: the box decides, free text otherwise."""
+    """Each side is read as the reward reads an output: the box decides (unless Minerva's template
+    follows it), free text otherwise."""
     long = "We get \\boxed{255} first. Final Answer: The final answer is $10,455$. I hope it is correct."
-    assert not grader.grade_pair("$10455$", long)  # the box is the answer, not a sentence after it
-    assert grader.grade_pair("$255$", long)
+    assert grader.grade_pair("$10455$", long) and not grader.grade_pair("$255$", long)
+    later = "We get \\boxed{255} first. The total is $10,455$."
+    assert not grader.grade_pair("$10455$", later) and grader.grade_pair("$255$", later)
     assert grader.grade_pair("$10455$", "Final Answer: The final answer is $10,455$. I hope it is correct.")
     assert grader.grade_pair("$\\boxed{2-2p}$", "Thus $x-p=\\boxed{2-2p}$.")
     assert not grader.grade_pair("3", "Thus $x=\\boxed{4}$.")
@@ -394,20 +416,17 @@ def test_module_level_functions() -> None:
 # here, and a fixed case must be removed from its list. Why each one disagrees (docs/errors.md):
 PINNED_DISAGREEMENTS = {
     "grader_cases_published.jsonl": [
-        # a Minerva "final answer is X. I hope it is correct" after the last box: the box decides
-        "Math-Verify/tests/test_all.py::test_math_extraction_additional_cases[17]",
-        # boxes joined by "++++++" / "for part (a) and" / "papers and" / equations: not one answer
+        # boxes joined by "++++++": not one answer (a clause ending in "and" joins them)
         "Math-Verify/tests/test_boxed.py::test_boxed[0]",
-        "Math-Verify/tests/test_open_thoughts.py::test_open_thoughts[14]",
+        # boxed right-hand sides against a gold of two equations: we never drop an equation's side
         "Math-Verify/tests/test_open_thoughts.py::test_open_thoughts[24]",
-        "Math-Verify/tests/test_open_thoughts.py::test_open_thoughts[27]",
         # a bare list of numbers is ordered (Hendrycks / PRM800K): "a=4, -8, -10" is not "-10, -8, 4"
         "Math-Verify/tests/test_numina_cases.py::test_numina_cases[23]",
         # a box that never closes is no answer
         "Math-Verify/tests/test_numina_cases.py::test_numina_cases[24]",
         # math-verify reads 1 - 1/e and 1 + 1/e as equal; we do not
         "Math-Verify/tests/test_yujianll.py::test_string_extraction[9]",
-        # lighteval's gold reading of "p = 5, q = 2 \\quad \\text{and} \\quad p = 7, q = 2"
+        # lighteval's gold reading of "p = 5, q = 2 \\quad \\text{and} \\quad p = 7, q = 2" (math-verify: not equal)
         "lighteval/tests/unit/metrics/test_extractive_match.py::test_math_numina_cases[26]",
     ],
     "grader_cases.jsonl": [],
@@ -422,14 +441,14 @@ def load_cases(name: str) -> list[dict]:
 def test_regression_set_agreement(grader: Grader, name: str) -> None:
     """Agreement with published grader test cases (Math-Verify, lighteval: harvested by
     dev/harvest_grader_cases.py) and our own set (Hendrycks MATH, Qwen2.5-Math, synthetic):
-    at least 96 %, and exactly the pinned cases disagree."""
+    at least 97 %, and exactly the pinned cases disagree."""
     cases = load_cases(name)
     assert len(cases) >= 200
     assert all({"id", "gold", "pred", "expected", "source"} <= set(c) for c in cases)
     assert len({c["id"] for c in cases}) == len(cases)
     misses = sorted(c["id"] for c in cases if grader.grade_pair(c["gold"], c["pred"]) != c["expected"])
     assert misses == sorted(PINNED_DISAGREEMENTS[name])
-    assert 1 - len(misses) / len(cases) >= 0.96
+    assert 1 - len(misses) / len(cases) >= 0.97
 
 
 def test_published_cases_are_attributed() -> None:

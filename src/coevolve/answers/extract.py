@@ -12,7 +12,9 @@ Reading order (the contract, docs/CONTRACTS.md):
    read: when that last box is empty or its braces never close (a truncated output), there is no
    answer. A box whose content does not parse is graded "not equal" -- never replaced by some
    other number of the text. Boxes joined to the last one only by "and", "or", commas or spacing
-   (``\\boxed{1} and \\boxed{2}``) are one answer, the set ``\\{1, 2\\}`` (``boxed_answer``).
+   (``\\boxed{1} and \\boxed{2}``), or by a short clause ending in "and" (``\\boxed{1} papers and
+   \\boxed{2}``), are one answer, the set ``\\{1, 2\\}`` (``boxed_answer``). Minerva's template
+   after the last box ("The final answer is $X$. I hope it is correct.", X math) states X instead.
 2. **No box: the answer section.** The text is cut at the first chat-template token
    (``<|im_end|>``, ``<|im_start|>``, ``<|endoftext|>``, ``</s>`` ...: what follows is a
    hallucinated next turn); when it has ``</think>`` only the text after the last one is read, and
@@ -101,6 +103,10 @@ _BOX_JOIN_RE = re.compile(
     r"(?:\s|[,;&$]|\\\\|\\[()\[\],;: ]|\\q?quad(?![a-zA-Z])|\b(?:and|or)\b"
     r"|\\(?:text|mbox|textrm)\s*\{\s*(?:and|or|,)?\s*\})*"
 )
+# ... or by a short clause that ends in "and" ("\boxed{1} papers and \boxed{2} bins",
+# "\boxed{(3, 3)} \text{ for part (a) and } \boxed{(1, 1)}"), as math-verify reads them: at most 30
+# characters, no sentence end, no math and no other command in between.
+_BOX_CLAUSE_JOIN_RE = re.compile(r"[\s$]*(?:\\text\s*\{)?[^{}\n.!?;:$\\]{0,30}?\band\s*\}?[\s$]*")
 
 
 def has_box(text: str) -> bool:
@@ -122,26 +128,53 @@ def last_boxed(text: str) -> str | None:
     return None if last is None else (last[0] or None)
 
 
+def _joined(text: str, a: int, b: int) -> bool:
+    """True when ``text[a:b]``, the gap between two boxes, makes them one answer."""
+    return _BOX_JOIN_RE.fullmatch(text, a, b) is not None or _BOX_CLAUSE_JOIN_RE.fullmatch(text, a, b) is not None
+
+
 def boxed_answer(text: str) -> str | None:
     """The answer the boxes of ``text`` state: ``last_boxed``, together with the boxes right
     before it that are joined to it only by "and", "or", commas, spacing or math delimiters, read
     as the set ``\\{a, b\\}`` (as math-verify does): a model that boxes two candidates is not
     rewarded for the second one alone. None when ``last_boxed`` is None."""
     cmds, closing = _boxes(text)
-    last = _box_at(text, cmds[-1].end(), closing) if cmds else None
+    return _joined_boxes(text, cmds, closing, _box_at(text, cmds[-1].end(), closing) if cmds else None)
+
+
+def _joined_boxes(
+    text: str, cmds: list[re.Match[str]], closing: dict[int, int], last: tuple[str, int] | None
+) -> str | None:
     if last is None or not last[0]:
         return None
     parts = [last[0]]
     start = cmds[-1].start()
     for m in reversed(cmds[:-1]):
         prev = _box_at(text, m.end(), closing)
-        if prev is None or not prev[0] or prev[1] > start or not _BOX_JOIN_RE.fullmatch(text, prev[1], start):
+        if prev is None or not prev[0] or prev[1] > start or not _joined(text, prev[1], start):
             break
         parts.append(prev[0])
         start = m.start()
     if len(parts) == 1:
         return parts[0]
     return "\\{" + ", ".join(reversed(parts)) + "\\}"
+
+
+# Minerva's answer template, math-verify's first-priority pattern: "Final Answer: The final answer is
+# X. I hope it is correct." after the last box states the answer (the boxes before it are working).
+_SIGNED_FINAL_RE = re.compile(r"(?i:final\s+answer\s+is)[^\n]{1,200}?\.?\s?(?i:I\s+hope)(?![a-z])")
+
+
+def _boxed_or_signed(text: str) -> str | None:
+    """``boxed_answer``, unless Minerva's answer template follows the last box and its X is math (a
+    digit, ``$`` or a LaTeX command: "the final answer is above" leaves the box to decide)."""
+    cmds, closing = _boxes(text)
+    last = _box_at(text, cmds[-1].end(), closing) if cmds else None
+    if last is not None and _SIGNED_FINAL_RE.search(text, last[1]) is not None:
+        signed = _read_unboxed(text[last[1] :])
+        if signed is not None and _MATHISH_RE.search(signed):
+            return signed
+    return _joined_boxes(text, cmds, closing, last)
 
 
 # ---------------------------------------------------------------------------------- free text
@@ -551,7 +584,7 @@ def extract_answer(text: str | None, fallback: bool = True) -> str | None:
     if tagged is not None:
         return tagged or None
     if has_box(text):
-        return boxed_answer(text)
+        return _boxed_or_signed(text)
     return _read_unboxed(text) if fallback else None
 
 
@@ -607,6 +640,6 @@ def answer_or_whole(text: str) -> str | None:
     if tagged is not None:
         return tagged or None
     if has_box(text):
-        return boxed_answer(text)
+        return _boxed_or_signed(text)
     s = text.strip()
     return s if _is_bare(s) else _read_unboxed(s)
