@@ -29,6 +29,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from coevolve.errors import ConfigError, ModelLoadError
+from coevolve.types import Task
 from coevolve.world.toy.causes import _CAUSE_FEATURE, CAUSES, parse_trace, problem_for_causes, shows_cause
 from coevolve.world.toy.problems import (
     LEVELS,
@@ -175,6 +176,18 @@ def _backward_batch(model: Qwen3ForCausalLM, batch: list[tuple[list[int], int]])
     return total
 
 
+def warmup_then_decay(warmup: int, steps: int) -> Callable[[int], float]:
+    """The default lr factor of ``pretrain``: f(s) = min((s + 1) / warmup, max(0, (steps - s) /
+    max(1, steps - warmup))), linear warm-up then linear decay to 0 at ``steps``."""
+    return lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup)))
+
+
+def _progress_bar(steps: int, desc: str) -> Any:
+    from tqdm.auto import tqdm  # only when a bar is asked for: tqdm's import is not free
+
+    return tqdm(total=steps, desc=desc, unit="step")
+
+
 def pretrain(
     model: Qwen3ForCausalLM,
     tok: PreTrainedTokenizerBase,
@@ -204,16 +217,10 @@ def pretrain(
         banned = heldout_questions()
         example = lambda r: sample_example(r, mix, banned)  # noqa: E731
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
-    if lr_factor is None:
-        lr_factor = lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup)))  # noqa: E731
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor or warmup_then_decay(warmup, steps))
     model.train()
     losses: list[float] = []
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=steps, desc=desc, unit="step")
+    bar = _progress_bar(steps, desc) if progress else None
     for done in range(1, steps + 1):
         batch = [_encode(tok, *example(rng)[1:]) for _ in range(batch_size)]
         opt.zero_grad(set_to_none=True)
@@ -284,92 +291,128 @@ def measure(
 ) -> dict[str, Any]:
     """Competence figures of a toy base: held-out greedy/sampled accuracy (overall and per level),
     pass-rate histogram and share in [0.2, 0.8], direct-style share, well-formed ``\\boxed{}``
-    rate, questioner validity, challenger free validity and focus-following rates."""
+    rate, questioner validity, challenger free validity and focus-following rates. The parts
+    draw from one torch seed and one ``random.Random`` in this order (the figures depend on it)."""
     torch.manual_seed(seed)
     rng = random.Random(seed + 99)
     tasks = heldout_tasks(n_heldout)
     prompts = [solver_prompt(t.question) for t in tasks]
     t0 = time.time()
+    res = _greedy_figures(model, tok, tasks, prompts)
+    if samples > 0:
+        res.update(_sampled_figures(model, tok, tasks, prompts, samples))
+    res["eval_seconds"] = round(time.time() - t0, 2)
+    res.update(_questioner_figures(model, tok, rng, n_questioner))
+    res.update(_challenger_figures(model, tok, rng, focus_per_cause))
+    return res
+
+
+def _by_level(values: Sequence[float], tasks: Sequence[Task]) -> dict[str, float]:
+    """Mean of ``values`` per level of the ``tasks`` they belong to (0 for a level with none)."""
+    lv = [t.features["level"] for t in tasks]
+    return {str(L): sum(v for v, l in zip(values, lv) if l == L) / max(1, lv.count(L)) for L in LEVELS}
+
+
+def _greedy_figures(
+    model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, tasks: Sequence[Task], prompts: Sequence[str]
+) -> dict[str, Any]:
+    """Held-out greedy accuracy, overall and per level, and the share answered in the direct style."""
     greedy = [g[0] for g in generate_texts(model, tok, prompts, 1, temperature=0.0)]
     g_ok = [_is_correct(c, t.answer or "") for c, t in zip(greedy, tasks)]
-    res: dict[str, Any] = {
+    return {
         "n_heldout": len(tasks),
         "greedy": sum(g_ok) / len(tasks),
         "greedy_direct_share": sum(map(_is_direct, greedy)) / len(tasks),
+        "greedy_by_level": _by_level(g_ok, tasks),
     }
-    lv = [t.features["level"] for t in tasks]
-    res["greedy_by_level"] = {
-        str(L): sum(ok for ok, l in zip(g_ok, lv) if l == L) / max(1, lv.count(L)) for L in LEVELS
-    }
-    if samples > 0:
-        sampled = generate_texts(model, tok, prompts, samples, temperature=1.0)
-        rates = [sum(_is_correct(c, t.answer or "") for c in cs) / samples for cs, t in zip(sampled, tasks)]
-        flat = [c for cs in sampled for c in cs]
-        res["sampled"] = sum(rates) / len(rates)
-        res["sampled_by_level"] = {
-            str(L): sum(r for r, l in zip(rates, lv) if l == L) / max(1, lv.count(L)) for L in LEVELS
-        }
-        res["band_share_0.2_0.8"] = sum(0.2 <= r <= 0.8 for r in rates) / len(rates)
-        edges = [
-            ("=0", lambda r: r == 0),
-            ("(0,.2)", lambda r: 0 < r < 0.2),
-            ("[.2,.4)", lambda r: 0.2 <= r < 0.4),
-            ("[.4,.6)", lambda r: 0.4 <= r < 0.6),
-            ("[.6,.8)", lambda r: 0.6 <= r < 0.8),
-            ("[.8,1)", lambda r: 0.8 <= r < 1),
-            ("=1", lambda r: r == 1),
-        ]
-        res["pass_rate_hist"] = {k: sum(map(f, rates)) for k, f in edges}
-        res["direct_share"] = sum(map(_is_direct, flat)) / len(flat)
-        d_ok = [_is_correct(c, t.answer or "") for cs, t in zip(sampled, tasks) for c in cs]
-        dflags = [_is_direct(c) for c in flat]
-        nd = sum(dflags)
-        res["sampled_acc_direct"] = sum(o for o, d in zip(d_ok, dflags) if d) / max(1, nd)
-        res["sampled_acc_steps"] = sum(o for o, d in zip(d_ok, dflags) if not d) / max(1, len(flat) - nd)
-        res["boxed_rate"] = sum(parse_trace(c)[1] is not None for c in flat) / len(flat)
-        res["format_rate"] = sum(_well_formed(c) for c in flat) / len(flat)
-    res["eval_seconds"] = round(time.time() - t0, 2)
 
-    # questioner: 25 anchors per level, one T=1 sample each
+
+PASS_RATE_BINS: tuple[tuple[str, Callable[[float], bool]], ...] = (
+    ("=0", lambda r: r == 0),
+    ("(0,.2)", lambda r: 0 < r < 0.2),
+    ("[.2,.4)", lambda r: 0.2 <= r < 0.4),
+    ("[.4,.6)", lambda r: 0.4 <= r < 0.6),
+    ("[.6,.8)", lambda r: 0.6 <= r < 0.8),
+    ("[.8,1)", lambda r: 0.8 <= r < 1),
+    ("=1", lambda r: r == 1),
+)
+"""The bins of the held-out pass-rate histogram in ``toy_build.json``."""
+
+
+def _sampled_figures(
+    model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, tasks: Sequence[Task], prompts: Sequence[str], samples: int
+) -> dict[str, Any]:
+    """``samples`` answers per held-out question at T = 1: per-question pass rate r (mean, per
+    level, share in [0.2, 0.8], histogram), accuracy of the direct and the stepwise answers, and
+    the ``\\boxed{}`` and well-formed rates."""
+    sampled = generate_texts(model, tok, prompts, samples, temperature=1.0)
+    rates = [sum(_is_correct(c, t.answer or "") for c in cs) / samples for cs, t in zip(sampled, tasks)]
+    flat = [c for cs in sampled for c in cs]
+    ok = [_is_correct(c, t.answer or "") for cs, t in zip(sampled, tasks) for c in cs]
+    direct = [_is_direct(c) for c in flat]
+    nd = sum(direct)
+    return {
+        "sampled": sum(rates) / len(rates),
+        "sampled_by_level": _by_level(rates, tasks),
+        "band_share_0.2_0.8": sum(0.2 <= r <= 0.8 for r in rates) / len(rates),
+        "pass_rate_hist": {k: sum(map(f, rates)) for k, f in PASS_RATE_BINS},
+        "direct_share": sum(map(_is_direct, flat)) / len(flat),
+        "sampled_acc_direct": sum(o for o, d in zip(ok, direct) if d) / max(1, nd),
+        "sampled_acc_steps": sum(o for o, d in zip(ok, direct) if not d) / max(1, len(flat) - nd),
+        "boxed_rate": sum(parse_trace(c)[1] is not None for c in flat) / len(flat),
+        "format_rate": sum(_well_formed(c) for c in flat) / len(flat),
+    }
+
+
+def _questioner_figures(
+    model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, rng: random.Random, n_questioner: int
+) -> dict[str, float]:
+    """The questioner on ``n_questioner`` anchors (as many per level), one T = 1 sample each: the
+    share of valid questions, of the anchor's level, distinct, and copies of the anchor."""
     per = max(1, n_questioner // len(LEVELS))
     anchors = [random_problem(rng, L) for L in LEVELS for _ in range(per)]
     qp = [questioner_prompt(a.question, a.answer, LEVEL_DIFFICULTY[a.level]) for a in anchors]
     qs = [parse_question_block(g[0]) for g in generate_texts(model, tok, qp, 1, max_new_tokens=24)]
     valid = [q for q in qs if q is not None]
-    res["questioner_valid"] = len(valid) / len(qs)
-    res["questioner_same_level"] = sum(
-        q is not None and make_problem(q).level == a.level for q, a in zip(qs, anchors)
-    ) / len(qs)
-    res["questioner_distinct"] = len(set(valid)) / max(1, len(valid))
-    res["questioner_copies"] = sum(q == a.question for q, a in zip(qs, anchors)) / len(qs)
+    return {
+        "questioner_valid": len(valid) / len(qs),
+        "questioner_same_level": sum(q is not None and make_problem(q).level == a.level for q, a in zip(qs, anchors))
+        / len(qs),
+        "questioner_distinct": len(set(valid)) / max(1, len(valid)),
+        "questioner_copies": sum(q == a.question for q, a in zip(qs, anchors)) / len(qs),
+    }
 
-    # challenger: free, single focus (every cause), stitched pairs
+
+def _challenger_figures(
+    model: Qwen3ForCausalLM, tok: PreTrainedTokenizerBase, rng: random.Random, focus_per_cause: int
+) -> dict[str, Any]:
+    """The challenger free (50 samples: valid share), on a single focus (``focus_per_cause``
+    samples per cause: the share whose question shows the cause) and on stitched pairs of causes
+    that share a feature (2 samples per pair: both shown, valid)."""
     free = [
         parse_question_block(g) for g in generate_texts(model, tok, [challenger_prompt([])], 50, max_new_tokens=24)[0]
     ]
-    res["challenger_free_valid"] = sum(q is not None for q in free) / len(free)
     ids = list(CAUSES)
-    fp = [challenger_prompt([CAUSES[c].text]) for c in ids]
-    fo = generate_texts(model, tok, fp, focus_per_cause, max_new_tokens=24)
-    per_cause: dict[str, float] = {}
-    hits = 0
-    for cid, outs in zip(ids, fo):
-        h = sum(_shows(parse_question_block(o), [cid]) for o in outs)
-        per_cause[cid] = h / len(outs)
-        hits += h
-    res["focus_following"] = hits / (len(ids) * focus_per_cause)
-    res["focus_following_by_cause"] = per_cause
+    fo = generate_texts(
+        model, tok, [challenger_prompt([CAUSES[c].text]) for c in ids], focus_per_cause, max_new_tokens=24
+    )
+    shown = {cid: sum(_shows(parse_question_block(o), [cid]) for o in outs) for cid, outs in zip(ids, fo)}
     pairs = [tuple(rng.sample(ids, 2)) for _ in range(40)]
     pairs = [p for p in pairs if set(_CAUSE_FEATURE[p[0]][1]) & set(_CAUSE_FEATURE[p[1]][1])]
     so = generate_texts(
         model, tok, [challenger_prompt([CAUSES[a].text, CAUSES[b].text]) for a, b in pairs], 2, max_new_tokens=24
     )
     n_s = sum(len(o) for o in so)
-    res["stitched_both_following"] = sum(
-        _shows(parse_question_block(o), list(p)) for p, outs in zip(pairs, so) for o in outs
-    ) / max(1, n_s)
-    res["stitched_valid"] = sum(parse_question_block(o) is not None for outs in so for o in outs) / max(1, n_s)
-    return res
+    return {
+        "challenger_free_valid": sum(q is not None for q in free) / len(free),
+        "focus_following": sum(shown.values()) / (len(ids) * focus_per_cause),
+        "focus_following_by_cause": {cid: h / focus_per_cause for cid, h in shown.items()},
+        "stitched_both_following": sum(
+            _shows(parse_question_block(o), list(p)) for p, outs in zip(pairs, so) for o in outs
+        )
+        / max(1, n_s),
+        "stitched_valid": sum(parse_question_block(o) is not None for outs in so for o in outs) / max(1, n_s),
+    }
 
 
 def _shows(q: str | None, causes: list[str]) -> bool:
@@ -432,17 +475,22 @@ def build_base(
             round(sum(losses[i : i + 50]) / len(losses[i : i + 50]), 4) for i in range(0, len(losses), 50)
         ],
         "figures": figures,
-        "formats": {
-            "solver_prompt": solver_prompt("37+58"),
-            "solver_completion": make_problem("37+58").completion() + "</s>",
-            "direct_completion": make_problem("37+58").completion(direct=True) + "</s>",
-            "questioner_prompt": questioner_prompt("37+58", "95", 60),
-            "challenger_prompt": challenger_prompt([CAUSES["carry_dropped"].text]),
-            "question_completion": question_completion("41+29") + "</s>",
-        },
+        "formats": _formats(),
     }
     (out_dir / "toy_build.json").write_text(json.dumps(info, indent=2))
     return out_dir
+
+
+def _formats() -> dict[str, str]:
+    """One example of every format the base was pretrained on (recorded in ``toy_build.json``)."""
+    return {
+        "solver_prompt": solver_prompt("37+58"),
+        "solver_completion": make_problem("37+58").completion() + "</s>",
+        "direct_completion": make_problem("37+58").completion(direct=True) + "</s>",
+        "questioner_prompt": questioner_prompt("37+58", "95", 60),
+        "challenger_prompt": challenger_prompt([CAUSES["carry_dropped"].text]),
+        "question_completion": question_completion("41+29") + "</s>",
+    }
 
 
 def default_cache_dir() -> Path:
