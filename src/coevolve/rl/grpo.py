@@ -134,18 +134,7 @@ def sequence_logprobs(
     to the full-logits path. ``head_grad_sink`` (chunked path, plain linear head only): backward
     hands the head weight's fp32 gradient to it instead of to autograd (module docstring).
     """
-    if input_ids.shape != attention_mask.shape:
-        raise RLInputError(
-            f"sequence_logprobs: input_ids {tuple(input_ids.shape)} and attention_mask "
-            f"{tuple(attention_mask.shape)} differ"
-        )
-    N, L = input_ids.shape
-    T = completion_mask.shape[1]
-    if completion_mask.shape[0] != N or T >= L:
-        raise RLInputError(
-            f"sequence_logprobs: completion_mask {tuple(completion_mask.shape)} does not fit "
-            f"input_ids {tuple(input_ids.shape)} (need T < L, at least one prompt token)"
-        )
+    _check_sequence_inputs(input_ids, attention_mask, completion_mask)
     position_ids = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (N, L)
     parts = _decoder_and_head(model) if chunk_tokens else None
     if parts is not None:
@@ -160,6 +149,35 @@ def sequence_logprobs(
             return_entropy,
             head_grad_sink,
         )
+    return _full_logits_logprobs(model, input_ids, attention_mask, position_ids, completion_mask, return_entropy)
+
+
+def _check_sequence_inputs(input_ids: Tensor, attention_mask: Tensor, completion_mask: Tensor) -> None:
+    if input_ids.shape != attention_mask.shape:
+        raise RLInputError(
+            f"sequence_logprobs: input_ids {tuple(input_ids.shape)} and attention_mask "
+            f"{tuple(attention_mask.shape)} differ"
+        )
+    N, L = input_ids.shape
+    T = completion_mask.shape[1]
+    if completion_mask.shape[0] != N or T >= L:
+        raise RLInputError(
+            f"sequence_logprobs: completion_mask {tuple(completion_mask.shape)} does not fit "
+            f"input_ids {tuple(input_ids.shape)} (need T < L, at least one prompt token)"
+        )
+
+
+def _full_logits_logprobs(
+    model: Any,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    position_ids: Tensor,
+    completion_mask: Tensor,
+    return_entropy: bool,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """``sequence_logprobs`` from the model's last T + 1 logits (``logits_to_keep``), all at once."""
+    L = input_ids.shape[1]
+    T = completion_mask.shape[1]
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -381,6 +399,31 @@ def _shared_prompt_pass(decoder: Any, prompt_ids: Tensor, prompt_mask: Tensor, G
     return h_last_BH, {kw: cache}
 
 
+def _group_size(prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor) -> int:
+    """G = N / B of ``shared_prompt_logprobs``' layout; ``RLInputError`` when it does not fit."""
+    B, N = prompt_ids.shape[0], completion_ids.shape[0]
+    if prompt_mask.shape != prompt_ids.shape or completion_mask.shape != completion_ids.shape:
+        raise RLInputError("shared_prompt_logprobs: ids and masks differ in shape")
+    if B == 0 or N % B != 0:
+        raise RLInputError(f"shared_prompt_logprobs: {N} completions do not split into groups of {B} prompts")
+    return N // B
+
+
+def _completion_pass(
+    decoder: Any, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor, G: int, cache_kw: dict[str, Any]
+) -> Tensor:
+    """The decoder's (N, T, H) hidden states of the completions on top of their prompt's repeated
+    KV cache, at the unshared layout's positions (prompt length onwards)."""
+    T = completion_ids.shape[1]
+    plen_N = prompt_mask.long().sum(dim=1).repeat_interleave(G)  # (N,)
+    pos_NT = plen_N[:, None] + torch.arange(T, device=completion_ids.device)[None, :]  # (N, T)
+    c_attn_NT = (completion_mask > 0).to(prompt_mask.dtype)  # (N, T)
+    attn = torch.cat([prompt_mask.repeat_interleave(G, dim=0), c_attn_NT], dim=1)  # (N, P + T)
+    return decoder(
+        input_ids=completion_ids, attention_mask=attn, position_ids=pos_NT, use_cache=True, **cache_kw
+    ).last_hidden_state
+
+
 def shared_prompt_logprobs(
     model: Any,
     prompt_ids: Tensor,
@@ -407,25 +450,13 @@ def shared_prompt_logprobs(
     decoder + LM head (``_decoder_and_head``) and a model that keeps a KV cache in training
     (activation checkpointing turns the cache off). ``head_grad_sink``: as in ``sequence_logprobs``.
     """
-    B, P = prompt_ids.shape
-    N, T = completion_ids.shape
-    if prompt_mask.shape != prompt_ids.shape or completion_mask.shape != completion_ids.shape:
-        raise RLInputError("shared_prompt_logprobs: ids and masks differ in shape")
-    if B == 0 or N % B != 0:
-        raise RLInputError(f"shared_prompt_logprobs: {N} completions do not split into groups of {B} prompts")
-    G = N // B
+    G = _group_size(prompt_ids, prompt_mask, completion_ids, completion_mask)
     parts = _decoder_and_head(model)
     if parts is None:
         raise RLInputError("shared_prompt_logprobs: the model's logits are not a plain LM head over a decoder")
     decoder, head = parts
     h_last_BH, cache_kw = _shared_prompt_pass(decoder, prompt_ids, prompt_mask, G)
-    plen_N = prompt_mask.long().sum(dim=1).repeat_interleave(G)  # (N,)
-    pos_NT = plen_N[:, None] + torch.arange(T, device=prompt_ids.device)[None, :]  # (N, T)
-    c_attn_NT = (completion_mask > 0).to(prompt_mask.dtype)  # (N, T)
-    attn = torch.cat([prompt_mask.repeat_interleave(G, dim=0), c_attn_NT], dim=1)  # (N, P + T)
-    h_comp_NTH = decoder(
-        input_ids=completion_ids, attention_mask=attn, position_ids=pos_NT, use_cache=True, **cache_kw
-    ).last_hidden_state  # (N, T, H)
+    h_comp_NTH = _completion_pass(decoder, prompt_mask, completion_ids, completion_mask, G, cache_kw)  # (N, T, H)
     h_NTH = torch.cat([h_last_BH.repeat_interleave(G, dim=0)[:, None, :], h_comp_NTH[:, :-1, :]], dim=1)  # (N, T, H)
     active_NT = completion_mask > 0  # (N, T)
     if chunk_tokens:
@@ -466,6 +497,26 @@ def policy_loss(
     ``clip_frac_high`` (ratio > 1+eps_high with A > 0), ``clip_frac`` (either), ``ratio_mean``,
     ``kl`` (k3, computed whenever ``ref_logp_NT`` is given) and ``n_tokens`` (local count).
     """
+    _check_policy_inputs(logp_NT, old_logp_NT, adv_N, mask_NT, ref_logp_NT, beta, agg)
+    m_NT = mask_NT.to(logp_NT.dtype)  # (N, T)
+    a_N1 = adv_N.to(logp_NT.dtype)[:, None]  # (N, 1)
+    per_tok_NT, ratio_NT = clipped_surrogate(logp_NT, old_logp_NT, a_N1, eps_low, eps_high)  # (N, T) each
+    kl_NT = None if ref_logp_NT is None else k3_kl(ref_logp_NT, logp_NT)
+    if kl_NT is not None and beta > 0:
+        per_tok_NT = per_tok_NT + beta * kl_NT
+    loss = aggregate_loss(per_tok_NT, m_NT, agg, num_tokens, num_seqs)
+    return loss, _clip_stats(ratio_NT, a_N1, m_NT, kl_NT, eps_low, eps_high)
+
+
+def _check_policy_inputs(
+    logp_NT: Tensor,
+    old_logp_NT: Tensor,
+    adv_N: Tensor,
+    mask_NT: Tensor,
+    ref_logp_NT: Tensor | None,
+    beta: float,
+    agg: str,
+) -> None:
     if logp_NT.shape != old_logp_NT.shape or logp_NT.shape != mask_NT.shape:
         raise RLInputError(
             f"policy_loss: shapes differ: logp {tuple(logp_NT.shape)}, old {tuple(old_logp_NT.shape)}, "
@@ -479,41 +530,60 @@ def policy_loss(
         raise RLInputError("policy_loss: beta > 0 needs ref_logp_NT")
     if agg not in ("token-mean", "seq-mean"):
         raise RLInputError(f"policy_loss: agg must be 'token-mean' or 'seq-mean', got {agg!r}")
-    m_NT = mask_NT.to(logp_NT.dtype)  # (N, T)
-    local_tokens = m_NT.sum()
-    denom = local_tokens if num_tokens is None else torch.as_tensor(num_tokens, dtype=logp_NT.dtype)
-    denom = denom.clamp(min=1.0)
 
+
+def clipped_surrogate(
+    logp_NT: Tensor, old_logp_NT: Tensor, a_N1: Tensor, eps_low: float, eps_high: float
+) -> tuple[Tensor, Tensor]:
+    """Per-token clipped surrogate loss and the ratio it clips:
+
+        rho = exp(logp - old_logp),   l = -min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)
+
+    ``a_N1`` is the (N, 1) advantage; returns ``(l_NT, rho_NT)``."""
     ratio_NT = torch.exp(logp_NT - old_logp_NT)  # (N, T)
-    a_N1 = adv_N.to(logp_NT.dtype)[:, None]  # (N, 1)
     surr1_NT = ratio_NT * a_N1
     surr2_NT = torch.clamp(ratio_NT, 1.0 - eps_low, 1.0 + eps_high) * a_N1
-    per_tok_NT = -torch.min(surr1_NT, surr2_NT)  # (N, T)
+    return -torch.min(surr1_NT, surr2_NT), ratio_NT
 
-    kl_NT = None
-    if ref_logp_NT is not None:
-        d_NT = ref_logp_NT - logp_NT
-        kl_NT = torch.exp(d_NT) - d_NT - 1.0  # (N, T) k3 estimator, >= 0
-        if beta > 0:
-            per_tok_NT = per_tok_NT + beta * kl_NT
 
+def k3_kl(ref_logp_NT: Tensor, logp_NT: Tensor) -> Tensor:
+    """Per-token k3 estimator of KL(policy || ref), >= 0: d = ref - logp, exp(d) - d - 1."""
+    d_NT = ref_logp_NT - logp_NT
+    return torch.exp(d_NT) - d_NT - 1.0  # (N, T)
+
+
+def aggregate_loss(
+    per_tok_NT: Tensor,
+    m_NT: Tensor,
+    agg: str,
+    num_tokens: float | Tensor | None = None,
+    num_seqs: float | Tensor | None = None,
+) -> Tensor:
+    """The per-token loss l_it aggregated (module docstring): ``token-mean`` (1/T) Σ_i Σ_t m_it l_it
+    with T = ``num_tokens`` (default this call's active tokens), ``seq-mean``
+    (1/S) Σ_i (1/|o_i|) Σ_t m_it l_it with S = ``num_seqs`` (default N); both floored at 1."""
     if agg == "token-mean":
-        loss = (per_tok_NT * m_NT).sum() / denom
-    else:
-        per_seq_N = (per_tok_NT * m_NT).sum(dim=1) / m_NT.sum(dim=1).clamp(min=1.0)  # (N,)
-        n_seq = torch.as_tensor(logp_NT.shape[0] if num_seqs is None else num_seqs, dtype=logp_NT.dtype)
-        loss = per_seq_N.sum() / n_seq.clamp(min=1.0)
+        denom = m_NT.sum() if num_tokens is None else torch.as_tensor(num_tokens, dtype=m_NT.dtype)
+        return (per_tok_NT * m_NT).sum() / denom.clamp(min=1.0)
+    per_seq_N = (per_tok_NT * m_NT).sum(dim=1) / m_NT.sum(dim=1).clamp(min=1.0)  # (N,)
+    n_seq = torch.as_tensor(m_NT.shape[0] if num_seqs is None else num_seqs, dtype=m_NT.dtype)
+    return per_seq_N.sum() / n_seq.clamp(min=1.0)
 
-    with torch.no_grad():
-        n_loc = local_tokens.clamp(min=1.0)
-        low = ((ratio_NT < 1.0 - eps_low) & (a_N1 < 0)).to(m_NT.dtype) * m_NT
-        high = ((ratio_NT > 1.0 + eps_high) & (a_N1 > 0)).to(m_NT.dtype) * m_NT
-        stats = {
-            "clip_frac_low": low.sum() / n_loc,
-            "clip_frac_high": high.sum() / n_loc,
-            "clip_frac": (low + high).sum() / n_loc,
-            "ratio_mean": (ratio_NT * m_NT).sum() / n_loc,
-            "kl": (kl_NT * m_NT).sum() / n_loc if kl_NT is not None else torch.zeros(()),
-            "n_tokens": local_tokens.detach(),
-        }
-    return loss, stats
+
+@torch.no_grad()
+def _clip_stats(
+    ratio_NT: Tensor, a_N1: Tensor, m_NT: Tensor, kl_NT: Tensor | None, eps_low: float, eps_high: float
+) -> dict[str, Tensor]:
+    """``policy_loss``'s stats: detached means over the active tokens of this call."""
+    local_tokens = m_NT.sum()
+    n_loc = local_tokens.clamp(min=1.0)
+    low = ((ratio_NT < 1.0 - eps_low) & (a_N1 < 0)).to(m_NT.dtype) * m_NT
+    high = ((ratio_NT > 1.0 + eps_high) & (a_N1 > 0)).to(m_NT.dtype) * m_NT
+    return {
+        "clip_frac_low": low.sum() / n_loc,
+        "clip_frac_high": high.sum() / n_loc,
+        "clip_frac": (low + high).sum() / n_loc,
+        "ratio_mean": (ratio_NT * m_NT).sum() / n_loc,
+        "kl": (kl_NT * m_NT).sum() / n_loc if kl_NT is not None else torch.zeros(()),
+        "n_tokens": local_tokens.detach(),
+    }
