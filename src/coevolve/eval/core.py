@@ -125,6 +125,33 @@ def _sampled_scores(records: list[dict], samples: int, repeats: int) -> tuple[fl
     return mean_std(sampled_runs)[0], mean_std(any_runs)[0], sampled_runs
 
 
+def _sampled_runs(
+    sampler: Sampler,
+    prompts: list[str],
+    samples: int,
+    greedy_params: SamplingParams,
+    chunk: int,
+    repeats: int,
+    seed: int,
+    progress: bool,
+) -> list[list[list[Completion]]]:
+    """The R = ``repeats`` sampled passes (run r: ``samples`` T = 1 completions per prompt, seeded
+    ``repeat_seed(seed, r)``; outer: runs, then prompts); none when ``samples`` is 0."""
+    if samples == 0:
+        return []
+    return [
+        sample_chunked(
+            sampler,
+            prompts,
+            samples,
+            replace(greedy_params, temperature=1.0, seed=repeat_seed(seed, r)),
+            chunk,
+            (f"mean@{samples}" + (f" run {r + 1}/{repeats}" if repeats > 1 else "")) if progress else None,
+        )
+        for r in range(repeats)
+    ]
+
+
 def evaluate_tasks(
     sampler: Sampler,
     tasks: Sequence[Task],
@@ -167,22 +194,7 @@ def evaluate_tasks(
     )
     chunk = batch_size if batch_size and 0 < batch_size < len(prompt_list) else len(prompt_list)
     greedy_out = sample_chunked(sampler, prompt_list, 1, greedy_params, chunk, "greedy" if progress else None)
-    runs = (
-        []
-        if samples == 0
-        else [
-            sample_chunked(
-                sampler,
-                prompt_list,
-                samples,
-                replace(greedy_params, temperature=1.0, seed=repeat_seed(seed, r)),
-                chunk,
-                (f"mean@{samples}" + (f" run {r + 1}/{repeats}" if repeats > 1 else "")) if progress else None,
-            )
-            for r in range(repeats)
-        ]
-    )
-
+    runs = _sampled_runs(sampler, prompt_list, samples, greedy_params, chunk, repeats, seed, progress)
     records = [
         _record(task, prompt, greedy_out[i][0], [run[i] for run in runs] if runs else None, grade, extract, group_key)
         for i, (task, prompt) in enumerate(zip(tasks, prompt_list))
