@@ -216,6 +216,50 @@ def _screen(questions: Sequence[str | None], banned: frozenset[str], excluded: f
     return out
 
 
+def _candidates(
+    origins: Sequence[dict[str, Any]],
+    texts: Sequence[str],
+    parsed: Sequence[str | None],
+    status: Sequence[str],
+    votes: Sequence[VoteRecord],
+    id_prefix: str,
+    oracle: OracleFn | None,
+) -> list[Candidate]:
+    """One candidate per written text; the k-th labelled one and its vote share the id
+    ``{id_prefix}{k:05d}``, and the vote records the prompt's origin and the oracle's answer."""
+    cands, k = [], 0
+    for origin, text, q, s in zip(origins, texts, parsed, status):
+        cand = Candidate(dict(origin), text, q, s)
+        if s == "labelled":
+            v = votes[k]
+            v.id = cand.vote_id = f"{id_prefix}{k:05d}"
+            v.meta = {**origin, "oracle": None if oracle is None else oracle(v.question)}
+            k += 1
+        cands.append(cand)
+    return cands
+
+
+def _settle(
+    cands: Sequence[Candidate], votes: Sequence[VoteRecord], kept: Sequence[VoteRecord], passed: Sequence[VoteRecord]
+) -> None:
+    """A labelled candidate's final status: ``kept``, ``rejected`` (passed the filter, refused
+    by the label check), ``no_label`` (no majority) or ``filtered``."""
+    kept_ids, passed_ids = {v.id for v in kept}, {v.id for v in passed}
+    by_id = {v.id: v for v in votes}
+    for c in cands:
+        if c.status == "labelled":
+            v = by_id[c.vote_id]
+            c.status = (
+                "kept"
+                if v.id in kept_ids
+                else "rejected"
+                if v.id in passed_ids
+                else "no_label"
+                if v.label is None
+                else "filtered"
+            )
+
+
 def propose_questions(
     writer: Sampler,
     prompts: Sequence[str],
@@ -248,35 +292,14 @@ def propose_questions(
         votes = label_questions(solver, prompter, to_label, voting.samples, vote_params, grader, batch_prompts)
     else:
         votes = label_questions_adaptive(solver, prompter, to_label, voting, vote_params, grader, batch_prompts)
-    cands, k = [], 0
-    for origin, g, q, s in zip(origins, comps, parsed, status):
-        cand = Candidate(dict(origin), g[0].text, q, s)
-        if s == "labelled":
-            v = votes[k]
-            v.id = cand.vote_id = f"{id_prefix}{k:05d}"
-            v.meta = {**origin, "oracle": None if oracle is None else oracle(v.question)}
-            k += 1
-        cands.append(cand)
+    cands = _candidates(origins, [g[0].text for g in comps], parsed, status, votes, id_prefix, oracle)
     filtered = {m: confidence_filter(votes, voting.band, voting.tau, m) for m in FILTER_MODES}  # type: ignore[arg-type]
     passed = filtered[voting.filter]
     check = verifier if verifier is not None else NoVerifier()
     verdict = dict(zip((v.id for v in passed), check.verify(passed)))
     kept = [v for v in passed if not (check.enforce and verdict[v.id] is False)]
     correct = {v.id: (None if oracle is None else label_correct(v, oracle, grader)) for v in votes}
-    kept_ids, passed_ids = {v.id for v in kept}, {v.id for v in passed}
-    by_id = {v.id: v for v in votes}
-    for c in cands:
-        if c.status == "labelled":
-            v = by_id[c.vote_id]
-            c.status = (
-                "kept"
-                if v.id in kept_ids
-                else "rejected"
-                if v.id in passed_ids
-                else "no_label"
-                if v.label is None
-                else "filtered"
-            )
+    _settle(cands, votes, kept, passed)
     return CandidatePool(
         cands,
         votes,
