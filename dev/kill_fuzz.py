@@ -8,7 +8,7 @@ Per recipe: one uninterrupted reference run (``coevolve run``, with ``COEVOLVE_F
 to learn how often each write site is reached), then victim runs that are SIGKILLed, as a whole
 process group (grader workers included), ``--kills`` times in all, each followed by
 ``coevolve resume``. Half of the kills come at a random time; the other half are fired by the
-fault hook (``coevolve.run.faults``) at the n-th call, n random, of a random site that the
+fault hook (``coevolve.faults``) at the n-th call, n random, of a random site that the
 reference reached: an atomic write between its temp file and the rename (``write``), the
 ``state.json`` rewrite after a phase's last artefact (``state``), a metrics row, a rollout
 batch, a checkpoint between model and optimiser state, an answer being graded. When a victim

@@ -9,8 +9,9 @@ higher one, by ``FLOORS`` below), functions over 60 lines, functions at 55-60 li
 Every ``from coevolve... import`` / ``import coevolve...`` is an arrow, at module level or inside
 a function (a lazy import is still a dependency), except those under ``if TYPE_CHECKING:``
 (annotations only). A function's length runs from its ``def`` line to its last line, docstring
-included. A package is the first name under ``coevolve`` (``world.toy`` and ``world.skill`` count
-as their own: a world's home).
+included. A package is the first name under ``coevolve``, except under ``world/``: each world's home
+(``world.toy``, ``world.skill``, ``world.arith``, ``world.real``) and the table of their facts
+(``world.facts``) count as their own, ``world`` is the factory that decides and builds one.
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "src"
 
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("types", "errors", "__init__", "bench_data"),
+    ("types", "errors", "faults", "jsonl", "__init__", "bench_data"),
     ("models", "schema"),
     ("rewards", "reward_function", "data", "answers", "prompts", "run", "extras", "provenance"),
     ("rl", "engine"),
     ("curriculum", "memory"),
     ("training", "loop", "verl"),
     ("eval",),
-    ("world", "world.toy", "world.skill"),
+    ("world.facts",),
+    ("world.toy", "world.skill", "world.arith", "world.real"),
+    ("world",),
     ("config",),
     ("recipes", "plan"),
     ("evaluate", "export", "preflight", "warmstart", "lab", "cli", "__main__"),
@@ -50,10 +53,11 @@ def floor_of(pkg: str) -> int:
 
 
 def package(module: str) -> str:
-    """``coevolve.world.toy.problems`` -> ``world.toy``; ``coevolve.eval.suite`` -> ``eval``."""
+    """``coevolve.world.toy.problems`` -> ``world.toy``; ``coevolve.world.arith_steps`` ->
+    ``world.arith``; ``coevolve.eval.suite`` -> ``eval``."""
     parts = module.split(".")[1:] or ["__init__"]
-    if parts[0] == "world" and len(parts) > 1 and parts[1] in ("toy", "skill"):
-        return f"world.{parts[1]}"
+    if parts[0] == "world" and len(parts) > 1:
+        return f"world.{parts[1].removesuffix('_steps')}"
     return parts[0]
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from coevolve.data.jsonl import load_tasks
+from coevolve.data.sources import load_tasks
 from coevolve.errors import DataError
 
 

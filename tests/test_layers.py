@@ -49,3 +49,14 @@ def test_figures_count_cycles_arrows_up_and_lazy_imports(tmp_path):
 def test_every_package_of_coevolve_is_on_a_floor():
     found = layers.figures(ROOT / "src")  # raises SystemExit naming a package on no floor
     assert set(found) >= {"package cycles", "file circles", "up", "long", "near", "big", "inner"}
+
+
+def test_each_world_is_its_own_home_and_the_factory_sits_above_them():
+    assert [layers.package(f"coevolve.world.{m}") for m in ("toy.world", "skill.causes", "arith_steps", "real")] == [
+        "world.toy",
+        "world.skill",
+        "world.arith",
+        "world.real",
+    ]
+    assert layers.package("coevolve.world") == "world" and layers.package("coevolve.world.facts") == "world.facts"
+    assert layers.floor_of("world.facts") < layers.floor_of("world.toy") < layers.floor_of("world")

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from coevolve.run import Run, faults
+from coevolve import faults
+from coevolve.run import Run
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json, atomic_write_jsonl, atomic_write_text, json_line, to_json
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from coevolve import faults
 from coevolve.config import dump_yaml, load_config
 from coevolve.errors import RunStateError
-from coevolve.run import Run, faults
+from coevolve.run import Run
 from coevolve.run.lock import RunLockedError, run_lock
 from coevolve.run.metrics import MetricsLog
 from coevolve.run.state import PhaseState

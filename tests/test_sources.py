@@ -371,8 +371,8 @@ def test_device_and_verl_are_checked_before_the_run(tmp_path: Path) -> None:
 
 
 def test_load_tasks_of_a_jsonl_keeps_answers_as_written(tmp_path: Path) -> None:
-    """``data.jsonl.load_tasks`` (the project's own files) reads through the same loader, answers raw."""
-    from coevolve.data.jsonl import load_tasks
+    """``data.sources.load_tasks`` (the project's own files) reads through the same loader, answers raw."""
+    from coevolve.data.sources import load_tasks
 
     p = write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "answer": "\\boxed{3}"}])
     assert load_tasks(p)[0][0].answer == "\\boxed{3}"

@@ -292,8 +292,8 @@ def expected_answer_tokens(bench: Any, data_dir: str | None) -> int:
     supplies the file and its rows carry a worked ``solution`` (median characters / 4, doubled:
     a model reasoning step by step writes more than a reference solution), else the registry's
     figure (``Benchmark.answer_tokens``)."""
-    from coevolve.data.jsonl import iter_jsonl
     from coevolve.eval.benchmarks import find_data_file
+    from coevolve.jsonl import iter_jsonl
 
     path = find_data_file(bench, Path(data_dir)) if data_dir else None
     if path is None:

@@ -29,10 +29,10 @@ from typing import Any, Literal, Protocol
 from coevolve.curriculum.proposals import WriterBatch, score_writer_batch
 from coevolve.curriculum.sampling import answer_text
 from coevolve.errors import ConfigError
+from coevolve.faults import fault_point
 from coevolve.reward_function import CORRECT_AT, FunctionGrader
 from coevolve.rewards import signed_match_rewards, solver_rewards
 from coevolve.run import PhaseContext, derive_seed
-from coevolve.run.faults import fault_point
 from coevolve.run.files import json_line
 from coevolve.schema import GRPOPhase, WriterReward
 from coevolve.types import AnswerGrader, Completion, Sampler, SamplingParams, Task

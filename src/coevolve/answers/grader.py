@@ -45,7 +45,7 @@ from types import TracebackType
 from typing import Any, Literal, TextIO
 
 from coevolve.errors import DataError, GraderError
-from coevolve.run.faults import fault_point
+from coevolve.faults import fault_point
 from coevolve.types import Vote
 
 from .extract import answer_or_whole, extract_answer
@@ -517,7 +517,7 @@ class Grader:
         ``gold``/``pred``) raise ``DataError`` naming file and line, or with ``on_error="skip"``
         are reported on stderr and skipped. Returns (n_equal, n_graded).
         """
-        from coevolve.data.jsonl import iter_jsonl
+        from coevolve.jsonl import iter_jsonl
 
         path = Path(path)
         if on_error not in ("raise", "skip"):

@@ -18,7 +18,7 @@ from fractions import Fraction
 from multiprocessing.connection import Connection
 from typing import Any
 
-from coevolve.run.faults import fault_point
+from coevolve.faults import fault_point
 
 DEFAULT_VERIFY_FN = "coevolve.answers.worker:verify_any"
 WORKER_MEMORY_MB = 512

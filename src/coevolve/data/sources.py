@@ -34,9 +34,11 @@ import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 from coevolve.errors import DataError, unparsable
+from coevolve.jsonl import OnError, iter_jsonl
 from coevolve.types import Task
 
 AnswerFormat = Literal["auto", "raw", "gsm8k", "boxed"]
@@ -108,8 +110,6 @@ def iter_rows(data: Any, problems: list[str]) -> Iterator[tuple[str, Any]]:
     source = str(data.source)
     kind = source_kind(source)
     if kind == "jsonl":
-        from coevolve.data.jsonl import iter_jsonl
-
         for lineno, row in iter_jsonl(source, on_error="skip", problems=problems):
             yield f"{source}:{lineno}", row
     elif kind == "json":
@@ -142,8 +142,6 @@ def _json_rows(path: Path) -> Iterator[tuple[str, Any]]:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         if e.msg == "Extra data":  # JSON lines under a .json name
-            from coevolve.data.jsonl import iter_jsonl
-
             for lineno, row in iter_jsonl(path, data=text.encode("utf-8"), objects_only=False):
                 yield f"{path}:{lineno}", row
             return
@@ -440,6 +438,34 @@ def check_source(data: Any) -> tuple[list[Task], LoadReport]:
     return tasks, report
 
 
+def load_tasks(
+    path: str | Path,
+    *,
+    question_key: str = "question",
+    answer_key: str = "answer",
+    on_error: OnError = "raise",
+    limit: int | None = None,
+    require_answer: bool = True,
+) -> tuple[list[Task], LoadReport]:
+    """Labelled tasks of a JSONL / JSONL.gz file (the project's own files), answers as written,
+    through the one loader (``load_labelled_tasks``). Extra fields of each row go into
+    ``Task.features``."""
+    p = Path(path)
+    if p.is_dir():
+        raise DataError(f"dataset file {p} is a folder, not a JSONL file")
+    if not p.is_file():
+        raise DataError(f"dataset file {p} does not exist")
+    data = SimpleNamespace(
+        source=str(p),
+        question_key=question_key,
+        answer_key=answer_key,
+        on_error=on_error,
+        limit=limit,
+        answer_format="raw",
+    )
+    return load_labelled_tasks(data, require_answer=require_answer)
+
+
 __all__ = [
     "ANSWER_NAMES",
     "AnswerFormat",
@@ -453,6 +479,7 @@ __all__ = [
     "iter_rows",
     "last_turn",
     "load_labelled_tasks",
+    "load_tasks",
     "row_task",
     "source_kind",
     "source_label",

@@ -33,8 +33,8 @@ from typing import Any
 
 from coevolve.answers import extract_answer
 from coevolve.answers.extract import last_boxed
-from coevolve.data.jsonl import iter_jsonl
 from coevolve.errors import ConfigError, DataError, did_you_mean
+from coevolve.jsonl import iter_jsonl
 from coevolve.prompts import Prompter
 from coevolve.prompts.chat import LETTERS
 from coevolve.types import AnswerGrader, Task

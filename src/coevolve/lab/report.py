@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.curriculum.difficulty import histogram_labels, pass_rate_histogram
-from coevolve.data.jsonl import iter_jsonl
 from coevolve.errors import DataError, RunStateError
+from coevolve.jsonl import iter_jsonl
 from coevolve.run import METRICS_FILE, STATE_FILE, SUMMARY_FILE
 from coevolve.run.compute import COUNTERS, CUT_OFF_WARN, EVAL_PHASE, Compute, cumulative
 from coevolve.run.files import atomic_write_text

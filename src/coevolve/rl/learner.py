@@ -40,6 +40,7 @@ from pydantic import Field, field_validator
 from torch import Tensor
 
 from coevolve.errors import CoevolveError, ConfigError, RunStateError
+from coevolve.faults import fault_point
 from coevolve.rl.grpo import (
     RLInputError,
     _decoder_and_head,
@@ -48,7 +49,6 @@ from coevolve.rl.grpo import (
     sequence_logprobs,
     shared_prompt_logprobs,
 )
-from coevolve.run.faults import fault_point
 from coevolve.schema import Strict
 
 STATE_JSON = "learner_state.json"

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coevolve.data.jsonl import read_jsonl
 from coevolve.errors import RunStateError
+from coevolve.jsonl import read_jsonl
 from coevolve.run.children import check_children
 from coevolve.run.compute import Compute, ComputeMeter, cumulative, cut_off_warning
 from coevolve.run.digests import folder_digests, verify_digests

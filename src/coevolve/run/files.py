@@ -17,7 +17,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from coevolve.run.faults import fault_point
+from coevolve.faults import fault_point
 
 TMP_SUFFIX = ".tmp"
 

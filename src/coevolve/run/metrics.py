@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coevolve.data.jsonl import read_jsonl
-from coevolve.run.faults import fault_point
+from coevolve.faults import fault_point
+from coevolve.jsonl import read_jsonl
 from coevolve.run.files import json_line
 
 TAIL_BYTES = 1 << 20

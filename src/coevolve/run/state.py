@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from coevolve.errors import RunStateError
-from coevolve.run.faults import fault_point
+from coevolve.faults import fault_point
 from coevolve.run.files import atomic_write_json
 
 STATE_FORMAT = 2

@@ -30,10 +30,10 @@ from typing import Any
 
 import coevolve
 from coevolve.errors import CoevolveError, ConfigError
+from coevolve.faults import fault_point
 from coevolve.loop import Role
 from coevolve.run import PhaseContext, derive_seed
 from coevolve.run.children import run_child
-from coevolve.run.faults import fault_point
 from coevolve.training import RewardSpec, StepBook, TrainRequest, TrainResult, WriterScoring, audit_step
 from coevolve.types import AnswerGrader
 from coevolve.verl import convert

@@ -1,4 +1,4 @@
-"""JSON-lines files: the one reader (plain or gzip, from disk or bytes) and labelled question files.
+"""JSON-lines files: the one reader (plain or gzip, from disk or bytes), below every package that reads one.
 
 Every problem names ``file:line``. A line is decoded on its own, so one non-UTF-8 byte or one
 broken line costs that line, not the file: ``on_error="raise"`` stops at the first problem,
@@ -14,13 +14,9 @@ import json
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from coevolve.errors import DataError, unparsable
-from coevolve.types import Task
-
-if TYPE_CHECKING:
-    from coevolve.data.sources import LoadReport
 
 OnError = Literal["raise", "skip"]
 
@@ -94,35 +90,3 @@ def read_jsonl(
 ) -> list[dict[str, Any]]:
     """Every JSON object of a JSONL / JSONL.gz file, in file order."""
     return [obj for _, obj in iter_jsonl(path, on_error=on_error, problems=problems)]
-
-
-def load_tasks(
-    path: str | Path,
-    *,
-    question_key: str = "question",
-    answer_key: str = "answer",
-    on_error: OnError = "raise",
-    limit: int | None = None,
-    require_answer: bool = True,
-) -> tuple[list[Task], LoadReport]:
-    """Labelled tasks of a JSONL / JSONL.gz file, answers as written (``coevolve.data.sources``
-    reads every other form; both go through its ``load_labelled_tasks``). Extra fields of each
-    row go into ``Task.features``."""
-    from types import SimpleNamespace
-
-    from coevolve.data.sources import load_labelled_tasks
-
-    p = Path(path)
-    if p.is_dir():
-        raise DataError(f"dataset file {p} is a folder, not a JSONL file")
-    if not p.is_file():
-        raise DataError(f"dataset file {p} does not exist")
-    data = SimpleNamespace(
-        source=str(p),
-        question_key=question_key,
-        answer_key=answer_key,
-        on_error=on_error,
-        limit=limit,
-        answer_format="raw",
-    )
-    return load_labelled_tasks(data, require_answer=require_answer)
