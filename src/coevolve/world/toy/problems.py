@@ -218,16 +218,32 @@ def make_problem(question: str) -> Problem:
     m = _QUESTION_RE.match(q)
     assert m is not None
     a_s, op1, b_s, op2, c_s = m.groups()
-    a, b = int(a_s), int(b_s)
-    operands = [a, b] + ([int(c_s)] if c_s is not None else [])
+    operands = [int(a_s), int(b_s)] + ([int(c_s)] if c_s is not None else [])
     ops = [op1] + ([op2] if op2 is not None else [])
+    cols = _columns(operands, ops, level)
+    steps = _solution_steps(operands, ops, level, cols.answer)
+    feats = _features(operands, ops, level, cols, len(steps))
+    return Problem(question=q, answer=str(cols.answer), level=level, steps=tuple(steps), features=feats)
 
+
+@dataclass(frozen=True)
+class _Columns:
+    """What the column analysis of a problem's binary operations finds, and the answer."""
+
+    answer: int
+    carry_cols: list[int]
+    borrow_cols: list[int]
+    carry_out: bool
+    across_zero: bool
+
+
+def _columns(operands: Sequence[int], ops: Sequence[str], level: int) -> _Columns:
+    """Column analysis of each binary operation, left to right (L4 sub-operations too: they are
+    what a dropped carry / forgotten borrow corrupts, even when the trace shows whole-number steps)."""
     carry_cols: list[int] = []
     borrow_cols: list[int] = []
     across_zero = False
     carry_out = False
-    # column analysis of each binary operation (L4 sub-operations too: they are what a
-    # dropped carry / forgotten borrow corrupts, even when the trace shows whole-number steps)
     acc = operands[0]
     for op, x in zip(ops, operands[1:]):
         if op == "+" and level > 1:
@@ -239,37 +255,41 @@ def make_problem(question: str) -> Problem:
             borrow_cols += bc
             across_zero = across_zero or az
         acc = _apply(acc, op, x)
-    answer = acc
+    return _Columns(acc, carry_cols, borrow_cols, carry_out, across_zero)
 
+
+def _solution_steps(operands: Sequence[int], ops: Sequence[str], level: int, answer: int) -> list[str]:
+    """The correct trace: one step (L1), the column steps (L2, L3) or the two whole-number steps (L4)."""
+    a, b = operands[0], operands[1]
     if level == 1:
-        steps = [f"{a}{op1}{b}={answer}"]
-    elif level in (2, 3):
-        steps = column_add(a, b)[0] if op1 == "+" else column_sub(a, b)[0]
-    else:
-        r1 = _apply(a, op1, b)
-        steps = [f"{a}{op1}{b}={r1}", f"{r1}{op2}{c_s}={answer}"]
+        return [f"{a}{ops[0]}{b}={answer}"]
+    if level in (2, 3):
+        return column_add(a, b)[0] if ops[0] == "+" else column_sub(a, b)[0]
+    r1 = _apply(a, ops[0], b)
+    return [f"{a}{ops[0]}{b}={r1}", f"{r1}{ops[1]}{operands[2]}={answer}"]
 
-    feats: dict[str, Any] = {
+
+def _features(operands: list[int], ops: list[str], level: int, cols: _Columns, n_steps: int) -> dict[str, Any]:
+    return {
         "level": level,
-        "op": op1,
+        "op": ops[0],
         "ops": ops,
         "operands": operands,
         "n_operands": len(operands),
         "n_digits": max(len(str(x)) for x in operands),
-        "carries": len(carry_cols),
-        "carry_columns": carry_cols,
-        "carry_out": carry_out,
-        "borrows": len(borrow_cols),
-        "borrow_columns": borrow_cols,
-        "borrow_across_zero": across_zero,
+        "carries": len(cols.carry_cols),
+        "carry_columns": cols.carry_cols,
+        "carry_out": cols.carry_out,
+        "borrows": len(cols.borrow_cols),
+        "borrow_columns": cols.borrow_cols,
+        "borrow_across_zero": cols.across_zero,
         "has_sum": "+" in ops,
         "has_difference": "-" in ops,
         "has_product": "*" in ops,
         # a-(b op c) differs from (a-b) op c: only then can "out of order" change the answer
         "order_matters": len(ops) == 2 and ops[0] == "-",
-        "n_steps": len(steps),
+        "n_steps": n_steps,
     }
-    return Problem(question=q, answer=str(answer), level=level, steps=tuple(steps), features=feats)
 
 
 def oracle(question: str) -> str | None:
