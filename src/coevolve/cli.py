@@ -237,6 +237,16 @@ def eval_cmd(
         "--reward-function",
         help="Grade with your own function, as a run's reward.function (pkg.module:fn or path/to/file.py:fn)",
     ),
+    api_key_env: Optional[str] = typer.Option(
+        None,
+        "--api-key-env",
+        help="--endpoint: the environment variable holding the server's API key (sent as a bearer token; the key "
+        "is never written anywhere)",
+    ),
+    timeout: float = typer.Option(300.0, "--timeout", help="--endpoint: seconds one attempt of a request may take"),
+    deadline: float = typer.Option(
+        600.0, "--deadline", help="--endpoint: seconds a request may take in all, its retries included"
+    ),
     compare: Optional[list[Path]] = typer.Option(
         None,
         "--compare",
@@ -250,6 +260,12 @@ def eval_cmd(
     from coevolve.eval import suite
 
     _check_eval_flags(model, bench, samples, engine, endpoint, compare)
+    if endpoint:
+        from coevolve.engine.remote import check_endpoint
+
+        check_endpoint(endpoint, api_key_env, timeout, deadline)
+    elif api_key_env:
+        raise CoevolveError("--api-key-env is for a served model: give --endpoint URL too")
     engine = engine or "hf"
     if compare:
         _compare_results(list(compare), out)
@@ -287,6 +303,9 @@ def eval_cmd(
         concurrency=concurrency,
         repeats=repeats,
         reward_function=reward_function,
+        api_key_env=api_key_env,
+        timeout=timeout,
+        deadline=deadline,
     )
     typer.echo(suite.format_table(results))
     typer.echo(f"results: {out_dir / 'results.json'}")

@@ -55,11 +55,15 @@ def evaluate_model(
     concurrency: int = 16,
     repeats: int | None = None,
     reward_function: str | None = None,
+    api_key_env: str | None = None,
+    timeout: float = 300.0,
+    deadline: float | None = 600.0,
 ) -> dict[str, Any]:
     """What ``coevolve eval`` runs: a saved model (a base model, a checkpoint, an exported folder)
     loaded with ``engine`` (hf or vllm), or a model served at ``endpoint`` (OpenAI-compatible, its
-    name ``served_model``), prompted as its world does (``world_of_model``: a served model's folder
-    ``model`` gives its prompt form and tokenizer; without it the prompts are plain text), graded
+    name ``served_model``; its key in the environment variable ``api_key_env``, each request
+    ``timeout`` seconds an attempt and ``deadline`` in all), prompted as its world does
+    (``world_of_model``: a served model's folder ``model`` gives its prompt form and tokenizer; without it the prompts are plain text), graded
     by the run's grader (``reward_function``: a run's ``reward.function``); ``out_dir`` gets the
     results. ``samples``, ``max_new_tokens``, ``repeats``
     (evaluation runs, mean ± std) and ``seed`` None = what a run of the model's world evaluates
@@ -73,7 +77,8 @@ def evaluate_model(
         check_function(reward_function)  # likewise the user's grading function
     if model is not None:
         read_checkpoint_meta(model)  # likewise a damaged / newer coevolve.json
-    sampler, world = _eval_model(model, chat_template, batch_size, engine, endpoint, served_model, concurrency)
+    served = {"api_key_env": api_key_env, "timeout": timeout, "deadline": deadline}
+    sampler, world = _eval_model(model, chat_template, batch_size, engine, endpoint, served_model, concurrency, served)
     defaults = run_eval(world.name)
     samples = defaults.samples if samples is None else samples
     max_new_tokens = defaults.max_new_tokens if max_new_tokens is None else max_new_tokens
@@ -114,6 +119,7 @@ def _eval_model(
     endpoint: str | None,
     served_model: str | None,
     concurrency: int,
+    served: dict[str, Any] | None = None,
 ) -> tuple[Any, Any]:
     """(sampler, world) of ``evaluate_model``: a served model, or a folder loaded by ``engine``."""
     from coevolve.engine import load_sampler, load_tokenizer  # torch and transformers: only when a model is loaded
@@ -126,8 +132,10 @@ def _eval_model(
     from coevolve.engine.remote import RemoteSolver, check_served_model
 
     what, hint = "evaluation server", "--endpoint; is the server running and reachable?"
-    name = check_served_model(endpoint, served_model, what=what, field="--served-model", hint=hint)
-    sampler = RemoteSolver(endpoint, name, workers=concurrency, what=what, hint=hint)
+    served = served or {}
+    key = served.get("api_key_env")
+    name = check_served_model(endpoint, served_model, what=what, field="--served-model", hint=hint, api_key_env=key)
+    sampler = RemoteSolver(endpoint, name, workers=concurrency, what=what, hint=hint, **served)
     if model is not None:
         return sampler, world_of_model(model, load_tokenizer(model), chat_template)
     if chat_template:

@@ -9,11 +9,15 @@ R-Zero's setup). The answers come back as text only (no token ids), which is all
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
+import os
 import re
+import socket
+import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -29,17 +33,117 @@ class SolverServerError(CoevolveError):
 MAX_BODY = 64 * 2**20
 """Ours: the largest response read from a server (64 MiB, far above any batch of completions),
 so a broken or hostile server cannot fill the memory."""
+CHUNK = 2**16
 
 _CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+_QUERY_SECRET = re.compile(r"(?i)([?&][^=&#\s]*(?:key|token|secret|password|auth)[^=&#\s]*=)[^&#\s]*")
 
 
 def redacted(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced, for messages and files."""
-    return _CREDENTIALS.sub("***@", url)
+    """``url`` with any ``user:password@`` and the value of a query field named like a secret
+    (``?api_key=``, ``&token=``) replaced, for messages and files."""
+    return _QUERY_SECRET.sub(r"\1***", _CREDENTIALS.sub("***@", url))
 
 
 VERL_HINT = "backend.verl.solver_url; is `vllm serve` running and reachable from the reward workers?"
 """What a failed request says to do, for the frozen solver of ``backend=verl``."""
+
+
+def check_url(url: str, field: str) -> None:
+    """An http(s) base URL with a host and no query or fragment (``/models`` and ``/completions``
+    are appended to it); else a one-line ``SolverServerError`` naming ``field``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SolverServerError(f"{field}={redacted(url)!r}: an http:// or https:// URL with a host is needed")
+    if parts.query or parts.fragment:
+        raise SolverServerError(
+            f"{field}={redacted(url)!r}: a base URL without ?query or #fragment (an API key: --api-key-env NAME)"
+        )
+
+
+def api_key(env: str | None, what: str = "frozen solver server") -> str | None:
+    """The API key in the environment variable ``env`` (None: no key), read when a request is
+    made, so the key itself is never held by a config, a spec file or a sampler's fields."""
+    if not env:
+        return None
+    key = os.environ.get(env, "")
+    if not key:
+        name = env if re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", env) else "named"  # a mistyped key is not echoed
+        raise SolverServerError(f"{what}: the API key's environment variable {name} is not set (or empty)")
+    return key
+
+
+def check_endpoint(url: str, api_key_env: str | None, timeout: float, deadline: float | None) -> None:
+    """``coevolve eval --endpoint``'s served-model flags, checked before any work (one line each)."""
+    check_url(url, "--endpoint")
+    if api_key_env is not None:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", api_key_env):  # not echoed: it may be the key itself
+            raise SolverServerError("--api-key-env takes the name of an environment variable (letters, digits, _)")
+        api_key(api_key_env, "--api-key-env")
+    if not timeout > 0 or not (deadline is None or deadline > 0):
+        raise SolverServerError(f"--timeout and --deadline must be > 0 seconds, got {timeout:g} and {deadline:g}")
+
+
+def _headers(url: str, key: str | None, body: bytes | None) -> dict[str, str]:
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    userinfo = urllib.parse.urlsplit(url).netloc.rpartition("@")[0]
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    elif userinfo:  # http://user:password@host: basic authentication, as a browser would send it
+        user, _, pw = userinfo.partition(":")
+        raw = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(pw)}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(raw).decode("ascii")
+    return headers
+
+
+class _Attempt:
+    """One HTTP request bounded by ``limit_s`` in all (connect, headers, body), however slowly the
+    server answers: a watchdog shuts the socket down at the limit. Redirects are not followed (a
+    redirect would carry the key to another address). Returns (status, reason, body); the body is
+    read up to ``MAX_BODY + 1`` bytes."""
+
+    def __init__(self, url: str, limit_s: float):
+        parts = urllib.parse.urlsplit(url)
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        self.conn = cls(parts.hostname, parts.port, timeout=limit_s)
+        self.target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        self.limit_s, self.expired = limit_s, False
+
+    def _expire(self) -> None:
+        self.expired = True
+        sock = self.conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def __call__(self, method: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, str, bytes]:
+        watchdog = threading.Timer(self.limit_s, self._expire)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            self.conn.request(method, self.target, body=body, headers=headers)
+            resp = self.conn.getresponse()
+            chunks, size = [], 0
+            while size <= MAX_BODY:
+                chunk = resp.read(min(CHUNK, MAX_BODY + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            if self.expired:
+                raise TimeoutError
+            return resp.status, resp.reason, b"".join(chunks)
+        except (OSError, http.client.HTTPException) as e:
+            if self.expired:
+                raise TimeoutError(f"no complete answer within {self.limit_s:g} s") from None
+            raise OSError(str(e) or type(e).__name__) from None
+        finally:
+            watchdog.cancel()
+            self.conn.close()
 
 
 def _request(
@@ -49,41 +153,65 @@ def _request(
     retries: int,
     what: str = "frozen solver server",
     hint: str = VERL_HINT,
+    *,
+    api_key_env: str | None = None,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
-    """GET (``body`` None) or POST JSON, with ``retries`` retries on connection errors and 5xx."""
+    """GET (``body`` None) or POST JSON, with ``retries`` retries on connection errors, timeouts
+    and 5xx. Each attempt ends within ``timeout`` seconds; all attempts and the waits between them
+    end within ``deadline`` seconds (None: no bound beyond the attempts')."""
     data = None if body is None else json.dumps(body).encode("utf-8")
+    key = api_key(api_key_env, what)
+    headers = _headers(url, key, data)
+    end = None if deadline is None else time.monotonic() + deadline
     last = ""
     for attempt in range(retries + 1):
-        req = urllib.request.Request(
-            url, data=data, headers={"Content-Type": "application/json"}, method="GET" if body is None else "POST"
-        )
+        left = timeout if end is None else min(timeout, end - time.monotonic())
+        if left <= 0:
+            last = f"{last}; no answer within the deadline of {deadline:g} s ({attempt} attempts)"
+            break
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                raw = resp.read(MAX_BODY + 1)
+            status, reason, raw = _Attempt(url, left)("GET" if body is None else "POST", data, headers)
+        except (TimeoutError, OSError) as e:
+            last = str(e) or "timed out"
+        else:
             if len(raw) > MAX_BODY:
                 last = f"the response is over {MAX_BODY // 2**20} MiB"
                 break
-            return json.loads(raw.decode("utf-8"))
-        except urllib.error.HTTPError as e:
-            last = f"HTTP {e.code}: {e.read()[:300].decode('utf-8', 'replace')}"
-            if e.code < 500:
+            if 200 <= status < 300:
+                try:
+                    return json.loads(raw.decode("utf-8"))
+                except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+                    last = f"not JSON ({getattr(e, 'msg', e)})"
+                    break
+            last = f"HTTP {status} {reason}: {raw[:300].decode('utf-8', 'replace')}"
+            if status in (401, 403):
+                last += " (refused: is the API key right?)"
+            if status < 500:
                 break
-        except (urllib.error.URLError, TimeoutError, OSError) as e:
-            last = str(getattr(e, "reason", e))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            last = f"not JSON ({getattr(e, 'msg', e)})"
-            break
         if attempt < retries:
-            time.sleep(min(2.0**attempt, 10.0))
+            pause = min(2.0**attempt, 10.0)
+            if end is not None:
+                pause = min(pause, max(0.0, end - time.monotonic()))
+            time.sleep(pause)
+    if key:
+        last = last.replace(key, "***")
     raise SolverServerError(f"{what} {redacted(url)}: {redacted(last)} ({hint})")
 
 
 def served_models(
-    url: str, timeout: float = 30.0, retries: int = 1, what: str = "frozen solver server", hint: str = VERL_HINT
+    url: str,
+    timeout: float = 30.0,
+    retries: int = 1,
+    what: str = "frozen solver server",
+    hint: str = VERL_HINT,
+    *,
+    api_key_env: str | None = None,
 ) -> list[str]:
     """The model names ``GET {url}/models`` lists."""
-    got = _request(url.rstrip("/") + "/models", None, timeout, retries, what, hint)
-    return [str(m.get("id")) for m in got.get("data", []) if isinstance(m, dict)]
+    got = _request(url.rstrip("/") + "/models", None, timeout, retries, what, hint, api_key_env=api_key_env)
+    data = got.get("data", []) if isinstance(got, dict) else []
+    return [str(m.get("id")) for m in data if isinstance(m, dict)]
 
 
 def check_served_model(
@@ -94,10 +222,12 @@ def check_served_model(
     what: str = "frozen solver server",
     field: str = "backend.verl.solver_model",
     hint: str = VERL_HINT,
+    *,
+    api_key_env: str | None = None,
 ) -> str:
     """The served model name, checked against ``field`` (``model``): the server must serve the
     model meant (nothing here can tell which weights it holds); None = the first one it lists."""
-    names = served_models(url, timeout, retries, what, hint)
+    names = served_models(url, timeout, retries, what, hint, api_key_env=api_key_env)
     if not names:
         raise SolverServerError(f"{what} {redacted(url)}/models lists no model")
     if model is None:
@@ -113,7 +243,9 @@ class RemoteSolver:
     """A ``Sampler`` over ``POST {url}/completions`` (model, prompt, n, temperature, top_p,
     max_tokens, seed, stop strings, and vLLM's ``stop_token_ids`` when the prompts end turns with
     special tokens). Prompt i of a call is seeded ``seed + i``; ``workers`` requests are in flight
-    at once (the results keep the prompts' order)."""
+    at once (the results keep the prompts' order). Each request: ``timeout`` seconds an attempt,
+    ``retries`` more attempts, all within ``deadline`` seconds; the key (if any) is read from the
+    environment variable ``api_key_env`` at each request."""
 
     tokenizer: Any = None
 
@@ -126,9 +258,13 @@ class RemoteSolver:
         workers: int = 1,
         what: str = "frozen solver server",
         hint: str = VERL_HINT,
+        *,
+        api_key_env: str | None = None,
+        deadline: float | None = None,
     ):
         self.url, self.model, self.timeout, self.retries = url.rstrip("/"), model, timeout, retries
         self.workers, self.what, self.hint = max(1, workers), what, hint
+        self.api_key_env, self.deadline = api_key_env, deadline
 
     def _one(self, i: int, prompt: str, n: int, params: SamplingParams) -> list[Completion]:
         body: dict[str, Any] = {
@@ -146,8 +282,18 @@ class RemoteSolver:
             body["stop"] = list(params.stop.strings)
         if params.stop.token_ids:
             body["stop_token_ids"] = list(params.stop.token_ids)
-        got = _request(self.url + "/completions", body, self.timeout, self.retries, self.what, self.hint)
-        choices = sorted(got.get("choices", []), key=lambda c: c.get("index", 0))
+        got = _request(
+            self.url + "/completions",
+            body,
+            self.timeout,
+            self.retries,
+            self.what,
+            self.hint,
+            api_key_env=self.api_key_env,
+            deadline=self.deadline,
+        )
+        choices = got.get("choices", []) if isinstance(got, dict) else []
+        choices = sorted((c for c in choices if isinstance(c, dict)), key=lambda c: c.get("index", 0))
         if len(choices) != n:
             raise SolverServerError(
                 f"{self.what} {redacted(self.url)}/completions returned {len(choices)} choices for n={n}"
@@ -166,4 +312,12 @@ class RemoteSolver:
         pass
 
 
-__all__ = ["RemoteSolver", "SolverServerError", "check_served_model", "served_models"]
+__all__ = [
+    "RemoteSolver",
+    "SolverServerError",
+    "api_key",
+    "check_endpoint",
+    "check_served_model",
+    "check_url",
+    "served_models",
+]
