@@ -33,8 +33,9 @@ from typing import Any
 
 from coevolve.plan.devices import DEVICES, Device, GiB, Rate, device_for, local_device
 from coevolve.plan.estimate import PhaseEstimate, Plan, make_plan
-from coevolve.plan.layouts import Layout, LayoutPhase, LayoutPlan, VerlMemory, layout_plan, make_layout, verl_memory
+from coevolve.plan.layouts import LayoutPhase, LayoutPlan, VerlMemory, layout_plan, verl_memory
 from coevolve.plan.memory import SAFETY_MARGIN, RoleMemory, role_memory, sampler_call_bytes
+from coevolve.plan.placement import Layout, make_layout
 from coevolve.plan.printing import format_layout, format_plan
 from coevolve.plan.shapes import ModelShape, load_model_shape
 from coevolve.plan.timing import COMPLETION_FILL, gen_seconds, train_seconds

@@ -12,7 +12,7 @@ from coevolve.plan.work import Gen, Train
 from coevolve.rl.learner import LearnerConfig
 
 if TYPE_CHECKING:
-    from coevolve.plan.estimate import Plan
+    from coevolve.plan.estimate import PhaseEstimate, Plan
 
 
 def combined_fix(problems: list[str]) -> dict[str, int]:
@@ -132,41 +132,54 @@ def _sampler_fixes(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, g: Ge
 def plan_problems(
     plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, max_batch_tokens: int | None
 ) -> tuple[list[str], list[str]]:
-    problems: list[str] = []
-    notes: list[str] = []
-    gib = lambda x: f"{x / GiB:.1f} GiB"  # noqa: E731
-    limit = plan.limit
-    for e in plan.phases:
-        if e.peak <= limit:
-            continue
-        w = e.work
-        head = (
-            f"phase {w.name}: peak {gib(e.peak)} > {gib(limit)} ({1 - SAFETY_MARGIN:.0%} of "
-            f"{plan.device.memory_gib.value:g} GiB on {plan.device.name}) with {gib(e.resident)} resident"
-        )
-        parts = []
-        for size, what, g in sorted(e.parts, key=lambda x: -x[0]):
-            if e.resident + size <= limit:
-                continue
-            if g is None and w.train is not None:
-                fixes = _learner_fixes(plan, lcfg, w.train, e.resident)
-            elif g is not None:
-                fixes = _sampler_fixes(plan, cfg, lcfg, engine, g, e.resident)
-            else:  # pragma: no cover - every part is a learner step or a generation
-                fixes = []
-            parts.append(f"{what} needs {gib(size)}: change " + " or ".join(fixes))
-        if not parts:
-            parts.append(
-                "the resident weights and state alone are too large: change learner.lora=true or "
-                "learner.offload_optimizer=true"
-            )
-        problems.append(head + "; " + "; ".join(parts))
+    """The plan's problems (each phase over the device's limit with the fixes of its largest parts;
+    host memory) and its notes (what the estimate does not count or assumes)."""
+    problems = [p for e in plan.phases if (p := _phase_problem(plan, cfg, lcfg, engine, e)) is not None]
     host_cap = plan.device.host_memory_gib.value * GiB
     if plan.device.kind == "cuda" and plan.host_bytes > 0.9 * host_cap:
         problems.append(
-            f"host memory: offloaded state and parked weights need {gib(plan.host_bytes)} > 90% of "
+            f"host memory: offloaded state and parked weights need {_gib(plan.host_bytes)} > 90% of "
             f"{plan.device.host_memory_gib.value:g} GiB; change learner.lora=true or learner.offload_when_idle=false"
         )
+    return problems, _plan_notes(plan, cfg, lcfg)
+
+
+def _gib(x: float) -> str:
+    return f"{x / GiB:.1f} GiB"
+
+
+def _phase_problem(plan: Plan, cfg: Any, lcfg: LearnerConfig, engine: str, e: PhaseEstimate) -> str | None:
+    """A phase over the limit: its peak, and for each part that does not fit beside the resident
+    weights (largest first) the settings that would shrink it; None when the phase fits."""
+    limit = plan.limit
+    if e.peak <= limit:
+        return None
+    w = e.work
+    head = (
+        f"phase {w.name}: peak {_gib(e.peak)} > {_gib(limit)} ({1 - SAFETY_MARGIN:.0%} of "
+        f"{plan.device.memory_gib.value:g} GiB on {plan.device.name}) with {_gib(e.resident)} resident"
+    )
+    parts = []
+    for size, what, g in sorted(e.parts, key=lambda x: -x[0]):
+        if e.resident + size <= limit:
+            continue
+        if g is None and w.train is not None:
+            fixes = _learner_fixes(plan, lcfg, w.train, e.resident)
+        elif g is not None:
+            fixes = _sampler_fixes(plan, cfg, lcfg, engine, g, e.resident)
+        else:  # pragma: no cover - every part is a learner step or a generation
+            fixes = []
+        parts.append(f"{what} needs {_gib(size)}: change " + " or ".join(fixes))
+    if not parts:
+        parts.append(
+            "the resident weights and state alone are too large: change learner.lora=true or "
+            "learner.offload_optimizer=true"
+        )
+    return head + "; " + "; ".join(parts)
+
+
+def _plan_notes(plan: Plan, cfg: Any, lcfg: LearnerConfig) -> list[str]:
+    notes: list[str] = []
     if getattr(cfg, "recipe", None) == "diagevo" and cfg.diagnosis_model_path() is not None:
         notes.append(
             "diagnoser.model_path: the frozen diagnoser is counted at the solver's shape in the memory "
@@ -186,4 +199,4 @@ def plan_problems(
                     f"learner.max_tokens_per_micro_batch={lcfg.max_tokens_per_micro_batch}; such rows get a "
                     "micro-batch of their own (counted)"
                 )
-    return problems, notes
+    return notes

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from coevolve.errors import ConfigError
 from coevolve.plan.advice import combined_fix, plan_problems
 from coevolve.plan.devices import Device, GiB
-from coevolve.plan.layouts import _vllm_rows, layout_plan, make_layout, solver_server_problems, verl_batch_problems
+from coevolve.plan.layouts import _vllm_rows, layout_plan, solver_server_problems, verl_batch_problems
 from coevolve.plan.memory import (
     SAFETY_MARGIN,
     RoleMemory,
@@ -22,6 +22,7 @@ from coevolve.plan.memory import (
     role_memory,
     sampler_call_bytes,
 )
+from coevolve.plan.placement import make_layout
 from coevolve.plan.shapes import ModelShape, load_model_shape
 from coevolve.plan.timing import COMPLETION_FILL, gen_seconds, train_seconds
 from coevolve.plan.work import Gen, PhaseWork, phases, trainable_roles
@@ -153,6 +154,30 @@ def make_plan(
     if shape is None:
         shape, model_label, toy = load_model_shape(cfg)
     toy = bool(toy)
+    plan, z, works = _single_gpu_plan(cfg, device, shape, model_label, toy)
+    verl = getattr(getattr(cfg, "backend", None), "kind", "local") == "verl"
+    # on any device: what the run's preflight refuses before any work (it runs this plan)
+    batches = verl_batch_problems(cfg, works) + solver_server_problems(cfg, works, toy)
+    if z.gpu and (gpus is not None or nodes is not None or z.engine == "ray" or verl):
+        plan.layout = layout_plan(plan, cfg, make_layout(cfg, gpus, nodes), works)
+        # with verl the optimizer state lives in verl's job, not in this process's host memory
+        plan.problems = (
+            batches + plan.layout.problems + [p for p in plan.problems if p.startswith("host memory") and not verl]
+        )
+        return plan
+    plan.problems = batches + plan.problems
+    if plan.problems and suggest:
+        _suggest(plan, cfg, device, shape, model_label, toy)
+    return plan
+
+
+def _single_gpu_plan(
+    cfg: Any, device: Device, shape: ModelShape, model_label: str | None, toy: bool
+) -> tuple[Plan, _Sizing, list[PhaseWork]]:
+    """The one-GPU plan (roles' memory, every phase's estimate, problems and notes), the sizing it
+    was made with and the phases' work. With vLLM in sleep mode and no
+    ``engine.gpu_memory_utilization`` the share is derived (``vllm_share_that_fits``) and the
+    phases estimated again with it."""
     engine, util, sleep, max_batch_tokens = _engine(cfg)
     hf_roles, hf_notes = hf_frozen_roles(cfg, toy)
     z = _Sizing(shape, device, dtype_bytes(cfg, device), cfg.learner, engine, util, sleep, max_batch_tokens, hf_roles)
@@ -182,20 +207,7 @@ def make_plan(
             f"engine.gpu_memory_utilization unset: {derived:g}, the largest share that fits beside the "
             "largest resident of a sampling phase (a run on this GPU starts its engine with it)"
         )
-    verl = getattr(getattr(cfg, "backend", None), "kind", "local") == "verl"
-    # on any device: what the run's preflight refuses before any work (it runs this plan)
-    batches = verl_batch_problems(cfg, works) + solver_server_problems(cfg, works, toy)
-    if z.gpu and (gpus is not None or nodes is not None or engine == "ray" or verl):
-        plan.layout = layout_plan(plan, cfg, make_layout(cfg, gpus, nodes), works)
-        # with verl the optimizer state lives in verl's job, not in this process's host memory
-        plan.problems = (
-            batches + plan.layout.problems + [p for p in plan.problems if p.startswith("host memory") and not verl]
-        )
-        return plan
-    plan.problems = batches + plan.problems
-    if plan.problems and suggest:
-        _suggest(plan, cfg, device, shape, model_label, toy)
-    return plan
+    return plan, z, works
 
 
 VLLM_SHARE_STEP = 0.01

@@ -116,27 +116,33 @@ def role_memory(
         opt_step = 2.0 * min(shape.largest_param, trainable) * 4
     ckpt = resolve_gradient_checkpointing(lcfg, N)
     chunk = resolve_logprob_chunk(lcfg, shape.vocab)
-    rows = tokens = 0
-    act = logits = 0.0
-    if train is not None:
-        rows, tokens = micro_batch(lcfg, train.rows_per_step, train.prompt, train.max_new)
-        per_layer = shape.act_bytes_per_token_layer(b)
-        if ckpt:  # each layer's input is kept; one layer is recomputed (and its gradients live) at a time
-            act = tokens * (shape.layers * shape.hidden * b + 2 * per_layer)
-        else:
-            act = tokens * shape.layers * per_layer
-        act += tokens * shape.hidden * (b + 4) * 2  # embeddings, final norm, the head's input
-        completion = rows * train.max_new
-        if chunk:  # one chunk's logits (half + fp32 + gradient), and the head's weight gradient accumulator
-            logits = min(chunk, completion) * shape.vocab * (b + 12) + completion * shape.hidden * 4 * 3
-            if not lcfg.lora:
-                logits += shape.vocab * shape.hidden * (4 + (b if b < 4 else 0))
-        else:  # (N, T+1, V) logits and their gradient, a saved fp32 log-softmax per row, one row's temporaries
-            logits = completion * shape.vocab * (2 * b + 4) + train.max_new * shape.vocab * 12
+    rows, tokens, act, logits = (0, 0, 0.0, 0.0) if train is None else _step_bytes(shape, lcfg, b, train, ckpt, chunk)
     kv = 0.0 if kv_call is None else sampler_call_bytes(shape, b, *kv_call)
     return RoleMemory(
         role, weights, masters, optimizer, grads, act, logits, opt_step, kv, host, tokens, rows, ckpt, chunk, trainable
     )
+
+
+def _step_bytes(
+    shape: ModelShape, lcfg: LearnerConfig, b: int, train: Train, ckpt: bool, chunk: int
+) -> tuple[int, int, float, float]:
+    """(rows, tokens, activation bytes, logits bytes) of one micro-batch of the role's GRPO step,
+    with gradient checkpointing ``ckpt`` and the log-prob chunk ``chunk`` (0: full logits)."""
+    rows, tokens = micro_batch(lcfg, train.rows_per_step, train.prompt, train.max_new)
+    per_layer = shape.act_bytes_per_token_layer(b)
+    if ckpt:  # each layer's input is kept; one layer is recomputed (and its gradients live) at a time
+        act = tokens * (shape.layers * shape.hidden * b + 2 * per_layer)
+    else:
+        act = tokens * shape.layers * per_layer
+    act += tokens * shape.hidden * (b + 4) * 2  # embeddings, final norm, the head's input
+    completion = rows * train.max_new
+    if chunk:  # one chunk's logits (half + fp32 + gradient), and the head's weight gradient accumulator
+        logits = min(chunk, completion) * shape.vocab * (b + 12) + completion * shape.hidden * 4 * 3
+        if not lcfg.lora:
+            logits += shape.vocab * shape.hidden * (4 + (b if b < 4 else 0))
+    else:  # (N, T+1, V) logits and their gradient, a saved fp32 log-softmax per row, one row's temporaries
+        logits = completion * shape.vocab * (2 * b + 4) + train.max_new * shape.vocab * 12
+    return rows, tokens, act, logits
 
 
 def _kv_rows(rows: int, prompt: int, max_new: int, max_batch_tokens: int | None) -> int:
