@@ -914,6 +914,7 @@ def part_sampler(ctx: Ctx) -> dict[str, Any]:
 
 def part_recipes(ctx: Ctx, deadline: float | None = None) -> dict[str, Any]:
     """One tiny round of each recipe in the toy world, on the device (bf16)."""
+    from coevolve.lab.report import write_report
     from coevolve.recipes import execute
     from coevolve.world.toy import ensure_base
 
@@ -936,7 +937,7 @@ def part_recipes(ctx: Ctx, deadline: float | None = None) -> dict[str, Any]:
         reset_peak(dev)
         t0 = time.perf_counter()
         try:  # the config too: one recipe that cannot build its config must not lose the others
-            summary = execute(recipe_config(ctx, recipe), run_dir)
+            summary = execute(recipe_config(ctx, recipe), run_dir, report=write_report)
             final = summary.get("eval", {}).get("final", {})
             out[recipe] = {
                 "ok": True,

@@ -50,10 +50,11 @@ TINY = [  # one round, minimal sizes: each ablation run takes a few seconds
 
 
 def _run(tmp: Path, name: str, overrides: list[str]) -> tuple[dict, Run]:
+    from coevolve.lab.report import write_report
     from coevolve.recipes import execute
 
     cfg = load_config("d2evo", SMOKE, overrides)
-    summary = execute(cfg, tmp / name)
+    summary = execute(cfg, tmp / name, report=write_report)
     return summary, Run.open(tmp / name)
 
 

@@ -29,9 +29,10 @@ TINY = [
 
 
 def _run(tmp: Path, toy: list[str], extra: list[str]) -> tuple[dict, Run]:
+    from coevolve.lab.report import write_report
     from coevolve.recipes import execute
 
-    summary = execute(load_config("grpo", None, TINY + toy + extra), tmp)
+    summary = execute(load_config("grpo", None, TINY + toy + extra), tmp, report=write_report)
     return summary, Run.open(tmp)
 
 

@@ -215,9 +215,10 @@ def test_probe_is_declared_and_counted_by_the_plan() -> None:
 
 # ------------------------------------------------------------------------------ toy runs
 def _run(run_dir: Path, overrides: list[str]) -> dict:
+    from coevolve.lab.report import write_report
     from coevolve.recipes import execute
 
-    return execute(load_config("diagevo", SMOKE, overrides), run_dir)
+    return execute(load_config("diagevo", SMOKE, overrides), run_dir, report=write_report)
 
 
 @pytest.mark.slow

@@ -362,10 +362,11 @@ def test_reward_module_equals_coevolve_rewards():
 
 
 def _grpo(tmp: Path, cache: list[str], extra: list[str]):
+    from coevolve.lab.report import write_report
     from coevolve.recipes import execute
 
     cfg = load_config("grpo", None, TINY + standin(cache) + extra)
-    summary = execute(cfg, tmp / "run")
+    summary = execute(cfg, tmp / "run", report=write_report)
     return summary, Run.open(tmp / "run")
 
 

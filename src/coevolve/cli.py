@@ -57,13 +57,14 @@ def _err(msg: str) -> None:
 
 
 def _execute(cfg, run_dir: Path, resumed: bool, force: bool = False, extend: str | None = None) -> None:
+    from coevolve.lab.report import write_report
     from coevolve.recipes import execute
     from coevolve.run import say
 
     say(f"{'resuming' if resumed else 'running'} {cfg.recipe} in {run_dir}")
     t0 = time.time()
     try:
-        summary = execute(cfg, run_dir, new=not resumed, force=force, extend=extend)
+        summary = execute(cfg, run_dir, new=not resumed, force=force, extend=extend, report=write_report)
     except KeyboardInterrupt:
         _err(f"interrupted; the run folder is resumable: coevolve resume {run_dir}")
         raise typer.Exit(130) from None

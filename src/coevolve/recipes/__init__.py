@@ -11,7 +11,7 @@ import errno
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -415,12 +415,15 @@ def execute(
     skip_finished: bool = False,
     force: bool = False,
     extend: str | None = None,
+    report: Callable[[Path], Path] | None = None,
 ) -> dict[str, Any]:
     """Run ``cfg``'s recipe in the run folder ``path``: create it, or resume it when it already
     holds a run (``new``: refuse that); record the status (running / interrupted / failed /
     finished) in its state. With ``skip_finished``, a finished run is not reopened and its
     summary is returned. ``extend``: the config text of the run given more rounds
-    (``extension_config``; ``coevolve resume RUN rounds=N``).
+    (``extension_config``; ``coevolve resume RUN rounds=N``). ``report``: what writes the run's
+    report after its summary, inside the run (``lab.report.write_report``, passed down by the
+    commands above the library: the recipes never import the lab); None writes none.
 
     The folder is opened once (``open_run``: lock, phase-list check, binding); a write that fails
     (a full disk) ends the run as ``RunWriteError``: every finished phase is intact on disk and
@@ -440,7 +443,7 @@ def execute(
             torch.set_num_threads(cfg.run.threads)
         try:  # a failed "running" write is a failure like any other: recorded when the disk lets it
             run.state.set_status("running")
-            summary = run_recipe(recipe, cfg, run)
+            summary = run_recipe(recipe, cfg, run, report)
         except KeyboardInterrupt:
             with contextlib.suppress(OSError):
                 run.state.set_status("interrupted")

@@ -8,6 +8,7 @@ import os
 import random
 import shutil
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -519,11 +520,13 @@ def selection(cfg: RecipeConfig, run: Run) -> dict[str, Any] | None:
     }
 
 
-def run_recipe(recipe: Recipe, cfg: RecipeConfig, run: Run) -> dict[str, Any]:
+def run_recipe(
+    recipe: Recipe, cfg: RecipeConfig, run: Run, report: Callable[[Path], Path] | None = None
+) -> dict[str, Any]:
     """The run loop of every recipe, derived from its declaration: the run's grader, engine,
     parts and roles, then every phase of ``recipe.schedule(cfg)`` in order (a finished phase is
     skipped by ``Run.phase``; before an unfinished one, the roles it does not use are parked:
-    ``place_roles``), then the summary and the report. The grader's workers and the engine's
+    ``place_roles``), then the summary and, with ``report`` (``recipes.execute``'s), the report. The grader's workers and the engine's
     shared resources (an actor pool, a Ray it started) end with the run."""
     with run_grader(cfg) as grader, Engine(cfg.engine) as engine:
         s = setup(cfg, run, grader, engine)
@@ -540,7 +543,7 @@ def run_recipe(recipe: Recipe, cfg: RecipeConfig, run: Run) -> dict[str, Any]:
                 place_roles(roles, step.uses)
                 s.park()
             step.run(parts, phase)
-        return finish(s, recipe.summary(parts) if recipe.summary is not None else None)
+        return finish(s, recipe.summary(parts) if recipe.summary is not None else None, report)
 
 
 def place_roles(roles: dict[str, Role], uses: tuple[str, ...]) -> None:
@@ -705,10 +708,11 @@ def _compute_totals(recs: list[PhaseRecord]) -> dict[str, dict[str, int]] | None
     return {"train": points[-1].train.to_dict(), "eval": points[-1].eval.to_dict()}
 
 
-def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Summary and the run report (``report/``: plots and report.md), the last step of a recipe."""
-    from coevolve.lab.report import write_report
-
+def finish(
+    s: Setup, extra: dict[str, Any] | None = None, report: Callable[[Path], Path] | None = None
+) -> dict[str, Any]:
+    """Summary and the run report (``report``: ``report/`` with plots and report.md, written by
+    the caller's writer), the last step of a recipe."""
     sel = selection(s.cfg, s.run)
     if sel is not None:
         s.run.say(f"[select] round {sel['round']}: {sel['why']}")
@@ -718,5 +722,6 @@ def finish(s: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     for warning in summary["warnings"]:
         s.run.say(f"warning: {warning}")
     s.run.metrics.close()
-    s.run.say(f"[report] {write_report(s.run.path)}")
+    if report is not None:
+        s.run.say(f"[report] {report(s.run.path)}")
     return summary
