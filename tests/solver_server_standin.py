@@ -5,6 +5,9 @@ solver_server_standin.py --model FOLDER --served-model-name NAME --port P ...`` 
 the name, the folder, and a digest of the folder's weights (which solver the server holds).
 
 ``$STANDIN_SERVER_FAIL=1`` exits with status 4 before listening (a server that cannot start).
+With ``$VLLM_API_KEY`` set, as ``vllm serve``, every request must carry ``Authorization: Bearer``
+that key (else HTTP 401), unless ``$STANDIN_IGNORE_KEY=1`` (a server that ignores it); the key it
+got is in its ``$STANDIN_SERVED`` line.
 """
 
 from __future__ import annotations
@@ -46,12 +49,23 @@ def main() -> None:
                         "folder": str(folder),
                         "weights": weights_digest(folder),
                         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                        "key": os.environ.get("VLLM_API_KEY"),
                     }
                 )
                 + "\n"
             )
 
+    key = None if os.environ.get("STANDIN_IGNORE_KEY") else os.environ.get("VLLM_API_KEY")
+
     class H(JsonHandler):
+        def parse_request(self):
+            if not super().parse_request():
+                return False
+            if key and self.headers.get("Authorization") != f"Bearer {key}":
+                self._send({"error": "Unauthorized"}, 401)
+                return False
+            return True
+
         def do_GET(self):
             if self.path == "/v1/models":
                 return self._send({"data": [{"id": name}]})

@@ -38,11 +38,27 @@ def test_the_server_is_up_inside_the_block_and_gone_after(tmp_path, monkeypatch)
         _cmd(tmp_path, "solver-01-questioner", port), port, "solver-01-questioner", tmp_path / "server.log", "3", 60.0
     ) as url:
         assert url == f"http://127.0.0.1:{port}/v1"
-        assert served_models(url) == ["solver-01-questioner"]
+        with pytest.raises(SolverServerError, match="HTTP 401"):  # nobody else can ask it
+            served_models(url, retries=0)
+        key = json.loads((tmp_path / "served.jsonl").read_text())["key"]
+        assert served_models(url, key=key) == ["solver-01-questioner"] and len(key) >= 32
     with pytest.raises(SolverServerError):
         served_models(url, timeout=2.0, retries=0)
     started = [json.loads(line) for line in (tmp_path / "served.jsonl").read_text().splitlines()]
     assert [s["cuda_visible_devices"] for s in started] == ["3"]  # backend.verl.solver_gpus
+    assert key not in (tmp_path / "server.log").read_text()  # in the server's environment, not its command
+
+
+def test_a_server_that_answers_without_the_key_is_refused(tmp_path, monkeypatch):
+    """What answers on the port must refuse a wrong key: a server command that ignores
+    VLLM_API_KEY (or another process that took the port first) would serve anyone."""
+    monkeypatch.setenv("STANDIN_IGNORE_KEY", "1")
+    port = free_port()
+    srv = SolverServer(_cmd(tmp_path, "s", port), port, "s", tmp_path / "a.log", None, 60.0)
+    with pytest.raises(SolverServerError, match=r"answered without its key \(HTTP 200 to a wrong one\)"):
+        with srv:
+            pass
+    assert srv.proc is not None and srv.proc.poll() is not None  # stopped after the refusal
 
 
 def test_a_server_that_exits_or_never_serves_fails_with_its_log(tmp_path, monkeypatch):
@@ -130,7 +146,11 @@ def test_each_rounds_writer_is_scored_by_that_rounds_solver(tmp_path, toy_overri
     for r in (1, 2):
         spec = json.loads((run.path / f"round_{r:02d}" / "verl_questioner" / "writer_spec.json").read_text())
         assert spec["solver_model"] == f"solver-{r:02d}-questioner" and spec["solver_path"] == ""
-        assert spec["solver_url"].startswith("http://127.0.0.1:")
+        assert spec["solver_url"].startswith("http://127.0.0.1:") and spec["api_key_env"] == "COEVOLVE_SOLVER_API_KEY"
+    keys = [s["key"] for s in starts]
+    assert len(set(keys)) == 2 and all(keys)  # a fresh key per phase, which the reward workers sent
+    for f in run.path.rglob("*"):
+        assert not f.is_file() or not any(k.encode() in f.read_bytes() for k in keys), f
     q = {rec.key: rec for rec in run.state.records()}["02/questioner"]
     assert q.values["rollouts_verify"] > 0  # the rewards were asked of the server
 

@@ -156,12 +156,14 @@ def _request(
     *,
     api_key_env: str | None = None,
     deadline: float | None = None,
+    key: str | None = None,
 ) -> dict[str, Any]:
     """GET (``body`` None) or POST JSON, with ``retries`` retries on connection errors, timeouts
     and 5xx. Each attempt ends within ``timeout`` seconds; all attempts and the waits between them
-    end within ``deadline`` seconds (None: no bound beyond the attempts')."""
+    end within ``deadline`` seconds (None: no bound beyond the attempts'). The API key: ``key``
+    itself (a server's own starter holds it), else the one in the variable ``api_key_env``."""
     data = None if body is None else json.dumps(body).encode("utf-8")
-    key = api_key(api_key_env, what)
+    key = key or api_key(api_key_env, what)
     headers = _headers(url, key, data)
     end = None if deadline is None else time.monotonic() + deadline
     last = ""
@@ -199,6 +201,14 @@ def _request(
     raise SolverServerError(f"{what} {redacted(url)}: {redacted(last)} ({hint})")
 
 
+def status_with_key(url: str, key: str, timeout: float = 5.0) -> int | None:
+    """The HTTP status ``GET {url}/models`` gets with the API key ``key`` (None: no answer)."""
+    try:
+        return _Attempt(url.rstrip("/") + "/models", timeout)("GET", None, _headers(url, key, None))[0]
+    except OSError:
+        return None
+
+
 def served_models(
     url: str,
     timeout: float = 30.0,
@@ -207,9 +217,10 @@ def served_models(
     hint: str = VERL_HINT,
     *,
     api_key_env: str | None = None,
+    key: str | None = None,
 ) -> list[str]:
     """The model names ``GET {url}/models`` lists."""
-    got = _request(url.rstrip("/") + "/models", None, timeout, retries, what, hint, api_key_env=api_key_env)
+    got = _request(url.rstrip("/") + "/models", None, timeout, retries, what, hint, api_key_env=api_key_env, key=key)
     data = got.get("data", []) if isinstance(got, dict) else []
     return [str(m.get("id")) for m in data if isinstance(m, dict)]
 

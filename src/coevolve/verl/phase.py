@@ -39,7 +39,7 @@ from coevolve.types import AnswerGrader
 from coevolve.verl import convert
 from coevolve.verl.overrides import PhasePaths, default_commands, phase_overrides
 from coevolve.verl.parquet import IDENTITY_CHAT_TEMPLATE, phase_rows, write_parquet
-from coevolve.verl.server import SolverServer, free_port, serve_command
+from coevolve.verl.server import KEY_ENV, SolverServer, free_port, serve_command
 from coevolve.verl.writer import SPEC_FILE, WriterSpec, check_served_model, prompter_spec, sampling_dict, writer_batch
 
 WORK_DIR = "verl_{ns}"
@@ -99,9 +99,12 @@ def _run(cmd: list[str], log: Path, env: dict[str, str], what: str, record: Path
         raise VerlPhaseError(f"{what} exited with status {rc}; full log: {log}\n... {tail}")
 
 
-def _env(metrics_file: Path) -> dict[str, str]:
-    """The subprocesses import this coevolve (the reward module does) and log metrics to a file."""
+def _env(metrics_file: Path, key: str | None = None) -> dict[str, str]:
+    """The subprocesses import this coevolve (the reward module does) and log metrics to a file;
+    the reward workers get the phase's solver server key (``key``) in ``KEY_ENV``."""
     env = dict(os.environ)
+    if key:
+        env[KEY_ENV] = key
     src = str(Path(coevolve.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
@@ -187,7 +190,7 @@ class VerlTrainer:
                 spec = self._writer_spec(req.writer, work, served)
                 reward = replace(reward, writer=str(spec.write(work / SPEC_FILE)))
             rows = phase_rows(phase.steps, req.batches, req.prompt, role.name, reward)
-            self._run(role, req, ctx, rows, paths, work)
+            self._run(role, req, ctx, rows, paths, work, None if served is None else served[2])
         result = self._book(role, req, ctx, rows, paths, reward)
         if not self.verl.keep_workdir:
             shutil.rmtree(work, ignore_errors=True)
@@ -195,10 +198,10 @@ class VerlTrainer:
         return result
 
     @contextlib.contextmanager
-    def _solver_server(self, req: TrainRequest, ctx: PhaseContext, work: Path) -> Iterator[tuple[str, str] | None]:
+    def _solver_server(self, req: TrainRequest, ctx: PhaseContext, work: Path) -> Iterator[tuple[str, str, str] | None]:
         """``backend.verl.serve_solver`` and a writer phase: the frozen solver as it is at the start
         of this phase (this round's π_S^{t-1}), exported and served for the phase only; yields its
-        (URL, served name) (None otherwise: the user's ``solver_url``, or the workers load the
+        (URL, served name, key) (None otherwise: the user's ``solver_url``, or the workers load the
         exported folder)."""
         if req.writer is None or not self.verl.serve_solver:
             yield None
@@ -213,14 +216,15 @@ class VerlTrainer:
             cmd, port, name, log, self.verl.solver_gpus, self.verl.solver_start_timeout_s, record=ctx.run_dir
         )
         with server as url:
-            yield url, name
+            yield url, name, server.key
 
-    def _writer_spec(self, w: WriterScoring, work: Path, served: tuple[str, str] | None = None) -> WriterSpec:
+    def _writer_spec(self, w: WriterScoring, work: Path, served: tuple[str, str, str] | None = None) -> WriterSpec:
         """What the reward workers need to score a writer's sample: the rule, the prompter, and the
-        frozen solver (a server: coevolve's for this phase, ``served``, or the user's
-        ``solver_url``; else its weights at the start of the phase, exported)."""
+        frozen solver (a server: coevolve's for this phase, ``served``, whose key the workers find
+        in ``KEY_ENV``, or the user's ``solver_url``; else its weights at the start of the phase,
+        exported)."""
         v, rule = self.verl, w.rule
-        url, model = served if served is not None else (v.solver_url, v.solver_model)
+        url, model = served[:2] if served is not None else (v.solver_url, v.solver_model)
         solver_path = "" if url else str(export_solver(w.solver, work / "solver"))
         return WriterSpec(
             reward=rule.reward.model_dump(mode="json"),
@@ -236,12 +240,21 @@ class VerlTrainer:
             dtype=self.dtype,
             solver_url=url,
             solver_model=model,
+            api_key_env=KEY_ENV if served is not None else None,
         )
 
     def _run(
-        self, role: Role, req: TrainRequest, ctx: PhaseContext, rows: list[Any], paths: PhasePaths, work: Path
+        self,
+        role: Role,
+        req: TrainRequest,
+        ctx: PhaseContext,
+        rows: list[Any],
+        paths: PhasePaths,
+        work: Path,
+        key: str | None = None,
     ) -> None:
-        """Export, parquet, ``main_ppo``, merge; the merged weights into the role (synced)."""
+        """Export, parquet, ``main_ppo`` (``key``: the phase's solver server's, in its environment),
+        merge; the merged weights into the role (synced)."""
         phase, ns, params = req.phase, req.ns, req.params
         main, merger = default_commands(self.verl)
         export_model(role, paths.model)
@@ -264,7 +277,7 @@ class VerlTrainer:
         (work / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
         metrics_file = ctx.dir / METRICS_FILE.format(ns=ns)
         metrics_file.unlink(missing_ok=True)
-        env = _env(metrics_file)
+        env = _env(metrics_file, key)
         ctx.say(
             f"[{ns}] verl: {phase.steps} steps x {phase.prompts_per_step} prompts x {phase.group_size} "
             f"(log {ctx.dir / MAIN_LOG.format(ns=ns)})"

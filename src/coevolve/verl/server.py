@@ -8,11 +8,18 @@ Why a server and not the reward workers: verl's ``RewardLoopWorker`` is a Ray ac
 (Ray hides every GPU from it), so a real solver loaded there samples on the CPU or fails to
 start. The reward workers ask the server through ``engine.remote.RemoteSolver``, as with a
 user's ``backend.verl.solver_url``.
+
+The server needs a key (``vllm serve``'s ``VLLM_API_KEY``), drawn at random for each phase and
+handed to it and to verl's job in the environment only (``KEY_ENV``), never in a command line, a
+log, an override or a file: another user of the machine cannot ask it, and a process that took
+the free port first (``free_port`` cannot hold it until the server binds) is found, since it
+does not refuse a wrong key.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -20,11 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coevolve.engine.remote import SolverServerError, served_models
+from coevolve.engine.remote import SolverServerError, served_models, status_with_key
 from coevolve.run import children
 from coevolve.schema import vllm_share
 
 SERVER_CHILD = "frozen solver server"
+KEY_ENV = "COEVOLVE_SOLVER_API_KEY"
+"""The environment variable that carries a phase's server key to verl's job (its reward workers)."""
+SERVER_KEY_ENV = "VLLM_API_KEY"
+"""What ``vllm serve`` reads its key from (as ``--api-key``, which a command line would show)."""
 POLL_S = 2.0
 STOP_GRACE_S = 30.0
 LOG_TAIL_CHARS = 3000
@@ -63,8 +74,9 @@ def serve_command(verl: Any, engine: Any, folder: Path, name: str, port: int) ->
 
 
 class SolverServer:
-    """``with SolverServer(cmd, log, gpus, timeout_s, name) as url``: the server started, ``url``
-    (``http://127.0.0.1:PORT/v1``) answered ``/models`` with ``name``; stopped (SIGTERM, then
+    """``with SolverServer(cmd, log, gpus, timeout_s, name) as url``: the server started with a
+    fresh random key (``key``, in its ``VLLM_API_KEY``), ``url`` (``http://127.0.0.1:PORT/v1``)
+    answered ``/models`` with ``name`` to that key and refused another; stopped (SIGTERM, then
     SIGKILL after ``STOP_GRACE_S``, its whole process group) when the block ends, however it ends;
     it dies with coevolve and is listed in ``record``'s ``children.json`` while it runs. A server
     that exits or does not list ``name`` within ``timeout_s`` raises ``SolverServerError`` with
@@ -84,9 +96,11 @@ class SolverServer:
         self.record = record  # the run folder whose children.json lists the server while it runs
         self.url = f"http://127.0.0.1:{port}/v1"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.key = ""
 
     def __enter__(self) -> str:
-        env = dict(os.environ)
+        self.key = secrets.token_urlsafe(32)
+        env = {**os.environ, SERVER_KEY_ENV: self.key}
         if self.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.gpus
         fh = open(self.log, "w", encoding="utf-8")
@@ -120,10 +134,12 @@ class SolverServer:
                     f"serving; full log: {self.log}\n... {self._tail()}"
                 )
             try:
-                if self.name in served_models(self.url, timeout=5.0, retries=0):
-                    return
+                up = self.name in served_models(self.url, timeout=5.0, retries=0, key=self.key)
             except SolverServerError:
-                pass  # not listening yet
+                up = False  # not listening yet
+            if up:
+                self._check_key()
+                return
             if time.monotonic() > deadline:
                 raise SolverServerError(
                     f"the frozen solver server did not serve {self.name!r} at {self.url} within "
@@ -131,6 +147,17 @@ class SolverServer:
                     f"{self.log}\n... {self._tail()}"
                 )
             time.sleep(POLL_S)
+
+    def _check_key(self) -> None:
+        """What answered must refuse a wrong key: a server that ignores ``VLLM_API_KEY``, or another
+        process that took the port before the server bound it, does not."""
+        status = status_with_key(self.url, "x" + secrets.token_urlsafe(16))
+        if status not in (401, 403):
+            raise SolverServerError(
+                f"the frozen solver server at {self.url} answered without its key (HTTP {status} to a wrong "
+                f"one): a server command that ignores {SERVER_KEY_ENV} (backend.verl.solver_serve), or another "
+                f"process on port {self.port}; full log: {self.log}"
+            )
 
     def _tail(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")[-LOG_TAIL_CHARS:]

@@ -63,6 +63,7 @@ class WriterSpec:
     dtype: str = "auto"
     solver_url: str | None = None
     solver_model: str | None = None
+    api_key_env: str | None = None  # the variable holding the server's key (the key is in no file)
     timeout_s: float = 300.0
     retries: int = 3
 
@@ -147,8 +148,9 @@ def solver_of(spec: WriterSpec) -> Any:
     key = (spec.solver_url or "", spec.solver_model or "", spec.solver_path)
     if key not in _SAMPLERS:
         if spec.solver_url:
-            model = check_served_model(spec.solver_url, spec.solver_model, spec.timeout_s, spec.retries)
-            _SAMPLERS[key] = RemoteSolver(spec.solver_url, model, spec.timeout_s, spec.retries)
+            url, env = spec.solver_url, spec.api_key_env
+            model = check_served_model(url, spec.solver_model, spec.timeout_s, spec.retries, api_key_env=env)
+            _SAMPLERS[key] = RemoteSolver(url, model, spec.timeout_s, spec.retries, api_key_env=env)
         else:
             from coevolve.config.base import EngineConfig
             from coevolve.engine import load_sampler
