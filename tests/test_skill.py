@@ -12,6 +12,7 @@ import pytest
 from coevolve.errors import ConfigError, DataError
 from coevolve.world.skill import causes as sc
 from coevolve.world.skill import problems as sw
+from coevolve.world.skill import procedures as sp
 from coevolve.world.skill.pretrain import SkillMix, buggy_steps, draw_like, free_weights, sample_example
 
 # ----------------------------------------------------------------------------------------------
@@ -19,18 +20,18 @@ from coevolve.world.skill.pretrain import SkillMix, buggy_steps, draw_like, free
 
 
 def test_bugs_on_the_documented_examples():
-    assert sw.add_no_carry(47, 38) == 75 and 47 + 38 == 85
-    assert sw.sub_no_repay(93, 27) == 76 and 93 - 27 == 66
-    assert sw.mul_no_carry(58, 3) == 154 and 58 * 3 == 174
-    assert sw.div_no_remainder(74, 3) == 21 and 74 // 3 == 24
-    assert sw.max_last_digit(38, 71) == 38
-    assert sw.dsum_no_first(174) == 11
+    assert sp.add_no_carry(47, 38) == 75 and 47 + 38 == 85
+    assert sp.sub_no_repay(93, 27) == 76 and 93 - 27 == 66
+    assert sp.mul_no_carry(58, 3) == 154 and 58 * 3 == 174
+    assert sp.div_no_remainder(74, 3) == 21 and 74 // 3 == 24
+    assert sp.max_last_digit(38, 71) == 38
+    assert sp.dsum_no_first(174) == 11
     assert sw.PRIMITIVES["rev"].apply(85, None) == 58 and sw.PRIMITIVES["rev"].apply(85, None, buggy=True) == 85
 
 
 def _carries(a: int, b: int) -> bool:
     """Slow reference: a column below the top one overflows (with the incoming carry)."""
-    da, db = sw.digits(a), sw.digits(b)
+    da, db = sp.digits(a), sp.digits(b)
     w = max(len(da), len(db))
     da, db = da + [0] * (w - len(da)), db + [0] * (w - len(db))
     c = 0
@@ -44,7 +45,7 @@ def _carries(a: int, b: int) -> bool:
 def _borrows_below_top(a: int, b: int) -> bool:
     """Slow reference: some column below the top one borrows, and the digit it borrows from is
     then shown unreduced (the bug changes the result)."""
-    da, db = sw.digits(a), sw.digits(b) + [0] * 3
+    da, db = sp.digits(a), sp.digits(b) + [0] * 3
     return any(da[j] < db[j] for j in range(len(da) - 1))
 
 

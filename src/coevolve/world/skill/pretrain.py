@@ -50,7 +50,7 @@ from coevolve.world.skill.problems import (
     run_chain,
 )
 from coevolve.world.skill.prompts import parse_question_block
-from coevolve.world.toy.pretrain import build_cached, build_model, generate_texts, pretrain
+from coevolve.world.toy.pretrain import build_cached, build_model, generate_texts, pretrain, training_record
 from coevolve.world.toy.prompts import challenger_prompt, question_completion, questioner_prompt, solver_prompt
 from coevolve.world.toy.tokenizer import build_tokenizer
 
@@ -333,6 +333,44 @@ def build_skill_base(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer()
+    model, losses, train_s = _train(tok, steps, seed, profile, batch_size, lr, mix, progress, on_step)
+    figures = (
+        measure(model, tok, profile, per_stratum=measure_per_stratum, samples=measure_samples, seed=seed)
+        if measure_per_stratum > 0
+        else {}
+    )
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    info = {
+        "world": "skill",
+        "world_version": WORLD_VERSION,
+        "profile": profile.to_dict(),
+        "steps": steps,
+        "seed": seed,
+        "batch_size": batch_size,
+        "lr": lr,
+        "mix": asdict(mix),
+        **training_record(model, losses, train_s, 100),
+        "figures": figures,
+    }
+    (out_dir / BUILD_FILE).write_text(json.dumps(info, indent=2))
+    return out_dir
+
+
+def _train(
+    tok: PreTrainedTokenizerBase,
+    steps: int,
+    seed: int,
+    profile: DeficitProfile,
+    batch_size: int,
+    lr: float,
+    mix: SkillMix,
+    progress: bool,
+    on_step: Callable[[int, Qwen3ForCausalLM], None] | None,
+) -> tuple[Qwen3ForCausalLM, list[float], float]:
+    """A fresh model (seeded) pretrained on the skill world's mix with the skill schedule
+    (``lr_factor``), the held-out questions kept out; returns it, its per-step loss and the
+    seconds the pretraining took."""
     torch.manual_seed(seed)
     model = build_model(len(tok))
     banned = heldout_questions(profile=profile)
@@ -350,34 +388,7 @@ def build_skill_base(
         lr_factor=lr_factor,
         on_step=on_step,
     )
-    train_s = time.time() - t0
-    figures = (
-        measure(model, tok, profile, per_stratum=measure_per_stratum, samples=measure_samples, seed=seed)
-        if measure_per_stratum > 0
-        else {}
-    )
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
-    info = {
-        "world": "skill",
-        "world_version": WORLD_VERSION,
-        "profile": profile.to_dict(),
-        "steps": steps,
-        "seed": seed,
-        "batch_size": batch_size,
-        "lr": lr,
-        "mix": asdict(mix),
-        "n_params": sum(p.numel() for p in model.parameters()),
-        "train_seconds": round(train_s, 1),
-        "threads": torch.get_num_threads(),
-        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
-        "loss_every_100": [
-            round(sum(losses[i : i + 100]) / len(losses[i : i + 100]), 4) for i in range(0, len(losses), 100)
-        ],
-        "figures": figures,
-    }
-    (out_dir / BUILD_FILE).write_text(json.dumps(info, indent=2))
-    return out_dir
+    return model, losses, time.time() - t0
 
 
 def default_cache_dir() -> Path:

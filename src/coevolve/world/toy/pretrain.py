@@ -467,18 +467,28 @@ def build_base(
         "seed": seed,
         "batch_size": batch_size,
         "lr": lr,
-        "n_params": sum(p.numel() for p in model.parameters()),
-        "train_seconds": round(train_s, 1),
-        "threads": torch.get_num_threads(),
-        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
-        "loss_every_50": [
-            round(sum(losses[i : i + 50]) / len(losses[i : i + 50]), 4) for i in range(0, len(losses), 50)
-        ],
+        **training_record(model, losses, train_s, 50),
         "figures": figures,
         "formats": _formats(),
     }
     (out_dir / "toy_build.json").write_text(json.dumps(info, indent=2))
     return out_dir
+
+
+def training_record(
+    model: Qwen3ForCausalLM, losses: Sequence[float], train_seconds: float, every: int
+) -> dict[str, Any]:
+    """What a base's build file records of its training: parameters, seconds, threads, the mean
+    loss of the last 20 steps and ``loss_every_<every>``, the loss curve as means over ``every`` steps."""
+    return {
+        "n_params": sum(p.numel() for p in model.parameters()),
+        "train_seconds": round(train_seconds, 1),
+        "threads": torch.get_num_threads(),
+        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        f"loss_every_{every}": [
+            round(sum(losses[i : i + every]) / len(losses[i : i + every]), 4) for i in range(0, len(losses), every)
+        ],
+    }
 
 
 def _formats() -> dict[str, str]:
