@@ -138,13 +138,14 @@ def test_released_pool_frees_its_actors_and_comes_back_with_the_same_weights(run
 
 
 @pytest.mark.parametrize("mode", ["broadcast", "path"])
-def test_weight_sync_and_frozen_slot(run_engine, pool_sampler, model, tok, mode):
+def test_weight_sync_and_frozen_slot(run_engine, pool_sampler, model, tok, mode, tmp_path, monkeypatch):
     import ray
 
     engine = ENGINE.model_copy(update={"ray": ENGINE.ray.model_copy(update={"weight_sync": mode})})
     learner = copy.deepcopy(model)
     live = RaySampler.for_model(engine, learner, tok, owner=run_engine)
     assert live.pool is pool_sampler.pool  # new slots of the same actors, not a new pool
+    monkeypatch.setattr(live.pool, "sync_dir", tmp_path / "engine")  # a run's Engine(scratch=...) sets it
     frozen = freeze_sampler(engine, live, learner, tok)
     base = ids(reference(model, tok))
     assert ids(live.sample(PROMPTS, 3, PARAMS)) == base
@@ -154,6 +155,8 @@ def test_weight_sync_and_frozen_slot(run_engine, pool_sampler, model, tok, mode)
     built = ray.get([a.build_counts.remote() for a in live.pool.actors])
     live.sync_weights(learner)
     assert ray.get([a.build_counts.remote() for a in live.pool.actors]) == built  # loaded in place, not rebuilt
+    synced = [p.relative_to(tmp_path).parts[:1] for p in tmp_path.rglob("*.safetensors")]
+    assert synced == ([("engine",)] if mode == "path" else [])  # under the run folder, not the node's /tmp
     new = ids(live.sample(PROMPTS, 3, PARAMS))
     assert new != base
     assert new == ids(reference(learner, tok))  # equals a fresh in-process sampler of the new weights
@@ -164,6 +167,20 @@ def test_weight_sync_and_frozen_slot(run_engine, pool_sampler, model, tok, mode)
     live.close()
     frozen.close()
     assert len(pool_sampler.pool.slots) == n_slots - 2
+    assert not list(tmp_path.rglob("*.safetensors"))  # the file goes with its slot
+
+
+def test_the_engine_folder_of_a_run_is_emptied_at_start_and_removed_at_close(tmp_path):
+    """What a killed run left in its engine folder (a weights file) is gone when the run's engine
+    starts again, and the folder itself when it closes."""
+    scratch = tmp_path / "engine"
+    (scratch / "ray-weights-left").mkdir(parents=True)
+    (scratch / "ray-weights-left" / "model.safetensors").write_bytes(b"x")
+    eng = Engine(ENGINE, scratch=scratch)
+    assert not scratch.exists()
+    scratch.mkdir()
+    eng.close()
+    assert not scratch.exists()
 
 
 def test_load_sampler_by_path(run_engine, pool_sampler, model, tok, tmp_path):

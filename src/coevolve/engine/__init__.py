@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import copy
 import importlib
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from coevolve.engine.base import SamplerError, freeze_module, resolve_seed_scope, validate_params
@@ -35,6 +37,10 @@ KINDS: dict[str, str] = {
 """``engine.kind`` -> its sampler class (imported on first use: vllm and ray are optional)."""
 
 ENGINES = tuple(KINDS)
+
+ENGINE_DIR = "engine"
+"""The run folder's folder for files the engine hands its workers while the run runs (``Engine``'s
+``scratch``: ``engine.ray.weight_sync=path``); gone when the run's engine closes."""
 
 seed_scope = resolve_seed_scope
 
@@ -57,13 +63,18 @@ def check_engine(engine: Any) -> None:
 class Engine:
     """A run's rollout engine: every sampler the run draws from is built here, and what they
     share (the ``engine=ray`` actor pool, started at its first sampler) lives here and ends with
-    ``close()`` (the run's end; also as a context manager)."""
+    ``close()`` (the run's end; also as a context manager). ``scratch``: a folder of the run for
+    files the engine hands its workers (``engine.ray.weight_sync=path``), emptied when the engine
+    starts (what a killed run left) and removed when it closes; None: the system's temp folder."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: Any, scratch: Path | None = None) -> None:
         check_engine(cfg)
         self.cfg = cfg
         self.kind = sampler_class(cfg.kind)
         self._shared: dict[str, Any] = {}
+        self.scratch = scratch
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def shared(self, key: str, start: Callable[[], Any]) -> Any:
         """The resource ``key`` every sampler of this engine shares, started once by ``start``;
@@ -96,6 +107,8 @@ class Engine:
         for res in self._shared.values():
             res.close()
         self._shared.clear()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def __enter__(self) -> Engine:
         return self
@@ -130,6 +143,7 @@ def load_sampler(engine: Any, path: str, device: str = "auto", dtype: str = "aut
 
 __all__ = [
     "ENGINES",
+    "ENGINE_DIR",
     "Engine",
     "HFSampler",
     "KINDS",

@@ -20,7 +20,8 @@ Design decisions (why, not what):
   put once in Ray's object store (no shared filesystem needed); each actor builds the module on
   the meta device from them (``module_from_state``: no random initialisation first).
   ``sync_weights`` either puts the new state dict once (``weight_sync=broadcast``) or saves it
-  as one safetensors file (``path``: needs a filesystem all nodes see), and every actor loads it
+  as one safetensors file (``path``: needs a filesystem all nodes see; in a run, under the run
+  folder's ``engine/``, removed with the run's engine), and every actor loads it
   into the module and sampler the slot already has: a sync never rebuilds a sampler, so a vllm
   actor keeps its engine and gets the new weights as a version pushed at its next call.
   ``load_sampler`` slots load the folder by path.
@@ -301,12 +302,13 @@ class RayPool:
     pg: Any = None
     gpus: int = 0
     started_ray: bool = False  # this pool started the local Ray it runs in (and stops it on close)
+    sync_dir: Path | None = None  # where weight_sync=path files go (the run's engine folder; None: temp)
     _ids: Any = field(default_factory=itertools.count)
 
     @classmethod
-    def start(cls, engine: Any) -> RayPool:
+    def start(cls, engine: Any, sync_dir: Path | None = None) -> RayPool:
         require_ray()
-        pool = cls(engine)
+        pool = cls(engine, sync_dir=sync_dir)
         pool._start()
         atexit.register(pool.close)  # a pool left open when the process ends still takes its Ray down
         return pool
@@ -532,7 +534,7 @@ class RaySampler:
         """The owner's shared pool (started at its first sampler), or a new pool of the sampler's own."""
         if owner is None:
             return RayPool.start(engine), True
-        pool = owner.shared("ray-pool", lambda: RayPool.start(engine))
+        pool = owner.shared("ray-pool", lambda: RayPool.start(engine, getattr(owner, "scratch", None)))
         pool.ensure()
         return pool, False
 
@@ -598,8 +600,11 @@ class RaySampler:
         from safetensors.torch import save_file
 
         # the weights alone: the actors keep the module and sampler they have and load the file
-        # into them (a recreated actor builds the slot from its blob and this file)
-        tmp = tempfile.TemporaryDirectory(prefix="coevolve-ray-weights-")
+        # into them (a recreated actor builds the slot from its blob and this file); in a run, under
+        # its folder (the filesystem the field asks every node to see), else the system's temp folder
+        if self.pool.sync_dir is not None:
+            self.pool.sync_dir.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.TemporaryDirectory(prefix="ray-weights-", dir=self.pool.sync_dir)
         path = os.path.join(tmp.name, "model.safetensors")
         save_file({k: v.contiguous() for k, v in host_snapshot(model, dtype).items()}, path, metadata={"format": "pt"})
         old = slot.tmp

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.config.base import RecipeConfig
-from coevolve.engine import Engine, HFSampler, load_model, load_tokenizer
+from coevolve.engine import ENGINE_DIR, Engine, HFSampler, load_model, load_tokenizer
 from coevolve.engine.servable import unservable
 from coevolve.eval.benchmarks import resolve_benches
 from coevolve.eval.signals import SelectRule, parse_select, select_round, stop_round
@@ -528,7 +528,7 @@ def run_recipe(
     skipped by ``Run.phase``; before an unfinished one, the roles it does not use are parked:
     ``place_roles``), then the summary and, with ``report`` (``recipes.execute``'s), the report. The grader's workers and the engine's
     shared resources (an actor pool, a Ray it started) end with the run."""
-    with run_grader(cfg) as grader, Engine(cfg.engine) as engine:
+    with run_grader(cfg) as grader, Engine(cfg.engine, scratch=run.path / ENGINE_DIR) as engine:
         s = setup(cfg, run, grader, engine)
         # the roles' random initialisation (LoRA adapters) follows run.seed, not whatever state the
         # process's generators were left in: a run in a process that ran others draws as a fresh one
