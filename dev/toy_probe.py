@@ -29,7 +29,8 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from coevolve.world.toy.pretrain import build_base, measure
+    from coevolve.world.toy.measure import measure
+    from coevolve.world.toy.pretrain import build_base
 
     if args.build is not None:
         t0 = time.time()

@@ -50,7 +50,8 @@ from coevolve.world.skill.problems import (
     run_chain,
 )
 from coevolve.world.skill.prompts import parse_question_block
-from coevolve.world.toy.pretrain import build_cached, build_model, generate_texts, pretrain, training_record
+from coevolve.world.toy.measure import generate_texts
+from coevolve.world.toy.pretrain import build_cached, build_model, pretrain, training_record
 from coevolve.world.toy.prompts import challenger_prompt, question_completion, questioner_prompt, solver_prompt
 from coevolve.world.toy.tokenizer import build_tokenizer
 

@@ -14,14 +14,7 @@ from coevolve.world.toy.causes import (
     problem_for_causes,
     shows_cause,
 )
-from coevolve.world.toy.pretrain import (
-    LEVEL_DIFFICULTY,
-    MixConfig,
-    build_base,
-    build_model,
-    default_cache_dir,
-    ensure_base,
-)
+from coevolve.world.toy.pretrain import MixConfig, build_base, build_model, default_cache_dir, ensure_base
 from coevolve.world.toy.problems import (
     LEVELS,
     WORLD_VERSION,
@@ -37,7 +30,7 @@ from coevolve.world.toy.problems import (
     sample_problems,
     sample_tasks,
 )
-from coevolve.world.toy.prompts import ToyPrompter
+from coevolve.world.toy.prompts import LEVEL_DIFFICULTY, ToyPrompter
 from coevolve.world.toy.tokenizer import build_tokenizer
 
 __all__ = [

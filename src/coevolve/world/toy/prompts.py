@@ -21,6 +21,10 @@ from coevolve.prompts import StopKind, fill_template
 from coevolve.types import Stop
 from coevolve.world.toy.problems import parse_toy_question
 
+# Rough difficulty (100 - sampled accuracy %) of each level for the prototype base: the
+# questioner's "D:" number during pretraining, so the number correlates with the anchor's level.
+LEVEL_DIFFICULTY: dict[int, float] = {1: 30.0, 2: 60.0, 3: 65.0, 4: 93.0}
+
 QUESTION_OPEN, QUESTION_CLOSE = "<question>", "</question>"
 DIAGNOSER_TEMPLATE = "DIAG:{question}={label}\nBAD:{bad}\nGOOD:{good}\nJSON:"
 """Short diagnosis prompt (the toy model's context is 256 characters)."""
