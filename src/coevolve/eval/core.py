@@ -199,17 +199,23 @@ def evaluate_tasks(
         _record(task, prompt, greedy_out[i][0], [run[i] for run in runs] if runs else None, grade, extract, group_key)
         for i, (task, prompt) in enumerate(zip(tasks, prompt_list))
     ]
+    return _scores(records, samples, repeats, bool(runs))
+
+
+def _scores(records: list[dict[str, Any]], samples: int, repeats: int, sampled: bool) -> EvalResult:
+    """The ``EvalResult`` of the graded records: greedy pass@1, and with ``sampled`` mean@k and
+    pass@k (over R runs: their means), overall and per group."""
     n = len(records)
-    sampled, sampled_any, sampled_runs = _sampled_scores(records, samples, repeats) if runs else (None, None, None)
+    mean_k, any_k, runs = _sampled_scores(records, samples, repeats) if sampled else (None, None, None)
     return EvalResult(
         greedy=sum(r["correct"] for r in records) / n,
-        sampled=sampled,
+        sampled=mean_k,
         n=n,
         records=records,
         samples=samples,
-        sampled_any=sampled_any,
-        by_group=_by_group(records, bool(runs)),
-        sampled_runs=sampled_runs,
+        sampled_any=any_k,
+        by_group=_by_group(records, sampled),
+        sampled_runs=runs,
     )
 
 

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from coevolve.config import load_config
 from coevolve.config.presets import preset_roots
@@ -313,6 +314,40 @@ def _arg_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _study_spec(a: argparse.Namespace, cells: list[st.Cell], spec_path: Path) -> dict[str, Any]:
+    """The study's setting (preset, overrides, source of the runs): with --report-only the one the
+    runs were made with (``spec_path``), else this command's, written there after the grid is
+    checked (``RunStateError`` / ``ConfigError``); runs an earlier invocation adopted stay listed."""
+    try:
+        preset = str(a.preset.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        preset = str(a.preset)
+    spec: dict[str, Any] = {"preset": preset, "overrides": a.overrides, "src": str(a.src)}
+    if a.report_only and spec_path.is_file():  # the setting the runs were made with, not this command's
+        return json.loads(spec_path.read_text(encoding="utf-8"))
+    if a.report_only:
+        return spec
+    # a run a killed study started must end before this one starts its cell again
+    check_children(a.out)
+    if a.src == SRC:  # another checkout's runs may need fields this coevolve does not know
+        check_grid(cells, a.preset, a.overrides)
+    a.out.mkdir(parents=True, exist_ok=True)
+    if spec_path.is_file():  # runs adopted by an earlier invocation stay listed
+        spec["adopted"] = json.loads(spec_path.read_text(encoding="utf-8")).get("adopted", [])
+    spec_path.write_text(json.dumps(spec) + "\n", encoding="utf-8")
+    return spec
+
+
+def _setting(spec: dict[str, Any], cells: list[st.Cell], seeds: list[int], variants: list[st.Variant]) -> list[str]:
+    """The report's setting lines."""
+    return [
+        f"- preset: `{spec['preset']}` ({', '.join(sorted({c.variant.config for c in cells}))})",
+        f"- overrides on every run: `{' '.join(spec['overrides']) or '(none)'}`",
+        *([f"- coevolve source of the runs: `{spec['src']}`"] if spec.get("src") != str(SRC) else []),
+        f"- seeds: {' '.join(map(str, seeds))}; variants: {', '.join(v.name for v in variants)}",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     a = _arg_parser().parse_args(argv)
     a.out_md = a.out_md or a.out / ("skill_study.md" if a.declaration == "skill" else "study.md")
@@ -329,24 +364,10 @@ def main(argv: list[str] | None = None) -> int:
 
     spec_path = a.out / "study_spec.json"
     try:
-        preset = str(a.preset.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        preset = str(a.preset)
-    spec = {"preset": preset, "overrides": a.overrides, "src": str(a.src)}
-    if a.report_only and spec_path.is_file():  # the setting the runs were made with, not this command's
-        spec = json.loads(spec_path.read_text(encoding="utf-8"))
-    elif not a.report_only:
-        try:  # a run a killed study started must end before this one starts its cell again
-            check_children(a.out)
-            if a.src == SRC:  # another checkout's runs may need fields this coevolve does not know
-                check_grid(cells, a.preset, a.overrides)
-        except (RunStateError, ConfigError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        a.out.mkdir(parents=True, exist_ok=True)
-        if spec_path.is_file():  # runs adopted by an earlier invocation stay listed
-            spec["adopted"] = json.loads(spec_path.read_text(encoding="utf-8")).get("adopted", [])
-        spec_path.write_text(json.dumps(spec) + "\n", encoding="utf-8")
+        spec = _study_spec(a, cells, spec_path)
+    except (RunStateError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     adopted = adopt_runs(cells, a.adopt, a.preset, a.overrides, a.src, a.adopt_ignore, log) if a.adopt else []
     if adopted:
         prev = spec.get("adopted", [])
@@ -359,12 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             cells, a.preset, a.overrides, stop_deadline(a.stop_at, dt.datetime.now(dt.UTC)), log, a.src, record=a.out
         )
     )
-    setting = [
-        f"- preset: `{spec['preset']}` ({', '.join(sorted({c.variant.config for c in cells}))})",
-        f"- overrides on every run: `{' '.join(spec['overrides']) or '(none)'}`",
-        *([f"- coevolve source of the runs: `{spec['src']}`"] if spec.get("src") != str(SRC) else []),
-        f"- seeds: {' '.join(map(str, a.seeds))}; variants: {', '.join(v.name for v in variants)}",
-    ]
+    setting = _setting(spec, cells, a.seeds, variants)
     notes = [*a.note, *spec.get("adopted", []), *(f"- failed: {f}" for f in failures)]
     command = regenerate_command(a, spec["preset"])
     if a.declaration == "skill":
