@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from coevolve.errors import RunStateError
-from coevolve.lab.report import eval_series, load_run, pass_rate_hists, write_report
+from coevolve.lab.report import write_report
+from coevolve.lab.run_view import eval_series, load_run, pass_rate_hists
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -200,7 +200,8 @@ def write_report(
     cells: list[st.Cell], out: Path, out_md: Path, setting: list[str], notes: list[str], command: str
 ) -> Path:
     """study.json in ``out`` and the markdown (+ its figure) at ``out_md``."""
-    from coevolve.lab.report import compute_curve, load_run, plot_compute
+    from coevolve.lab.plots import plot_compute
+    from coevolve.lab.run_view import compute_curve, load_run
 
     results, missing = st.read_results(cells)
     variants = list(dict.fromkeys(c.variant.name for c in cells))
