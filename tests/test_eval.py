@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from coevolve.answers.extract import last_boxed
 from coevolve.errors import ConfigError, DataError
 from coevolve.eval import benchmarks as B
 from coevolve.eval.core import EvalResult, evaluate_tasks
@@ -114,7 +115,7 @@ class BoxedGrader:
     """Math grading by exact last-box match (no math-verify), with the grader interface."""
 
     def grade(self, gold: str, text: str) -> bool:
-        return B.last_boxed(text) == gold
+        return last_boxed(text) == gold
 
 
 @pytest.mark.parametrize(
@@ -165,9 +166,9 @@ def test_bbeh_grading(gold: str, text: str, want: bool) -> None:
 
 
 def test_last_boxed_nested() -> None:
-    assert B.last_boxed("\\boxed{1} then \\boxed{\\frac{a}{b}}") == "\\frac{a}{b}"
-    assert B.last_boxed("\\boxed{unclosed") is None
-    assert B.last_boxed("nothing") is None
+    assert last_boxed("\\boxed{1} then \\boxed{\\frac{a}{b}}") == "\\frac{a}{b}"
+    assert last_boxed("\\boxed{unclosed") is None
+    assert last_boxed("nothing") is None
 
 
 def _write_jsonl(path: Path, rows: list, gz: bool = False) -> Path:
