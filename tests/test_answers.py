@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import threading
 import time
@@ -23,6 +24,13 @@ def hang_on_marker(pairs: list[tuple[str, str]], both_directions: bool) -> bool:
     """Worker function for the timeout test: sleeps forever when the gold contains HANG."""
     if "HANG" in pairs[0][0]:
         time.sleep(10_000)
+    return verify_any(pairs, both_directions)
+
+
+def crash_on_marker(pairs: list[tuple[str, str]], both_directions: bool) -> bool:
+    """Worker function for the crash test: the process dies when the gold contains CRASH."""
+    if "CRASH" in pairs[0][0]:
+        os._exit(1)
     return verify_any(pairs, both_directions)
 
 
@@ -245,6 +253,26 @@ def test_hard_timeout_restarts_worker() -> None:
         assert g.stats.timeouts == 1
         assert g.is_equiv("\\sqrt{9}", "3", timeout=60)  # a fresh worker answers again
         assert g.stats.restarts == 1
+
+
+def test_a_timeout_or_a_crash_replaces_the_workers_child_not_the_worker() -> None:
+    """The worker is a fork server: after a timeout or a crash a forked child takes over and the
+    worker process (math-verify imported once) stays, so a straggler costs no re-import."""
+    with Grader(timeout=1.0, verify_fn=f"{__name__}:hang_on_marker") as g:
+        assert g.is_equiv("\\sqrt{4}", "2", timeout=60)
+        assert g._proc is not None
+        server = g._proc.pid
+        assert g.is_equiv("\\sqrt{HANG}", "y") is False
+        assert g.is_equiv("\\sqrt{9}", "3", timeout=60) and g.is_equiv("\\sqrt{HANG}", "y") is False
+        assert g.is_equiv("\\sqrt{16}", "4", timeout=60)
+        assert g._proc.pid == server and g.stats.timeouts == 2 and g.stats.restarts == 2
+    with Grader(timeout=60.0, verify_fn=f"{__name__}:crash_on_marker") as g:
+        assert g.is_equiv("\\sqrt{4}", "2")
+        assert g._proc is not None
+        server = g._proc.pid
+        assert g.is_equiv("\\sqrt{CRASH}", "y") is False
+        assert g.is_equiv("\\sqrt{9}", "3")
+        assert g._proc.pid == server and g.stats.errors == 1 and g.stats.restarts == 1
 
 
 def test_timeout_from_a_thread() -> None:
@@ -738,9 +766,9 @@ def test_the_pool_hands_out_answers_one_by_one_so_a_straggler_holds_one_worker()
 
 
 def test_a_worker_over_its_memory_limit_is_not_equal_counted_and_replaced() -> None:
-    """sympy expands (x+1)^{99999} to ~580 MB until the timeout; under the limit the request ends
+    """sympy expands (x+1)^{99999} to ~580 MB until the timeout; under a limit the request ends
     early as "not equal", counted, and the next request gets a fresh worker."""
-    with Grader(timeout=30.0, memory_mb=300) as g:
+    with Grader(timeout=30.0, memory_mb=200) as g:  # reached well before math-verify's own 5 s alarm, even loaded
         t0 = time.perf_counter()
         assert not g.is_equiv("(x+1)^{99999}", "(x+1)^{99}")
         assert g.stats.memory == 1 and g.stats.timeouts == 0 and time.perf_counter() - t0 < 25

@@ -50,7 +50,7 @@ from coevolve.types import Vote
 
 from .extract import answer_or_whole, extract_answer
 from .normalize import Canon, canon, cheap_equiv, matching_brace
-from .worker import DEFAULT_VERIFY_FN, WORKER_MEMORY_MB, wrap_latex
+from .worker import DEFAULT_VERIFY_FN, KILL_CHILD, WORKER_MEMORY_MB, wrap_latex
 
 
 @dataclass
@@ -62,7 +62,7 @@ class GraderStats:
     worker_calls: int = 0  # requests sent to math-verify
     timeouts: int = 0  # requests killed at the wall-clock limit (counted as "not equal")
     errors: int = 0  # worker crashes / exceptions (counted as "not equal")
-    restarts: int = 0  # worker processes started after the first
+    restarts: int = 0  # worker children forked (or worker processes started) after the first
     memory: int = 0  # requests that ran past the worker's memory limit (counted as "not equal")
     too_long: int = 0  # comparisons with an answer over_limit (long/deep/huge): "not equal" unless equal as strings
     worker_seconds: float = 0.0  # wall time spent waiting for the worker
@@ -236,7 +236,8 @@ def _single(text: str) -> bool:
 
 
 class Grader:
-    """Owns one math-verify worker process; thread-safe; restarts the worker after a timeout.
+    """Owns one math-verify worker process; thread-safe; replaces the worker's child after a timeout
+    (a fork, ``worker.serve_forked``) and the whole worker when it stops answering.
 
     ``timeout`` is the default wall-clock budget per math-verify request; ``verify_fn`` is the
     ``"module:function"`` the worker runs (tests inject a hanging one); ``start_timeout`` bounds
@@ -265,6 +266,8 @@ class Grader:
         self._send: Connection | None = None
         self._recv: Connection | None = None
         self._started = 0
+        self._ready = False  # the worker's current child has said "ready"
+        self._number = 0  # of the last request, echoed in its reply
 
     # ------------------------------------------------------------------ worker management
     def _start(self) -> None:
@@ -287,25 +290,44 @@ class Grader:
         finally:
             os.close(p2c_r)
             os.close(c2p_w)
-        send = Connection(p2c_w, readable=False)
-        recv = Connection(c2p_r, writable=False)
-        self._proc, self._send, self._recv = proc, send, recv
+        self._proc = proc
+        self._send = Connection(p2c_w, readable=False)
+        self._recv = Connection(c2p_r, writable=False)
         if self._started:
             self.stats.restarts += 1
         self._started += 1
-        try:
-            ready = recv.poll(self.start_timeout)
-            msg = recv.recv() if ready else None
-        except (EOFError, OSError):
-            msg = None
-        if msg is None or msg[0] != "ready":
+        if not self._await_ready(self.start_timeout):
             self._kill()
             raise GraderError(
                 f"math-verify worker did not start within {self.start_timeout:.0f}s "
                 f"(verify_fn={self.verify_fn!r}, python={sys.executable})"
             )
 
+    def _await_ready(self, timeout: float) -> bool:
+        """Wait for the worker's next child to say it is ready, dropping replies of a child that
+        was killed after writing them; False when none comes (the worker is gone or stuck)."""
+        deadline = time.monotonic() + timeout
+        assert self._recv is not None
+        try:
+            while self._recv.poll(max(0.0, deadline - time.monotonic())):
+                if self._recv.recv()[1] == "ready":
+                    self._ready = True
+                    return True
+        except (EOFError, OSError):
+            pass
+        return False
+
+    def _replace_child(self, kill: bool) -> None:
+        """The worker's child ended its service (or is killed now, ``kill``): the fork server
+        forks a fresh one, which the next request waits for."""
+        self._ready = False
+        self.stats.restarts += 1
+        if kill and self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(KILL_CHILD)
+
     def _kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(KILL_CHILD)  # its child dies with it too (PR_SET_PDEATHSIG)
         for conn in (self._send, self._recv):
             if conn is not None:
                 try:
@@ -317,32 +339,44 @@ class Grader:
                 self._proc.kill()
             self._proc.wait()
         self._proc = self._send = self._recv = None
+        self._ready = False
 
     def _request(self, args: tuple[Any, ...], timeout: float) -> Any:
-        """One worker call; returns None on timeout/crash (worker killed, restarted lazily)."""
+        """One worker call; returns None on timeout/crash (the child killed, a fresh one forked)."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._kill()
                 self._start()
+            elif not self._ready and not self._await_ready(self.start_timeout):
+                self._kill()
+                self._start()
             assert self._send is not None and self._recv is not None
             self.stats.worker_calls += 1
+            self._number += 1
             t0 = time.perf_counter()
             try:
-                self._send.send((args, {}))
-                if not self._recv.poll(timeout):
-                    self.stats.timeouts += 1
-                    self._kill()
-                    return None
-                status, value = self._recv.recv()
+                self._send.send((self._number, args, {}))
+                while True:
+                    if not self._recv.poll(max(0.0, timeout - (time.perf_counter() - t0))):
+                        self.stats.timeouts += 1
+                        self._replace_child(kill=True)
+                        return None
+                    number, status, value = self._recv.recv()
+                    if status == "ready":  # the child died on this request (a crash): its successor is up
+                        self.stats.errors += 1
+                        self.stats.restarts += 1
+                        return None
+                    if number == self._number:
+                        break
             except (EOFError, OSError, BrokenPipeError):
                 self.stats.errors += 1
                 self._kill()
                 return None
             finally:
                 self.stats.worker_seconds += time.perf_counter() - t0
-            if status == "memory":  # a fresh worker gives the next request the whole limit again
+            if status == "memory":  # a fresh child gives the next request the whole limit again
                 self.stats.memory += 1
-                self._kill()
+                self._replace_child(kill=False)
                 return None
             if status != "ok":
                 self.stats.errors += 1

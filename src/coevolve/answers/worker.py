@@ -2,17 +2,28 @@
 
 Why a process: math-verify's own timeouts use ``signal.alarm`` (main thread only) and sympy can
 loop for minutes on adversarial LaTeX (R-Zero / EasyR1 report hung runs). The parent talks to
-one child over a pipe and kills + restarts it when a call exceeds its wall-clock budget, so no
-input can hang or crash the trainer, and it works from any thread.
+one child over a pipe and kills it when a call exceeds its wall-clock budget, so no input can
+hang or crash the trainer, and it works from any thread.
 
-The child runs ``verify_fn`` (a ``"module:function"`` path, resolved in the child) on each
+The worker is a fork server: the process the parent starts imports math-verify once and serves
+through a forked child; when that child ends other than by shutdown (killed at the parent's
+timeout, over the memory limit, crashed), the server forks a fresh one at once, while the parent
+goes on. Why: a new interpreter re-imports sympy (0.5-1 s of CPU per straggler, on the cores the
+batch needs); a fork costs milliseconds. Messages carry the request's number, so a reply written
+just before its child was killed is never taken for the next request's.
+
+The child runs ``verify_fn`` (a ``"module:function"`` path, resolved in the worker) on each
 request. The default is ``verify_any`` below; tests inject a function that never returns.
 """
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import importlib
+import os
 import resource
+import signal
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from multiprocessing.connection import Connection
@@ -130,10 +141,10 @@ def resolve(path: str) -> Callable[..., Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Child entry point: ``python -c '...main()' <read_fd> <write_fd> <verify_fn> [<memory MB>]``
+    """Worker entry point: ``python -c '...main()' <read_fd> <write_fd> <verify_fn> [<memory MB>]``
     (a memory limit of 0: none).
 
-    Runs under ``subprocess`` rather than ``multiprocessing`` so the child never re-imports the
+    Runs under ``subprocess`` rather than ``multiprocessing`` so the worker never re-imports the
     parent's ``__main__`` (scripts without a main guard, pytest, notebooks all work).
     """
     import logging
@@ -146,8 +157,67 @@ def main(argv: Sequence[str] | None = None) -> None:
     limit = (int(args[3]) if len(args) > 3 else WORKER_MEMORY_MB) * 2**20
     if limit > 0:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    fn = resolve(verify_fn)
+    if verify_fn == DEFAULT_VERIFY_FN:
+        import math_verify  # noqa: F401  (imported once, before any child is forked)
     with Connection(r_fd, writable=False) as rconn, Connection(w_fd, readable=False) as wconn:
-        serve_split(rconn, wconn, verify_fn, limit)
+        serve_forked(rconn, wconn, fn, limit)
+    # the child that served ran the exit handlers; the server's would overwrite its fault counts
+    # (run.faults names the file by the pid the server had when it armed them)
+    os._exit(0)
+
+
+KILL_CHILD = signal.SIGUSR1
+"""The signal the parent sends the fork server to kill its current child (the server's own child,
+so the parent never signals a pid that may have been reused)."""
+_SHUTDOWN, _REPLACE = 0, 3  # a child's exit codes: the parent said stop / a fresh child is needed
+
+
+def serve_forked(rconn: Connection, wconn: Connection, fn: Callable[..., Any], memory_limit: int = 0) -> None:
+    """Fork a child that ``serve_split`` s; fork a fresh one whenever a child ends other than by
+    shutdown; return when one shuts down (the parent sent ``None`` or closed its end)."""
+    child = 0
+
+    def kill_child(_signum: int, _frame: object) -> None:
+        if child:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(KILL_CHILD, kill_child)
+    while True:
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(KILL_CHILD, signal.SIG_DFL)
+            _die_with_parent()
+            code = _REPLACE
+            try:
+                code = serve_split(rconn, wconn, fn, memory_limit)
+            finally:
+                if code == _SHUTDOWN:
+                    atexit._run_exitfuncs()  # fault counting (run.faults) writes its file at exit
+                os._exit(code)
+        child = pid
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except ChildProcessError:
+                status = 0
+                break
+        child = 0
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _SHUTDOWN:
+            return
+
+
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGKILL when the fork server dies (the parent kills the server on
+    close or when it stops answering; a child busy on a straggler must not outlive it)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def peak_memory() -> int | None:
@@ -165,33 +235,36 @@ def peak_memory() -> int | None:
 _LIMIT_SLACK = 16 * 2**20  # a peak this close to the limit means an allocation hit it
 
 
-def serve_split(rconn: Connection, wconn: Connection, verify_fn: str, memory_limit: int = 0) -> None:
-    """``serve`` over two one-way connections (the parent holds the other ends).
+def serve_split(rconn: Connection, wconn: Connection, fn: Callable[..., Any], memory_limit: int = 0) -> int:
+    """Serve requests ``(number, args, kwargs)`` with replies ``(number, status, value)`` over two
+    one-way connections (the parent holds the other ends), after ``(0, "ready", pid)``; return the
+    exit code for the fork server: ``_SHUTDOWN`` when the parent stops, ``_REPLACE`` after a request
+    that hit the memory limit (a fresh child gets the whole limit again).
 
-    A request that hit ``memory_limit`` (bytes; 0: none) answers ``("memory", None)``: either its
+    A request that hit ``memory_limit`` (bytes; 0: none) answers ``"memory"``: either its
     MemoryError reached here, or math-verify caught it inside (it catches every exception) and the
-    process's peak address space reached the limit during the request. The parent then counts it
-    and starts a fresh worker."""
-    fn = resolve(verify_fn)
-    if verify_fn == DEFAULT_VERIFY_FN:
-        import math_verify  # noqa: F401  (warm the sympy/antlr import before "ready")
-    wconn.send(("ready", None))
+    process's peak address space reached the limit during the request."""
+    wconn.send((0, "ready", os.getpid()))
     while True:
         try:
             msg = rconn.recv()
         except (EOFError, OSError):
-            return
+            return _SHUTDOWN
         if msg is None:
-            return
-        args, kwargs = msg
+            return _SHUTDOWN
+        number, args, kwargs = msg
         fault_point("worker")
         peak0 = peak_memory() if memory_limit else None
         try:
             value = fn(*args, **kwargs)
             peak = peak_memory() if peak0 is not None else None
             hit = peak is not None and peak > peak0 and peak >= memory_limit - _LIMIT_SLACK  # type: ignore[operator]
-            wconn.send(("memory", None) if hit else ("ok", value))
+            if hit:
+                wconn.send((number, "memory", None))
+                return _REPLACE
+            wconn.send((number, "ok", value))
         except MemoryError:
-            wconn.send(("memory", None))
+            wconn.send((number, "memory", None))
+            return _REPLACE
         except Exception as exc:  # noqa: BLE001 - reported to the parent as an error
-            wconn.send(("err", f"{type(exc).__name__}: {exc}"))
+            wconn.send((number, "err", f"{type(exc).__name__}: {exc}"))
