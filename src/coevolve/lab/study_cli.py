@@ -37,7 +37,10 @@ from coevolve.config import load_config
 from coevolve.config.presets import preset_roots
 from coevolve.errors import ConfigError, RunStateError
 from coevolve.extras import check_extras
+from coevolve.lab import skill_study
 from coevolve.lab import study as st
+from coevolve.lab.plots import plot_compute
+from coevolve.lab.run_view import compute_curve, load_run
 from coevolve.lab.study_markdown import render_markdown, study_json
 from coevolve.run.children import check_children, run_child
 
@@ -200,8 +203,6 @@ def write_report(
     cells: list[st.Cell], out: Path, out_md: Path, setting: list[str], notes: list[str], command: str
 ) -> Path:
     """study.json in ``out`` and the markdown (+ its figure) at ``out_md``."""
-    from coevolve.lab.plots import plot_compute
-    from coevolve.lab.run_view import compute_curve, load_run
 
     results, missing = st.read_results(cells)
     variants = list(dict.fromkeys(c.variant.name for c in cells))
@@ -247,8 +248,6 @@ def write_skill_report(
     cells: list[st.Cell], out: Path, out_md: Path, setting: list[str], notes: list[str], command: str
 ) -> Path:
     """skill_study.json in ``out`` and the skill study's markdown at ``out_md``."""
-    from coevolve.lab import skill_study
-
     results, missing = st.read_results(cells)
     md, data = skill_study.render(results, missing, setting, notes, command=command)
     data = {"generated_by": command, **data}
