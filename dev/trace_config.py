@@ -34,7 +34,7 @@ from layers import floor_of, package  # noqa: E402  (dev/layers.py, beside this 
 
 
 def module_of(filename: str) -> str | None:
-    """``.../src/coevolve/recipes/common.py`` -> ``coevolve.recipes.common``; None outside coevolve."""
+    """``.../src/coevolve/recipes/setup.py`` -> ``coevolve.recipes.setup``; None outside coevolve."""
     parts = Path(filename).with_suffix("").parts
     if "coevolve" not in parts:
         return None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.config import RECIPES, RecipeConfig, dump_yaml, load_config
+from coevolve.config import CONFIGS, RecipeConfig, dump_yaml, load_config
 from coevolve.config.base import parse_override
 from coevolve.errors import ConfigError
 
@@ -90,7 +90,7 @@ def test_every_shipped_config_loads():
         if "recipe" in data:
             load_config(None, f)
         elif set(data) <= set(RecipeConfig.model_fields):  # a partial config (sections only): any recipe
-            for recipe in RECIPES:
+            for recipe in CONFIGS:
                 load_config(recipe, f, ["model.path=/models/some-real-model"])
         else:  # ablation files: {name: [override, ...]} or {variants: {name: [...]}}
             assert all(isinstance(v, (list, dict)) for v in data.values()), f
@@ -125,7 +125,7 @@ def test_shipped_configs_name_every_field_as_it_is_named_now():
 
     files = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs").glob("*/*.yaml"))
     assert any(f.parent.name == "skill" for f in files)
-    classes = {r: type(load_config(r)) for r in RECIPES}
+    classes = {r: type(load_config(r)) for r in CONFIGS}
     for f in files:
         data = yaml.safe_load(f.read_text())
         if not set(data) <= set(RecipeConfig.model_fields) | {"recipe"} | {

@@ -80,7 +80,8 @@ def test_a_cut_off_derivation_does_not_pass_an_anchor() -> None:
 def test_cut_off_share_per_phase_in_metrics_summary_report_and_a_warning(tmp_path) -> None:
     from coevolve.lab.report import render_markdown
     from coevolve.lab.run_view import load_run
-    from coevolve.recipes.common import BUDGET_FIELDS, write_summary
+    from coevolve.recipes.setup import BUDGET_FIELDS
+    from coevolve.recipes.summary import write_summary
     from coevolve.run import Phase, PhaseResult, Run
     from coevolve.run.compute import Compute, MeteredSampler, cut_off_warning
 

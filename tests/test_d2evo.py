@@ -234,9 +234,9 @@ def test_ablations_run(tmp_path: Path, ablation: list[str]) -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("toy_base")  # the runs' model, built before any run starts
 def test_malformed_questioner_output_scores_zero_and_is_saved(tmp_path: Path, monkeypatch) -> None:
-    from coevolve.recipes import common
+    from coevolve.recipes import setup
 
-    real = common.make_world
+    real = setup.make_world
 
     class Flaky:
         """Every other completion is unparseable (as a broken questioner would write)."""
@@ -256,7 +256,7 @@ def test_malformed_questioner_output_scores_zero_and_is_saved(tmp_path: Path, mo
         world.prompter = Flaky(world.prompter)
         return world
 
-    monkeypatch.setattr(common, "make_world", flaky_world)
+    monkeypatch.setattr(setup, "make_world", flaky_world)
     _, run = _run(tmp_path, "flaky", TINY)
     gen = run.read_jsonl("round_01/questioner_generated.jsonl")
     bad = [g for g in gen if not g["well_formed"]]

@@ -22,7 +22,7 @@ from coevolve.engine.servable import unservable, unservable_frozen
 from coevolve.errors import ConfigError
 from coevolve.loop import PhaseParkedSampler
 from coevolve.plan import DEVICES, GiB, make_plan
-from coevolve.recipes.common import Setup
+from coevolve.recipes.setup import Setup
 from coevolve.run import Run
 from coevolve.run.compute import unmetered
 from coevolve.types import SamplingParams

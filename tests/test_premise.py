@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import coevolve.recipes.premise as P
 from coevolve.lab.report import _premise_section
-from coevolve.recipes import common
+from coevolve.recipes import summary
 from coevolve.run import Phase, PhaseResult, Run
 from coevolve.training import StepBook
 
@@ -38,7 +38,7 @@ def _run(tmp_path: Path, kept: float) -> dict:
         run.phase(Phase("questioner", t), lambda ctx: PhaseResult({"in_band": 0.5}, rollouts=1))
         run.phase(Phase("buffer", t), lambda ctx, a=acc: PhaseResult({"oracle_acc_kept": a}, rollouts=1))
         run.phase(Phase("solver", t), lambda ctx: PhaseResult({"zero_variance": 0.25}, rollouts=1))
-    return common.write_summary(run)
+    return summary.write_summary(run)
 
 
 def test_summary_and_report_show_the_premise_and_warn_below_half(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from coevolve.answers import Grader
 from coevolve.config import load_config
 from coevolve.curriculum import PassRecord, VoteRecord
 from coevolve.curriculum.proposals import WriterBatch
-from coevolve.recipes import common, d2evo
+from coevolve.recipes import d2evo, evaluation, setup, summary
 from coevolve.run import Phase, PhaseResult, Run
 from coevolve.training import match_reward
 from coevolve.types import Completion, Task
@@ -29,19 +29,19 @@ def grader():
         yield g
 
 
-def _setup(tmp_path: Path, recipe: str, overrides: list[str]) -> common.Setup:
+def _setup(tmp_path: Path, recipe: str, overrides: list[str]) -> setup.Setup:
     """A Setup that holds only the config and the run folder: enough for phases that read and
     write artefacts but touch no model, world or grader."""
     cfg = load_config(recipe, None, overrides)
     run = Run.create(tmp_path / "run", "recipe: x\n", recipe, seed=cfg.run.seed, say=lambda m: None)
-    return common.Setup(cfg, run, world=None, grader=None, base=None, engine=None, trainer=None)  # type: ignore[arg-type]
+    return setup.Setup(cfg, run, world=None, grader=None, base=None, engine=None, trainer=None)  # type: ignore[arg-type]
 
 
-def _d2(s: common.Setup) -> d2evo.D2Evo:
+def _d2(s: setup.Setup) -> d2evo.D2Evo:
     return d2evo.D2Evo(s, solver=None, questioner=None, pool=[])  # type: ignore[arg-type]
 
 
-def _difficulty(s: common.Setup, t: int, rates: dict[str, float], n: int = 8) -> None:
+def _difficulty(s: setup.Setup, t: int, rates: dict[str, float], n: int = 8) -> None:
     recs = [PassRecord.from_counts(Task(tid, f"q {tid}", "1"), round(r * n), n) for tid, r in rates.items()]
     s.run.write_jsonl(s.run.path / f"round_{t:02d}" / "difficulty.jsonl", [r.to_dict() for r in recs])
 
@@ -123,7 +123,7 @@ def test_write_summary_from_the_phase_records(tmp_path: Path) -> None:
     run.phase(Phase("solver", 2), lambda ctx: PhaseResult({"reward_mean": 0.0}, rollouts=16, problem="no update"))
     run.phase(Phase("eval", 2), lambda ctx: PhaseResult(ev(0.75), rollouts=4))
     run.phase(Phase.final("difficulty"), lambda ctx: PhaseResult({"pool_size": 9}, rollouts=72))
-    s = common.write_summary(run, {"note": "x"})
+    s = summary.write_summary(run, {"note": "x"})
     assert s == json.loads((run.path / "summary.json").read_text())
     assert (
         s["recipe"] == "grpo" and s["ok"] is False and s["problems"] == [{"phase": "02/solver", "problem": "no update"}]
@@ -140,8 +140,8 @@ def test_write_summary_from_the_phase_records(tmp_path: Path) -> None:
 def test_eval_due() -> None:
     every = load_config("d2evo", None, ["rounds=3"])
     last = load_config("d2evo", None, ["rounds=3", "eval.every_round=false"])
-    assert [common.eval_due(every, Phase("eval", t)) for t in (1, 2, 3)] == [True, True, True]
-    assert [common.eval_due(last, Phase("eval", t)) for t in (1, 2, 3)] == [False, False, True]
+    assert [evaluation.eval_due(every, Phase("eval", t)) for t in (1, 2, 3)] == [True, True, True]
+    assert [evaluation.eval_due(last, Phase("eval", t)) for t in (1, 2, 3)] == [False, False, True]
 
 
 def test_grpo_config_is_the_full_data_baseline() -> None:

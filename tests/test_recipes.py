@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from coevolve.config import load_config, recipe_of
+from coevolve.config import load_config
 from coevolve.recipes.declare import Recipe, Rollouts, Step, Training, Work
+from coevolve.recipes.registry import recipe_of
 from coevolve.run import Run
 
 torch.set_num_threads(1)

@@ -152,7 +152,7 @@ def test_open_removes_what_a_killed_writer_left(tmp_path):
     orphans = [root / "round_01" / ".pool.jsonl.k3j2.tmp", root / ".state.json.x9.tmp"]
     for f in orphans:
         f.write_text("half")
-    staging = root / "checkpoints" / ".solver_r01.tmp"  # recipes.common stages a checkpoint here
+    staging = root / "checkpoints" / ".solver_r01.tmp"  # recipes.setup stages a checkpoint here
     (staging / "model").mkdir(parents=True)
     (staging / "model" / "model.safetensors").write_bytes(b"half")
     keep = [root / "round_01" / "notes.tmp", root / "round_01" / ".hidden", root / "round_01" / "pool.jsonl"]

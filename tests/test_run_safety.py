@@ -297,7 +297,7 @@ def test_more_solver_steps_continue_only_a_phase_nothing_trained_on(tmp_path):
 
     order = [
         p.key
-        for p in __import__("coevolve.config", fromlist=["recipe_of"])
+        for p in __import__("coevolve.recipes.registry", fromlist=["recipe_of"])
         .recipe_of("d2evo")
         .phase_list(load_config("d2evo", None, ["rounds=2"]))
     ]

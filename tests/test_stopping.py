@@ -199,7 +199,7 @@ def test_config_checks(tmp_path: Path) -> None:
 
 
 def test_probe_is_declared_and_counted_by_the_plan() -> None:
-    from coevolve.config import recipe_of
+    from coevolve.recipes.registry import recipe_of
 
     for recipe in ("diagevo", "d2evo"):
         cfg = load_config(recipe, None, ["rounds=2"])

@@ -11,13 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from coevolve.config import recipe_of
 from coevolve.config.base import RecipeConfig, is_toy_model
 from coevolve.engine import check_engine
 from coevolve.engine.servable import unservable_frozen
 from coevolve.errors import ConfigError, DataError, ModelLoadError
 from coevolve.extras import check_extras
 from coevolve.plan import preflight_problems
+from coevolve.recipes.registry import recipe_of
 from coevolve.schema import WriterReward
 from coevolve.world.facts import WORLDS, world_of_config
 

@@ -10,34 +10,23 @@ from coevolve.config.base import DEFAULTS, Layer, RecipeConfig, build_config, du
 from coevolve.config.presets import find_preset, is_preset_name, preset_label, real_model_given
 from coevolve.errors import ConfigError, did_you_mean
 
-# recipe name -> (config class, the recipe's declaration ``recipes.declare.Recipe``); imported
-# lazily so one broken recipe cannot break the CLI.
-RECIPES: dict[str, tuple[str, str]] = {
-    "grpo": ("coevolve.config.grpo:GRPOConfig", "coevolve.recipes.grpo:RECIPE"),
-    "d2evo": ("coevolve.config.d2evo:D2EvoConfig", "coevolve.recipes.d2evo:RECIPE"),
-    "diagevo": ("coevolve.config.diagevo:DiagEvoConfig", "coevolve.recipes.diagevo:RECIPE"),
+CONFIGS: dict[str, str] = {
+    "grpo": "coevolve.config.grpo:GRPOConfig",
+    "d2evo": "coevolve.config.d2evo:D2EvoConfig",
+    "diagevo": "coevolve.config.diagevo:DiagEvoConfig",
 }
-
-
-def _resolve(ref: str):
-    mod, _, name = ref.partition(":")
-    return getattr(importlib.import_module(mod), name)
+"""Recipe name -> its config class, imported lazily so one broken recipe cannot break the CLI (the
+recipes' declarations are named by their own registry, ``recipes.registry.RECIPES``)."""
 
 
 def config_class(recipe: str) -> type[RecipeConfig]:
-    if recipe not in RECIPES:
-        raise ConfigError(f"unknown recipe {recipe!r}{did_you_mean(recipe, RECIPES)} (known: {', '.join(RECIPES)})")
+    if recipe not in CONFIGS:
+        raise ConfigError(f"unknown recipe {recipe!r}{did_you_mean(recipe, CONFIGS)} (known: {', '.join(CONFIGS)})")
+    mod, _, name = CONFIGS[recipe].partition(":")
     try:
-        return _resolve(RECIPES[recipe][0])
+        return getattr(importlib.import_module(mod), name)
     except ModuleNotFoundError as e:
         raise ConfigError(f"recipe {recipe!r} is not available in this build ({e})") from None
-
-
-def recipe_of(recipe: str):
-    """The recipe's declaration (``recipes.declare.Recipe``): its phases, roles and work, from
-    which the run loop, the phase list and the cost model are derived."""
-    config_class(recipe)
-    return _resolve(RECIPES[recipe][1])
 
 
 def load_config(
@@ -111,13 +100,4 @@ def load_saved_config(
     ), dropped
 
 
-__all__ = [
-    "RECIPES",
-    "RecipeConfig",
-    "config_class",
-    "recipe_of",
-    "load_config",
-    "load_saved_config",
-    "dump_yaml",
-    "find_preset",
-]
+__all__ = ["CONFIGS", "RecipeConfig", "config_class", "load_config", "load_saved_config", "dump_yaml", "find_preset"]

@@ -1,5 +1,5 @@
 """Which model folders a run's vLLM engine can serve, decided before any work (``preflight``,
-``coevolve plan``) and when a frozen model is loaded (``recipes.common.Setup.load``).
+``coevolve plan``) and when a frozen model is loaded (``recipes.setup.Setup.load``).
 
 One vLLM engine per process serves every model of a run as a weight version (``engine.vllm``):
 a frozen model folder (a judge, DiagEvo's diagnoser) whose architecture, shapes, context, rope,

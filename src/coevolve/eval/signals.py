@@ -3,7 +3,7 @@
 Neither paper chooses its final round automatically: DiagEvo's math average peaks at round 5
 (72.3) and falls to 72.0 / 71.4 at rounds 6 / 7 (picked by hand, a limit the paper names);
 D²Evo runs a fixed 3 rounds. After every round the solver answers a fixed *probe* set that is
-never trained on (``recipes.common.phase_probe``), and this module turns those answers into
+never trained on (``recipes.probe.phase_probe``), and this module turns those answers into
 figures that need no gold label, then picks a round from them.
 
 Per probe question i with n answers, of which u_i are unparseable and the parseable ones fall

@@ -75,7 +75,7 @@ class PhaseWork:
 def phases(cfg: Any, toy: bool) -> list[PhaseWork]:
     """The recipe's phases that sample or train, with their rollouts (caps: every completion at
     its token cap), from the recipe's declaration (``Recipe.work``)."""
-    from coevolve.config import recipe_of
+    from coevolve.recipes.registry import recipe_of
 
     tokens = PROMPT_TOKENS["toy" if toy else "arith" if cfg.data.source == "arith" else "real"]
     mb = cfg.engine.max_batch
@@ -114,6 +114,6 @@ def phases(cfg: Any, toy: bool) -> list[PhaseWork]:
 
 def trainable_roles(cfg: Any) -> list[str]:
     """Roles with their own model and learner, in the order the recipe builds them."""
-    from coevolve.config import recipe_of
+    from coevolve.recipes.registry import recipe_of
 
     return list(recipe_of(cfg.recipe).roles(cfg))

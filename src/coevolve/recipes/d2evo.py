@@ -49,8 +49,10 @@ from coevolve.curriculum import (
 from coevolve.curriculum.proposals import WriterBatch
 from coevolve.errors import RunStateError
 from coevolve.loop import Role
-from coevolve.recipes.common import BASE_EVAL, BASE_PROBE, ROUND_EVAL, ROUND_PROBE, Setup
 from coevolve.recipes.declare import FROZEN_SOLVER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
+from coevolve.recipes.evaluation import BASE_EVAL, ROUND_EVAL
+from coevolve.recipes.probe import BASE_PROBE, ROUND_PROBE
+from coevolve.recipes.setup import Setup
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, derive_seed
 from coevolve.training import Observed, RewardSpec, TrainRequest
 from coevolve.types import Completion, Task

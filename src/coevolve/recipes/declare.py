@@ -17,7 +17,7 @@ and everything that must agree with it is derived from it, never written again:
   order (base steps, then every round's steps, then final steps; a step whose ``when`` is false
   for a phase is not in the list). The resume check compares this list with the one saved in
   ``state.json`` (``recipes.check_phase_list``).
-- the run loop (``recipes.common.run_recipe``): runs exactly the scheduled phases, parking the
+- the run loop (``recipes.runner.run_recipe``): runs exactly the scheduled phases, parking the
   roles a phase does not ``use`` in CPU memory first (``Role.offload``; a no-op on CPU);
 - the cost model (``coevolve.plan``): ``Recipe.work(cfg, toy)`` gives each step's ``Work`` and
   how many phases run it; ``Recipe.roles(cfg)`` the roles with their own model and learner.

@@ -42,8 +42,10 @@ from coevolve.loop import Role, ShuffledPasses
 from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, clip_middle
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
 from coevolve.memory.store import MEMORY_FILE, ErrorMemory
-from coevolve.recipes.common import BASE_EVAL, BASE_PROBE, ROUND_EVAL, ROUND_PROBE, Setup
 from coevolve.recipes.declare import FROZEN_DIAGNOSER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
+from coevolve.recipes.evaluation import BASE_EVAL, ROUND_EVAL
+from coevolve.recipes.probe import BASE_PROBE, ROUND_PROBE
+from coevolve.recipes.setup import Setup
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult, Run, derive_seed
 from coevolve.training import Observed, RewardSpec, TrainRequest
 from coevolve.types import Completion, SamplingParams, Task

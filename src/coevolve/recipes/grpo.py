@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from coevolve.config.grpo import GRPOConfig
 from coevolve.loop import Role
-from coevolve.recipes.common import BASE_EVAL, ROUND_EVAL, Setup
 from coevolve.recipes.declare import Recipe, Step, Work, train_work
+from coevolve.recipes.evaluation import BASE_EVAL, ROUND_EVAL
+from coevolve.recipes.setup import Setup
 from coevolve.run import Phase, PhaseContext, PhaseRecord, PhaseResult
 from coevolve.training import RewardSpec, TrainRequest
 from coevolve.types import Task
