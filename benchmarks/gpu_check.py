@@ -695,7 +695,7 @@ def part_lora(ctx: Ctx) -> dict[str, Any]:
 def part_numerics(ctx: Ctx) -> dict[str, Any]:
     """bf16 on the device against plain / fp32 references (0.6B shape)."""
     from coevolve.rl import Learner, LearnerConfig, sequence_logprobs
-    from coevolve.rl.learner import _collate
+    from coevolve.rl.batch import collate
 
     sc, dev = ctx.scale, ctx.dev
     vocab = sc.small["vocab_size"]
@@ -708,7 +708,7 @@ def part_numerics(ctx: Ctx) -> dict[str, Any]:
 
     # 1. chunked vs plain log-prob backward, both bf16, against an fp32 copy
     seqs = [(g.prompt_ids, c, 1.0, None) for g in groups for c in g.completion_ids]
-    b = _collate(seqs, 0, dev)
+    b = collate(seqs, 0, dev)
     w = torch.randn(b.completion_mask.shape, generator=torch.Generator().manual_seed(4)).to(dev)
 
     def logp_grads(model: Any, chunk: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -12,17 +12,10 @@ import pytest
 import torch
 
 from coevolve.rl import Learner, LearnerConfig, RolloutGroup, sequence_logprobs
+from coevolve.rl.batch import collate, pack_micro_batches, pack_rows
 from coevolve.rl.grpo import chunked_token_logprobs
-from coevolve.rl.learner import (
-    AUTO_CHECKPOINT_MIN_PARAMS,
-    _collate,
-    _fp32_accumulator,
-    _Fp32GradSum,
-    pack_micro_batches,
-    pack_rows,
-    resolve_gradient_checkpointing,
-    resolve_logprob_chunk,
-)
+from coevolve.rl.learner_config import AUTO_CHECKPOINT_MIN_PARAMS, resolve_gradient_checkpointing, resolve_logprob_chunk
+from coevolve.rl.precision import Fp32GradSum, fp32_accumulator
 
 torch.set_num_threads(1)
 V = 40
@@ -85,7 +78,7 @@ def assert_grads_close(ga: list[torch.Tensor], gb: list[torch.Tensor], rel: floa
 
 def batch_tensors(groups, pad_id: int = 0, left_pad_all: bool = False):
     seqs = [(g.prompt_ids, c, 1.0, None) for g in groups for c in g.completion_ids]
-    return _collate(seqs, pad_id, torch.device("cpu"), left_pad_all=left_pad_all)
+    return collate(seqs, pad_id, torch.device("cpu"), left_pad_all=left_pad_all)
 
 
 def logp_and_grads(model, b, chunk, weights_NT):
@@ -312,8 +305,8 @@ def test_checkpointing_and_chunks_do_not_change_the_update(lora):
 
 def test_fp32_accumulator_sums_in_fp32_and_frees_half_grads():
     p = torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))
-    acc = _Fp32GradSum()
-    p.register_post_accumulate_grad_hook(_fp32_accumulator(acc))
+    acc = Fp32GradSum()
+    p.register_post_accumulate_grad_hook(fp32_accumulator(acc))
     g1 = torch.tensor([1.0, 2.0**-9, 3.0])
     (p * g1.bfloat16()).sum().backward()
     assert p.grad is None and acc.sum.dtype == torch.float32 and acc.sum.device == p.device

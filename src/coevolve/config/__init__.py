@@ -6,8 +6,9 @@ import importlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from coevolve.config.base import DEFAULTS, Layer, RecipeConfig, build_config, dump_yaml, read_yaml
+from coevolve.config.load import DEFAULTS, Layer, build_config, dump_yaml, read_yaml
 from coevolve.config.presets import find_preset, is_preset_name, preset_label, real_model_given
+from coevolve.config.sections import RecipeConfig
 from coevolve.errors import ConfigError, did_you_mean
 
 CONFIGS: dict[str, str] = {

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from coevolve.config.base import RecipeConfig
+from coevolve.config.sections import RecipeConfig
 from coevolve.schema import (
     Band,
     Estimator,

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from coevolve.config.base import RecipeConfig, all_aliases
+from coevolve.config.load import all_aliases
+from coevolve.config.sections import RecipeConfig
 
 _PAPER = re.compile(r"\bpaper", re.IGNORECASE)
 _OURS = re.compile(r"\bours\b|\bour (default|choice|option|addition)|not in the paper", re.IGNORECASE)

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from coevolve.config.base import RecipeConfig
+from coevolve.config.sections import RecipeConfig
 from coevolve.memory.maintain import MemoryConfig
 from coevolve.schema import Band, GRPOPhase, Probe, Strict, Voting, WriterReward
 

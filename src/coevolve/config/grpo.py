@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from coevolve.config.base import RecipeConfig
+from coevolve.config.sections import RecipeConfig
 from coevolve.schema import SolverPhase
 
 

@@ -105,7 +105,7 @@ def role_memory(
     if on_host:
         masters = optimizer = 0.0
     # fp32 gradient sums on the weights' device through the whole backward, offloaded state or not
-    # (``rl.learner._Fp32GradSum``: one device-to-host copy per step, not one per micro-batch)
+    # (``rl.precision.Fp32GradSum``: one device-to-host copy per step, not one per micro-batch)
     grads = trainable * 4.0
     grads += (min(shape.largest_param, trainable) * b) if half else 0  # one half grad before its fp32 hook
     if fused or on_host:  # one kernel per tensor group, no temporaries (offloaded: the step runs on the CPU)

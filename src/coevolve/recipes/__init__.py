@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.config import dump_yaml
-from coevolve.config.base import RecipeConfig
+from coevolve.config.sections import RecipeConfig
 from coevolve.errors import RunStateError
 from coevolve.provenance import record_provenance
 from coevolve.recipes.registry import recipe_of

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from coevolve.config.base import RecipeConfig
+from coevolve.config.sections import RecipeConfig
 from coevolve.eval.benchmarks import resolve_benches
 from coevolve.eval.suite import evaluate_suite
 from coevolve.recipes.declare import Rollouts, Step, Work

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from coevolve.config.base import RecipeConfig
+from coevolve.config.sections import RecipeConfig
 from coevolve.curriculum import normalize_question, pass_rate_histogram
 from coevolve.curriculum.sampling import completion_answer, sample_chunked
 from coevolve.errors import ConfigError

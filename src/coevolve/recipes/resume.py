@@ -9,7 +9,8 @@ import json
 from typing import Any
 
 from coevolve.config import dump_yaml
-from coevolve.config.base import RecipeConfig, read_yaml
+from coevolve.config.load import read_yaml
+from coevolve.config.sections import RecipeConfig
 from coevolve.errors import ConfigError, RunStateError
 from coevolve.recipes.registry import recipe_of
 from coevolve.rl.learner import OPTIM_FILE

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from coevolve.config.base import RecipeConfig
+from coevolve.config.sections import RecipeConfig
 from coevolve.engine import ENGINE_DIR, Engine
 from coevolve.loop import Role
 from coevolve.recipes.declare import Recipe

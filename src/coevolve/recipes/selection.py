@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from coevolve.config.base import RecipeConfig
+from coevolve.config.sections import RecipeConfig
 from coevolve.eval.signals import SelectRule, parse_select, select_round, stop_round
 from coevolve.recipes.setup import Setup
 from coevolve.run import Phase, Run

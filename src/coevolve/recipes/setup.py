@@ -9,7 +9,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coevolve.config.base import RecipeConfig
+from coevolve.config.sections import RecipeConfig
 from coevolve.engine import Engine, HFSampler, load_model, load_tokenizer
 from coevolve.engine.servable import unservable
 from coevolve.loop import ParkedSampler, PhaseParkedSampler, Role, sampling_params

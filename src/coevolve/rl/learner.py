@@ -29,355 +29,43 @@ so a role that is not training keeps only its weights on the GPU.
 from __future__ import annotations
 
 import json
-import math
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field, field_validator
 from torch import Tensor
 
 from coevolve.errors import CoevolveError, ConfigError, RunStateError
 from coevolve.faults import fault_point
-from coevolve.rl.grpo import (
-    RLInputError,
-    _decoder_and_head,
-    group_advantages,
-    policy_loss,
-    sequence_logprobs,
-    shared_prompt_logprobs,
+from coevolve.rl.batch import (
+    UPDATE_FIGURES,
+    Batch,
+    RolloutGroup,
+    Row,
+    advantage_rows,
+    collate,
+    collate_shared,
+    pack_micro_batches,
+    pack_rows,
+    step_metrics,
+    validate_groups,
 )
-from coevolve.schema import Strict
+from coevolve.rl.grpo import _decoder_and_head, policy_loss, sequence_logprobs, shared_prompt_logprobs
+from coevolve.rl.learner_config import (
+    LearnerConfig,
+    resolve_fused,
+    resolve_gradient_checkpointing,
+    resolve_logprob_chunk,
+)
+from coevolve.rl.precision import Fp32GradSum, claim, hook_params, release, remove_hooks
 
 STATE_JSON = "learner_state.json"
 OPTIM_FILE = "learner_optim.pt"
 
 
-AUTO_CHECKPOINT_MIN_PARAMS = 500_000_000
-"""Models from this size up get activation checkpointing by default: the 4B-8B targets need it to
-fit, and the toy model / SmolLM2-135M (CPU tests) would only pay its recompute."""
-AUTO_CHUNK_MIN_VOCAB = 32768
-"""Vocabularies from this size up get chunked log-probs by default (Qwen3: 151936, Llama 3:
-128256, SmolLM2: 49152); the toy's 104 tokens keep the plain full-logits path."""
-AUTO_CHUNK_TOKENS = 1024
-"""Tokens per chunk: a (1024, 152k) fp32 slice is 0.6 GB, and the head matmul stays large."""
-
-
-def resolve_gradient_checkpointing(cfg: LearnerConfig, n_params: int) -> bool:
-    """``cfg.gradient_checkpointing``, or the auto rule: on from ``AUTO_CHECKPOINT_MIN_PARAMS``."""
-    if cfg.gradient_checkpointing is not None:
-        return bool(cfg.gradient_checkpointing)
-    return n_params >= AUTO_CHECKPOINT_MIN_PARAMS
-
-
-def resolve_logprob_chunk(cfg: LearnerConfig, vocab_size: int) -> int:
-    """Chunk size of the log-prob pass (0 = plain full logits): ``cfg.logprob_chunk_tokens`` or
-    the auto rule (``AUTO_CHUNK_TOKENS`` from ``AUTO_CHUNK_MIN_VOCAB`` vocabulary entries)."""
-    if cfg.logprob_chunk_tokens is not None:
-        return int(cfg.logprob_chunk_tokens)
-    return AUTO_CHUNK_TOKENS if vocab_size >= AUTO_CHUNK_MIN_VOCAB else 0
-
-
-def resolve_fused(cfg: LearnerConfig, device: torch.device) -> bool:
-    """Fused AdamW: ``cfg.fused_optimizer`` or auto (CUDA state device only; on CPU the foreach
-    kernel is the reference the toy figures were made with)."""
-    if cfg.fused_optimizer is not None:
-        return bool(cfg.fused_optimizer)
-    return device.type == "cuda"
-
-
-def pack_rows(order: list[int], widths: list[int], max_rows: int, max_tokens: int) -> list[list[int]]:
-    """Consecutive runs of ``order`` as padded batches: at most ``max_rows`` rows and
-    ``rows x widest row <= max_tokens`` (``widths[i]``: row i's padded length); a row wider than
-    the budget goes alone. Shared by the learner's micro-batches and the hf sampler's KV budget."""
-    out: list[list[int]] = []
-    cur: list[int] = []
-    widest = 0
-    for i in order:
-        if cur and ((len(cur) + 1) * max(widest, widths[i]) > max_tokens or len(cur) + 1 > max_rows):
-            out.append(cur)
-            cur, widest = [], 0
-        cur.append(i)
-        widest = max(widest, widths[i])
-    if cur:
-        out.append(cur)
-    return out
-
-
-def pack_micro_batches(lengths: list[int], max_tokens: int | None, max_rows: int) -> list[list[int]]:
-    """Row indices per micro-batch.
-
-    ``max_tokens`` None: consecutive runs of ``max_rows`` rows in the given order (the original
-    behaviour, kept bit-exact). Otherwise rows are sorted by length, longest first (so the
-    largest micro-batch runs first and an out-of-memory shows at once), and packed by
-    ``pack_rows``. Order inside the sort is stable, so packing is deterministic.
-    """
-    n = len(lengths)
-    if max_tokens is None:
-        return [list(range(i, min(i + max_rows, n))) for i in range(0, n, max_rows)]
-    return pack_rows(sorted(range(n), key=lambda i: -lengths[i]), lengths, max_rows, max_tokens)
-
-
 class NonFiniteLossError(CoevolveError):
     """The loss or the gradient became NaN/inf; the weights were left untouched."""
-
-
-class LearnerConfig(Strict):
-    """Optimizer and GRPO-loss settings (the ``learner`` section of every recipe config).
-
-    ``epochs_per_batch`` is μ: optimizer steps per rollout batch (1 = on-policy, ratio == 1).
-    ``micro_batch_size`` caps sequences per micro-batch, ``max_tokens_per_micro_batch`` (when
-    set) caps padded tokens too. ``lora`` needs the ``lora`` extra (peft). The memory fields'
-    ``None`` means "auto" with the rule given in each description; the toy model's path (fp32,
-    104-token vocabulary, 2 layers) is exactly the plain one under the defaults.
-    """
-
-    lr: float = Field(
-        3e-5,
-        gt=0,
-        allow_inf_nan=False,
-        description="AdamW learning rate (toy: 3e-5; 3e-4 collapses, 1e-4 degrades; real 4B: ~1e-6).",
-    )
-    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
-        "constant",
-        description="Learning-rate schedule over each GRPO phase's optimizer steps (steps x epochs_per_batch; every "
-        "round's phase starts it again, as a new TRL trainer would), from transformers' get_scheduler: 'constant', "
-        "'linear' (TRL's default: decays to 0 at the phase's last step), 'cosine' (to 0). A pure function of the "
-        "step, so a resumed or continued phase is exact. (our default: constant, the papers name none)",
-    )
-    warmup_steps: int = Field(
-        0, ge=0, description="Optimizer steps of linear warm-up from 0 at the start of each GRPO phase (0 = none)."
-    )
-    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas, each in [0, 1).")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    grad_clip: float = Field(1.0, ge=0, description="Global gradient-norm clip (0 = no clipping).")
-    eps_low: float = Field(0.2, ge=0, lt=1, description="Lower PPO clip (1 - eps_low).")
-    eps_high: float = Field(
-        0.28,
-        ge=0,
-        description="Upper PPO clip (1 + eps_high), DAPO clip-higher (our default; textbook GRPO: 0.2, symmetric).",
-    )
-    beta_kl: float = Field(
-        0.0,
-        ge=0,
-        description="k3 KL coefficient to the reference model (0 = no reference; our "
-        "default. Textbook GRPO keeps a KL term, e.g. DeepSeekMath 0.04, R-Zero 0.01).",
-    )
-    loss_agg: Literal["token-mean", "seq-mean"] = Field(
-        "token-mean",
-        description="GRPO loss aggregation: 'token-mean' over every token of the update batch (DAPO; our "
-        "default) or 'seq-mean', each answer's token mean averaged over answers (textbook GRPO, which the papers cite; "
-        "configs/textbook_grpo.yaml).",
-    )
-    scale_std: bool = Field(True, description="Divide advantages by the group std (False = Dr. GRPO).")
-    adv_eps: float = Field(1e-4, gt=0, description="Added to the group std (TRL: 1e-4; verl: 1e-6).")
-    drop_zero_std: bool = Field(
-        True,
-        description="Drop zero-variance groups before the update (their tokens never enter the token-mean normaliser).",
-    )
-    micro_batch_size: int = Field(64, ge=1, description="Sequences per forward/backward micro-batch.")
-    epochs_per_batch: int = Field(1, ge=1, description="GRPO inner epochs (μ) over each rollout batch.")
-    lora: bool = Field(False, description="Train LoRA adapters (needs the 'lora' extra: peft).")
-    lora_r: int = Field(16, ge=1, description="LoRA rank.")
-    lora_alpha: int = Field(32, ge=1, description="LoRA alpha.")
-    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
-    lora_target_modules: str | list[str] = Field("all-linear", description="LoRA target modules (peft syntax).")
-    gradient_checkpointing: bool | None = Field(
-        None,
-        description="Activation checkpointing of every decoder layer (non-reentrant; works with LoRA): "
-        "activations of a micro-batch shrink from ~layers x per-layer to ~one layer, for ~1/3 more compute. "
-        f"None = auto: on when the model has >= {AUTO_CHECKPOINT_MIN_PARAMS / 1e9:g}B parameters (real models; "
-        "off for the toy model and SmolLM2-135M).",
-    )
-    max_tokens_per_micro_batch: int | None = Field(
-        None,
-        ge=1,
-        description="Padded-token budget of one forward/backward micro-batch (rows x longest row). "
-        "Rows are sorted by length (longest first) and packed fully left-padded, so padding waste stays small; "
-        "a row longer than the budget gets a micro-batch of its own. None = micro-batches of micro_batch_size "
-        "rows in rollout order (the toy default). Both caps apply when set. Real 4B: ~16384-32768 with "
-        "gradient checkpointing.",
-    )
-    logprob_chunk_tokens: int | None = Field(
-        None,
-        ge=0,
-        description="Completion tokens per LM-head + log-softmax chunk (checkpointed), so the "
-        f"(tokens, vocab) fp32 logits are never materialised. None = auto: {AUTO_CHUNK_TOKENS} when the vocabulary "
-        f"has >= {AUTO_CHUNK_MIN_VOCAB} entries (real LLMs), 0 (off: one full-logits pass) otherwise.",
-    )
-    fused_optimizer: bool | None = Field(
-        None,
-        description="Fused AdamW kernel (one launch, no foreach temporaries of a full fp32 parameter "
-        "copy). None = auto: on when the optimizer state lives on a CUDA device.",
-    )
-    offload_optimizer: bool = Field(
-        False,
-        description="Keep the fp32 masters and AdamW state in CPU memory and run the optimizer step "
-        "there (saves 12 bytes per trainable parameter of GPU memory; costs a PCIe round trip of the "
-        "gradients and weights per update).",
-    )
-    share_prompt: bool = Field(
-        False,
-        description="Run each GRPO group's prompt once and its G completions on the prompt's KV cache "
-        "(rl.grpo.shared_prompt_logprobs): a step costs B·P + N·T token passes instead of N·(P + T), the same "
-        "values within float rounding. Worth it when prompts are long next to answers (few-shot prompts: ~3x less "
-        "compute for ~120-token prompts and ~30-token answers). Needs gradient_checkpointing off (the cache) and a "
-        "plain decoder + LM head. false = every row [prompt | completion] on its own (the reference).",
-    )
-    resume_from_checkpoint: str | None = Field(
-        None,
-        description="A checkpoint folder of a coevolve run (RUN/checkpoints/solver_rNN: weights, "
-        "learner_optim.pt, learner_state.json) the solver of a new run starts from, with its AdamW state, fp32 "
-        "masters and step count (TRL's resume_from_checkpoint; verl's resume_from_path). This section's settings "
-        "(lr, betas, weight decay) apply from the first step. Checked before the run folder exists: the files, the "
-        "checkpoint's world and learner.lora; a model whose trainable parameters differ is refused when loaded. "
-        "The base evaluation then measures the checkpoint. Other roles start from model.path. backend=local only.",
-    )
-    offload_when_idle: bool = Field(
-        True,
-        description="When a role's GRPO phase ends, move its fp32 masters and optimizer state to CPU "
-        "memory (they come back at its next update), and let recipes park idle roles' weights there, so a "
-        "role that is not training holds at most its half-precision weights on the GPU. No-op on CPU.",
-    )
-
-    @field_validator("betas")
-    @classmethod
-    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
-        if not all(0.0 <= b < 1.0 for b in v):
-            raise ValueError(f"each beta must be in [0, 1), got {list(v)}")
-        return (float(v[0]), float(v[1]))
-
-
-@dataclass
-class RolloutGroup:
-    """G completions of one prompt with their rewards.
-
-    ``logprobs`` (optional) are the sampler's per-token log-probs; when given for every group
-    they are used as log pi_old (off-policy correction for a separate rollout engine), otherwise
-    pi_old is the learner's own no-grad forward (mu > 1) or ``logp.detach()`` (mu == 1).
-    """
-
-    prompt_ids: list[int]
-    completion_ids: list[list[int]]
-    rewards: list[float]
-    logprobs: list[list[float]] | None = None
-
-
-def _validate_groups(groups: list[RolloutGroup]) -> None:
-    if not groups:
-        raise RLInputError("Learner.step: got no rollout groups")
-    for gi, g in enumerate(groups):
-        if not g.prompt_ids:
-            raise RLInputError(f"Learner.step: group {gi} has an empty prompt_ids")
-        if len(g.completion_ids) != len(g.rewards):
-            raise RLInputError(
-                f"Learner.step: group {gi} has {len(g.completion_ids)} completions but {len(g.rewards)} rewards"
-            )
-        if len(g.rewards) < 2:
-            raise RLInputError(f"Learner.step: group {gi} has G={len(g.rewards)} samples; GRPO needs >= 2")
-        if not all(math.isfinite(float(r)) for r in g.rewards):
-            raise RLInputError(f"Learner.step: group {gi} has a NaN/inf reward: {g.rewards}")
-        if g.logprobs is not None:
-            if len(g.logprobs) != len(g.completion_ids) or any(
-                len(lp) != len(c) for lp, c in zip(g.logprobs, g.completion_ids)
-            ):
-                raise RLInputError(f"Learner.step: group {gi} logprobs do not match completion lengths")
-    with_lp = sum(g.logprobs is not None for g in groups)
-    if 0 < with_lp < len(groups):
-        raise RLInputError("Learner.step: logprobs given for some groups but not all")
-
-
-@dataclass
-class _Batch:
-    input_ids: Tensor  # (B, P + T)
-    attention_mask: Tensor  # (B, P + T)
-    completion_mask: Tensor  # (B, T)
-    adv: Tensor  # (B,)
-    old_logp: Tensor | None  # (B, T) sampler log-probs, or None
-    ref_logp: Tensor | None = None  # (B, T), filled when beta_kl > 0
-    prompt_ids: Tensor | None = None  # (Bp, P) with share_prompt: one left-padded prompt per group; then
-    prompt_mask: Tensor | None = None  # input_ids / attention_mask hold only the (B, T) completions
-
-
-def _collate(
-    seqs: list[tuple[list[int], list[int], float, list[float] | None]],
-    pad_id: int,
-    device: torch.device,
-    left_pad_all: bool = False,
-) -> _Batch:
-    """[left-padded prompt | right-padded completion]: positions are recomputed from the mask,
-    and all completions start in the same column so log-probs need only the last T logits.
-
-    ``left_pad_all``: each whole row [prompt | completion] is left-padded instead, so a
-    micro-batch is rows x (longest prompt + completion) rather than rows x (longest prompt +
-    longest completion); every completion still lies in the last T columns (its mask says where).
-    """
-    P = max(len(s[0]) for s in seqs)
-    T = max(1, max(len(s[1]) for s in seqs))
-    B = len(seqs)
-    if left_pad_all:
-        P = max(1, max(len(s[0]) + len(s[1]) for s in seqs) - T)  # >= 1: sequence_logprobs needs T < L
-    ids = torch.full((B, P + T), pad_id, dtype=torch.long)  # (B, P + T)
-    attn = torch.zeros((B, P + T), dtype=torch.long)  # (B, P + T)
-    cmask = torch.zeros((B, T), dtype=torch.float32)  # (B, T)
-    adv = torch.tensor([s[2] for s in seqs], dtype=torch.float32)  # (B,)
-    has_old = seqs[0][3] is not None
-    old = torch.zeros((B, T), dtype=torch.float32) if has_old else None  # (B, T)
-    for i, (p, c, _, lp) in enumerate(seqs):
-        # completion columns [c0, c0 + len(c)) of the (P + T)-wide row; the prompt ends at c0
-        c0 = P + T - len(c) if left_pad_all else P
-        ids[i, c0 - len(p) : c0] = torch.tensor(p, dtype=torch.long)
-        attn[i, c0 - len(p) : c0] = 1
-        if c:
-            ids[i, c0 : c0 + len(c)] = torch.tensor(c, dtype=torch.long)
-            attn[i, c0 : c0 + len(c)] = 1
-            t0 = c0 - P  # first completion column inside the last T
-            cmask[i, t0 : t0 + len(c)] = 1.0
-            if old is not None and lp is not None:
-                old[i, t0 : t0 + len(c)] = torch.tensor(lp, dtype=torch.float32)
-    return _Batch(
-        ids.to(device), attn.to(device), cmask.to(device), adv.to(device), None if old is None else old.to(device)
-    )
-
-
-def _collate_shared(
-    groups: list[tuple[list[int], list[tuple[list[int], float, list[float] | None]]]], pad_id: int, device: torch.device
-) -> _Batch:
-    """``share_prompt`` layout: the groups' prompts left-padded (Bp, P); their completions
-    right-padded (B, T), G consecutive rows per prompt, in ``input_ids`` / ``attention_mask``."""
-    sizes = {len(comps) for _, comps in groups}
-    if len(sizes) != 1:
-        raise RLInputError(f"learner.share_prompt: groups of one micro-batch differ in size ({sorted(sizes)})")
-    rows = [(c, a, lp) for _, comps in groups for c, a, lp in comps]
-    P = max(len(p) for p, _ in groups)
-    T = max(1, max(len(c) for c, _, _ in rows))
-    pids = torch.full((len(groups), P), pad_id, dtype=torch.long)  # (Bp, P)
-    pmask = torch.zeros((len(groups), P), dtype=torch.long)  # (Bp, P)
-    for i, (p, _) in enumerate(groups):
-        pids[i, P - len(p) :] = torch.tensor(p, dtype=torch.long)
-        pmask[i, P - len(p) :] = 1
-    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)  # (B, T)
-    cmask = torch.zeros((len(rows), T), dtype=torch.float32)  # (B, T)
-    has_old = rows[0][2] is not None
-    old = torch.zeros((len(rows), T), dtype=torch.float32) if has_old else None  # (B, T)
-    for i, (c, _, lp) in enumerate(rows):
-        if c:
-            ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
-            cmask[i, : len(c)] = 1.0
-            if old is not None and lp is not None:
-                old[i, : len(c)] = torch.tensor(lp, dtype=torch.float32)
-    adv = torch.tensor([a for _, a, _ in rows], dtype=torch.float32)  # (B,)
-    return _Batch(
-        ids.to(device),
-        cmask.long().to(device),
-        cmask.to(device),
-        adv.to(device),
-        None if old is None else old.to(device),
-        prompt_ids=pids.to(device),
-        prompt_mask=pmask.to(device),
-    )
 
 
 def _enable_checkpointing(model: Any) -> None:
@@ -396,51 +84,6 @@ def _enable_checkpointing(model: Any) -> None:
             f"LearnerConfig.gradient_checkpointing: {type(model).__name__} does not support it ({e}); "
             "set learner.gradient_checkpointing=false"
         ) from None
-
-
-class _Fp32GradSum:
-    """The fp32 sum of one half-precision parameter's gradients over a step's micro-batches, kept
-    on the parameter's device. The learner moves it to the master once per step (``_take_grads``):
-    for masters in CPU memory (``offload_optimizer``) that is one device-to-host copy per step
-    instead of one per micro-batch, and no sum is ever taken on the CPU."""
-
-    __slots__ = ("sum",)
-
-    def __init__(self) -> None:
-        self.sum: Tensor | None = None
-
-    def add(self, g: Tensor) -> None:
-        """Add ``g`` (any float dtype, on the parameter's device); a fresh tensor is taken over."""
-        if self.sum is None:
-            self.sum = g.detach().float()  # a fresh fp32 tensor (an fp32 ``g`` is taken as is: nobody else holds it)
-        else:
-            self.sum.add_(g.detach())
-
-
-def _fp32_accumulator(acc: _Fp32GradSum) -> Any:
-    """Post-accumulate-grad hook of a half-precision parameter: add its fresh gradient into the
-    fp32 sum ``acc`` and free it, one parameter at a time. So the sum over micro-batches is taken
-    in fp32, and at most one parameter's half gradient exists."""
-
-    def hook(p: Tensor) -> None:
-        g = p.grad
-        if g is None:
-            return
-        acc.add(g)
-        p.grad = None
-
-    return hook
-
-
-_OWNER = "_coevolve_learner"
-"""Attribute a half-precision parameter carries while a learner's gradient hook sits on it:
-(weak reference to that learner, hook handle)."""
-
-
-def _remove_hooks(handles: list[Any]) -> None:
-    for h in handles:
-        h.remove()
-    handles.clear()
 
 
 def _wrap_lora(model: Any, cfg: LearnerConfig) -> Any:
@@ -478,21 +121,7 @@ class Learner:
         self.cfg = cfg or LearnerConfig()
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = int(pad) if pad is not None else 0  # any id works: padded positions are masked
-        n_params = sum(p.numel() for p in model.parameters())
-        self.gradient_checkpointing = resolve_gradient_checkpointing(self.cfg, n_params)
-        if self.gradient_checkpointing:
-            _enable_checkpointing(model)  # before LoRA wrapping: PEFT forwards to the same layers
-        if self.cfg.share_prompt and self.gradient_checkpointing:
-            raise ConfigError(
-                "learner.share_prompt=true runs completions on the prompt's KV cache, which activation "
-                "checkpointing turns off: set learner.gradient_checkpointing=false (or share_prompt=false)"
-            )
-        vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 0
-        self.logprob_chunk = resolve_logprob_chunk(self.cfg, int(vocab))
-        if self.cfg.lora:
-            model = _wrap_lora(model, self.cfg)
-        if self.cfg.beta_kl > 0 and ref_model is None and not self.cfg.lora:
-            raise ConfigError("LearnerConfig.beta_kl > 0 needs a ref_model (or lora=True)")
+        model = self._prepare(model, ref_model)
         self.model = model
         self.ref_model = ref_model
         self.tokenizer = tokenizer
@@ -512,14 +141,41 @@ class Learner:
         self._state_at = self.state_device  # where they are now (offload_state moves them)
         # fp32 master copies when the model holds half-precision weights
         self.master: list[Tensor] | None = None
-        self._sums: list[_Fp32GradSum] = []
+        self._sums: list[Fp32GradSum] = []
         self._hooks: list[Any] = []
         self._head_sink: Any = None
         self.closed = False
         if any(p.dtype != torch.float32 for p in self.params):
             self._hook_fp32_masters(model)
         # a learner dropped without close() must not leave hooks that take the model's gradients
-        self._finalizer = weakref.finalize(self, _remove_hooks, self._hooks)
+        self._finalizer = weakref.finalize(self, remove_hooks, self._hooks)
+        self.optimizer = self._make_optimizer()
+        self.step_count = 0
+        self._lr_factor: Any = None  # the phase's schedule (begin_phase); None = cfg.lr throughout
+        self.phase_step = 0  # optimizer steps taken in the phase, the schedule's argument
+
+    def _prepare(self, model: Any, ref_model: Any) -> Any:
+        """Activation checkpointing and the log-prob chunk resolved for ``model`` (before LoRA
+        wrapping: PEFT forwards to the same layers), then the LoRA wrap; the settings they refuse."""
+        n_params = sum(p.numel() for p in model.parameters())
+        self.gradient_checkpointing = resolve_gradient_checkpointing(self.cfg, n_params)
+        if self.gradient_checkpointing:
+            _enable_checkpointing(model)
+        if self.cfg.share_prompt and self.gradient_checkpointing:
+            raise ConfigError(
+                "learner.share_prompt=true runs completions on the prompt's KV cache, which activation "
+                "checkpointing turns off: set learner.gradient_checkpointing=false (or share_prompt=false)"
+            )
+        vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 0
+        self.logprob_chunk = resolve_logprob_chunk(self.cfg, int(vocab))
+        if self.cfg.lora:
+            model = _wrap_lora(model, self.cfg)
+        if self.cfg.beta_kl > 0 and ref_model is None and not self.cfg.lora:
+            raise ConfigError("LearnerConfig.beta_kl > 0 needs a ref_model (or lora=True)")
+        return model
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        """AdamW over the fp32 masters (half-precision weights) or the parameters themselves."""
         opt_params = self.master if self.master is not None else self.params
         if self.cfg.offload_optimizer and self.master is None and self.device.type != "cpu":
             raise ConfigError(
@@ -529,12 +185,9 @@ class Learner:
             )
         self.fused = resolve_fused(self.cfg, self.state_device)
         extra = {"fused": True} if self.fused else {}
-        self.optimizer = torch.optim.AdamW(
+        return torch.optim.AdamW(
             opt_params, lr=self.cfg.lr, betas=self.cfg.betas, weight_decay=self.cfg.weight_decay, **extra
         )
-        self.step_count = 0
-        self._lr_factor: Any = None  # the phase's schedule (begin_phase); None = cfg.lr throughout
-        self.phase_step = 0  # optimizer steps taken in the phase, the schedule's argument
 
     def begin_phase(self, updates: int, done: int = 0) -> None:
         """Start ``learner.lr_schedule`` for a GRPO phase of ``updates`` calls of ``step`` of which
@@ -558,42 +211,22 @@ class Learner:
 
     def _hook_fp32_masters(self, model: Any) -> None:
         """Set up fp32 training of half-precision weights (called once, from ``__init__``):
-        claim the parameters (``_claim``), make their fp32 master copies in ``state_device``, and
+        claim the parameters (``precision.claim``), make their fp32 master copies in ``state_device``, and
         hook every parameter so that its gradients are summed in fp32 and its half gradient is
-        freed at once (``_fp32_accumulator``). With the chunked log-prob path the LM head's fp32
+        freed at once (``fp32_accumulator``). With the chunked log-prob path the LM head's fp32
         weight gradient is handed straight to its sum (``_head_sink``), skipping bf16 rounding."""
-        self._claim()
+        claim(self.param_names, self.params)
         self.master = [
             p.detach().to(self.state_device, torch.float32, copy=True).requires_grad_(True) for p in self.params
         ]
-        self._sums = [_Fp32GradSum() for _ in self.params]
-        me = weakref.ref(self)
-        for p, acc in zip(self.params, self._sums):
-            h = p.register_post_accumulate_grad_hook(_fp32_accumulator(acc))
-            self._hooks.append(h)
-            setattr(p, _OWNER, (me, h))
+        self._sums = [Fp32GradSum() for _ in self.params]
+        hook_params(self, self.params, self._sums, self._hooks)
         # the chunked head's fp32 weight gradient goes straight into its sum (no bf16 rounding)
         parts = _decoder_and_head(model) if self.logprob_chunk else None
         head_w = getattr(parts[1], "weight", None) if parts is not None else None
         for p, acc in zip(self.params, self._sums):
             if p is head_w:
                 self._head_sink = acc.add
-
-    def _claim(self) -> None:
-        """Refuse parameters another open learner hooks; clear hooks a dropped learner left."""
-        for name, p in zip(self.param_names, self.params):
-            prev = getattr(p, _OWNER, None)
-            if prev is None:
-                continue
-            owner = prev[0]()
-            if owner is not None and not owner.closed:
-                raise ConfigError(
-                    f"Learner: parameter {name} is already trained by another open Learner, whose "
-                    "gradient hooks would take every gradient of this one; call close() on that "
-                    "learner first (or use it as a context manager)"
-                )
-            prev[1].remove()
-            delattr(p, _OWNER)
 
     def close(self) -> None:
         """Remove the gradient hooks and free the fp32 masters and optimizer state. The model
@@ -602,10 +235,7 @@ class Learner:
         if self.closed:
             return
         self._finalizer()  # removes the hooks (once)
-        for p in self.params:
-            prev = getattr(p, _OWNER, None)
-            if prev is not None and prev[0]() is self:
-                delattr(p, _OWNER)
+        release(self, self.params)
         for p in self.params:
             p.grad = None
         self.master, self._sums, self._head_sink = None, [], None
@@ -686,7 +316,7 @@ class Learner:
                 m.grad = acc.sum.to(m.device)
                 acc.sum = None
 
-    def _logprobs(self, model: Any, b: _Batch, return_entropy: bool = False, head_grad_sink: Any = None) -> Any:
+    def _logprobs(self, model: Any, b: Batch, return_entropy: bool = False, head_grad_sink: Any = None) -> Any:
         """Completion log-probs of micro-batch ``b`` under ``model`` (its layout decides the path)."""
         if b.prompt_ids is not None:
             return shared_prompt_logprobs(
@@ -709,7 +339,7 @@ class Learner:
             head_grad_sink=head_grad_sink,
         )
 
-    def _ref_logprobs(self, b: _Batch) -> Tensor:
+    def _ref_logprobs(self, b: Batch) -> Tensor:
         with torch.no_grad():
             if self.ref_model is not None:
                 return self._logprobs(self.ref_model, b).float()
@@ -725,71 +355,44 @@ class Learner:
         """
         cfg = self.cfg
         self._check_open("step")
-        _validate_groups(groups)
-        all_rewards = [float(r) for g in groups for r in g.rewards]
-        all_lens = [len(c) for g in groups for c in g.completion_ids]
-        seqs: list[tuple[list[int], list[int], float, list[float] | None]] = []
-        n_zero = 0
-        for g in groups:
-            adv_1G, zero_1 = group_advantages(
-                torch.tensor([g.rewards], dtype=torch.float64), scale_std=cfg.scale_std, eps=cfg.adv_eps
-            )
-            if bool(zero_1[0]):
-                n_zero += 1
-                if cfg.drop_zero_std:
-                    continue
-            prompt = list(g.prompt_ids)  # one object per group: share_prompt groups rows by it
-            for k, c in enumerate(g.completion_ids):
-                lp = None if g.logprobs is None else [float(x) for x in g.logprobs[k]]
-                seqs.append((prompt, list(c), float(adv_1G[0, k]), lp))
-        rt = torch.tensor(all_rewards, dtype=torch.float64)
+        validate_groups(groups)
+        seqs, n_zero = advantage_rows(groups, cfg)
         n_tokens = sum(len(s[1]) for s in seqs)
-        metrics: dict[str, float] = {
-            "frac_zero_std": n_zero / len(groups),
-            "reward_mean": float(rt.mean()),
-            "reward_std": float(rt.std(unbiased=False)),
-            "completion_len_mean": sum(all_lens) / len(all_lens),
-            "n_groups": float(len(groups)),
-            "n_groups_used": float(len(groups) - n_zero if cfg.drop_zero_std else len(groups)),
-            "n_tokens": float(n_tokens),
-            "adv_abs_mean": sum(abs(s[2]) for s in seqs) / len(seqs) if seqs else 0.0,
-            "lr": self.current_lr,  # of this update's first optimizer step
-            "micro_batches": 0.0,
-            "pad_frac": 0.0,
-            "loss": 0.0,
-            "grad_norm": 0.0,
-            "clip_frac": 0.0,
-            "clip_frac_low": 0.0,
-            "clip_frac_high": 0.0,
-            "ratio_mean": 1.0,
-            "kl": 0.0,
-            "entropy": 0.0,
-        }
+        metrics = step_metrics(groups, seqs, n_zero, n_tokens, cfg.drop_zero_std, self.current_lr)
         if not seqs or n_tokens == 0:
             self.phase_step += cfg.epochs_per_batch  # the schedule moves on: its position is the phase's step
             metrics.update(skipped=1.0, step=float(self.step_count))
             return metrics
+        mbs, real, padded = self._micro_batches(seqs)
+        metrics.update(micro_batches=float(len(mbs)), pad_frac=1.0 - real / max(1, padded))
+        metrics.update(self._updates(mbs, n_tokens))
+        metrics.update(skipped=0.0, step=float(self.step_count))
+        return metrics
 
+    def _micro_batches(self, seqs: list[Row]) -> tuple[list[Batch], int, int]:
+        """The update batch's micro-batches, with its real and its padded token counts."""
+        cfg = self.cfg
         if cfg.share_prompt:
             mbs = self._shared_micro_batches(seqs)
             real = sum(len(c) for _, c, _, _ in seqs) + sum(len(b_p) for b_p in {id(s[0]): s[0] for s in seqs}.values())
             padded = sum(b.input_ids.numel() + (0 if b.prompt_ids is None else b.prompt_ids.numel()) for b in mbs)
-        else:
-            packed = cfg.max_tokens_per_micro_batch is not None
-            groups_idx = pack_micro_batches(
-                [len(p) + len(c) for p, c, _, _ in seqs], cfg.max_tokens_per_micro_batch, cfg.micro_batch_size
-            )
-            mbs = [
-                _collate([seqs[i] for i in idx], self.pad_id, self.device, left_pad_all=packed) for idx in groups_idx
-            ]
-            real = sum(len(p) + len(c) for p, c, _, _ in seqs)
-            padded = sum(b.input_ids.numel() for b in mbs)
-        metrics.update(micro_batches=float(len(mbs)), pad_frac=1.0 - real / max(1, padded))
+            return mbs, real, padded
+        packed = cfg.max_tokens_per_micro_batch is not None
+        groups_idx = pack_micro_batches(
+            [len(p) + len(c) for p, c, _, _ in seqs], cfg.max_tokens_per_micro_batch, cfg.micro_batch_size
+        )
+        mbs = [collate([seqs[i] for i in idx], self.pad_id, self.device, left_pad_all=packed) for idx in groups_idx]
+        return mbs, sum(len(p) + len(c) for p, c, _, _ in seqs), sum(b.input_ids.numel() for b in mbs)
+
+    def _updates(self, mbs: list[Batch], n_tokens: int) -> dict[str, float]:
+        """The ``epochs_per_batch`` optimizer steps over ``mbs`` in train mode, their figures
+        averaged over the steps. pi_old: the sampler's log-probs, else a frozen pre-update forward
+        when mu > 1; the reference log-probs once, before the first step."""
+        cfg = self.cfg
         self.onload_state()
         was_training = self.model.training
         self.model.train()
         try:
-            # pi_old: sampler log-probs, else a frozen pre-update forward when mu > 1
             if mbs[0].old_logp is None and cfg.epochs_per_batch > 1:
                 with torch.no_grad():
                     for b in mbs:
@@ -798,31 +401,16 @@ class Learner:
             if need_ref:
                 for b in mbs:
                     b.ref_logp = self._ref_logprobs(b)
-            sums = {
-                k: 0.0
-                for k in (
-                    "loss",
-                    "grad_norm",
-                    "entropy",
-                    "clip_frac",
-                    "clip_frac_low",
-                    "clip_frac_high",
-                    "ratio_mean",
-                    "kl",
-                )
-            }
+            sums = dict.fromkeys(UPDATE_FIGURES, 0.0)
             for _epoch in range(cfg.epochs_per_batch):
                 ep = self._one_update(mbs, n_tokens)
                 for k in sums:
                     sums[k] += ep[k]
         finally:
             self.model.train(was_training)
-        for k, v in sums.items():
-            metrics[k] = v / cfg.epochs_per_batch
-        metrics.update(skipped=0.0, step=float(self.step_count))
-        return metrics
+        return {k: v / cfg.epochs_per_batch for k, v in sums.items()}
 
-    def _shared_micro_batches(self, seqs: list[tuple[list[int], list[int], float, list[float] | None]]) -> list[_Batch]:
+    def _shared_micro_batches(self, seqs: list[Row]) -> list[Batch]:
         """``share_prompt`` micro-batches: whole groups (rows of one prompt object are one group,
         in order), as many as ``micro_batch_size`` rows allow (at least one group each)."""
         groups: list[tuple[list[int], list[tuple[list[int], float, list[float] | None]]]] = []
@@ -833,15 +421,24 @@ class Learner:
         out, cur, rows = [], [], 0
         for g in groups:
             if cur and rows + len(g[1]) > self.cfg.micro_batch_size:
-                out.append(_collate_shared(cur, self.pad_id, self.device))
+                out.append(collate_shared(cur, self.pad_id, self.device))
                 cur, rows = [], 0
             cur.append(g)
             rows += len(g[1])
         if cur:
-            out.append(_collate_shared(cur, self.pad_id, self.device))
+            out.append(collate_shared(cur, self.pad_id, self.device))
         return out
 
-    def _one_update(self, mbs: list[_Batch], n_tokens: int) -> dict[str, float]:
+    def _one_update(self, mbs: list[Batch], n_tokens: int) -> dict[str, float]:
+        """One optimizer step over ``mbs``: the backward passes, then the step (``_apply_grads``)."""
+        total_loss, ent_sum, acc = self._backward(mbs, n_tokens)
+        grad_norm = self._apply_grads()
+        self.step_count += 1
+        return {"loss": total_loss, "grad_norm": float(grad_norm), "entropy": ent_sum / n_tokens, **acc}
+
+    def _backward(self, mbs: list[Batch], n_tokens: int) -> tuple[float, float, dict[str, float]]:
+        """The policy loss of every micro-batch, backward: (summed loss, summed entropy, the
+        clip / ratio / KL figures weighted by each micro-batch's share of the tokens)."""
         cfg = self.cfg
         n_seqs = sum(int(b.adv.shape[0]) for b in mbs)  # every answer of the update batch (seq-mean's S)
         self._zero_grads()
@@ -877,6 +474,12 @@ class Learner:
             w = float(st["n_tokens"]) / n_tokens
             for k in acc:
                 acc[k] += float(st[k]) * w
+        return total_loss, ent_sum, acc
+
+    def _apply_grads(self) -> Tensor:
+        """Clip and take the optimizer step (at the phase's scheduled lr), then copy the fp32
+        masters back into the half-precision weights; returns the gradient norm before clipping."""
+        cfg = self.cfg
         # half-precision models: the hooks summed the gradients in fp32 on the device (nothing is
         # left in p.grad); they reach the masters here, once per step
         self._take_grads()
@@ -898,8 +501,7 @@ class Learner:
             with torch.no_grad():
                 for p, m in zip(self.params, self.master):
                     p.copy_(m)
-        self.step_count += 1
-        return {"loss": total_loss, "grad_norm": float(grad_norm), "entropy": ent_sum / n_tokens, **acc}
+        return grad_norm
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, out_dir: str | Path, tokenizer: Any = None) -> Path:
@@ -1000,3 +602,18 @@ class Learner:
                 f"learner checkpoint {d}: weights do not match the model "
                 f"(missing {bad_missing[:5]}, unexpected {list(unexpected)[:5]})"
             )
+
+
+__all__ = [
+    "OPTIM_FILE",
+    "STATE_JSON",
+    "Learner",
+    "LearnerConfig",
+    "NonFiniteLossError",
+    "RolloutGroup",
+    "pack_micro_batches",
+    "pack_rows",
+    "resolve_fused",
+    "resolve_gradient_checkpointing",
+    "resolve_logprob_chunk",
+]
