@@ -12,7 +12,7 @@ import gzip
 import io
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,31 +58,42 @@ def iter_jsonl(
         stream = gzip.GzipFile(fileobj=raw) if name.endswith(".gz") else raw
         try:
             for lineno, line in enumerate(stream, start=1):
-                try:
-                    text = line.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    problem(f"{name}:{lineno}: not UTF-8 (byte {line[e.start]:#04x} at column {e.start + 1})")
-                    continue
-                if not text.strip():
-                    continue
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as e:
-                    problem(f"{name}:{lineno}: not valid JSON ({e.msg} at column {e.colno})")
-                    continue
-                except (ValueError, RecursionError) as e:
-                    problem(f"{name}:{lineno}: not readable JSON: {unparsable(e)}")
-                    continue
-                if objects_only and not isinstance(obj, dict):
-                    problem(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-                    continue
-                yield lineno, obj
+                obj = _parse_line(line, f"{name}:{lineno}", objects_only, problem)
+                if obj is not _SKIP:
+                    yield lineno, obj
         except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
             raise DataError(
                 f"{name}: compressed stream broken after line {lineno} ({e}); the file is truncated or not gzip"
             ) from None
     finally:
         raw.close()
+
+
+_SKIP = object()
+"""What ``_parse_line`` returns for a blank line or a problem."""
+
+
+def _parse_line(line: bytes, where: str, objects_only: bool, problem: Callable[[str], None]) -> Any:
+    """The JSON value of one line, or ``_SKIP`` (blank, or a problem reported to ``problem``)."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        problem(f"{where}: not UTF-8 (byte {line[e.start]:#04x} at column {e.start + 1})")
+        return _SKIP
+    if not text.strip():
+        return _SKIP
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        problem(f"{where}: not valid JSON ({e.msg} at column {e.colno})")
+        return _SKIP
+    except (ValueError, RecursionError) as e:
+        problem(f"{where}: not readable JSON: {unparsable(e)}")
+        return _SKIP
+    if objects_only and not isinstance(obj, dict):
+        problem(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        return _SKIP
+    return obj
 
 
 def read_jsonl(

@@ -116,34 +116,10 @@ def phase_difficulty(p: D2Evo, phase: Phase) -> PhaseRecord:
     solver (no update); with ``difficulty.estimator=adaptive`` in stages, each question stopping
     once its band membership is decided (optionally with last round's counts as prior,
     ``difficulty.carry``)."""
-    s, solver, pool = p.s, p.solver, p.pool
-    cfg, d = s.cfg, s.cfg.difficulty
+    s, d = p.s, p.s.cfg.difficulty
 
     def fn(ctx: PhaseContext) -> PhaseResult:
-        if d.estimator == "fixed":
-            recs = estimate_difficulty(
-                solver.sampler,
-                s.world.prompter,
-                pool,
-                d.samples,
-                s.params(ctx.seed),
-                s.grader,
-                cfg.sampling.batch_prompts,
-            )
-        else:
-            prev = _previous_difficulty(s, phase) if d.carry > 0 else {}
-            recs = estimate_difficulty_adaptive(
-                solver.sampler,
-                s.world.prompter,
-                pool,
-                d.samples,
-                s.params(ctx.seed),
-                s.grader,
-                d.band,
-                d.sequential,
-                cfg.sampling.batch_prompts,
-                priors=[carry_prior(prev.get(t.id), d.sequential, d.carry) for t in pool],
-            )
+        recs = _estimate(p, phase, ctx)
         s.run.write_jsonl(ctx.dir / "difficulty.jsonl", [r.to_dict() for r in recs])
         if phase.round == 1:  # the pool is fixed for the run: its gold labels are first read here
             ctx.compute.labelled(len(recs))
@@ -163,23 +139,47 @@ def phase_difficulty(p: D2Evo, phase: Phase) -> PhaseRecord:
                 f"[difficulty] {phase.key}: {len(recs)} questions x {d.samples}, mean pass rate {mean:.3f}, "
                 f"histogram {hist}"
             )
-        else:
-            stops = {k: sum(r.decision == k for r in recs) for k in ("below", "inside", "above", "cap")}
-            values.update(samples_mean=round(rollouts / max(1, len(recs)), 3), stopped=stops)
-            ctx.log(
-                {
-                    "curriculum/samples_mean": values["samples_mean"],
-                    **{f"curriculum/stopped/{k}": v for k, v in stops.items()},
-                }
-            )
-            ctx.say(
-                f"[difficulty] {phase.key}: {len(recs)} questions, {rollouts} answers (mean "
-                f"{values['samples_mean']:.1f} of {d.samples}; stopped {stops}), mean pass rate {mean:.3f}, "
-                f"histogram {hist}"
-            )
+            return PhaseResult(values, rollouts=rollouts)
+        stops = {k: sum(r.decision == k for r in recs) for k in ("below", "inside", "above", "cap")}
+        values.update(samples_mean=round(rollouts / max(1, len(recs)), 3), stopped=stops)
+        ctx.log(
+            {
+                "curriculum/samples_mean": values["samples_mean"],
+                **{f"curriculum/stopped/{k}": v for k, v in stops.items()},
+            }
+        )
+        ctx.say(
+            f"[difficulty] {phase.key}: {len(recs)} questions, {rollouts} answers (mean "
+            f"{values['samples_mean']:.1f} of {d.samples}; stopped {stops}), mean pass rate {mean:.3f}, "
+            f"histogram {hist}"
+        )
         return PhaseResult(values, rollouts=rollouts)
 
     return s.run.phase(phase, fn)
+
+
+def _estimate(p: D2Evo, phase: Phase, ctx: PhaseContext) -> list[PassRecord]:
+    """The pool's pass records: ``difficulty.samples`` answers each (``fixed``), or in stages until
+    each question's band membership is decided (``adaptive``, last round's counts as prior)."""
+    s, solver, pool = p.s, p.solver, p.pool
+    cfg, d = s.cfg, s.cfg.difficulty
+    if d.estimator == "fixed":
+        return estimate_difficulty(
+            solver.sampler, s.world.prompter, pool, d.samples, s.params(ctx.seed), s.grader, cfg.sampling.batch_prompts
+        )
+    prev = _previous_difficulty(s, phase) if d.carry > 0 else {}
+    return estimate_difficulty_adaptive(
+        solver.sampler,
+        s.world.prompter,
+        pool,
+        d.samples,
+        s.params(ctx.seed),
+        s.grader,
+        d.band,
+        d.sequential,
+        cfg.sampling.batch_prompts,
+        priors=[carry_prior(prev.get(t.id), d.sequential, d.carry) for t in pool],
+    )
 
 
 def phase_anchors(p: D2Evo, phase: Phase) -> PhaseRecord:

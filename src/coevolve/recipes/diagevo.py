@@ -181,6 +181,25 @@ def build(s: Setup, roles: dict[str, Role]) -> DiagEvo:
     return DiagEvo(s, roles["solver"], roles["challenger"], Diagnosis(s, roles["solver"]))
 
 
+def _challenger_batches(s: Setup, mem: ErrorMemory, t: int, rng: np.random.Generator) -> Callable[[int], list[Task]]:
+    """A challenger step's prompts: ``challenger.prompts_per_step`` targets drawn from the memory
+    (``memory.stitching`` / ``schedule`` / ``k``), each asking for a question that shows its causes."""
+    cfg, ch = s.cfg, s.cfg.challenger
+
+    def batches(step: int) -> list[Task]:
+        targets = mem.sample_targets(rng, ch.prompts_per_step, cfg.memory.stitching, cfg.memory.schedule, cfg.memory.k)
+        return [
+            Task(
+                f"r{t:02d}-ch{step:03d}-{i:03d}",
+                s.world.prompter.challenger(target.cause_texts),
+                features={"target": target.to_dict()},
+            )
+            for i, target in enumerate(targets)
+        ]
+
+    return batches
+
+
 def phase_challenger(p: DiagEvo, phase: Phase) -> PhaseRecord:
     """Stage 1: challenger GRPO against the frozen solver (skipped when challenger.frozen)."""
     s, challenger, solver, t = p.s, p.challenger, p.solver, phase.round
@@ -192,27 +211,12 @@ def phase_challenger(p: DiagEvo, phase: Phase) -> PhaseRecord:
         if ch.frozen or ch.steps == 0:
             ctx.say("[challenger] frozen (ablation): no update")
             return PhaseResult({"skipped": True, "epsilon": eps})
-        rng = np.random.default_rng(ctx.seed)
-
-        def batches(step: int) -> list[Task]:
-            targets = mem.sample_targets(
-                rng, ch.prompts_per_step, cfg.memory.stitching, cfg.memory.schedule, cfg.memory.k
-            )
-            return [
-                Task(
-                    f"r{t:02d}-ch{step:03d}-{i:03d}",
-                    s.world.prompter.challenger(p.cause_texts),
-                    features={"target": p.to_dict()},
-                )
-                for i, p in enumerate(targets)
-            ]
-
         res = s.train(
             challenger,
             TrainRequest(
                 ch,
                 "challenger",
-                batches=batches,
+                batches=_challenger_batches(s, mem, t, np.random.default_rng(ctx.seed)),
                 prompt=lambda task: task.question,
                 params=s.params(ctx.seed, ch, "question"),
                 reward=RewardSpec("writer"),
@@ -390,6 +394,25 @@ def _promotion_stats(rows: list[dict[str, Any]], remeasured: dict[str, float] | 
     return out
 
 
+def _memory_stats(s: Setup, diag: Any, res: Any, rows: list[dict[str, Any]], remeasured: Any) -> dict[str, Any]:
+    """The memory phase's figures (rounded to 4 places): the maintenance's, the promotion's, the
+    diagnoser's, and, where the world knows the true cause and an LLM diagnoses, how often the
+    diagnosis names it."""
+    checkable = s.world.knows_truth and diag.kind == "llm"  # does the model name the cause the trace shows?
+    agree = [
+        float(s.world.true_cause(r["question"], r["bad"], r["good"]) == r["diagnosis"]["cause"])
+        for r in res.records
+        if checkable and r["diagnosis"] is not None
+    ]
+    stats = {
+        **res.stats,
+        **_promotion_stats(rows, remeasured),
+        **({"diagnosis_oracle_agreement": _mean(agree)} if agree else {}),
+        **{f"diagnoser_{k}": v for k, v in diag.diagnoser.stats.as_dict().items()},
+    }
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in stats.items()}
+
+
 def phase_memory(p: DiagEvo, phase: Phase) -> PhaseRecord:
     """Stage 4: diagnose (r-, r+) pairs, file causes, promote, merge; save ``memory.json``."""
     s, solver, diag, t = p.s, p.solver, p.diag, phase.round
@@ -421,19 +444,7 @@ def phase_memory(p: DiagEvo, phase: Phase) -> PhaseRecord:
             diag.confirm(ctx.seed),
             reference_p1=targeted_p1_by_cause(rows, "construction") if remeasured is not None else None,
         )
-        checkable = s.world.knows_truth and diag.kind == "llm"  # does the model name the cause the trace shows?
-        agree = [
-            float(s.world.true_cause(r["question"], r["bad"], r["good"]) == r["diagnosis"]["cause"])
-            for r in res.records
-            if checkable and r["diagnosis"] is not None
-        ]
-        stats = {
-            **res.stats,
-            **_promotion_stats(rows, remeasured),
-            **({"diagnosis_oracle_agreement": _mean(agree)} if agree else {}),
-            **{f"diagnoser_{k}": v for k, v in diag.diagnoser.stats.as_dict().items()},
-        }
-        stats = {k: round(v, 4) if isinstance(v, float) else v for k, v in stats.items()}
+        stats = _memory_stats(s, diag, res, rows, remeasured)
         s.run.write_jsonl(ctx.dir / "diagnoses.jsonl", res.records)
         mem.save(ctx.dir / MEMORY_FILE)
         ctx.log({f"memory/{k}": v for k, v in stats.items() if isinstance(v, (int, float))})

@@ -236,19 +236,7 @@ class Run:
             res.problem,
             self.meter.total.to_dict(),
         )
-        ctx.log(
-            {
-                f"phase/{phase.name}/seconds": round(seconds, 3),
-                f"phase/{phase.name}/rollouts": res.rollouts,
-                **(
-                    {}
-                    if (share := self.meter.total.cut_off_share()) is None
-                    else {f"phase/{phase.name}/cut_off_share": share}
-                ),
-                **grader_metrics(phase.name, counts0, self.grader_counts(), (prior or {}).get("grader")),
-                **compute_metrics(self.state.records() + [rec]),
-            }
-        )
+        ctx.log(self._end_figures(rec, counts0, prior))
         warning = cut_off_warning(
             phase.key, self.meter.total, self.budget_fields.get(phase.name, "sampling.max_new_tokens")
         )
@@ -258,6 +246,20 @@ class Run:
             self.say(f"[problem] {phase.key}: {res.problem}")
         self._record(rec, res, ctx.dir)
         return rec
+
+    def _end_figures(self, rec: PhaseRecord, counts0: Any, prior: dict[str, Any] | None) -> dict[str, Any]:
+        """The metrics row of a phase's end: its time and rollouts, the share of its completions
+        cut off, the grader's counters over the phase (a continued phase's first end's added), and
+        the run's compute so far (this phase's included)."""
+        name = rec.name
+        share = self.meter.total.cut_off_share()
+        return {
+            f"phase/{name}/seconds": round(rec.seconds, 3),
+            f"phase/{name}/rollouts": rec.rollouts,
+            **({} if share is None else {f"phase/{name}/cut_off_share": share}),
+            **grader_metrics(name, counts0, self.grader_counts(), (prior or {}).get("grader")),
+            **compute_metrics(self.state.records() + [rec]),
+        }
 
     def _record(self, rec: PhaseRecord, res: PhaseResult, folder: Path) -> None:
         """Mark ``rec`` done with the hashes of what it left and move its roles' checkpoints."""
