@@ -1,12 +1,13 @@
 """The parameter trace of a run's config through ``recipes.execute``: where the config object goes.
 
-    python dev/trace_config.py [--recipe grpo] [--list] [key=value ...]
+    python dev/trace_config.py [--recipe grpo] [--sections] [--list] [key=value ...]
 
 Runs one small toy run of ``recipe`` (``solver.steps=2 eval.limit=8 run.threads=1`` plus the given
 overrides) in a temporary folder under ``sys.settrace`` and follows the config object that
-``load_config`` returned and its sections (``cfg.model``, ``cfg.eval``, ...), by identity. A frame
-*holds* the config when one of its local names is bound to one of them at the call or at the
-return, or its ``self.cfg`` is the config. Printed, one line each:
+``load_config`` returned (with ``--sections`` also its sections: ``cfg.model``, ``cfg.eval``, ...),
+by identity. A frame *holds* the config when one of its local names is bound to it at the call or
+at the return, or its ``self.cfg`` is it. Calls and returns are counted once per pair of functions
+(``module:function``), however often the run makes them. Printed, one line each:
 
 - stays: coevolve modules with a frame holding the config;
 - rooms: their packages (``dev/layers.py``'s ``package``);
@@ -42,19 +43,20 @@ def module_of(filename: str) -> str | None:
     return ".".join(parts[i:]).removesuffix(".__init__")
 
 
-def trace(recipe: str, overrides: list[str]) -> dict:
+def trace(recipe: str, overrides: list[str], sections: bool = False) -> dict:
     from coevolve.config import load_config
     from coevolve.recipes import execute
 
     cfg = load_config(recipe, None, ["solver.steps=2", "eval.limit=8", "run.threads=1", *overrides])
-    tracked = {id(cfg)} | {
-        id(getattr(cfg, f)) for f in type(cfg).model_fields if hasattr(getattr(cfg, f), "model_fields")
-    }
+    tracked = {id(cfg)}
+    if sections:
+        fields = type(cfg).model_fields
+        tracked |= {id(getattr(cfg, f)) for f in fields if hasattr(type(getattr(cfg, f)), "model_fields")}
     names: dict[str, set[str]] = defaultdict(set)  # module -> function:name
     held: dict[int, bool] = {}
-    calls = {"down": [], "across": [], "up": []}
-    returns: list[str] = []
-    climbs: list[str] = []
+    calls: dict[str, dict[str, None]] = {"down": {}, "across": {}, "up": {}}  # ordered sets
+    returns: dict[str, None] = {}
+    climbs: dict[str, None] = {}
 
     def holding(frame) -> list[str]:
         loc = frame.f_locals
@@ -74,7 +76,7 @@ def trace(recipe: str, overrides: list[str]) -> dict:
         return f
 
     def where(frame) -> str:
-        return f"{module_of(frame.f_code.co_filename)}:{frame.f_code.co_name}:{frame.f_lineno}"
+        return f"{module_of(frame.f_code.co_filename)}:{frame.f_code.co_name}"
 
     def local(frame, event, arg):
         if event == "return":
@@ -89,9 +91,9 @@ def trace(recipe: str, overrides: list[str]) -> dict:
                 caller = nearest_holder(frame)
                 cmod = None if caller is None else module_of(caller.f_code.co_filename)
                 if caller is not None and cmod != mod:
-                    returns.append(f"{where(frame)} -> {where(caller)}")
+                    returns[f"{where(frame)} -> {where(caller)}"] = None
                     if floor_of(package(cmod)) > floor_of(package(mod)):
-                        climbs.append(f"{where(frame)} -> {where(caller)}")
+                        climbs[f"{where(frame)} -> {where(caller)}"] = None
         return local
 
     def note_call(frame, mod):
@@ -103,7 +105,7 @@ def trace(recipe: str, overrides: list[str]) -> dict:
             return
         a, b = floor_of(package(cmod)), floor_of(package(mod))
         kind = "down" if b < a else "up" if b > a else "across"
-        calls[kind].append(f"{where(caller)} -> {where(frame)}")
+        calls[kind][f"{where(caller)} -> {where(frame)}"] = None
 
     def on_call(frame, event, arg):
         mod = module_of(frame.f_code.co_filename)
@@ -130,10 +132,11 @@ def trace(recipe: str, overrides: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipe", default="grpo")
-    ap.add_argument("--list", action="store_true", help="name the calls up, the climbs and the modules")
+    ap.add_argument("--sections", action="store_true", help="follow the config's sections too")
+    ap.add_argument("--list", action="store_true", help="name the calls up, the climbs, the returns and the modules")
     ap.add_argument("overrides", nargs="*", help="key=value config overrides")
     a = ap.parse_args(argv)
-    t = trace(a.recipe, a.overrides)
+    t = trace(a.recipe, a.overrides, a.sections)
     mods = sorted(t["names"])
     print(f"stays: {len(mods)}")
     print(f"rooms: {len({package(m) for m in mods})}")
@@ -144,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"climbs: {len(t['climbs'])}")
     if a.list:
         for label, items in (("call up", t["calls"]["up"]), ("climb", t["climbs"]), ("return", t["returns"])):
-            for item in dict.fromkeys(items):
+            for item in items:
                 print(f"  {label}: {item}")
         for m in mods:
             print(f"  {m}: {', '.join(sorted(t['names'][m]))}")

@@ -327,3 +327,15 @@ def test_a_run_with_repeated_evaluation_reports_mean_and_std(tmp_path, tiny):
     assert drawn == [8 * (1 + 2 * 2)] * 2
     assert {w.name: w for w in phases(cfg, toy=True)}["eval"].rollouts == sum(drawn)
     assert "over 2 evaluation runs" in write_report(tmp_path / "run").read_text()
+
+
+def test_the_recipe_registry_names_every_config_and_refuses_an_unknown_name():
+    """recipes/ owns its registry; config keeps only name -> config class: the two name the same recipes."""
+    from coevolve.config import CONFIGS
+    from coevolve.errors import ConfigError
+    from coevolve.recipes.registry import RECIPES
+
+    assert list(RECIPES) == list(CONFIGS)
+    assert all(isinstance(recipe_of(name), Recipe) for name in RECIPES)
+    with pytest.raises(ConfigError, match="unknown recipe 'grpoo'.*grpo"):
+        recipe_of("grpoo")
