@@ -75,7 +75,7 @@ TIME_KEYS = frozenset(
 """JSON keys that measure time (plus any key ending in ``seconds``): removed before comparing.
 ``metrics_bytes`` (state.json) is the byte length of a log whose rows hold timestamps, and a
 phase record's ``digests`` hash files that hold some (the files themselves are compared)."""
-SKIP = ("report/", "run.lock", "provenance.json")  # provenance: the victim's lists its resumes
+SKIP = ("report/", "run.lock", "provenance.json", "run.log")  # provenance, run.log: the victim's list its resumes
 SETUP_SHARE = 0.15  # of the random-time kills: inside a process's setup (imports, lock, model load)
 
 

@@ -1,5 +1,5 @@
 """Live metrics: TensorBoard event files and an offline W&B run carry the same namespaced keys as
-metrics.jsonl, with the row index as step, one run per run folder, and a resumed run continues
+metrics.jsonl, against one global training step, one run per run folder, and a resumed run continues
 the same curves (what the interrupted phase logged is dropped, as in metrics.jsonl)."""
 
 from __future__ import annotations
@@ -64,11 +64,13 @@ def test_tensorboard_and_wandb_follow_metrics_jsonl_across_a_resume(tmp_path, mo
     execute(cfg, tmp_path / "run")  # resume in the same folder
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     tb = _tb_scalars(tmp_path / "run")
+    x = [sum(1 for r in rows[:i] if "step" in r) for i in range(len(rows))]  # training steps before the row
     for key in ("solver/reward_mean", "solver/loss", "eval/toy/greedy", "phase/solver/seconds"):
-        want = [(i, float(r[key])) for i, r in enumerate(rows) if key in r]
+        want = [(x[i], float(r[key])) for i, r in enumerate(rows) if key in r]
         got = [(s, v) for s, v in tb[key]]
         assert [s for s, _ in got] == [s for s, _ in want], key  # interrupted steps purged, no duplicates
         assert all(abs(a - b) < 1e-6 for (_, a), (_, b) in zip(got, want)), key
+    assert [s for s, _ in tb["eval/toy/greedy"]] == [0, 2] and [s for s, _ in tb["solver/reward_mean"]] == [0, 1]
     state = json.loads((tmp_path / "run" / "state.json").read_text())
     runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
     assert len(runs) >= 2 and all(p.name.endswith(f"run-{state['tracker_id']:08x}") for p in runs)  # one W&B run id

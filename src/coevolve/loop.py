@@ -30,6 +30,7 @@ from coevolve.training import (  # Observed, TrainResult, labelled_reward: also 
     book_file,
     labelled_reward,
     local_reward,
+    zero_variance_groups,
 )
 from coevolve.types import AnswerGrader, Completion, Sampler, SamplingParams, Stop, Task
 
@@ -186,9 +187,10 @@ def grpo_train(
     progress: bool = True,
     rollouts_file: Path | None = None,
 ) -> TrainResult:
-    """``phase.steps`` GRPO updates of ``role``; step s samples with seed ``derive_seed(ctx.seed,
-    "rollout", s)``. Every step is booked by ``StepBook`` (rollouts file, metrics under ``ns/``,
-    trained tokens in ``ctx.compute``); the book is saved at the end (``training.book_file``).
+    """``phase.steps`` GRPO updates of ``role`` (``grpo_step``); step s samples with seed
+    ``derive_seed(ctx.seed, "rollout", s)``. Every step is booked by ``StepBook`` (rollouts file,
+    metrics under ``ns/``, trained tokens in ``ctx.compute``) and shown on the progress bar
+    (``step_postfix``); the book is saved at the end (``training.book_file``).
 
     A continued phase (``ctx.prior``: ``coevolve resume RUN solver.steps=N``) starts from its
     book at step k = the steps it had: the role was loaded from the phase's checkpoint
@@ -199,50 +201,84 @@ def grpo_train(
     (``Learner.begin_phase``), at step k for a continued phase."""
     from tqdm import tqdm
 
-    from coevolve.run.compute import Compute
     from coevolve.run.files import atomic_write_json
 
     before = ctx.compute.total
-    prior = ctx.prior
-    if prior is not None:
-        ctx.compute.total += Compute.from_dict(prior["compute"])
-        ctx.say(f"[{ns}] continued at step {prior['steps']} of {phase.steps}")
-    start = 0 if prior is None else int(prior["steps"])
+    start = _continue(ctx, phase, ns)
     role.learner.begin_phase(phase.steps, start)
     try:
-        with StepBook(ctx, ns, rollouts_file, role.learner.cfg.epochs_per_batch, prior) as book:
+        with StepBook(ctx, ns, rollouts_file, role.learner.cfg.epochs_per_batch, ctx.prior) as book:
             for step in range(start):
                 batches(step)  # the draws of the steps already done, so step ``start`` draws as at once
-            for step in tqdm(range(start, phase.steps), desc=ns, disable=not progress, leave=False, dynamic_ncols=True):
-                t0 = time.perf_counter()
+            bar = tqdm(range(start, phase.steps), desc=ns, disable=not progress, leave=False, dynamic_ncols=True)
+            for step in bar:
                 tasks = batches(step)
                 prompts = [prompt(t) for t in tasks]
-                comps = role.sampler.sample(
-                    prompts, phase.group_size, replace(params, seed=derive_seed(ctx.seed, "rollout", step))
+                params_s = replace(params, seed=derive_seed(ctx.seed, "rollout", step))
+                comps, rewards, observed, update, timings = grpo_step(
+                    role, phase, step, tasks, prompts, reward, params_s
                 )
-                t_gen = time.perf_counter() - t0
-                rewards, observed = reward(step, tasks, comps)
-                t1 = time.perf_counter()
-                m = role.learner.step(
-                    [RolloutGroup(c[0].prompt_ids, [x.token_ids for x in c], list(r)) for c, r in zip(comps, rewards)]
-                )
-                role.sync()
-                t_learn = time.perf_counter() - t1
-                book.step(
-                    step,
-                    tasks,
-                    prompts,
-                    comps,
-                    rewards,
-                    m,
-                    observed,
-                    {"gen_seconds": round(t_gen, 4), "learn_seconds": round(t_learn, 4)},
-                )
+                book.step(step, tasks, prompts, comps, rewards, update, observed, timings)
+                bar.set_postfix(step_postfix(rewards, observed), refresh=False)
     finally:
         role.offload()  # its masters and optimizer state leave the GPU until its next update
     spent = {k: v - before.to_dict()[k] for k, v in ctx.compute.total.to_dict().items()}
     atomic_write_json(book_file(ctx.dir, ns), book.state(phase.steps, spent))
     return book.result(phase.steps)
+
+
+def grpo_step(
+    role: Role,
+    phase: GRPOPhase,
+    step: int,
+    tasks: list[Task],
+    prompts: list[str],
+    reward: RewardFn,
+    params: SamplingParams,
+) -> tuple[list[list[Completion]], list[list[float]], Observed, dict[str, Any], dict[str, float]]:
+    """One GRPO step: a group of ``phase.group_size`` completions per prompt, their rewards, the
+    learner's update on the groups, the sampler synced to the new weights. Returns the
+    completions, rewards (B, G), what the reward observed, the update's metrics and the step's
+    generation and learning seconds."""
+    t0 = time.perf_counter()
+    comps = role.sampler.sample(prompts, phase.group_size, params)
+    t_gen = time.perf_counter() - t0
+    rewards, observed = reward(step, tasks, comps)
+    t1 = time.perf_counter()
+    update = role.learner.step(
+        [RolloutGroup(c[0].prompt_ids, [x.token_ids for x in c], list(r)) for c, r in zip(comps, rewards)]
+    )
+    role.sync()
+    timings = {"gen_seconds": round(t_gen, 4), "learn_seconds": round(time.perf_counter() - t1, 4)}
+    return comps, rewards, observed, update, timings
+
+
+def _continue(ctx: PhaseContext, phase: GRPOPhase, ns: str) -> int:
+    """The step a phase starts at: 0, or a continued phase's steps so far (its compute counted)."""
+    from coevolve.run.compute import Compute
+
+    if ctx.prior is None:
+        return 0
+    ctx.compute.total += Compute.from_dict(ctx.prior["compute"])
+    ctx.say(f"[{ns}] continued at step {ctx.prior['steps']} of {phase.steps}")
+    return int(ctx.prior["steps"])
+
+
+def step_postfix(rewards: Sequence[Sequence[float]], observed: Observed) -> dict[str, str]:
+    """What the progress bar shows after a step: mean reward, accuracy (``acc_mean``, or DiagEvo's
+    ``match_rate``) where the reward measures one, and the share of groups with zero variance.
+
+    >>> step_postfix([[1.0, 0.0], [1.0, 1.0]], Observed({"acc_mean": 0.75}))
+    {'reward': '0.750', 'acc': '0.750', 'zero_std': '0.50'}
+    """
+    flat = [x for r in rewards for x in r]
+    out = {"reward": f"{sum(flat) / max(1, len(flat)):.3f}"}
+    acc = observed.metrics.get("acc_mean", observed.metrics.get("match_rate"))
+    if acc is not None:
+        out["acc"] = f"{acc:.3f}"
+    groups = [r for r in rewards if len(r)]
+    out["zero_std"] = f"{zero_variance_groups(groups) / max(1, len(groups)):.2f}"
+    return out
 
 
 class LocalTrainer:
@@ -280,7 +316,9 @@ __all__ = [
     "Role",
     "ShuffledPasses",
     "TrainResult",
+    "grpo_step",
     "grpo_train",
+    "step_postfix",
     "labelled_reward",
     "sampling_params",
 ]

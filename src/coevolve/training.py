@@ -383,7 +383,7 @@ class StepBook:
             self.ctx.compute.trained(int(metrics["n_tokens"]) * self.epochs)
         self.seen.extend(x for r in rewards for x in r)
         self.groups += sum(1 for r in rewards if len(r))
-        self.zero_groups += sum(1 for r in rewards if len(r) and max(r) - min(r) < 1e-6)  # GRPO's zero-std rule
+        self.zero_groups += zero_variance_groups(rewards)
         self.rollouts += sum(len(c) for c in comps)
         self.reward_rollouts += observed.rollouts
         self.records.extend({"step": step, **r} for r in observed.records)
@@ -421,6 +421,11 @@ class StepBook:
             self.updates,
             round(self.zero_groups / self.groups, 4) if self.groups else None,
         )
+
+
+def zero_variance_groups(rewards: Sequence[Sequence[float]]) -> int:
+    """Groups whose rewards are all equal (GRPO's zero-std rule: no signal to learn from)."""
+    return sum(1 for r in rewards if len(r) and max(r) - min(r) < 1e-6)
 
 
 def book_file(phase_dir: Path, ns: str) -> Path:
@@ -471,4 +476,5 @@ __all__ = [
     "match_scores",
     "score_sample",
     "solver_scores",
+    "zero_variance_groups",
 ]

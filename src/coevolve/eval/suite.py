@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from coevolve.errors import DataError
 from coevolve.eval.benchmarks import (
     GROUPS,
@@ -219,7 +221,14 @@ def _suite_results(
     repeats: int,
 ) -> dict[str, Any]:
     """results.json: the benchmark rows, their averages and groups (with R > 1 repeats, the
-    averages' std too), what was skipped and why, the settings and the cost."""
+    averages' std too), what was skipped and why, the settings and the cost. Layout:
+    ``{"benchmarks": {name: {"category", "kind", "metric", "score", "n", "greedy", "sampled",
+    "samples", "sampled_any", "by_group", "data", "seconds"}}, "averages": {...}, "config":
+    {...}, "rollouts", "wall_seconds"}``. With ``repeats`` R > 1 (sampled metrics drawn R times,
+    each with its own seed; greedy ones once, deterministic): each benchmark row adds
+    ``"repeats"``, ``"score_runs"`` (its metric in each run) and ``"score_std"``, each group
+    ``"std"`` and ``"score_runs"``, and ``"averages_std"`` sits beside ``"averages"`` — sample std
+    (ddof 1) over the runs of the run-level value; ``"score"`` stays the mean."""
     return {
         "benchmarks": rows,
         "averages": averages(rows),
@@ -252,56 +261,33 @@ def evaluate_suite(
     say: Callable[[str], None] = print,
     repeats: int = 1,
 ) -> dict[str, Any]:
-    """Evaluate several benchmarks (groups allowed) and return the results dict.
-
-    ``bench_tasks`` lets the world supply a benchmark it owns (the toy held-out set). When
-    ``out_dir`` is given, writes ``results.json`` and ``items_<bench>.jsonl`` there. Layout:
-    ``{"benchmarks": {name: {"category", "kind", "metric", "score", "n", "greedy", "sampled",
-    "samples", "sampled_any", "by_group", "data", "seconds"}}, "averages": {...}, "config":
-    {...}, "rollouts", "wall_seconds"}``. With ``repeats`` R > 1 (sampled metrics drawn R times,
-    each with its own seed; greedy ones once, deterministic): each benchmark row adds
-    ``"repeats"``, ``"score_runs"`` (its metric in each run) and ``"score_std"``, each group
-    ``"std"`` and ``"score_runs"``, and ``"averages_std"`` sits beside ``"averages"`` — sample std
-    (ddof 1) over the runs of the run-level value; ``"score"`` stays the mean.
-    """
+    """Evaluate several benchmarks (groups allowed; ``bench_tasks``: a world's own, the toy held-out
+    set) and return the results dict (``_suite_results``), written with ``items_<bench>.jsonl`` to
+    ``out_dir``. ``progress``: a bar over the benchmarks with the last score (``batch_size``: over calls)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    t0 = time.time()
-    resolved = resolve_benches(benches)
+    t0, resolved, rollouts = time.time(), resolve_benches(benches), 0
     rows: dict[str, dict[str, Any]] = {}
     skipped: dict[str, str] = {}
-    rollouts = 0
-    for b in resolved:
-        tb = time.time()
-        k = _samples_for(b, samples, samples_by_bench)
-        tasks = _tasks_or_skip(b, bench_tasks, data_dir, limit, skipped, say)
-        if tasks is None:
+    bar = tqdm(resolved, desc="eval", unit="bench", disable=not progress, leave=False, dynamic_ncols=True)
+    for b in bar:
+        tb, k = time.time(), _samples_for(b, samples, samples_by_bench)
+        if (tasks := _tasks_or_skip(b, bench_tasks, data_dir, limit, skipped, say)) is None:
             continue
+        bar.set_description(f"eval {b.name} ({len(tasks)} items)")
         res = evaluate_benchmark(
-            sampler,
-            b,
-            tasks,
-            prompter,
-            grader,
-            samples=k,
-            max_new_tokens=max_new_tokens,
-            seed=seed,
-            batch_size=batch_size,
-            progress=progress,
-            repeats=repeats,
-        )
+            sampler, b, tasks, prompter, grader, samples=k, max_new_tokens=max_new_tokens, seed=seed,
+            batch_size=batch_size, progress=progress, repeats=repeats,
+        )  # fmt: skip
         rollouts += res.n * (1 + k * repeats)
         rows[b.name] = _bench_row(b, res, data_dir, repeats, seconds=round(time.time() - tb, 3))
+        bar.set_postfix({b.name: f"{100 * rows[b.name]['score']:.1f}"}, refresh=False)
         if out_dir is not None:
             atomic_write_jsonl(Path(out_dir) / f"items_{b.name}.jsonl", res.records)
     config = {
         **(meta or {}),
-        "benches": [b.name for b in resolved],
-        "limit": limit,
-        "samples": samples,
-        "samples_by_bench": samples_by_bench or {},
-        "max_new_tokens": max_new_tokens,
-        "seed": seed,
+        **dict(benches=[b.name for b in resolved], limit=limit, samples=samples),
+        **dict(samples_by_bench=samples_by_bench or {}, max_new_tokens=max_new_tokens, seed=seed),
         **({"repeats": repeats} if repeats > 1 else {}),
     }
     results = _suite_results(benches, rows, skipped, config, rollouts, round(time.time() - t0, 3), repeats)

@@ -69,7 +69,7 @@ def open_run(
             make_trackers(
                 r.trackers,
                 run.path,
-                run.metrics.count(),
+                run.metrics.trained(),
                 run_id=run_tracker_id(run),
                 name=run.path.name,
                 project=r.wandb_project,

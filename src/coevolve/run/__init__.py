@@ -37,6 +37,8 @@ STATE_FILE = "state.json"
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
 SUMMARY_FILE = "summary.json"
+LOG_FILE = "run.log"
+"""Every line the run says (phases, notes, warnings), appended by each start and resume."""
 Say = Callable[[str], None]
 
 
@@ -187,7 +189,15 @@ class Run:
     def bind(self, *, seed: int, keep_checkpoints: int, say: Say = say, resume_only: tuple[str, ...] = ()) -> Run:
         """Bind the run's master seed, checkpoint budget, printer and the checkpoint files only a
         role's newest checkpoint keeps (from its config; ``recipes.open_run``)."""
-        self.seed, self.keep_checkpoints, self.say, self.resume_only = seed, keep_checkpoints, say, resume_only
+        self.seed, self.keep_checkpoints, self.resume_only = seed, keep_checkpoints, resume_only
+        log = self.path / LOG_FILE
+
+        def say_and_log(msg: str) -> None:
+            say(msg)
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
+
+        self.say = say_and_log
         return self
 
     # -- phases ------------------------------------------------------------------------------
@@ -335,7 +345,7 @@ def read_recipe(path: Path) -> str:
     return PhaseState.load(path / STATE_FILE).recipe
 
 
-OWN_FILES = frozenset({LOCK_FILE, CONFIG_FILE, "provenance.json"})
+OWN_FILES = frozenset({LOCK_FILE, CONFIG_FILE, LOG_FILE, "provenance.json"})
 """What a run folder may hold before its state.json: the lock and the files a start killed before
 its first phase left (a fresh ``coevolve run`` there is that start again)."""
 

@@ -28,12 +28,14 @@ def _parses(line: bytes) -> bool:
 
 class MetricsLog:
     """``metrics.jsonl`` plus optional live trackers (TensorBoard, W&B) fed the same rows, with
-    the row's index in the file as their step."""
+    one global training step as their x axis: the training steps (rows with a ``step``, of any
+    role) logged before the row, so a step row sits at its place in the run's training and an
+    evaluation at the steps trained before it."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.trackers: list[Any] = []
-        self.step = 0  # index of the next row (the trackers' x axis)
+        self.step = 0  # the global training step of the next row (the trackers' x axis)
 
     def count(self) -> int:
         """Rows in the log."""
@@ -42,10 +44,21 @@ class MetricsLog:
         with open(self.path, "rb") as f:
             return sum(1 for line in f if line.strip())
 
+    def trained(self) -> int:
+        """Training steps in the log (rows with a ``step``): the global step a resumed run goes on from."""
+        return sum(1 for r in self.rows() if "step" in r)
+
     def attach(self, trackers: list[Any]) -> None:
-        """Feed every following row to ``trackers`` too, numbering from the rows already logged."""
+        """Feed every following row to ``trackers`` too, from the global step of the rows already
+        logged. The rows logged since the last training step sit at that step, where a resumed
+        TensorBoard purges (``purge_step``) what an interrupted phase left: they are fed again."""
         self.trackers = list(trackers)
-        self.step = self.count()
+        rows = self.rows()
+        self.step = sum(1 for r in rows if "step" in r)
+        last = max((i for i, r in enumerate(rows) if "step" in r), default=-1)
+        for row in rows[last + 1 :] if self.trackers else []:
+            for t in self.trackers:
+                t.log(row, self.step)
 
     def size(self) -> int:
         return self.path.stat().st_size if self.path.exists() else 0
@@ -85,7 +98,7 @@ class MetricsLog:
             f.write(json_line(row))
         for t in self.trackers:
             t.log(row, self.step)
-        self.step += 1
+        self.step += int("step" in row)
 
     def flush(self) -> None:
         for t in self.trackers:

@@ -1,11 +1,13 @@
 """Live metrics where researchers look: TensorBoard event files and Weights & Biases, fed the same
 namespaced rows as ``metrics.jsonl`` (which stays the source of truth for resume and reports).
 
-The x axis of every tracker is the row's index in ``metrics.jsonl``: resuming a run reopens the
-log at the last phase boundary, so the resumed curves continue where the interrupted run's
-finished phases left off. TensorBoard drops the events an interrupted phase had written
-(``purge_step``); W&B resumes the same run id (offline mode writes under the run folder and needs
-no network; ``wandb sync`` uploads later).
+The x axis of every tracker is one global training step (``MetricsLog``): a GRPO step row at the
+count of training steps before it, over every role and phase; an evaluation or a phase's end at
+the steps trained so far (the base evaluation at 0, the final one at the run's last step).
+Resuming a run reopens the log at the last phase boundary, so the resumed curves continue where
+the interrupted run's finished phases left off. TensorBoard drops the events an interrupted phase
+had written (``purge_step``); W&B resumes the same run id (offline mode writes under the run
+folder and needs no network; ``wandb sync`` uploads later).
 """
 
 from __future__ import annotations

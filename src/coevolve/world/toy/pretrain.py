@@ -400,6 +400,25 @@ def ensure_base(cache_dir: Path | None = None, steps: int = 600, seed: int = 0) 
     )
 
 
+def wait_for_lock(lock: Any, target: Path) -> None:
+    """Take the exclusive lock on the open file ``lock``; when another process holds it, say so
+    (its pid, which it wrote there) before waiting, rather than sit silent while it builds; then
+    write our own pid for the next one to name."""
+    from coevolve.run import say
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        say(f"waiting for process {holder}, which is building {target} (the lock {lock.name}) ...")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+
+
 def build_cached(target: Path, build: Callable[[Path], Any], built_marker: str = "toy_build.json") -> Path:
     """``target`` once it holds a built model (``built_marker``, config and tokenizer); else
     ``build(tmp)`` writes one into a temporary sibling folder that is renamed into place.
@@ -420,8 +439,8 @@ def build_cached(target: Path, build: Callable[[Path], Any], built_marker: str =
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ModelLoadError(f"cannot create model cache folder {root}: {e}") from e
-    with open(root / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with open(root / f".{target.name}.lock", "a+") as lock:
+        wait_for_lock(lock, target)
         try:
             if built(target):
                 return target
