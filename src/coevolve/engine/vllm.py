@@ -354,6 +354,37 @@ def _start_llm(kw: dict[str, Any], device: torch.device) -> Any:
         return LLM(**kw)
 
 
+def llm_kwargs(
+    folder: str, cfg: Any, dtype: torch.dtype, device: torch.device, *, dummy: bool, sleep_mode: bool
+) -> dict[str, Any]:
+    """``vllm.LLM``'s arguments for a model ``folder`` under the run's ``engine`` section ``cfg``:
+    eager on CPU unless told, the run's vLLM share of the GPU, raw log-probs, a CPU KV cache of
+    ``CPU_KV_CACHE_GIB`` unless ``engine.kv_cache_gib`` says, ``dummy`` weights (pushed later)."""
+    kw: dict[str, Any] = dict(
+        model=folder,
+        tokenizer=folder,
+        dtype=str(dtype).removeprefix("torch."),
+        seed=0,
+        max_num_seqs=int(cfg.max_batch),
+        enable_prefix_caching=cfg.prefix_caching is not False,
+        enforce_eager=(device.type == "cpu") if cfg.enforce_eager is None else bool(cfg.enforce_eager),
+        gpu_memory_utilization=vllm_share(cfg),
+        logprobs_mode="raw_logprobs",
+        disable_log_stats=True,
+        load_format="dummy" if dummy else "auto",
+    )
+    kv_gib = cfg.kv_cache_gib if cfg.kv_cache_gib is not None else (CPU_KV_CACHE_GIB if device.type == "cpu" else None)
+    if kv_gib is not None:
+        kw["kv_cache_memory_bytes"] = int(kv_gib * GiB)
+    if cfg.max_model_len is not None:
+        kw["max_model_len"] = int(cfg.max_model_len)
+    if cfg.max_num_batched_tokens is not None:
+        kw["max_num_batched_tokens"] = int(cfg.max_num_batched_tokens)
+    if sleep_mode:
+        kw["enable_sleep_mode"] = True
+    return kw
+
+
 class _Engine:
     """One in-process ``vllm.LLM`` and the weight version it holds, shared by every sampler
     whose ``Serves`` it matches (``_engine_for``). ``holders`` counts the samplers that own a
@@ -379,30 +410,7 @@ class _Engine:
         self.holders = 0
         self.llm: Any = None
         self._keep = keep  # the temporary folder the engine reads its config/tokenizer from
-        kw: dict[str, Any] = dict(
-            model=folder,
-            tokenizer=folder,
-            dtype=str(dtype).removeprefix("torch."),
-            seed=0,
-            max_num_seqs=int(cfg.max_batch),
-            enable_prefix_caching=cfg.prefix_caching is not False,
-            enforce_eager=(device.type == "cpu") if cfg.enforce_eager is None else bool(cfg.enforce_eager),
-            gpu_memory_utilization=vllm_share(cfg),
-            logprobs_mode="raw_logprobs",
-            disable_log_stats=True,
-            load_format="dummy" if dummy else "auto",
-        )
-        kv_gib = (
-            cfg.kv_cache_gib if cfg.kv_cache_gib is not None else (CPU_KV_CACHE_GIB if device.type == "cpu" else None)
-        )
-        if kv_gib is not None:
-            kw["kv_cache_memory_bytes"] = int(kv_gib * GiB)
-        if cfg.max_model_len is not None:
-            kw["max_model_len"] = int(cfg.max_model_len)
-        if cfg.max_num_batched_tokens is not None:
-            kw["max_num_batched_tokens"] = int(cfg.max_num_batched_tokens)
-        if self.sleep_mode:
-            kw["enable_sleep_mode"] = True
+        kw = llm_kwargs(folder, cfg, dtype, device, dummy=dummy, sleep_mode=self.sleep_mode)
         try:
             self.llm = _start_llm(kw, device)
         except Exception as e:  # noqa: BLE001 - re-raised naming the config section
@@ -750,19 +758,7 @@ class VLLMSampler:
             raise SamplerError("sample: prompts must be a sequence of strings, not one string")
         if not prompts:
             return []
-        encoded = [self.encode(p) for p in prompts]
-        limit = self.engine.max_model_len
-        for i, e in enumerate(encoded):
-            if not e:
-                raise SamplerError(
-                    f"sample: prompt {i} encodes to zero tokens and the tokenizer adds no BOS; "
-                    "cannot condition on an empty prompt"
-                )
-            if len(e) >= limit:
-                raise SamplerError(
-                    f"sample: prompt {i} has {len(e)} tokens, the engine's context is {limit} "
-                    "(engine.max_model_len, default the model's)"
-                )
+        encoded = self._encoded(prompts)
         self.engine.wake()
         self._ensure()
         if self.engine.loaded is not self._version:  # never sample from weights a sleep discarded
@@ -785,8 +781,32 @@ class VLLMSampler:
                 outs = self.engine.llm.generate([{"prompt_token_ids": e} for e in encoded], vparams, use_tqdm=False)
         finally:
             self.engine.rest()
+        return self._completions(outs, encoded, n, params)
+
+    def _encoded(self, prompts: Sequence[str]) -> list[list[int]]:
+        """The prompts' token ids, each non-empty and inside the engine's context."""
+        encoded = [self.encode(p) for p in prompts]
+        limit = self.engine.max_model_len
+        for i, e in enumerate(encoded):
+            if not e:
+                raise SamplerError(
+                    f"sample: prompt {i} encodes to zero tokens and the tokenizer adds no BOS; "
+                    "cannot condition on an empty prompt"
+                )
+            if len(e) >= limit:
+                raise SamplerError(
+                    f"sample: prompt {i} has {len(e)} tokens, the engine's context is {limit} "
+                    "(engine.max_model_len, default the model's)"
+                )
+        return encoded
+
+    def _completions(
+        self, outs: Any, encoded: list[list[int]], n: int, params: SamplingParams
+    ) -> list[list[Completion]]:
+        """vLLM's outputs as ``n`` completions per prompt, cut at our stops (a greedy request's one
+        answer repeated ``n`` times)."""
         result: list[list[Completion]] = []
-        for i in range(len(prompts)):
+        for i in range(len(encoded)):
             comps = []
             for c in sorted(outs[i].outputs, key=lambda c: c.index):
                 gen = list(c.token_ids)
