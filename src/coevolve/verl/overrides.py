@@ -97,18 +97,7 @@ def phase_overrides(
     engine (the phase's ``derive_seed(ctx.seed, "rollout")``, so a rerun of the phase draws the
     same). One optimiser step per rollout batch (``ppo_mini_batch_size = train_batch_size``)
     times ``epochs_per_batch``, as the local learner."""
-    if learner.lora:
-        raise ConfigError(
-            "backend=verl: learner.lora is not mapped to verl yet (use backend=local, or set verl's "
-            "actor_rollout_ref.model.lora_rank in backend.verl.extra_overrides)"
-        )
-    world = verl.nnodes * verl.n_gpus_per_node
-    micro = verl_micro_batch(phase.prompts_per_step * phase.group_size, world, learner.micro_batch_size)
-    if micro is None:  # the run's preflight refuses this first (coevolve.plan.layouts.verl_batch_problems)
-        raise ConfigError(
-            f"backend=verl: prompts_per_step x group_size = {phase.prompts_per_step * phase.group_size} "
-            f"rollouts per step must divide over the {world} GPUs of backend.verl.nnodes x n_gpus_per_node"
-        )
+    micro = _micro_batch(phase, learner, verl)
     kv = [
         ("algorithm.adv_estimator", "grpo"),
         ("algorithm.norm_adv_by_std_in_grpo", learner.scale_std),
@@ -131,6 +120,24 @@ def phase_overrides(
     if address:  # the run's Ray cluster (engine.ray.address): verl's job joins it too
         kv.append(("+ray_kwargs.ray_init.address", address))
     return [f"{k}={_fmt(v)}" for k, v in kv] + list(verl.extra_overrides)
+
+
+def _micro_batch(phase: Any, learner: Any, verl: Any) -> int:
+    """verl's micro-batch per GPU for the phase's rollouts over ``nnodes x n_gpus_per_node``; a
+    ``ConfigError`` for what verl cannot run (LoRA, rollouts that do not divide over the GPUs)."""
+    if learner.lora:
+        raise ConfigError(
+            "backend=verl: learner.lora is not mapped to verl yet (use backend=local, or set verl's "
+            "actor_rollout_ref.model.lora_rank in backend.verl.extra_overrides)"
+        )
+    world = verl.nnodes * verl.n_gpus_per_node
+    micro = verl_micro_batch(phase.prompts_per_step * phase.group_size, world, learner.micro_batch_size)
+    if micro is None:  # the run's preflight refuses this first (coevolve.plan.layouts.verl_batch_problems)
+        raise ConfigError(
+            f"backend=verl: prompts_per_step x group_size = {phase.prompts_per_step * phase.group_size} "
+            f"rollouts per step must divide over the {world} GPUs of backend.verl.nnodes x n_gpus_per_node"
+        )
+    return micro
 
 
 def _data(phase: Any, paths: PhasePaths, max_prompt_tokens: int, max_new_tokens: int) -> list[tuple[str, Any]]:
