@@ -301,7 +301,7 @@ def test_world_draws_pools_and_causes():
     # verl's reward workers rebuild this world's prompter by its name: the skill world runs under verl
     from coevolve.verl.writer import prompter_spec
 
-    assert prompter_spec(make_world(_cfg("backend=verl"), None, lambda m: None).prompter) == {"kind": "skill"}
+    assert prompter_spec(make_world(_cfg("backend=verl"), None, lambda m: None).prompter)["kind"] == "skill"
 
 
 def test_memory_scores_against_the_injected_deficits():

@@ -576,7 +576,7 @@ def _writer_spec(kind: str, **kw):
         seed=3,
         ns="verify",
         params={"temperature": 1.0, "max_new_tokens": 8},
-        prompter={"kind": "toy"},
+        prompter={"kind": "toy", "class": "coevolve.world.toy.prompts:ToyPrompter"},
         rep_tokenizer="char",
         batch_prompts=8,
         **kw,

@@ -264,7 +264,7 @@ def test_writer_reward_through_verls_naive_reward_manager(toy, tmp_path):
         seed=1,
         ns="verify",
         params={"temperature": 1.0, "max_new_tokens": 16},
-        prompter={"kind": "toy"},
+        prompter={"kind": "toy", "class": "coevolve.world.toy.prompts:ToyPrompter"},
         rep_tokenizer="char",
         batch_prompts=8,
         solver_path=str(toy),

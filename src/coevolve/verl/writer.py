@@ -27,6 +27,7 @@ or the folder the phase exported, loaded once per worker process with ``engine.l
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 from dataclasses import asdict, dataclass, field
@@ -37,6 +38,7 @@ from coevolve.curriculum.proposals import WriterBatch
 from coevolve.curriculum.voting import VoteRecord, label_questions
 from coevolve.engine.remote import RemoteSolver, SolverServerError, check_served_model, served_models  # noqa: F401 - the frozen solver server's client; verl.phase imports it from here
 from coevolve.errors import ConfigError
+from coevolve.prompts.chat import ChatPrompter
 from coevolve.rewards import questioner_rewards
 from coevolve.types import AnswerGrader, SamplingParams, Stop
 
@@ -52,9 +54,7 @@ class WriterSpec:
     seed: int  # the phase's reward seed (the local reward's ``seed``)
     ns: str  # "verify" (D²Evo) or "solve" (DiagEvo): the local reward's seed part
     params: dict[str, Any]  # SamplingParams of the solver's answers (seed set per question)
-    prompter: dict[
-        str, Any
-    ]  # {"kind": "toy" | "skill"} or {"kind": "chat", "chat_template": .., "enable_thinking": ..}
+    prompter: dict[str, Any]  # {"kind": "toy", "class": "module:Class"} or {"kind": "chat", "chat_template": ..}
     rep_tokenizer: str
     batch_prompts: int
     solver_path: str = ""  # the frozen solver folder the phase exported ("" with solver_url)
@@ -107,13 +107,12 @@ _VOTES: dict[tuple[str, int, str], VoteRecord] = {}
 
 def prompter_spec(prompter: Any) -> dict[str, Any]:
     """The world's prompter as data a reward worker rebuilds it from (``_prompter``): a world's own
-    prompter (toy, skill: ``WORLDS[...].prompter``) by its world's name, a real model's as its
-    settings."""
-    from coevolve.world.facts import WORLDS
-
+    prompter (toy, skill: built without arguments, its formats fixed by its base) by its world's
+    name and class, a real model's ``ChatPrompter`` as its settings."""
     world = getattr(prompter, "world", None)
-    if world in WORLDS and WORLDS[world].prompter is not None:
-        return {"kind": world}
+    if world is not None and not isinstance(prompter, ChatPrompter):
+        cls = type(prompter)
+        return {"kind": world, "class": f"{cls.__module__}:{cls.__qualname__}"}
     prompts = getattr(prompter, "prompts", None)
     return {
         "kind": "chat",
@@ -124,12 +123,16 @@ def prompter_spec(prompter: Any) -> dict[str, Any]:
 
 
 def _prompter(spec: WriterSpec) -> Any:
-    if spec.prompter.get("kind") != "chat":
-        from coevolve.world.facts import world_prompter
-
-        return world_prompter(str(spec.prompter.get("kind")))
+    kind = str(spec.prompter.get("kind"))
+    if kind != "chat":
+        module, _, name = str(spec.prompter.get("class", "")).partition(":")
+        if not module.startswith("coevolve.") or not name:  # only a coevolve world's own prompter class
+            raise ConfigError(
+                f"the {kind} world's prompter is rebuilt from a tokenizer, not by name (by name: a world's "
+                "own prompter, named by its class)"
+            )
+        return getattr(importlib.import_module(module), name)()
     from coevolve.engine import load_tokenizer
-    from coevolve.prompts.chat import ChatPrompter
     from coevolve.prompts.spec import PromptsConfig
 
     tok = load_tokenizer(spec.solver_path) if spec.prompter.get("chat_template") else None
