@@ -133,8 +133,9 @@ def _eval_model(
 
     what, hint = "evaluation server", "--endpoint; is the server running and reachable?"
     served = served or {}
-    key = served.get("api_key_env")
-    name = check_served_model(endpoint, served_model, what=what, field="--served-model", hint=hint, api_key_env=key)
+    asked = {"api_key_env": served.get("api_key_env"), "deadline": served.get("deadline")}
+    timeout = min(30.0, served.get("timeout", 30.0))  # a list of names: no generation to wait for
+    name = check_served_model(endpoint, served_model, timeout, what=what, field="--served-model", hint=hint, **asked)
     sampler = RemoteSolver(endpoint, name, workers=concurrency, what=what, hint=hint, **served)
     if model is not None:
         return sampler, world_of_model(model, load_tokenizer(model), chat_template)

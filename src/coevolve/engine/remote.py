@@ -139,7 +139,7 @@ class _Attempt:
             return resp.status, resp.reason, b"".join(chunks)
         except (OSError, http.client.HTTPException) as e:
             if self.expired:
-                raise TimeoutError(f"no complete answer within {self.limit_s:g} s") from None
+                raise TimeoutError(f"no complete answer within {self.limit_s:.3g} s") from None
             raise OSError(str(e) or type(e).__name__) from None
         finally:
             watchdog.cancel()
@@ -187,6 +187,8 @@ def _request(
                     last = f"not JSON ({getattr(e, 'msg', e)})"
                     break
             last = f"HTTP {status} {reason}: {raw[:300].decode('utf-8', 'replace')}"
+            if 300 <= status < 400:
+                last = f"HTTP {status} {reason}: a redirect, not followed (the key would go to another address)"
             if status in (401, 403):
                 last += " (refused: is the API key right?)"
             if status < 500:
@@ -218,9 +220,20 @@ def served_models(
     *,
     api_key_env: str | None = None,
     key: str | None = None,
+    deadline: float | None = None,
 ) -> list[str]:
     """The model names ``GET {url}/models`` lists."""
-    got = _request(url.rstrip("/") + "/models", None, timeout, retries, what, hint, api_key_env=api_key_env, key=key)
+    got = _request(
+        url.rstrip("/") + "/models",
+        None,
+        timeout,
+        retries,
+        what,
+        hint,
+        api_key_env=api_key_env,
+        key=key,
+        deadline=deadline,
+    )
     data = got.get("data", []) if isinstance(got, dict) else []
     return [str(m.get("id")) for m in data if isinstance(m, dict)]
 
@@ -235,10 +248,11 @@ def check_served_model(
     hint: str = VERL_HINT,
     *,
     api_key_env: str | None = None,
+    deadline: float | None = None,
 ) -> str:
     """The served model name, checked against ``field`` (``model``): the server must serve the
     model meant (nothing here can tell which weights it holds); None = the first one it lists."""
-    names = served_models(url, timeout, retries, what, hint, api_key_env=api_key_env)
+    names = served_models(url, timeout, retries, what, hint, api_key_env=api_key_env, deadline=deadline)
     if not names:
         raise SolverServerError(f"{what} {redacted(url)}/models lists no model")
     if model is None:
