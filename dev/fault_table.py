@@ -1,10 +1,14 @@
 """Try hostile inputs and faults through the CLI, each in a fresh process, and print a table:
 input or fault -> first line of the message -> exit status -> wall time -> peak memory.
 
-    PYTHONPATH=src nice -n 19 python dev/fault_table.py --out /tmp/faults [--only SUBSTRING ...]
+    PYTHONPATH=src nice -n 19 python dev/fault_table.py --out runs/faults [--only SUBSTRING ...] [--docs]
 
 A run folder for the resume cases is made first (a tiny toy grpo run, about 20 s), only when a
-chosen case needs it. ``--only`` keeps the cases whose name contains one of the substrings."""
+chosen case needs it. ``--only`` keeps the cases whose name contains one of the substrings.
+The served-model cases ask a stand-in server on 127.0.0.1 started here (``Served``: a server that
+needs a key, hangs, trickles, redirects or answers too much). ``--docs`` writes the table into
+docs/errors.md between its ``fault_table`` markers, the scratch folder shown as ``W`` (with
+``--only``: the rows of those cases)."""
 
 from __future__ import annotations
 
@@ -12,11 +16,14 @@ import argparse
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,6 +31,64 @@ sys.path.insert(0, str(ROOT / "dev"))
 import kill_fuzz  # noqa: E402
 
 TINY = [*kill_fuzz.QUICK["grpo"], "run.progress=false", "run.threads=1"]
+KEY = "sk-fault-table-7Qz"
+DOCS = ROOT / "docs" / "errors.md"
+BEGIN, END = "<!-- fault_table: begin -->", "<!-- fault_table: end -->"
+
+
+class _Served(BaseHTTPRequestHandler):
+    """What a served model's server can do, by the first part of the path: ``/key`` needs
+    ``Bearer KEY``, ``/hang`` never answers, ``/trickle`` sends its body a byte every 0.2 s,
+    ``/redirect`` answers 307, ``/big`` sends 65 MiB, ``/err`` HTTP 500 with HTML."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, code: int, body: bytes, kind: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        mode = self.path.split("/")[1]
+        models = json.dumps({"data": [{"id": "m"}]}).encode()
+        if mode == "key":
+            if self.headers.get("Authorization") != f"Bearer {KEY}":
+                return self._send(401, json.dumps({"error": f"got {self.headers.get('Authorization')}"}).encode())
+            return self._send(200, models)
+        if mode == "hang":
+            threading.Event().wait(120)
+        elif mode == "trickle":
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(models)))
+            self.end_headers()
+            for b in models:
+                self.wfile.write(bytes([b]))
+                self.wfile.flush()
+                threading.Event().wait(0.2)
+        elif mode == "redirect":
+            self.send_response(307)
+            self.send_header("Location", "http://127.0.0.1:9/v1/models")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif mode == "big":
+            self.send_response(200)
+            self.send_header("Content-Length", str(65 * 2**20))
+            self.end_headers()
+            for _ in range(65):
+                self.wfile.write(b" " * 2**20)
+        else:
+            self._send(500, b"<html>oops</html>", "text/html")
+
+
+def served() -> str:
+    """The base URL of a ``_Served`` server on 127.0.0.1 (a daemon thread of this process)."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Served)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{srv.server_address[1]}"
 
 
 def _cli(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str, float, int]:
@@ -53,7 +118,7 @@ def _message(out: str) -> str:
     return pick.strip()[:150].replace("|", "/")
 
 
-def cases(w: Path, ref: Callable[[], Path]) -> list[tuple[str, list[str], Callable[[], None] | None]]:
+def cases(w: Path, ref: Callable[[], Path], url: str) -> list[tuple[str, list[str], Callable[[], None] | None]]:
     def copy_run(name: str, edit: Callable[[Path], None]) -> Callable[[], None]:
         def make() -> None:
             d = w / name
@@ -196,17 +261,66 @@ def cases(w: Path, ref: Callable[[], Path]) -> list[tuple[str, list[str], Callab
             None,
         ),
         ("compare an unfinished run", ["compare", str(w / "cfgdir"), str(w / "same")], None),
+        *served_cases(url),
     ]
     return c
 
 
+def served_cases(url: str) -> list[tuple[str, list[str], None]]:
+    """``coevolve eval --endpoint`` against what a server can do (``_Served``) and hostile flags."""
+    ev = ["eval", "--bench", "amc23"]
+    key = ["--api-key-env", "COEVOLVE_FT_KEY"]
+    return [
+        ("endpoint needs a key, none given", [*ev, "--endpoint", f"{url}/key/v1"], None),
+        ("endpoint given a wrong key", [*ev, "--endpoint", f"{url}/key/v1", *key], None),
+        ("--api-key-env unset", [*ev, "--endpoint", f"{url}/key/v1", "--api-key-env", "COEVOLVE_FT_UNSET"], None),
+        ("--api-key-env given the key itself", [*ev, "--endpoint", f"{url}/key/v1", "--api-key-env", KEY], None),
+        ("--api-key-env without --endpoint", [*ev, "--model", "toy", *key], None),
+        ("--endpoint file:///etc/passwd", [*ev, "--endpoint", "file:///etc/passwd"], None),
+        ("--endpoint with ?api_key=", [*ev, "--endpoint", f"{url}/key/v1?api_key={KEY}"], None),
+        ("--endpoint with user:password@", [*ev, "--endpoint", f"http://user:{KEY}@127.0.0.1:9/v1"], None),
+        ("--timeout 0", [*ev, "--endpoint", f"{url}/key/v1", "--timeout", "0"], None),
+        ("server hangs", [*ev, "--endpoint", f"{url}/hang/v1", "--timeout", "2", "--deadline", "5"], None),
+        ("server trickles its answer", [*ev, "--endpoint", f"{url}/trickle/v1", "--timeout", "2"], None),
+        ("server redirects", [*ev, "--endpoint", f"{url}/redirect/v1"], None),
+        ("server answers 65 MiB", [*ev, "--endpoint", f"{url}/big/v1"], None),
+        ("server answers HTTP 500 HTML", [*ev, "--endpoint", f"{url}/err/v1"], None),
+    ]
+
+
 FAULTS = {"full disk at a phase mark": "state:5:enospc", "full disk at config.yaml": "write:1:enospc"}
+ENV = {"endpoint given a wrong key": {"COEVOLVE_FT_KEY": "sk-wrong-key-9"}}
+"""Environment variables of a case (a key the served cases send)."""
+
+
+def write_docs(rows: list[str], out: Path, command: str, only: bool) -> None:
+    """The table into docs/errors.md between ``BEGIN`` and ``END``, the scratch folder as ``W``;
+    ``only``: the rows of the cases tried replace theirs (by name), the others stay."""
+    text = DOCS.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{DOCS} has no {BEGIN} ... {END} section")
+    rows = [r.replace(str(out.resolve()), "W").replace(str(out), "W") for r in rows]
+    head, _, rest = text.partition(BEGIN)
+    old, _, tail = rest.partition(END)
+    if only:
+        new = {r.split(" | ")[1]: r for r in rows[2:]}
+        kept = [r for r in old.splitlines() if r.startswith("| ") and not r.startswith("| #")]
+        if not kept:
+            raise SystemExit("--docs --only updates rows of a table written before: run --docs alone first")
+        rows = rows[:2] + [new.get(r.split(" | ")[1], r) for r in kept]
+        rows[2:] = [f"| {i} | {r.split(' | ', 1)[1]}" for i, r in enumerate(rows[2:], 1)]
+    body = "\n".join(rows)
+    made = f"{BEGIN}\n<!-- generated by `{command}`; do not edit by hand -->\n\n{body}\n\n{END}"
+    DOCS.write_text(head + made + tail, encoding="utf-8")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--only", nargs="+", default=[], metavar="SUBSTRING", help="run only the cases whose name has one")
+    ap.add_argument(
+        "--docs", action="store_true", help="write the table into docs/errors.md (with --only: those rows only)"
+    )
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     made: list[Path] = []
@@ -218,17 +332,28 @@ def main() -> int:
             made.append(kill_fuzz.reference("grpo", kill_fuzz.QUICK["grpo"], a.out / "ref")[0])
         return made[0]
 
-    chosen = [c for c in cases(a.out, ref) if c[0] == "setup files" or not a.only or any(s in c[0] for s in a.only)]
-    print("| # | input or fault | message (first line) | exit | s | peak MiB |\n|---|---|---|---|---|---|")
-    n = 0
+    url = served()
+    chosen = [
+        c for c in cases(a.out, ref, url) if c[0] == "setup files" or not a.only or any(s in c[0] for s in a.only)
+    ]
+    rows = ["| # | input or fault | message (first line) | exit | s | peak MiB |", "|---|---|---|---|---|---|"]
+    print("\n".join(rows))
     for name, args, make in chosen:
         if make is not None:
             make()
         if name == "setup files":
             continue
-        rc, out, s, rss = _cli(args, {"COEVOLVE_FAULT": FAULTS[name]} if name in FAULTS else None)
-        n += 1
-        print(f"| {n} | {name} | `{_message(out)}` | {rc} | {s:.1f} | {rss} |", flush=True)
+        env = {**({"COEVOLVE_FAULT": FAULTS[name]} if name in FAULTS else {}), **ENV.get(name, {})}
+        rc, out, s, rss = _cli(args, env)
+        if KEY in out:  # a key the served cases give must never be shown
+            raise SystemExit(f"{name}: the API key appears in the output:\n{out}")
+        msg = re.sub(r"127\.0\.0\.1:\d{4,5}", "127.0.0.1:PORT", _message(out))
+        rows.append(f"| {len(rows) - 1} | {name} | `{msg}` | {rc} | {s:.1f} | {rss} |")
+        print(rows[-1], flush=True)
+    if a.docs:
+        write_docs(
+            rows, a.out, "PYTHONPATH=src nice -n 19 python dev/fault_table.py --out runs/faults --docs", bool(a.only)
+        )
     return 0
 
 
