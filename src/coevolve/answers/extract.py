@@ -162,7 +162,7 @@ def _joined_boxes(
 
 # Minerva's answer template, math-verify's first-priority pattern: "Final Answer: The final answer is
 # X. I hope it is correct." after the last box states the answer (the boxes before it are working).
-_SIGNED_FINAL_RE = re.compile(r"(?i:final\s+answer\s+is)[^\n]{1,200}?\.?\s?(?i:I\s+hope)(?![a-z])")
+_SIGNED_FINAL_RE = re.compile(r"(?i:final\s+answer\s+is)[^\n]{1,200}?\.?\s?I\s+hope(?![a-z])")
 
 
 def _boxed_or_signed(text: str) -> str | None:
@@ -170,7 +170,8 @@ def _boxed_or_signed(text: str) -> str | None:
     digit, ``$`` or a LaTeX command: "the final answer is above" leaves the box to decide)."""
     cmds, closing = _boxes(text)
     last = _box_at(text, cmds[-1].end(), closing) if cmds else None
-    if last is not None and _SIGNED_FINAL_RE.search(text, last[1]) is not None:
+    # str.find first: a boxed output pays one scan of its tail, no regex, unless it says "hope"
+    if last is not None and text.find("hope", last[1]) >= 0 and _SIGNED_FINAL_RE.search(text, last[1]):
         signed = _read_unboxed(text[last[1] :])
         if signed is not None and _MATHISH_RE.search(signed):
             return signed
