@@ -30,6 +30,7 @@ false "equal" (must be 0) and the false-"not equal" rate.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -554,51 +555,50 @@ class Grader:
         from coevolve.jsonl import iter_jsonl
 
         path = Path(path)
-        if on_error not in ("raise", "skip"):
-            raise GraderError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        if not path.is_file():
-            raise DataError(
-                f"{path}: cannot read grading file (no such file)"
-                if not path.exists()
-                else f"{path}: cannot read grading file (a folder, not a JSONL file)"
-            )
-        if isinstance(out, Path) and out.exists() and os.path.samefile(out, path):
-            raise DataError(f"--out {out} is the --jsonl file itself: writing it would empty it before it is read")
-        opened: TextIO | None = None
-        if isinstance(out, Path):
-            opened = out.open("w", encoding="utf-8")
-            stream: TextIO = opened
-        else:
-            stream = sys.stdout if out is None else out
+        _check_grade_paths(path, out, on_error)
         n_equal = n_total = 0
-        problems: list[str] = []
-
-        def report_skipped() -> None:
-            for msg in problems:
-                print(f"skipping {msg}", file=sys.stderr)
-            problems.clear()
-
-        try:
+        problems: list[str] = []  # lines iter_jsonl skipped, reported in order
+        with contextlib.ExitStack() as files:
+            stream: TextIO = (
+                files.enter_context(out.open("w", encoding="utf-8"))
+                if isinstance(out, Path)
+                else (sys.stdout if out is None else out)
+            )
             for lineno, obj in iter_jsonl(path, on_error=on_error, problems=problems):
-                report_skipped()
+                _report_skipped(problems)
                 try:
                     row = _check_grade_row(obj)
                 except ValueError as exc:
-                    msg = f"{path}:{lineno}: {exc}"
                     if on_error == "raise":
-                        raise DataError(msg) from None
-                    print(f"skipping {msg}", file=sys.stderr)
+                        raise DataError(f"{path}:{lineno}: {exc}") from None
+                    _report_skipped([f"{path}:{lineno}: {exc}"])
                     continue
-                equal = self.grade_pair(row["gold"], row["pred"], timeout)
-                row["equal"] = equal
+                row["equal"] = equal = self.grade_pair(row["gold"], row["pred"], timeout)
                 stream.write(json.dumps(row, ensure_ascii=False) + "\n")
                 n_equal += int(equal)
                 n_total += 1
-            report_skipped()
-        finally:
-            if opened is not None:
-                opened.close()
+            _report_skipped(problems)
         return n_equal, n_total
+
+
+def _check_grade_paths(path: Path, out: TextIO | Path | None, on_error: str) -> None:
+    """Refuse what ``grade_jsonl`` cannot serve before any file is opened for writing."""
+    if on_error not in ("raise", "skip"):
+        raise GraderError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if not path.is_file():
+        raise DataError(
+            f"{path}: cannot read grading file (no such file)"
+            if not path.exists()
+            else f"{path}: cannot read grading file (a folder, not a JSONL file)"
+        )
+    if isinstance(out, Path) and out.exists() and os.path.samefile(out, path):
+        raise DataError(f"--out {out} is the --jsonl file itself: writing it would empty it before it is read")
+
+
+def _report_skipped(problems: list[str]) -> None:
+    for msg in problems:
+        print(f"skipping {msg}", file=sys.stderr)
+    problems.clear()
 
 
 def _check_grade_row(row: dict[str, Any]) -> dict[str, Any]:
