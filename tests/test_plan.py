@@ -636,7 +636,9 @@ def test_cli_plan_layout(tmp_path):
         "layout: 1 node x 8 GPUs" in r.output and "verl GPU" in r.output and "verdict: fits on the layout" in r.output
     )
     assert "(model)" in r.output and "(assumed)" in r.output
-    bad = CliRunner().invoke(app, ["plan", "grpo", f"model.path={d}", "--device", "h200", "--gpus", "0"])
+    bad = CliRunner().invoke(
+        app, ["plan", "grpo", f"model.path={d}", "data.source=x.jsonl", "--device", "h200", "--gpus", "0"]
+    )
     assert bad.exit_code != 0 and isinstance(bad.exception, ConfigError) and "--gpus" in str(bad.exception)
 
 

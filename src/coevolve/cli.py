@@ -589,8 +589,11 @@ def plan_cmd(
     from coevolve.config import load_config
     from coevolve.plan import device_for, format_plan, local_device, make_plan
     from coevolve.plan.devices import with_gpu_memory
+    from coevolve.preflight import plan_checks
+    from coevolve.run import say
 
     cfg = load_config(recipe, config, overrides or [], preset or [])
+    plan_checks(cfg, say)  # the refusals of `coevolve run` that do not depend on this machine
     dev = device_for(device) if device else local_device(cfg.model.device)
     if gpu_memory is not None:
         dev = with_gpu_memory(device_for(device or "h100"), gpu_memory)

@@ -26,17 +26,64 @@ def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str
     """Cheap checks before any work starts or any folder is made. Missing paths and engines are
     errors; settings that cannot give a meaningful run (``budget_problems``, the memory plan) are
     refused too, unless ``run.preflight=warn`` (``coevolve run --force``): then they are printed as
-    warnings and returned, and the run goes ahead."""
+    warnings and returned, and the run goes ahead. ``coevolve plan`` makes every refusal of these
+    that does not depend on this machine (``plan_checks``)."""
+    check_extras(cfg)  # first: before a built-in model is built or anything is loaded
+    check_diagnoser(cfg)
+    check_model_paths(cfg, say)
+    check_inputs(cfg, check_data(cfg))
+    check_engine(cfg.engine)
+    for field, path, differs in unservable_frozen(cfg):
+        say(
+            f"note: {field}={path}: the vLLM engine built for model.path cannot serve it ({'; '.join(differs[:4])}); "
+            f"it runs on hf on {cfg.model.device}, in CPU memory between the phases that use it (coevolve plan "
+            "counts it there)"
+        )
+    # the last: does it fit (coevolve.plan)
+    problems = refuse_or_warn(cfg, budget_problems(cfg) + backend_problems(cfg) + preflight_problems(cfg), say)
+    absent = absent_general_benches(cfg)
+    if absent:
+        say(
+            f"note: no data file for {', '.join(absent)} (eval.data_dir or $COEVOLVE_DATA): the evaluation will skip "
+            "them, saying so, unless the Hugging Face hub is reachable; their group averages then cover the rest"
+        )
+    return problems
+
+
+def plan_checks(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str]:
+    """``coevolve plan``'s share of the preflight: every refusal of the settings themselves (the
+    diagnoser, the settings that cannot give a meaningful run: ``budget_problems``,
+    ``backend_problems``), made as ``coevolve run`` makes it, so a plan that says "fits" is of a
+    run that starts. Not here: what lives on the machine the run starts on (files, extras,
+    engines, devices, tokenizers), since a plan is often made elsewhere."""
+    check_diagnoser(cfg)
+    return refuse_or_warn(cfg, budget_problems(cfg) + backend_problems(cfg), say)
+
+
+def refuse_or_warn(cfg: RecipeConfig, problems: list[str], say: Callable[[str], None]) -> list[str]:
+    """``problems`` refused in one message (``run.preflight=refuse``), or printed as warnings."""
+    if problems and cfg.run.preflight == "refuse":
+        raise ConfigError(
+            "this run cannot be meaningful:\n  "
+            + "\n  ".join(problems)
+            + "\n(to run it anyway: coevolve run --force, or run.preflight=warn)"
+        )
+    for p in problems:
+        say(f"warning (run.preflight=warn): {p}")
+    return problems
+
+
+def check_model_paths(cfg: RecipeConfig, say: Callable[[str], None]) -> None:
+    """``model.path`` and every section's ``model_path`` / ``judge_model_path`` are Hugging Face
+    model folders here (a built-in name built offline, once; a Hub id from the local cache)."""
     from coevolve.warmstart import ensure_model
 
-    check_extras(cfg)  # first: before a built-in model is built or anything is loaded
     paths = [("model.path", cfg.model.path)] + [
         (f"{name}.{field}", getattr(getattr(cfg, name), field, None))
         for name in type(cfg).model_fields
         for field in ("model_path", "judge_model_path")
         if isinstance(getattr(getattr(cfg, name), field, None), str)
     ]
-    check_diagnoser(cfg)
     for where, p in paths:
         if p is None or (where == "diagnoser.model_path" and cfg.diagnosis_model_path() is None):  # type: ignore[attr-defined]
             continue
@@ -57,32 +104,6 @@ def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str
             )
         if not (Path(p) / "config.json").is_file():
             raise ModelLoadError(f"{where}: {p} is not a Hugging Face model folder (no config.json)")
-    check_inputs(cfg)
-    check_engine(cfg.engine)
-    for field, path, differs in unservable_frozen(cfg):
-        say(
-            f"note: {field}={path}: the vLLM engine built for model.path cannot serve it ({'; '.join(differs[:4])}); "
-            f"it runs on hf on {cfg.model.device}, in CPU memory between the phases that use it (coevolve plan "
-            "counts it there)"
-        )
-    problems = (
-        budget_problems(cfg) + backend_problems(cfg) + preflight_problems(cfg)
-    )  # the last: does it fit (coevolve.plan)
-    if problems and cfg.run.preflight == "refuse":
-        raise ConfigError(
-            "this run cannot be meaningful:\n  "
-            + "\n  ".join(problems)
-            + "\n(to run it anyway: coevolve run --force, or run.preflight=warn)"
-        )
-    for p in problems:
-        say(f"warning (run.preflight=warn): {p}")
-    absent = absent_general_benches(cfg)
-    if absent:
-        say(
-            f"note: no data file for {', '.join(absent)} (eval.data_dir or $COEVOLVE_DATA): the evaluation will skip "
-            "them, saying so, unless the Hugging Face hub is reachable; their group averages then cover the rest"
-        )
-    return problems
 
 
 def absent_general_benches(cfg: RecipeConfig) -> list[str]:
@@ -114,13 +135,22 @@ def check_diagnoser(cfg: RecipeConfig) -> None:
         )
 
 
-def check_inputs(cfg: RecipeConfig) -> None:
-    """What a run reads and where it runs, read or tried now rather than after its folder exists:
-    the labelled data (every row, as the run will read them), the chat template, the device,
-    and verl's interpreter."""
+def check_data(cfg: RecipeConfig) -> list[Any]:
+    """What a run reads, wherever it runs: the labelled data (every row, as the run will read
+    them; returned), the reward function and the user's benchmark files."""
     from coevolve.data.sources import GENERATED, check_source
 
     tasks = check_source(cfg.data)[0] if cfg.data.source not in GENERATED else []
+    check_reward(cfg)
+    check_user_benches(cfg)
+    return tasks
+
+
+def check_inputs(cfg: RecipeConfig, tasks: list[Any] | None = None) -> None:
+    """Where a run runs, tried now rather than after its folder exists: the chat template, the
+    questions against the model's context (``tasks``: ``check_data``'s, read when not given), the
+    device, verl's interpreter and a checkpoint to start from."""
+    tasks = check_data(cfg) if tasks is None else tasks
     real = cfg.model.path is not None and not is_toy_model(cfg.model.path)
     if real and cfg.model.chat_template:
         from coevolve.engine import load_tokenizer
@@ -133,8 +163,6 @@ def check_inputs(cfg: RecipeConfig) -> None:
     if real and tasks and not cfg.data.drop_too_long:
         check_context(cfg, tasks)
     check_device(cfg.model.device)
-    check_reward(cfg)
-    check_user_benches(cfg)
     if cfg.backend.kind == "verl":
         check_verl(cfg.backend.verl)
     if cfg.learner.resume_from_checkpoint:
