@@ -2,23 +2,22 @@
 final score per benchmark, and compute — as markdown (scores in %) and CSV (fractions).
 
 Everything comes from each run folder's ``summary.json`` (evaluations, compute) and
-``config.yaml`` (recipe, seed, model, ablation switches), read as saved: a run made by another
-coevolve version compares as long as those two files are there.
+``config.yaml`` (recipe, seed, model, ablation switches), read as saved by the run-folder view
+(``lab.run_view.read_saved_run``): a run made by another coevolve version compares as long as those
+two files are there.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from coevolve.data.sources import field_value
 from coevolve.errors import DataError
+from coevolve.lab.run_view import read_saved_run
 
 
 @dataclass
@@ -93,16 +92,7 @@ def read_run(run_dir: Path) -> RunRow:
     """A finished (or at least summarised) run folder as a table row; ``DataError`` naming what
     is missing otherwise."""
     run_dir = Path(run_dir)
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
-    except FileNotFoundError as e:
-        raise DataError(
-            f"{run_dir}: not a finished run folder (no {Path(e.filename).name}; `coevolve resume "
-            f"{run_dir}` finishes it)"
-        ) from None
-    except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:
-        raise DataError(f"{run_dir}: unreadable summary.json / config.yaml ({e})") from None
+    summary, cfg = read_saved_run(run_dir)
     ev = summary.get("eval") or {}
 
     def scores(block: Any) -> dict[str, float]:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from coevolve.errors import DataError, RunStateError
 from coevolve.jsonl import iter_jsonl
 from coevolve.run import METRICS_FILE, STATE_FILE, SUMMARY_FILE
@@ -296,3 +298,21 @@ def true_accuracy(data: RunData) -> tuple[str, dict[int, float]] | None:
     ev = eval_series(data)
     name = next((k for k in ev if k.endswith("/greedy")), next(iter(ev), None))
     return None if name is None else (name, ev[name])
+
+
+def read_saved_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A summarised run folder's ``summary.json`` and ``config.yaml``, read as saved (a run made by
+    another coevolve version reads as long as both are there); ``DataError`` naming what is
+    missing or unreadable otherwise."""
+    run_dir = Path(run_dir)
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+    except FileNotFoundError as e:
+        raise DataError(
+            f"{run_dir}: not a finished run folder (no {Path(e.filename).name}; `coevolve resume "
+            f"{run_dir}` finishes it)"
+        ) from None
+    except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:
+        raise DataError(f"{run_dir}: unreadable summary.json / config.yaml ({e})") from None
+    return summary, cfg
