@@ -146,6 +146,14 @@ class _Attempt:
             self.conn.close()
 
 
+def _refusal(status: int, reason: str, raw: bytes) -> str:
+    """What an answer other than 2xx says, for the message."""
+    if 300 <= status < 400:
+        return f"HTTP {status} {reason}: a redirect, not followed (the key would go to another address)"
+    said = f"HTTP {status} {reason}: {raw[:300].decode('utf-8', 'replace')}"
+    return said + " (refused: is the API key right?)" if status in (401, 403) else said
+
+
 def _request(
     url: str,
     body: dict[str, Any] | None,
@@ -186,18 +194,12 @@ def _request(
                 except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
                     last = f"not JSON ({getattr(e, 'msg', e)})"
                     break
-            last = f"HTTP {status} {reason}: {raw[:300].decode('utf-8', 'replace')}"
-            if 300 <= status < 400:
-                last = f"HTTP {status} {reason}: a redirect, not followed (the key would go to another address)"
-            if status in (401, 403):
-                last += " (refused: is the API key right?)"
+            last = _refusal(status, reason, raw)
             if status < 500:
                 break
-        if attempt < retries:
+        if attempt < retries:  # back off, within the deadline
             pause = min(2.0**attempt, 10.0)
-            if end is not None:
-                pause = min(pause, max(0.0, end - time.monotonic()))
-            time.sleep(pause)
+            time.sleep(pause if end is None else min(pause, max(0.0, end - time.monotonic())))
     if key:
         last = last.replace(key, "***")
     raise SolverServerError(f"{what} {redacted(url)}: {redacted(last)} ({hint})")
