@@ -92,6 +92,11 @@ def test_exported_chat_template_renders_the_training_prompt(tmp_path: Path, smol
             assert got == train.solver(q), (chat_template, q)
     if not chat_template:
         assert tok.apply_chat_template([{"role": "user", "content": "Q"}], tokenize=False) == f"{train.solver('Q')}"
+    # the instruct model's own template is kept beside it, by name: a system message reaches the model
+    own = load_tokenizer(smollm2)
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    kept = tok.apply_chat_template(chat, tokenize=False, chat_template="model")
+    assert kept == own.apply_chat_template(chat, tokenize=False) and "Be brief." in kept
 
 
 def test_toy_world_template(tmp_path: Path) -> None:
@@ -125,6 +130,7 @@ def test_model_card_states_base_recipe_settings_prompt_and_eval(tmp_path: Path, 
     meta = ModelCard(card).data.to_dict()
     assert meta["base_model"] == "Qwen/Qwen3-4B-Base" and meta["datasets"] == ["openai/gsm8k"]
     assert meta["library_name"] == "transformers" and len(meta["tags"]) == len(set(meta["tags"]))
+    assert "license" not in meta  # a base whose licence is recorded nowhere here: none is claimed
     assert str(tmp_path) not in card and snapshot not in card  # no local paths
 
 
@@ -203,3 +209,15 @@ def test_push_to_hub_offline_is_refused_before_exporting(tmp_path: Path, smollm2
         env=env,
     )
     assert r.returncode == 2 and "HF_HUB_OFFLINE" in r.stderr and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("base", "license"), [("toy", "mit"), ("smollm2", "apache-2.0")])
+def test_model_card_names_the_base_licence(tmp_path: Path, smollm2: Path, base: str, license: str) -> None:
+    """The toy base is coevolve's own (MIT); a built SmolLM2 folder records its Apache-2.0 licence."""
+    from huggingface_hub import ModelCard
+
+    run, ck = fake_run(tmp_path, smollm2, False, None if base == "toy" else str(smollm2))
+    out = tmp_path / "exported"
+    shutil.copytree(ck, out)
+    finish_export(out, run, ck, "solver")
+    assert ModelCard((out / "README.md").read_text()).data.to_dict()["license"] == license

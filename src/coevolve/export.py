@@ -8,9 +8,10 @@ into their base model. Then it adds what other tools read, since they ignore ``c
 
 * ``chat_template.jinja`` — renders the exact prompt the model was trained with around the last
   user message (``training_chat_template``), so ``vllm serve`` and lm-eval's
-  ``--apply_chat_template`` ask the model what training asked it;
-* ``README.md`` — a model card: base model, recipe, key settings, the prompt, the run's
-  evaluation table;
+  ``--apply_chat_template`` ask the model what training asked it; an instruct model's own
+  template stays beside it as the named template ``model`` (``additional_chat_templates/``);
+* ``README.md`` — a model card (``huggingface_hub.ModelCardData``: base model, licence, Hub
+  dataset, tags once each): recipe, key settings, the prompt, the run's scores with their n;
 
 and, with ``--push-to-hub REPO``, uploads the folder (``push_to_hub``).
 """
@@ -161,6 +162,7 @@ def write_chat_template(folder: Path, enable_thinking: bool | None = None) -> st
     from coevolve.world import world_of_model
 
     tok = load_tokenizer(folder)
+    keep_model_template(folder, tok)
     prompter = world_of_model(folder, tok).prompter
     if enable_thinking is not None and hasattr(prompter, "enable_thinking"):
         prompter.enable_thinking = enable_thinking
@@ -172,6 +174,42 @@ def write_chat_template(folder: Path, enable_thinking: bool | None = None) -> st
             conf.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (folder / TEMPLATE_FILE).write_text(template, encoding="utf-8")
     return prompter.solver("{question}")
+
+
+MODEL_TEMPLATE = "model"
+"""The name the model's own chat template is kept under (``additional_chat_templates/model.jinja``)."""
+
+
+def keep_model_template(folder: Path, tok: Any) -> None:
+    """An instruct model's own chat template, kept beside the training prompt's as transformers'
+    named template ``model`` (``apply_chat_template(..., chat_template="model")``): system
+    messages and several turns, which the training prompt's template does not render."""
+    own = tok.chat_template.get("default") if isinstance(tok.chat_template, dict) else tok.chat_template
+    if own:
+        (folder / "additional_chat_templates").mkdir(exist_ok=True)
+        (folder / "additional_chat_templates" / f"{MODEL_TEMPLATE}.jinja").write_text(own, encoding="utf-8")
+
+
+def base_license(path: Any) -> str | None:
+    """The base model's licence as the Hub spells it: coevolve's (MIT) for the built-in toy base,
+    else what the base folder records (``coevolve_model.json`` of a built model, the license of
+    its README's card header), else None."""
+    if not path:
+        return "mit"
+    folder = Path(str(path))
+    try:
+        meta = json.loads((folder / "coevolve_model.json").read_text(encoding="utf-8"))
+        if meta.get("license"):
+            return str(meta["license"]).lower()
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        from huggingface_hub import ModelCard
+
+        found = ModelCard.load(folder / "README.md").data.license
+    except Exception:  # noqa: BLE001 - no card or no header: the licence is unknown, not an error
+        return None
+    return str(found) if found else None
 
 
 CARD_SETTINGS = (
@@ -221,6 +259,7 @@ def model_card(
         library_name="transformers",
         pipeline_tag="text-generation",
         base_model=hub_id_of(path) if path else None,
+        license=base_license(path),
         datasets=[source] if _hub_dataset(source) else None,
         tags=list(dict.fromkeys(["coevolve", method, "grpo", "reasoning"])),  # each once (method may be grpo)
     )
