@@ -15,7 +15,7 @@ from coevolve.answers import Grader
 from coevolve.config.base import EngineConfig, EvalConfig, real_preset
 from coevolve.engine.remote import redacted
 from coevolve.errors import DataError
-from coevolve.eval.benchmarks import resolve_benches
+from coevolve.eval.benchmarks import load_tasks, resolve_benches
 from coevolve.eval.suite import evaluate_suite
 from coevolve.prompts.chat import ChatPrompter
 from coevolve.reward_function import FunctionGrader, check_function
@@ -69,14 +69,7 @@ def evaluate_model(
     (evaluation runs, mean ± std) and ``seed`` None = what a run of the model's world evaluates
     with (``run_eval``; the seed of a run with run.seed=0)."""
 
-    if repeats is not None and repeats < 1:
-        raise DataError(f"--repeats must be >= 1 (evaluation runs), got {repeats}")
-    if benches:
-        resolve_benches(benches)  # fail on a typo before spending minutes loading a model
-    if reward_function:
-        check_function(reward_function)  # likewise the user's grading function
-    if model is not None:
-        read_checkpoint_meta(model)  # likewise a damaged / newer coevolve.json
+    check_eval_inputs(model, benches, repeats, reward_function)
     served = {"api_key_env": api_key_env, "timeout": timeout, "deadline": deadline}
     sampler, world = _eval_model(model, chat_template, batch_size, engine, endpoint, served_model, concurrency, served)
     defaults = run_eval(world.name)
@@ -85,30 +78,33 @@ def evaluate_model(
     repeats = defaults.repeats if repeats is None else repeats
     seed = derive_seed(0, "eval") if seed is None else seed
     meta = {
-        "model": None if model is None else str(model),
-        "world": world.name,
-        "chat_template": world.chat_template,
+        **dict(model=None if model is None else str(model), world=world.name, chat_template=world.chat_template),
         "engine": "endpoint" if endpoint else engine,
         **({"endpoint": redacted(endpoint), "served_model": sampler.model} if endpoint else {}),
     }
     with FunctionGrader(reward_function) if reward_function else Grader() as grader:
         return evaluate_suite(
-            sampler,
-            world.prompter,
-            list(benches or world.default_benches),
-            grader=grader,
-            samples=samples,
-            max_new_tokens=max_new_tokens,
-            seed=seed,
-            limit=limit,
-            data_dir=data_dir,
-            bench_tasks=world.bench_tasks,
-            out_dir=out_dir,
-            samples_by_bench=samples_by_bench,
-            progress=progress,
-            meta=meta,
-            repeats=repeats,
-        )
+            sampler, world.prompter, list(benches or world.default_benches), grader=grader, samples=samples,
+            max_new_tokens=max_new_tokens, seed=seed, limit=limit, data_dir=data_dir, bench_tasks=world.bench_tasks,
+            out_dir=out_dir, samples_by_bench=samples_by_bench, progress=progress, meta=meta, repeats=repeats,
+        )  # fmt: skip
+
+
+def check_eval_inputs(
+    model: str | Path | None, benches: Sequence[str] | None, repeats: int | None, reward_function: str | None
+) -> None:
+    """What ``evaluate_model`` refuses before spending minutes loading a model: a repeat count
+    below 1, a benchmark typo or an absent benchmark file, a grading function that does not load,
+    a damaged or newer ``coevolve.json``."""
+    if repeats is not None and repeats < 1:
+        raise DataError(f"--repeats must be >= 1 (evaluation runs), got {repeats}")
+    for b in resolve_benches(benches) if benches else []:
+        if b.source is not None:
+            load_tasks(b)
+    if reward_function:
+        check_function(reward_function)
+    if model is not None:
+        read_checkpoint_meta(model)
 
 
 def _eval_model(

@@ -254,16 +254,7 @@ def model_card(
     path = field_value(cfg, "model.path")
     base = "the built-in toy base model" if not path else hub_id_of(path) or Path(str(path)).name
     method = method_of(cfg)
-    source = field_value(cfg, "data.source")
-    data = ModelCardData(
-        library_name="transformers",
-        pipeline_tag="text-generation",
-        base_model=hub_id_of(path) if path else None,
-        license=base_license(path),
-        datasets=[source] if _hub_dataset(source) else None,
-        tags=list(dict.fromkeys(["coevolve", method, "grpo", "reasoning"])),  # each once (method may be grpo)
-    )
-    header = ["---", data.to_yaml(), "---", ""]
+    header = ["---", card_data(cfg, method).to_yaml(), "---", ""]
     lines = [
         f"# {name}",
         "",
@@ -275,13 +266,8 @@ def model_card(
         "",
         "| setting | value |",
         "|---|---|",
+        *_settings_rows(cfg),
     ]
-    for key in CARD_SETTINGS:
-        value = field_value(cfg, key)
-        if isinstance(value, str) and Path(value).is_absolute():  # a local path means nothing on the Hub
-            value = Path(value).name
-        if value is not None:
-            lines.append(f"| `{key}` | `{value}` |")
     lines += [
         "",
         "## Prompt",
@@ -297,17 +283,36 @@ def model_card(
         "Answers end with the final answer in `\\boxed{}`.",
     ]
     lines += ["", "## Evaluation", ""] + _eval_table(summary, round_number)
-    lines += [
-        "",
-        "## Use",
-        "",
-        "```bash",
-        f"vllm serve {name}",
-        f"coevolve eval --endpoint http://localhost:8000/v1 --served-model {name} --model {name}",
-        "```",
-        "",
-    ]
+    serve = f"vllm serve {name}\ncoevolve eval --endpoint http://localhost:8000/v1 --served-model {name} --model {name}"
+    lines += ["", "## Use", "", "```bash", serve, "```", ""]
     return "\n".join(header + lines)
+
+
+def card_data(cfg: dict[str, Any], method: str) -> Any:
+    """The card's metadata header: base model (a Hub id), licence, a Hub dataset, tags once each."""
+    from coevolve.models import hub_id_of
+
+    path, source = field_value(cfg, "model.path"), field_value(cfg, "data.source")
+    return ModelCardData(
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        base_model=hub_id_of(path) if path else None,
+        license=base_license(path),
+        datasets=[source] if _hub_dataset(source) else None,
+        tags=list(dict.fromkeys(["coevolve", method, "grpo", "reasoning"])),  # each once (method may be grpo)
+    )
+
+
+def _settings_rows(cfg: dict[str, Any]) -> list[str]:
+    """``| `key` | `value` |`` for each of ``CARD_SETTINGS`` the run has; a local path by its name."""
+    rows = []
+    for key in CARD_SETTINGS:
+        value = field_value(cfg, key)
+        if isinstance(value, str) and Path(value).is_absolute():  # a local path means nothing on the Hub
+            value = Path(value).name
+        if value is not None:
+            rows.append(f"| `{key}` | `{value}` |")
+    return rows
 
 
 def _hub_dataset(source: Any) -> bool:
