@@ -174,86 +174,103 @@ def _compare_results(folders: list[Path], out: Optional[Path]) -> None:
             typer.echo(f"written: {f}")
 
 
+EVAL_MODEL = typer.Option(
+    None,
+    "--model",
+    help="Model folder, checkpoint or cached Hub id ('toy' = the "
+    "cached toy base); with --endpoint: the served model's folder (its prompt "
+    "form and tokenizer), optional",
+)
+EVAL_BENCH = typer.Option(
+    None,
+    "--bench",
+    help="Comma-separated benchmarks or groups: toy, math7, general, "
+    "all, names (default: the model's world: toy, or math7)",
+)
+EVAL_LIMIT = typer.Option(None, "--limit", help="First N items per benchmark")
+EVAL_SAMPLES = typer.Option(
+    None,
+    "--samples",
+    help="k for mean@k (0 = greedy pass@1 only; -1 = each "
+    "benchmark's default, e.g. mean@32 for AIME/AMC); default: as a run of the "
+    "model's world evaluates (toy 8, a real model -1)",
+)
+EVAL_MAX_NEW_TOKENS = typer.Option(
+    None,
+    "--max-new-tokens",
+    help="Answer budget; default: as a run of the model's world evaluates (toy 64, a real model 4096)",
+)
+EVAL_REPEATS = typer.Option(
+    None,
+    "--repeats",
+    help="Evaluation runs with different sampling seeds, "
+    "reported as mean ± std (ddof 1); sampled metrics only, greedy runs once "
+    "(default: as a run of the model's world, 1)",
+)
+EVAL_OUT = typer.Option(None, "--out", help="Output folder (results.json, items_*.jsonl)")
+EVAL_DATA_DIR = typer.Option(None, "--data-dir", help="Folder with the large benchmark files (or $COEVOLVE_DATA)")
+EVAL_CHAT_TEMPLATE = typer.Option(
+    None, "--chat-template/--no-chat-template", help="Default: as the checkpoint was trained; off for other models"
+)
+EVAL_SEED = typer.Option(None, "--seed", help="Sampling seed (default: a run's evaluation seed at run.seed=0)")
+EVAL_BATCH_SIZE = typer.Option(256, "--batch-size")
+EVAL_ENGINE = typer.Option(
+    None, "--engine", help="hf | vllm: how a model folder is sampled (default hf; vllm needs its extra)"
+)
+EVAL_ENDPOINT = typer.Option(
+    None,
+    "--endpoint",
+    help="OpenAI-compatible base URL of a served model "
+    "(e.g. http://localhost:8000/v1 of `vllm serve`): evaluate it there",
+)
+EVAL_SERVED_MODEL = typer.Option(
+    None, "--served-model", help="The model name the --endpoint serves (default: the first it lists at /models)"
+)
+EVAL_CONCURRENCY = typer.Option(16, "--concurrency", help="--endpoint: requests in flight at once")
+EVAL_REWARD_FUNCTION = typer.Option(
+    None,
+    "--reward-function",
+    help="Grade with your own function, as a run's reward.function (pkg.module:fn or path/to/file.py:fn)",
+)
+EVAL_API_KEY_ENV = typer.Option(
+    None,
+    "--api-key-env",
+    help="--endpoint: the environment variable holding the server's API key (sent as a bearer token; the key "
+    "is never written anywhere)",
+)
+EVAL_TIMEOUT = typer.Option(300.0, "--timeout", help="--endpoint: seconds one attempt of a request may take")
+EVAL_DEADLINE = typer.Option(
+    600.0, "--deadline", help="--endpoint: seconds a request may take in all, its retries included"
+)
+EVAL_COMPARE = typer.Option(
+    None,
+    "--compare",
+    help="Put result folders or run folders side by side (run folders: also plot accuracy against compute into --out)",
+)
+
+
 @app.command("eval")
 def eval_cmd(
-    model: Optional[str] = typer.Option(
-        None,
-        "--model",
-        help="Model folder, checkpoint or cached Hub id ('toy' = the "
-        "cached toy base); with --endpoint: the served model's folder (its prompt "
-        "form and tokenizer), optional",
-    ),
-    bench: Optional[str] = typer.Option(
-        None,
-        "--bench",
-        help="Comma-separated benchmarks or groups: toy, math7, general, "
-        "all, names (default: the model's world: toy, or math7)",
-    ),
-    limit: Optional[int] = typer.Option(None, "--limit", help="First N items per benchmark"),
-    samples: Optional[int] = typer.Option(
-        None,
-        "--samples",
-        help="k for mean@k (0 = greedy pass@1 only; -1 = each "
-        "benchmark's default, e.g. mean@32 for AIME/AMC); default: as a run of the "
-        "model's world evaluates (toy 8, a real model -1)",
-    ),
-    max_new_tokens: Optional[int] = typer.Option(
-        None,
-        "--max-new-tokens",
-        help="Answer budget; default: as a run of the model's world evaluates (toy 64, a real model 4096)",
-    ),
-    repeats: Optional[int] = typer.Option(
-        None,
-        "--repeats",
-        help="Evaluation runs with different sampling seeds, "
-        "reported as mean ± std (ddof 1); sampled metrics only, greedy runs once "
-        "(default: as a run of the model's world, 1)",
-    ),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output folder (results.json, items_*.jsonl)"),
-    data_dir: Optional[Path] = typer.Option(
-        None, "--data-dir", help="Folder with the large benchmark files (or $COEVOLVE_DATA)"
-    ),
-    chat_template: Optional[bool] = typer.Option(
-        None, "--chat-template/--no-chat-template", help="Default: as the checkpoint was trained; off for other models"
-    ),
-    seed: Optional[int] = typer.Option(
-        None, "--seed", help="Sampling seed (default: a run's evaluation seed at run.seed=0)"
-    ),
-    batch_size: int = typer.Option(256, "--batch-size"),
-    engine: Optional[str] = typer.Option(
-        None, "--engine", help="hf | vllm: how a model folder is sampled (default hf; vllm needs its extra)"
-    ),
-    endpoint: Optional[str] = typer.Option(
-        None,
-        "--endpoint",
-        help="OpenAI-compatible base URL of a served model "
-        "(e.g. http://localhost:8000/v1 of `vllm serve`): evaluate it there",
-    ),
-    served_model: Optional[str] = typer.Option(
-        None, "--served-model", help="The model name the --endpoint serves (default: the first it lists at /models)"
-    ),
-    concurrency: int = typer.Option(16, "--concurrency", help="--endpoint: requests in flight at once"),
-    reward_function: Optional[str] = typer.Option(
-        None,
-        "--reward-function",
-        help="Grade with your own function, as a run's reward.function (pkg.module:fn or path/to/file.py:fn)",
-    ),
-    api_key_env: Optional[str] = typer.Option(
-        None,
-        "--api-key-env",
-        help="--endpoint: the environment variable holding the server's API key (sent as a bearer token; the key "
-        "is never written anywhere)",
-    ),
-    timeout: float = typer.Option(300.0, "--timeout", help="--endpoint: seconds one attempt of a request may take"),
-    deadline: float = typer.Option(
-        600.0, "--deadline", help="--endpoint: seconds a request may take in all, its retries included"
-    ),
-    compare: Optional[list[Path]] = typer.Option(
-        None,
-        "--compare",
-        help="Put result folders or run folders side by side (run folders: also plot accuracy against "
-        "compute into --out)",
-    ),
+    model: Optional[str] = EVAL_MODEL,
+    bench: Optional[str] = EVAL_BENCH,
+    limit: Optional[int] = EVAL_LIMIT,
+    samples: Optional[int] = EVAL_SAMPLES,
+    max_new_tokens: Optional[int] = EVAL_MAX_NEW_TOKENS,
+    repeats: Optional[int] = EVAL_REPEATS,
+    out: Optional[Path] = EVAL_OUT,
+    data_dir: Optional[Path] = EVAL_DATA_DIR,
+    chat_template: Optional[bool] = EVAL_CHAT_TEMPLATE,
+    seed: Optional[int] = EVAL_SEED,
+    batch_size: int = EVAL_BATCH_SIZE,
+    engine: Optional[str] = EVAL_ENGINE,
+    endpoint: Optional[str] = EVAL_ENDPOINT,
+    served_model: Optional[str] = EVAL_SERVED_MODEL,
+    concurrency: int = EVAL_CONCURRENCY,
+    reward_function: Optional[str] = EVAL_REWARD_FUNCTION,
+    api_key_env: Optional[str] = EVAL_API_KEY_ENV,
+    timeout: float = EVAL_TIMEOUT,
+    deadline: float = EVAL_DEADLINE,
+    compare: Optional[list[Path]] = EVAL_COMPARE,
 ) -> None:
     """Evaluate a model on named benchmarks (a folder with hf or vllm, or a served model at
     --endpoint; the prompts, grader and defaults of a run's evaluation), or compare result folders."""
@@ -273,46 +290,45 @@ def eval_cmd(
         return
     if not model and not endpoint:
         raise CoevolveError("--model is required (or --endpoint URL for a served model, or --compare DIR ...)")
-    if model == "toy":
-        from coevolve.world.toy import ensure_base
-
-        model = str(ensure_base())
-    elif model:
-        from coevolve.models import resolve_model_path
-        from coevolve.warmstart import ensure_model
-
-        model = str(resolve_model_path(model))
-        ensure_model(model)  # a built-in name (--model smollm2) is built offline, once
-    out_dir = out or Path("eval_results") / time.strftime("%Y%m%d-%H%M%S")
-    held = sorted(p.name for p in out_dir.glob("*") if p.name == "results.json" or p.name.startswith("items_"))
-    if held:  # a second evaluation would mix its items with the first one's results
-        raise CoevolveError(f"--out {out_dir} already holds an evaluation ({', '.join(held[:3])}); choose a new folder")
+    model, out_dir = _eval_model_path(model), _eval_out_dir(out)
     results = evaluate.evaluate_model(
-        model,
-        [b.strip() for b in bench.split(",") if b.strip()] if bench else None,
-        out_dir=out_dir,
-        limit=limit,
-        samples=samples,
-        max_new_tokens=max_new_tokens,
-        data_dir=data_dir,
-        chat_template=chat_template,
-        seed=seed,
-        batch_size=batch_size,
-        engine=engine,
-        endpoint=endpoint,
-        served_model=served_model,
-        concurrency=concurrency,
-        repeats=repeats,
-        reward_function=reward_function,
-        api_key_env=api_key_env,
-        timeout=timeout,
-        deadline=deadline,
-    )
+        model, [b.strip() for b in bench.split(",") if b.strip()] if bench else None, out_dir=out_dir, limit=limit,
+        samples=samples, max_new_tokens=max_new_tokens, data_dir=data_dir, chat_template=chat_template, seed=seed,
+        batch_size=batch_size, engine=engine, endpoint=endpoint, served_model=served_model, concurrency=concurrency,
+        repeats=repeats, reward_function=reward_function, api_key_env=api_key_env, timeout=timeout, deadline=deadline,
+    )  # fmt: skip
     typer.echo(suite.format_table(results))
     typer.echo(f"results: {out_dir / 'results.json'}")
     if not results["benchmarks"] and results["skipped"]:
         _err(f"every benchmark was skipped for absent data ({', '.join(results['skipped'])}): nothing was evaluated")
         raise typer.Exit(3)
+
+
+def _eval_model_path(model: str | None) -> str | None:
+    """``--model`` as a folder: ``toy`` the cached toy base, a built-in name built offline once,
+    a cached Hub id its snapshot folder."""
+    if model == "toy":
+        from coevolve.world.toy import ensure_base
+
+        return str(ensure_base())
+    if not model:
+        return model
+    from coevolve.models import resolve_model_path
+    from coevolve.warmstart import ensure_model
+
+    model = str(resolve_model_path(model))
+    ensure_model(model)  # a built-in name (--model smollm2) is built offline, once
+    return model
+
+
+def _eval_out_dir(out: Path | None) -> Path:
+    """``--out`` (default ``eval_results/<time>``), refused when it already holds an evaluation:
+    a second one would mix its items with the first one's results."""
+    out_dir = out or Path("eval_results") / time.strftime("%Y%m%d-%H%M%S")
+    held = sorted(p.name for p in out_dir.glob("*") if p.name == "results.json" or p.name.startswith("items_"))
+    if held:
+        raise CoevolveError(f"--out {out_dir} already holds an evaluation ({', '.join(held[:3])}); choose a new folder")
+    return out_dir
 
 
 def _check_eval_flags(model, bench, samples, engine, endpoint, compare) -> None:
