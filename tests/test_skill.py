@@ -384,3 +384,12 @@ def test_a_tiny_skill_run_reports_strata_and_reuses_the_base_evaluation(tiny_ski
     assert list((tiny_skill_cache / "skill").glob("*/eval_cache/*/results.json"))
     # the cached evaluation still counts as the evaluation it stands for: the same compute either way
     assert summaries[0]["compute"]["eval"]["rollouts"] > 0 and summaries[0]["compute"] == summaries[1]["compute"]
+    # and the same grader counters (comparisons, worker requests, timeouts) in the metrics
+    graded = [
+        [
+            {k: v for k, v in row.items() if "/grader_" in k}
+            for row in map(json.loads, (tmp_path / n / "metrics.jsonl").open())
+        ]
+        for n in ("a", "b")
+    ]
+    assert any(row.get("phase/eval/grader_calls", 0) > 0 for row in graded[0]) and graded[0] == graded[1]

@@ -81,6 +81,13 @@ class GraderStats:
             "worker_calls": self.worker_calls,
         }
 
+    def replay(self, decided: dict[str, int]) -> None:
+        """Add counts in ``decided``'s form (a cached evaluation's, counted again as its compute is,
+        so a run's figures do not depend on whether another run filled the cache first)."""
+        for key, value in decided.items():
+            field = "too_long" if key == "refused" else key
+            setattr(self, field, getattr(self, field) + int(value))
+
 
 MAX_ANSWER_CHARS = 300
 """Answers longer than this (normalised) are equal only when their normalised strings are. Real

@@ -49,10 +49,11 @@ def base_eval_cache(s: Setup, phase: Phase) -> Path | None:
     return s.base / "eval_cache" / digest
 
 
-def load_cached_eval(cache: Path, out_dir: Path, meter: ComputeMeter) -> dict[str, Any] | None:
+def load_cached_eval(cache: Path, out_dir: Path, meter: ComputeMeter, grader: Any = None) -> dict[str, Any] | None:
     """The cached ``results.json`` (its files copied into ``out_dir``), None on a miss. The
-    evaluation's compute, saved with it, is counted again, so a run's compute does not depend
-    on whether another run filled the cache first."""
+    evaluation's compute and grader counters, saved with it, are counted again (into ``meter``
+    and ``grader.stats``), so a run's figures do not depend on whether another run filled the
+    cache first."""
     import json
 
     spent = _cache_compute(cache)
@@ -61,18 +62,22 @@ def load_cached_eval(cache: Path, out_dir: Path, meter: ComputeMeter) -> dict[st
     out_dir.mkdir(parents=True, exist_ok=True)
     for f in cache.iterdir():
         shutil.copyfile(f, out_dir / f.name)
-    meter.total += Compute.from_dict(json.loads(spent.read_text(encoding="utf-8")))
+    saved = json.loads(spent.read_text(encoding="utf-8"))
+    meter.total += Compute.from_dict(saved["compute"] if "compute" in saved else saved)
+    if (stats := getattr(grader, "stats", None)) is not None:
+        stats.replay(saved.get("grader", {}))
     return json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
 
 
-def save_cached_eval(src: Path, cache: Path, spent: Compute) -> None:
+def save_cached_eval(src: Path, cache: Path, spent: Compute, graded: dict[str, int] | None = None) -> None:
     """Copy an evaluation folder into the cache, whole or not at all (staging folder + rename; a
-    concurrent writer of the same entry wrote the same files), and beside it the compute it took."""
+    concurrent writer of the same entry wrote the same files), and beside it the compute it took
+    and what it added to the grader's counters (``graded``)."""
     staging = cache.with_name(f".{cache.name}{TMP_SUFFIX}-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(_cache_compute(cache), spent.to_dict())
+        atomic_write_json(_cache_compute(cache), {"compute": spent.to_dict(), "grader": graded or {}})
         shutil.copytree(src, staging)
         if not cache.exists():
             os.replace(staging, cache)

@@ -50,10 +50,11 @@ def _evaluate(s: Setup, sampler: Sampler, phase: Phase, ctx: PhaseContext) -> di
     (and, for a built-in base, cached)."""
     e = s.cfg.eval
     cache = base_eval_cache(s, phase)
-    res = load_cached_eval(cache, ctx.dir / "eval", ctx.compute) if cache is not None else None
+    res = load_cached_eval(cache, ctx.dir / "eval", ctx.compute, s.grader) if cache is not None else None
     if res is not None:
         ctx.say(f"[eval] {ctx.phase.key}: the built-in base's evaluation with these settings, from {cache}")
         return res
+    counts0 = s.run.grader_counts()
     res = evaluate_suite(
         sampler,
         s.world.prompter,
@@ -71,7 +72,8 @@ def _evaluate(s: Setup, sampler: Sampler, phase: Phase, ctx: PhaseContext) -> di
         repeats=e.repeats,
     )
     if cache is not None:
-        save_cached_eval(ctx.dir / "eval", cache, ctx.compute.total)
+        graded = {k: v - counts0.get(k, 0) for k, v in s.run.grader_counts().items()}
+        save_cached_eval(ctx.dir / "eval", cache, ctx.compute.total, graded)
     return res
 
 
