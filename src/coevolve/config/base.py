@@ -27,16 +27,15 @@ from coevolve.config.sections import (
     RUN_NAME_MAX,
     BackendConfig,
     DataConfig,
-    EngineConfig,
     EvalConfig,
     ModelConfig,
-    RayEngineConfig,
     RecipeConfig,
     RewardConfig,
     RunSection,
     SamplingConfig,
     VerlBackendConfig,
 )
+from coevolve.engine.config import EngineConfig, RayEngineConfig
 
 __all__ = [
     "all_aliases",

@@ -155,8 +155,8 @@ def solver_of(spec: WriterSpec) -> Any:
             model = check_served_model(url, spec.solver_model, spec.timeout_s, spec.retries, api_key_env=env)
             _SAMPLERS[key] = RemoteSolver(url, model, spec.timeout_s, spec.retries, api_key_env=env)
         else:
-            from coevolve.config.base import EngineConfig
             from coevolve.engine import load_sampler
+            from coevolve.engine.config import EngineConfig
 
             _SAMPLERS[key] = load_sampler(EngineConfig(**spec.engine), spec.solver_path, spec.device, spec.dtype)
     return _SAMPLERS[key]
