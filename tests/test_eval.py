@@ -16,8 +16,9 @@ from coevolve.answers.extract import last_boxed
 from coevolve.errors import ConfigError, DataError
 from coevolve.eval import benchmarks as B
 from coevolve.eval.core import EvalResult, evaluate_tasks
-from coevolve.eval.suite import compare, evaluate_benchmark, evaluate_suite, format_table, load_results
+from coevolve.eval.suite import evaluate_benchmark, evaluate_suite, format_table, load_results
 from coevolve.evaluate import evaluate_model
+from coevolve.lab.compare import compare_results as compare
 from coevolve.prompts.chat import ChatPrompter
 from coevolve.types import Completion, SamplingParams, Task
 

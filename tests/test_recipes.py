@@ -304,7 +304,7 @@ def test_a_run_with_repeated_evaluation_reports_mean_and_std(tmp_path, tiny):
     plan), and results.json, the summary and the report give mean ± sample std over the runs."""
     import math
 
-    from coevolve.eval.suite import run_results
+    from coevolve.lab.compare import run_results
     from coevolve.lab.report import write_report
     from coevolve.plan import phases
     from coevolve.recipes import execute

@@ -160,10 +160,10 @@ def _compare_results(folders: list[Path], out: Optional[Path]) -> None:
     """``coevolve eval --compare``: print the result or run folders side by side; run folders
     also get accuracy against compute, plotted into ``out`` (default a fresh folder under
     eval_results/). Kept apart from ``eval_cmd`` because it evaluates nothing."""
-    from coevolve.eval import suite
+    from coevolve.lab.compare import compare_results, is_run_folder
 
-    typer.echo(suite.compare(folders))
-    runs = [d for d in folders if suite.is_run_folder(d)]
+    typer.echo(compare_results(folders))
+    runs = [d for d in folders if is_run_folder(d)]
     if runs:  # run folders also get accuracy against compute, one line per run
         from coevolve.lab.report import compare_compute
 

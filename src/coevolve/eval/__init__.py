@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from coevolve.eval.benchmarks import BENCHMARKS, GROUPS, Benchmark, load_tasks, resolve_benches
 from coevolve.eval.core import EvalResult, evaluate_tasks
-from coevolve.eval.suite import compare, evaluate_benchmark, evaluate_suite, format_table, load_results
+from coevolve.eval.suite import evaluate_benchmark, evaluate_suite, format_table, load_results
 
 __all__ = [
     "BENCHMARKS",
     "GROUPS",
     "Benchmark",
     "EvalResult",
-    "compare",
     "evaluate_benchmark",
     "evaluate_suite",
     "evaluate_tasks",

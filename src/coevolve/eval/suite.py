@@ -300,7 +300,7 @@ def evaluate_suite(
 # tables
 
 
-def _pct(x: float | None, std: float | None = None) -> str:
+def pct(x: float | None, std: float | None = None) -> str:
     """A fraction as a percentage, with ``± std`` (also in points) when a spread is given."""
     if x is None:
         return "–"
@@ -312,18 +312,18 @@ def format_table(results: dict[str, Any]) -> str:
     mean ± std over the evaluation runs when there were several (said under the table)."""
     lines = ["| benchmark | category | n | metric | score | greedy | mean@k |", "|---|---|---:|---|---:|---:|---:|"]
     for name, r in results["benchmarks"].items():
-        k = f"{_pct(r['sampled'], r.get('sampled_std'))} (k={r['samples']})" if r.get("sampled") is not None else "–"
+        k = f"{pct(r['sampled'], r.get('sampled_std'))} (k={r['samples']})" if r.get("sampled") is not None else "–"
         lines.append(
-            f"| {name} | {r['category']} | {r['n']} | {r['metric']} | {_pct(r['score'], r.get('score_std'))} "
-            f"| {_pct(r['greedy'])} | {k} |"
+            f"| {name} | {r['category']} | {r['n']} | {r['metric']} | {pct(r['score'], r.get('score_std'))} "
+            f"| {pct(r['greedy'])} | {k} |"
         )
     stds = results.get("averages_std", {})
     for cat in AVERAGE_ORDER:
         if cat in results.get("averages", {}):
-            lines.append(f"| **avg {cat}** | | | | **{_pct(results['averages'][cat], stds.get(cat))}** | | |")
+            lines.append(f"| **avg {cat}** | | | | **{pct(results['averages'][cat], stds.get(cat))}** | | |")
     for name, g in results.get("groups", {}).items():
         part = "" if g["n"] == g["of"] else f" ({g['n']} of {g['of']}; absent: {', '.join(g['missing'])})"
-        lines.append(f"| **avg {name}**{part} | | | | **{_pct(g['score'], g.get('std'))}** | | |")
+        lines.append(f"| **avg {name}**{part} | | | | **{pct(g['score'], g.get('std'))}** | | |")
     repeats = results.get("config", {}).get("repeats", 1)
     if repeats > 1:
         lines += [
@@ -348,75 +348,3 @@ def load_results(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), dict):
         raise DataError(f"{p}: field 'benchmarks' missing or not an object")
     return data
-
-
-def is_run_folder(path: Path) -> bool:
-    """A coevolve run folder (``state.json`` and ``config.yaml``), as opposed to a result folder."""
-    from coevolve.run import CONFIG_FILE, STATE_FILE
-
-    return (Path(path) / STATE_FILE).is_file() and (Path(path) / CONFIG_FILE).is_file()
-
-
-def run_results(run_dir: Path) -> dict[str, Any]:
-    """The ``results.json`` of a run folder's last finished evaluation (``<phase>/eval/``)."""
-    from coevolve.run import STATE_FILE, Phase
-    from coevolve.run.state import PhaseState
-
-    recs = [r for r in PhaseState.load(Path(run_dir) / STATE_FILE).records() if r.name == "eval"]
-    if not recs:
-        raise DataError(f"{run_dir}: run folder without a finished evaluation (no eval phase in {STATE_FILE})")
-    last = recs[-1]
-    return load_results(Path(run_dir) / Phase(last.name, last.round, last.stage).folder / "eval")
-
-
-def load_compared(path: Path) -> dict[str, Any]:
-    """``--compare`` input: a result folder (or results.json) of ``coevolve eval``, or a run
-    folder (its last evaluation); anything else is a DataError saying which is expected."""
-    p = Path(path)
-    if is_run_folder(p):
-        return run_results(p)
-    if (p / "results.json").is_file() or (p.is_file() and p.name.endswith(".json")):
-        return load_results(p)
-    raise DataError(
-        f"{p}: neither a result folder of `coevolve eval` (no results.json) nor a run folder "
-        "(no state.json + config.yaml)"
-    )
-
-
-def compare(dirs: list[Path]) -> str:
-    """Markdown table putting several result folders or run folders (their last evaluation)
-    side by side (scores in %).
-
-    Columns are the folder names (made unique with their parent when needed), plus
-    "Δ last−first" when there are two or more; rows are the union of benchmarks in order of
-    first appearance, then the averages. A cell is "–" where a run lacks that benchmark.
-    """
-    if not dirs:
-        raise DataError("compare: no result folders given")
-    runs = [load_compared(d) for d in dirs]
-    names = [Path(d).name or str(d) for d in dirs]
-    if len(set(names)) < len(names):
-        names = [f"{Path(d).parent.name}/{Path(d).name}" for d in dirs]
-    if len(set(names)) < len(names):
-        names = [str(d) for d in dirs]
-    benches: list[str] = []
-    for r in runs:
-        benches.extend(b for b in r["benchmarks"] if b not in benches)
-    rows: list[tuple[str, list[float | None]]] = []
-    for b in benches:
-        rows.append((b, [r["benchmarks"][b]["score"] if b in r["benchmarks"] else None for r in runs]))
-    for cat in AVERAGE_ORDER:
-        vals = [r.get("averages", {}).get(cat) for r in runs]
-        if any(v is not None for v in vals):
-            rows.append((f"**avg {cat}**", vals))
-    delta = len(runs) >= 2
-    head = "| benchmark | " + " | ".join(names) + (" | Δ last−first |" if delta else " |")
-    sep = "|---|" + "---:|" * (len(names) + (1 if delta else 0))
-    out = [head, sep]
-    for label, vals in rows:
-        cells = [_pct(v) for v in vals]
-        if delta:
-            a, z = vals[0], vals[-1]
-            cells.append("–" if a is None or z is None else f"{100.0 * (z - a):+.1f}")
-        out.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"

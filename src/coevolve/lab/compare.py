@@ -17,7 +17,10 @@ from typing import Any
 
 from coevolve.data.sources import field_value
 from coevolve.errors import DataError
+from coevolve.eval.suite import AVERAGE_ORDER, load_results, pct
 from coevolve.lab.run_view import read_saved_run
+from coevolve.run import CONFIG_FILE, STATE_FILE, Phase
+from coevolve.run.state import PhaseState
 
 
 @dataclass
@@ -201,3 +204,73 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None) -> tuple[str
 
 
 __all__ = ["RunRow", "compare_runs", "method_of", "read_run", "settings_of", "table", "to_csv", "to_markdown"]
+
+
+# ``coevolve eval --compare``: result folders of ``coevolve eval`` or run folders, side by side
+
+
+def is_run_folder(path: Path) -> bool:
+    """A coevolve run folder (``state.json`` and ``config.yaml``), as opposed to a result folder."""
+    return (Path(path) / STATE_FILE).is_file() and (Path(path) / CONFIG_FILE).is_file()
+
+
+def run_results(run_dir: Path) -> dict[str, Any]:
+    """The ``results.json`` of a run folder's last finished evaluation (``<phase>/eval/``)."""
+    recs = [r for r in PhaseState.load(Path(run_dir) / STATE_FILE).records() if r.name == "eval"]
+    if not recs:
+        raise DataError(f"{run_dir}: run folder without a finished evaluation (no eval phase in {STATE_FILE})")
+    last = recs[-1]
+    return load_results(Path(run_dir) / Phase(last.name, last.round, last.stage).folder / "eval")
+
+
+def load_compared(path: Path) -> dict[str, Any]:
+    """``--compare`` input: a result folder (or results.json) of ``coevolve eval``, or a run
+    folder (its last evaluation); anything else is a DataError saying which is expected."""
+    p = Path(path)
+    if is_run_folder(p):
+        return run_results(p)
+    if (p / "results.json").is_file() or (p.is_file() and p.name.endswith(".json")):
+        return load_results(p)
+    raise DataError(
+        f"{p}: neither a result folder of `coevolve eval` (no results.json) nor a run folder "
+        "(no state.json + config.yaml)"
+    )
+
+
+def compare_results(dirs: list[Path]) -> str:
+    """Markdown table putting several result folders or run folders (their last evaluation)
+    side by side (scores in %).
+
+    Columns are the folder names (made unique with their parent when needed), plus
+    "Δ last−first" when there are two or more; rows are the union of benchmarks in order of
+    first appearance, then the averages. A cell is "–" where a run lacks that benchmark.
+    """
+    if not dirs:
+        raise DataError("compare: no result folders given")
+    runs = [load_compared(d) for d in dirs]
+    names = [Path(d).name or str(d) for d in dirs]
+    if len(set(names)) < len(names):
+        names = [f"{Path(d).parent.name}/{Path(d).name}" for d in dirs]
+    if len(set(names)) < len(names):
+        names = [str(d) for d in dirs]
+    benches: list[str] = []
+    for r in runs:
+        benches.extend(b for b in r["benchmarks"] if b not in benches)
+    rows: list[tuple[str, list[float | None]]] = []
+    for b in benches:
+        rows.append((b, [r["benchmarks"][b]["score"] if b in r["benchmarks"] else None for r in runs]))
+    for cat in AVERAGE_ORDER:
+        vals = [r.get("averages", {}).get(cat) for r in runs]
+        if any(v is not None for v in vals):
+            rows.append((f"**avg {cat}**", vals))
+    delta = len(runs) >= 2
+    head = "| benchmark | " + " | ".join(names) + (" | Δ last−first |" if delta else " |")
+    sep = "|---|" + "---:|" * (len(names) + (1 if delta else 0))
+    out = [head, sep]
+    for label, vals in rows:
+        cells = [pct(v) for v in vals]
+        if delta:
+            a, z = vals[0], vals[-1]
+            cells.append("–" if a is None or z is None else f"{100.0 * (z - a):+.1f}")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
