@@ -20,6 +20,8 @@ from typing import Any
 
 from coevolve.rl.learner import Learner, RolloutGroup
 from coevolve.run import PhaseContext, derive_seed
+from coevolve.run.compute import Compute
+from coevolve.run.files import atomic_write_json
 from coevolve.schema import GRPOPhase
 from coevolve.training import (  # Observed, TrainResult, labelled_reward: also importable from here
     Observed,
@@ -201,8 +203,6 @@ def grpo_train(
     (``Learner.begin_phase``), at step k for a continued phase."""
     from tqdm import tqdm
 
-    from coevolve.run.files import atomic_write_json
-
     before = ctx.compute.total
     start = _continue(ctx, phase, ns)
     role.learner.begin_phase(phase.steps, start)
@@ -255,8 +255,6 @@ def grpo_step(
 
 def _continue(ctx: PhaseContext, phase: GRPOPhase, ns: str) -> int:
     """The step a phase starts at: 0, or a continued phase's steps so far (its compute counted)."""
-    from coevolve.run.compute import Compute
-
     if ctx.prior is None:
         return 0
     ctx.compute.total += Compute.from_dict(ctx.prior["compute"])

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from coevolve.answers import make_grader
 from coevolve.answers.grader import GraderStats
 from coevolve.errors import ConfigError, clip
 from coevolve.types import Vote
@@ -165,7 +166,6 @@ def run_grader(cfg: Any) -> Any:
     (``make_grader``: one math-verify worker or a pool); a context manager either way."""
     if cfg.reward.function:
         return FunctionGrader(cfg.reward.function)
-    from coevolve.answers import make_grader
 
     return make_grader(cfg.run.grader_timeout, cfg.run.grader_workers)
 

@@ -15,6 +15,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from coevolve.errors import CoevolveError
+from coevolve.models import resolve_model_path
+
 BAND_TOLERANCE = 1e-9
 """Pass rates are ratios of small integers; 2/5 must count as 0.4 however it was computed."""
 
@@ -69,9 +72,6 @@ def nearest_dividing(target: int, ok: Any, limit: int) -> list[int]:
 
 
 def _model_path(path: str | None) -> str | None:
-    from coevolve.errors import CoevolveError
-    from coevolve.models import resolve_model_path
-
     try:
         return resolve_model_path(path)
     except CoevolveError as e:

@@ -47,6 +47,7 @@ from typing import Any, Literal, TextIO
 
 from coevolve.errors import DataError, GraderError
 from coevolve.faults import fault_point
+from coevolve.jsonl import iter_jsonl
 from coevolve.types import Vote
 
 from .extract import answer_or_whole, extract_answer
@@ -559,8 +560,6 @@ class Grader:
         ``gold``/``pred``) raise ``DataError`` naming file and line, or with ``on_error="skip"``
         are reported on stderr and skipped. Returns (n_equal, n_graded).
         """
-        from coevolve.jsonl import iter_jsonl
-
         path = Path(path)
         _check_grade_paths(path, out, on_error)
         n_equal = n_total = 0

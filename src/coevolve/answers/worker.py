@@ -31,6 +31,8 @@ from typing import Any
 
 from coevolve.faults import fault_point
 
+from .normalize import FLOAT_ROUNDING
+
 DEFAULT_VERIFY_FN = "coevolve.answers.worker:verify_any"
 WORKER_MEMORY_MB = 512
 """Address-space limit of a worker process (ours): sympy expands ``(x+1)^{99999}``, a 25-character
@@ -112,8 +114,6 @@ def _decimal_verdict(a: Any, b: Any, a_percent: bool = False, b_percent: bool = 
     math-verify and ``cheap_equiv`` accept ``10\\%`` = 0.1 = 10; without the sign 0.1 is not 10).
     """
     import sympy
-
-    from .normalize import FLOAT_ROUNDING
 
     try:
         if not (isinstance(a, sympy.Basic) and isinstance(b, sympy.Basic)) or not (

@@ -22,7 +22,9 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from coevolve.config.sections import RecipeConfig
+from coevolve.errors import CoevolveError
 from coevolve.memory.maintain import MemoryConfig
+from coevolve.models import resolve_model_path
 from coevolve.schema import Band, GRPOPhase, Probe, Strict, Voting, WriterReward
 
 
@@ -78,9 +80,6 @@ class DiagnoserSection(Strict):
         the local cache stays as written, so the real preset's named diagnoser does not stop
         ``coevolve config`` / ``plan`` on a machine without it: preflight refuses the run instead,
         saying how to get it or what to set."""
-        from coevolve.errors import CoevolveError
-        from coevolve.models import resolve_model_path
-
         try:
             return resolve_model_path(v)
         except CoevolveError:

@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from coevolve.config.load import is_toy_model, parse_override
 from coevolve.errors import ConfigError, did_you_mean
 
 SUFFIXES = (".yaml", ".yml")
@@ -75,8 +76,6 @@ def preset_label(path: Path) -> str:
 def real_model_given(files: list[dict[str, Any]], overrides: list[str]) -> bool:
     """Whether ``model.path`` (last set by ``overrides``, else by the files) is a real model, read
     before any preset is chosen: the preset's version (toy or ``real/``) depends on it."""
-    from coevolve.config.load import is_toy_model, parse_override
-
     path = None
     for data in files:
         model = data.get("model")

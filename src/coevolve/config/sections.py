@@ -287,7 +287,7 @@ class EvalConfig(Strict):
     @classmethod
     def _known(cls, v: list[str] | None) -> list[str] | None:
         if v is not None:
-            from coevolve.eval.benchmarks import resolve_benches
+            from coevolve.eval.benchmarks import resolve_benches  # lazy: pulls scipy
 
             try:
                 resolve_benches(v)
@@ -361,7 +361,7 @@ class RunSection(Strict):
     @field_validator("select")
     @classmethod
     def _select(cls, v: str) -> str:
-        from coevolve.eval.signals import parse_select
+        from coevolve.eval.signals import parse_select  # lazy: pulls scipy
 
         try:
             parse_select(v)

@@ -37,8 +37,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
 
+from coevolve.answers.extract import last_boxed
 from coevolve.errors import DataError, unparsable
 from coevolve.jsonl import OnError, iter_jsonl
+from coevolve.models import hub_cache_dir
 from coevolve.types import Task
 
 AnswerFormat = Literal["auto", "raw", "gsm8k", "boxed"]
@@ -219,8 +221,6 @@ def _hub_dataset(datasets: Any, name: str, subset: str | None, split: str) -> An
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    from coevolve.models import hub_cache_dir
-
     try:
         folder = snapshot_download(name, repo_type="dataset", local_files_only=True, cache_dir=str(hub_cache_dir()))
     except (LocalEntryNotFoundError, OSError, ValueError):
@@ -299,8 +299,6 @@ def final_answer(text: str, fmt: AnswerFormat) -> str:
     >>> final_answer("1,234", "auto"), final_answer("#### 1,234", "gsm8k")
     ('1,234', '1234')
     """
-    from coevolve.answers.extract import last_boxed
-
     if fmt in ("auto", "gsm8k"):
         m = _GSM8K_RE.search(text)
         if m and "####" in text:

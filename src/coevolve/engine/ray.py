@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.engine.base import SamplerError, prompt_seeds, resolve_seed_scope, unwrap_peft, validate_params
+from coevolve.engine.hf import load_tokenizer
 from coevolve.engine.weights import host_snapshot, module_from_state
 from coevolve.errors import ConfigError
 from coevolve.types import Completion, SamplingParams
@@ -140,7 +141,12 @@ class EngineActor:
         (``load_sampler``: a vllm actor engine then reads the folder itself). The module is
         built on the meta device and takes ``state``'s tensors (``module_from_state``): no
         random initialisation of weights that are overwritten at once."""
-        from coevolve.engine import load_sampler, make_sampler, resolve_device, resolve_dtype
+        from coevolve.engine import (  # lazy: a test monkeypatches coevolve.engine.load_sampler
+            load_sampler,
+            make_sampler,
+            resolve_device,
+            resolve_dtype,
+        )
 
         self.drop(slot)
         self.builds[slot] = self.builds.get(slot, 0) + 1
@@ -566,8 +572,6 @@ class RaySampler:
     def load(cls, engine: Any, path: str, device: str = "auto", dtype: str = "auto", owner: Any = None) -> RaySampler:
         """A slot loaded by every actor from the model folder ``path`` (a judge, a diagnoser,
         a model to evaluate); on several nodes the folder must be on a filesystem they share."""
-        from coevolve.engine.hf import load_tokenizer
-
         pool, own = cls._pool(engine, owner)
         dev = "cpu" if device == "cpu" or not pool.gpus else "auto"
         slot = _Slot(device=dev, dtype=dtype, folder=str(Path(path).resolve()), frozen=True)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.answers import extract_answer
+from coevolve.data.sources import load_labelled_tasks
 from coevolve.errors import ConfigError, DataError, did_you_mean
 from coevolve.eval.scoring import bbeh_extract, extract_choice, grade_bbeh, grade_choice
 from coevolve.jsonl import iter_jsonl
@@ -370,8 +371,6 @@ def _load_user(b: Benchmark, limit: int | None) -> list[Task]:
     a ``DataError`` naming ``eval.benches``, the file and the row; a key to set is said as the
     entry's ``:key=...``)."""
     from types import SimpleNamespace
-
-    from coevolve.data.sources import load_labelled_tasks
 
     where = f"eval.benches: benchmark {b.name} ({b.source})"
     if not Path(str(b.source)).is_file():

@@ -23,6 +23,7 @@ from typing import Any
 
 from coevolve.curriculum.sampling import sample_chunked
 from coevolve.errors import DataError
+from coevolve.run import derive_seed
 from coevolve.types import Completion, Sampler, SamplingParams, Stop, Task
 
 
@@ -32,7 +33,6 @@ def repeat_seed(seed: int, repeat: int) -> int:
     "eval_repeat", r)``, the project's seed derivation, far from the chunk seeds seed + c."""
     if repeat == 0:
         return seed
-    from coevolve.run import derive_seed
 
     return derive_seed(seed, "eval_repeat", repeat)
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from coevolve.errors import DataError
+from coevolve.run.files import atomic_write_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from coevolve.memory.embed import Embedder
@@ -450,8 +451,6 @@ class ErrorMemory:
 
     def save(self, path: str | Path) -> Path:
         """Write the memory as one JSON document, atomically (``coevolve.run.files``)."""
-        from coevolve.run.files import atomic_write_text
-
         path = Path(path)
         atomic_write_text(path, json.dumps(self.to_dict(), indent=1))
         return path

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coevolve.engine.servable import frozen_folders, unservable
 from coevolve.errors import ConfigError
 from coevolve.plan.advice import combined_fix, plan_problems
 from coevolve.plan.devices import Device, GiB
@@ -330,8 +331,6 @@ def hf_frozen_roles(cfg: Any, toy: bool) -> tuple[frozenset[str], list[str]]:
     model the engine cannot serve, ``engine.servable.unservable``), and notes naming every frozen
     model folder so served (a judge is not counted, as with any engine). A folder that cannot be
     read here is counted as served by hf (the larger cost)."""
-    from coevolve.engine.servable import frozen_folders, unservable
-
     if toy or cfg.model.path is None or getattr(cfg.engine, "kind", "hf") != "vllm":
         return frozenset(), []
     roles, notes = set(), []

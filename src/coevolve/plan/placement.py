@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.engine.ray import tensor_parallel_refusal
 from coevolve.errors import ConfigError
 from coevolve.schema import vllm_share
 
@@ -102,8 +103,6 @@ def make_layout(cfg: Any, gpus: int | None = None, nodes: int | None = None) -> 
 def _ray_actors(engine: Any, ray: Any, n: int, g: int, tp: int) -> dict[str, Any]:
     """The ``engine=ray`` pool's fields of the layout: as coevolve.engine.ray does, one actor per
     tensor-parallel group of every GPU Ray sees (unless ``engine.ray.num_actors`` says)."""
-    from coevolve.engine.ray import tensor_parallel_refusal
-
     refusal = tensor_parallel_refusal(engine)  # the pool's own refusal: plan and run agree
     if refusal:
         raise ConfigError(refusal)

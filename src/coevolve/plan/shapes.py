@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coevolve.config.base import is_toy_model
 from coevolve.errors import ModelLoadError
 
 
@@ -119,7 +120,7 @@ def load_model_shape(cfg: Any) -> tuple[ModelShape, str, bool]:
     (weights may be absent: plan before downloading), or the toy base model's architecture."""
     path = cfg.model.path
     if path is None:
-        from coevolve.world.toy import build_model, build_tokenizer
+        from coevolve.world.toy import build_model, build_tokenizer  # lazy: pulls transformers, tokenizers
 
         return (
             ModelShape.from_config(build_model(len(build_tokenizer())).config.to_dict(), "toy"),
@@ -134,6 +135,5 @@ def load_model_shape(cfg: Any) -> tuple[ModelShape, str, bool]:
         d = json.loads(f.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
         raise ModelLoadError(f"{f}: not valid JSON ({e})") from None
-    from coevolve.config.base import is_toy_model
 
     return ModelShape.from_config(d, str(f)), str(f), is_toy_model(p)

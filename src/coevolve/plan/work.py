@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.recipes.registry import recipe_of
+
 PROMPT_TOKENS = {
     "toy": {"answer": 32, "question": 64, "diagnosis": 64},
     "real": {"answer": 384, "question": 512, "diagnosis": 768},
@@ -75,8 +77,6 @@ class PhaseWork:
 def phases(cfg: Any, toy: bool) -> list[PhaseWork]:
     """The recipe's phases that sample or train, with their rollouts (caps: every completion at
     its token cap), from the recipe's declaration (``Recipe.work``)."""
-    from coevolve.recipes.registry import recipe_of
-
     tokens = PROMPT_TOKENS["toy" if toy else "arith" if cfg.data.source == "arith" else "real"]
     mb = cfg.engine.max_batch
     out = []
@@ -114,6 +114,4 @@ def phases(cfg: Any, toy: bool) -> list[PhaseWork]:
 
 def trainable_roles(cfg: Any) -> list[str]:
     """Roles with their own model and learner, in the order the recipe builds them."""
-    from coevolve.recipes.registry import recipe_of
-
     return list(recipe_of(cfg.recipe).roles(cfg))

@@ -48,7 +48,7 @@ _SPECS: dict[str, Any] = {}
 
 
 def _writer_spec(path: str) -> Any:
-    from coevolve.verl.writer import WriterSpec
+    from coevolve.verl.writer import WriterSpec  # lazy: pulls torch
 
     if path not in _SPECS:
         _SPECS[path] = WriterSpec.read(path)
@@ -84,7 +84,7 @@ def compute_score(
     spec = RewardSpec.from_dict(info["reward"])
     row = float(info.get("index", -1))
     if spec.kind == "writer":
-        from coevolve.verl.writer import score_sample as score_writer_sample
+        from coevolve.verl.writer import score_sample as score_writer_sample  # lazy: pulls torch
 
         if not spec.writer:
             raise VerlRewardError(f"compute_score: writer row {row:g} of {data_source!r} names no writer spec file")

@@ -36,10 +36,15 @@ from typing import Any
 
 from coevolve.curriculum.proposals import WriterBatch
 from coevolve.curriculum.voting import VoteRecord, label_questions
+from coevolve.engine import load_tokenizer
+from coevolve.engine.config import EngineConfig
 from coevolve.engine.remote import RemoteSolver, SolverServerError, check_served_model, served_models  # noqa: F401 - the frozen solver server's client; verl.phase imports it from here
 from coevolve.errors import ConfigError
 from coevolve.prompts.chat import ChatPrompter
+from coevolve.prompts.spec import PromptsConfig
 from coevolve.rewards import questioner_rewards
+from coevolve.run import derive_seed
+from coevolve.schema import WriterReward
 from coevolve.types import AnswerGrader, SamplingParams, Stop
 
 SPEC_FILE = "writer_spec.json"
@@ -78,8 +83,6 @@ class WriterSpec:
     def sampling(self, step: int, question: str) -> SamplingParams:
         """The solver's decoding for ``question`` at ``step``: seeded by the question, so every
         copy of it draws the same answers (the local backend votes once per distinct question)."""
-        from coevolve.run import derive_seed
-
         p = dict(self.params)
         stop = p.pop("stop", None) or {}
         return SamplingParams(
@@ -132,8 +135,6 @@ def _prompter(spec: WriterSpec) -> Any:
                 "own prompter, named by its class)"
             )
         return getattr(importlib.import_module(module), name)()
-    from coevolve.engine import load_tokenizer
-    from coevolve.prompts.spec import PromptsConfig
 
     tok = load_tokenizer(spec.solver_path) if spec.prompter.get("chat_template") else None
     prompts = PromptsConfig.model_validate(spec.prompter["prompts"]) if "prompts" in spec.prompter else None
@@ -155,8 +156,7 @@ def solver_of(spec: WriterSpec) -> Any:
             model = check_served_model(url, spec.solver_model, spec.timeout_s, spec.retries, api_key_env=env)
             _SAMPLERS[key] = RemoteSolver(url, model, spec.timeout_s, spec.retries, api_key_env=env)
         else:
-            from coevolve.engine import load_sampler
-            from coevolve.engine.config import EngineConfig
+            from coevolve.engine import load_sampler  # lazy: a test monkeypatches coevolve.engine.load_sampler
 
             _SAMPLERS[key] = load_sampler(EngineConfig(**spec.engine), spec.solver_path, spec.device, spec.dtype)
     return _SAMPLERS[key]
@@ -168,8 +168,6 @@ def score_sample(
     """One writer completion's reward and extras (module docstring): ``score``, ``well_formed``,
     ``p1`` / ``p2`` (-1 when malformed), ``in_band``, ``label`` ("" when none), ``solver_rollouts``
     (answers drawn for this sample: 0 when its question was already voted on this step)."""
-    from coevolve.schema import WriterReward
-
     reward = WriterReward(**spec.reward)
     if reward.kind != "plateau":
         raise ConfigError(

@@ -22,11 +22,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from coevolve.errors import ModelLoadError
 from coevolve.memory.diagnose import Diagnoser
 from coevolve.memory.store import Cause
 from coevolve.prompts import Prompter
+from coevolve.prompts.chat import ChatPrompter
+from coevolve.prompts.spec import PromptsConfig
 from coevolve.types import Task
 from coevolve.world.facts import WORLDS, WorldFacts, world_name, world_of_config
+from coevolve.world.skill.problems import DeficitProfile
 
 
 class World(Protocol):
@@ -87,8 +91,7 @@ def base_model_path(model_cfg: Any, say: Callable[[str], None], data_cfg: Any = 
         return Path(model_cfg.path)
     cache = Path(model_cfg.toy_cache) if model_cfg.toy_cache else None
     if WORLDS[world_name(None, data_cfg.source if data_cfg is not None else "toy")].base_model == "skill":
-        from coevolve.world.skill.pretrain import ensure_skill_base
-        from coevolve.world.skill.problems import DeficitProfile
+        from coevolve.world.skill.pretrain import ensure_skill_base  # lazy: pulls transformers, torch
 
         sk = data_cfg.skill
         say(
@@ -101,7 +104,7 @@ def base_model_path(model_cfg: Any, say: Callable[[str], None], data_cfg: Any = 
             seed=sk.base_seed,
             profile=DeficitProfile.of(sk.deficits),
         )
-    from coevolve.world.toy import ensure_base
+    from coevolve.world.toy import ensure_base  # lazy: pulls transformers, torch
 
     say(f"toy base model (steps={model_cfg.toy_steps}, seed={model_cfg.toy_seed}): building or reusing the cache")
     return ensure_base(cache, steps=model_cfg.toy_steps, seed=model_cfg.toy_seed)
@@ -115,13 +118,13 @@ def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
     is the skill world whatever the model (its base, or a checkpoint of a skill run)."""
     name = world_name(cfg.model.path, cfg.data.source)
     if name == "skill":
-        from coevolve.world.skill.world import SkillWorld
+        from coevolve.world.skill.world import SkillWorld  # lazy: pulls transformers, torch
 
         return SkillWorld.from_config(cfg, say)
     if name == "toy":
-        from coevolve.world.real import load_labelled
-        from coevolve.world.toy import LEVELS, labelled_set
-        from coevolve.world.toy.world import ToyWorld
+        from coevolve.world.real import load_labelled  # lazy: pulls scipy
+        from coevolve.world.toy import LEVELS, labelled_set  # lazy: pulls transformers, torch
+        from coevolve.world.toy.world import ToyWorld  # lazy: pulls transformers, torch
 
         levels = list(cfg.data.levels or LEVELS)
         tasks = load_labelled(cfg.data, say) if cfg.data.source != "toy" else None
@@ -138,7 +141,6 @@ def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
             tasks=tasks,
             prompts=cfg.prompts,
         )
-    from coevolve.prompts.chat import ChatPrompter
 
     prompter = ChatPrompter(
         tokenizer,
@@ -147,10 +149,10 @@ def make_world(cfg: Any, tokenizer: Any, say: Callable[[str], None]) -> World:
         prompts=cfg.prompts,
     )
     if name == "arith":
-        from coevolve.world.arith import ArithWorld
+        from coevolve.world.arith import ArithWorld  # lazy: pulls scipy
 
         return ArithWorld.from_config(cfg, prompter, say)
-    from coevolve.world.real import RealWorld
+    from coevolve.world.real import RealWorld  # lazy: pulls scipy
 
     return RealWorld.from_config(cfg, prompter, say)
 
@@ -172,8 +174,6 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     the wrong world, nor end in a traceback after minutes of loading.
     """
     import json
-
-    from coevolve.errors import ModelLoadError
 
     f = Path(path) / CHECKPOINT_META
     if not f.is_file():
@@ -205,8 +205,6 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     if "prompts" in meta:
         from pydantic import ValidationError
 
-        from coevolve.prompts.spec import PromptsConfig
-
         try:
             PromptsConfig.model_validate(meta["prompts"])
         except ValidationError as e:
@@ -227,15 +225,13 @@ def world_of_model(
     p = Path(path)
     meta = read_checkpoint_meta(p)
     if meta.get("world") == "skill" or (not meta and (p / "skill_build.json").is_file()):
-        from coevolve.world.skill.world import SkillWorld
+        from coevolve.world.skill.world import SkillWorld  # lazy: pulls transformers, torch
 
         return SkillWorld()
     if meta.get("world") == "toy" or (not meta and (p / "toy_build.json").is_file()):
-        from coevolve.world.toy.world import ToyWorld
+        from coevolve.world.toy.world import ToyWorld  # lazy: pulls transformers, torch
 
         return ToyWorld(heldout_size=heldout_size)
-    from coevolve.prompts.chat import ChatPrompter
-    from coevolve.prompts.spec import PromptsConfig
 
     use_chat = bool(meta.get("chat_template", False)) if chat_template is None else chat_template
     prompts = PromptsConfig.model_validate(meta["prompts"]) if "prompts" in meta else PromptsConfig()
@@ -243,10 +239,10 @@ def world_of_model(
         tokenizer, use_chat_template=use_chat, enable_thinking=meta.get("enable_thinking"), prompts=prompts
     )
     if meta.get("world") == "arith":
-        from coevolve.world.arith import ArithWorld
+        from coevolve.world.arith import ArithWorld  # lazy: pulls scipy
 
         return ArithWorld(prompter, use_chat, heldout_size=heldout_size)
-    from coevolve.world.real import RealWorld
+    from coevolve.world.real import RealWorld  # lazy: pulls scipy
 
     return RealWorld(prompter, [], "none", use_chat)
 

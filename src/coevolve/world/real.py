@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.curriculum.buffer import dedupe, normalize_question
-from coevolve.errors import ConfigError
+from coevolve.data.sources import check_source, source_label
+from coevolve.errors import ConfigError, DataError
+from coevolve.eval.benchmarks import load_tasks, resolve_benches
 from coevolve.memory.diagnose import Diagnoser
 from coevolve.memory.store import Cause
 from coevolve.prompts import Prompter
@@ -118,8 +120,6 @@ def pool_from(tasks: Sequence[Task], rng: random.Random, size: int | None) -> li
 def load_labelled(data: Any, say: Callable[[str], None]) -> list[Task]:
     """The ``data`` section's labelled questions as tasks (any form ``coevolve.data.sources``
     reads); broken rows reported (``on_error=skip``)."""
-    from coevolve.data.sources import check_source, source_label
-
     tasks, report = check_source(data)
     for p in report.problems[:20]:
         say(f"[data] skipped: {p}")
@@ -198,9 +198,6 @@ def drop_too_long(cfg: Any, tasks: list[Task], prompter: ChatPrompter, say: Call
 
 def benchmark_questions(benches: Sequence[str], data_dir: Path | None) -> frozenset[str]:
     """Normalised questions of the benchmarks (those whose data can be found)."""
-    from coevolve.errors import DataError
-    from coevolve.eval.benchmarks import load_tasks, resolve_benches
-
     out: set[str] = set()
     for b in resolve_benches(list(benches)):
         try:

@@ -52,6 +52,7 @@ from coevolve.world.skill.problems import (
 from coevolve.world.skill.prompts import parse_question_block
 from coevolve.world.toy.measure import generate_texts
 from coevolve.world.toy.pretrain import build_cached, build_model, pretrain, training_record
+from coevolve.world.toy.pretrain import default_cache_dir as toy_cache
 from coevolve.world.toy.prompts import challenger_prompt, question_completion, questioner_prompt, solver_prompt
 from coevolve.world.toy.tokenizer import build_tokenizer
 
@@ -394,8 +395,6 @@ def _train(
 
 def default_cache_dir() -> Path:
     """``$COEVOLVE_CACHE/skill`` or ``~/.cache/coevolve/skill``."""
-    from coevolve.world.toy.pretrain import default_cache_dir as toy_cache
-
     return toy_cache().parent / "skill"
 
 

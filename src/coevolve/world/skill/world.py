@@ -12,6 +12,9 @@ from coevolve.curriculum.buffer import dedupe, normalize_question
 from coevolve.memory.diagnose import Diagnoser, TraceDiagnoser
 from coevolve.memory.store import Cause
 from coevolve.prompts import Prompter
+from coevolve.prompts.chat import ChatPrompter
+from coevolve.run import STATE_FILE, Phase
+from coevolve.run.state import PhaseState
 from coevolve.types import Task
 from coevolve.world.facts import WORLDS
 from coevolve.world.real import draw_from, pool_from
@@ -31,6 +34,7 @@ from coevolve.world.skill.problems import (
     parse_chain,
 )
 from coevolve.world.skill.prompts import SkillPrompter
+from coevolve.world.toy.world import toy_vocab
 
 DEFAULT_POOL = 400
 
@@ -121,11 +125,8 @@ class SkillWorld:
     def prompter_for(self, tokenizer: Any) -> Prompter:
         """The skill prompts for the char tokenizer; a real judge or diagnoser model gets the
         papers' prompts (plain text)."""
-        from coevolve.world.toy.world import toy_vocab
-
         if tokenizer is None or tuple(sorted(tokenizer.get_vocab().items())) == toy_vocab():
             return self.prompter
-        from coevolve.prompts.chat import ChatPrompter
 
         return ChatPrompter(tokenizer, use_chat_template=False)
 
@@ -162,9 +163,6 @@ class SkillWorld:
 def eval_items(run_dir: Path, which: str = "final", bench: str = "skill") -> list[dict[str, Any]] | None:
     """Per-item records (``items_<bench>.jsonl``) of a run folder's base (``which="base"``) or
     last evaluation; None when the run has none."""
-    from coevolve.run import STATE_FILE, Phase
-    from coevolve.run.state import PhaseState
-
     f = Path(run_dir) / STATE_FILE
     if not f.is_file():
         return None

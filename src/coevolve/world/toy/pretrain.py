@@ -29,6 +29,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from coevolve.errors import ConfigError, ModelLoadError
+from coevolve.run import say
 from coevolve.world.toy.causes import CAUSES, problem_for_causes
 from coevolve.world.toy.measure import generate_texts, measure
 from coevolve.world.toy.problems import LEVELS, WORLD_VERSION, Problem, heldout_questions, make_problem, random_problem
@@ -404,8 +405,6 @@ def wait_for_lock(lock: Any, target: Path) -> None:
     """Take the exclusive lock on the open file ``lock``; when another process holds it, say so
     (its pid, which it wrote there) before waiting, rather than sit silent while it builds; then
     write our own pid for the next one to name."""
-    from coevolve.run import say
-
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -12,6 +12,7 @@ from coevolve.curriculum.buffer import dedupe, normalize_question
 from coevolve.memory.diagnose import Diagnoser, TraceDiagnoser
 from coevolve.memory.store import Cause
 from coevolve.prompts import Prompter
+from coevolve.prompts.chat import ChatPrompter
 from coevolve.types import Task
 from coevolve.world.facts import WORLDS
 from coevolve.world.real import draw_from, pool_from
@@ -90,7 +91,6 @@ class ToyWorld:
         toy world gets the papers' prompts (plain text: the toy world sets no chat template)."""
         if tokenizer is None or tuple(sorted(tokenizer.get_vocab().items())) == toy_vocab():
             return self.prompter
-        from coevolve.prompts.chat import ChatPrompter
 
         return ChatPrompter(tokenizer, use_chat_template=False, prompts=self.prompts)
 
