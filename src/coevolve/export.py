@@ -28,9 +28,13 @@ import yaml
 from huggingface_hub import ModelCardData
 
 from coevolve.data.sources import field_value
+from coevolve.engine import load_model, load_tokenizer
 from coevolve.errors import CoevolveError, RunStateError
+from coevolve.lab.compare import method_of
+from coevolve.models import HUB_ID_RE, hub_id_of
 from coevolve.rl.learner import OPTIM_FILE, STATE_JSON
-from coevolve.run import STATE_FILE
+from coevolve.run import STATE_FILE, SUMMARY_FILE
+from coevolve.world import read_checkpoint_meta, world_of_model
 
 TRAINING_STATE = (OPTIM_FILE, STATE_JSON)
 
@@ -63,8 +67,6 @@ def selected_round(run_dir: Path) -> tuple[int, str, Path | None] | None:
     """The round ``run.select`` chose for a finished run, why, and the solver checkpoint that
     round was measured with (summary.json ``selection``; None when the probe did not record it);
     None for a run without a selection (unfinished, no rounds, or made before runs recorded it)."""
-    from coevolve.run import SUMMARY_FILE
-
     path = Path(run_dir) / SUMMARY_FILE
     try:
         sel = json.loads(path.read_text(encoding="utf-8")).get("selection") if path.is_file() else None
@@ -78,8 +80,6 @@ def selected_round(run_dir: Path) -> tuple[int, str, Path | None] | None:
 
 def export_checkpoint(checkpoint: Path, out: Path) -> Path:
     """Write ``checkpoint`` as a plain model folder at ``out`` (which must not exist yet)."""
-    from coevolve.world import read_checkpoint_meta
-
     checkpoint, out = Path(checkpoint), Path(out)
     if out.exists():
         raise RunStateError(f"--out {out} already exists; choose a new folder")
@@ -87,8 +87,6 @@ def export_checkpoint(checkpoint: Path, out: Path) -> Path:
     if (checkpoint / "config.json").is_file():
         shutil.copytree(checkpoint, out, ignore=shutil.ignore_patterns(*TRAINING_STATE))
     else:  # a LoRA adapter: merge it into its base model
-        from coevolve.engine import load_model
-
         model, tok = load_model(checkpoint, device="cpu", dtype="auto")
         model.save_pretrained(str(out))
         tok.save_pretrained(str(out))
@@ -158,9 +156,6 @@ def write_chat_template(folder: Path, enable_thinking: bool | None = None) -> st
     ``coevolve.json``) as ``chat_template.jinja``, the file transformers, vLLM and lm-eval load
     the template from (a template in tokenizer_config.json is dropped: one template, one place).
     Returns the training prompt of a question ``{question}``, for the model card."""
-    from coevolve.engine import load_tokenizer
-    from coevolve.world import world_of_model
-
     tok = load_tokenizer(folder)
     keep_model_template(folder, tok)
     prompter = world_of_model(folder, tok).prompter
@@ -248,9 +243,6 @@ def model_card(
 ) -> str:
     """The README.md of an exported model: metadata header, what it is, how it was trained, the
     prompt it expects, and the run's evaluation."""
-    from coevolve.lab.compare import method_of
-    from coevolve.models import hub_id_of
-
     path = field_value(cfg, "model.path")
     base = "the built-in toy base model" if not path else hub_id_of(path) or Path(str(path)).name
     method = method_of(cfg)
@@ -290,8 +282,6 @@ def model_card(
 
 def card_data(cfg: dict[str, Any], method: str) -> Any:
     """The card's metadata header: base model (a Hub id), licence, a Hub dataset, tags once each."""
-    from coevolve.models import hub_id_of
-
     path, source = field_value(cfg, "model.path"), field_value(cfg, "data.source")
     return ModelCardData(
         library_name="transformers",
@@ -387,8 +377,6 @@ def push_to_hub(folder: Path, repo: str, private: bool = False, api: Any = None)
     """Upload the exported ``folder`` to the Hub model repo ``repo`` (made when missing); the
     repo's URL. Any failure (network, login, rights) is a ``CoevolveError`` saying the folder is
     complete and how to upload it later."""
-    from coevolve.models import HUB_ID_RE
-
     if not HUB_ID_RE.fullmatch(repo):
         raise CoevolveError(f"--push-to-hub {repo!r}: a Hub repo is named owner/name")
     api = api or hub_api()

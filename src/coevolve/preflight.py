@@ -12,13 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.config.base import RecipeConfig, is_toy_model
-from coevolve.engine import check_engine
+from coevolve.data.sources import GENERATED, check_source
+from coevolve.engine import check_engine, load_tokenizer
 from coevolve.engine.servable import unservable_frozen
 from coevolve.errors import ConfigError, DataError, ModelLoadError
 from coevolve.extras import check_extras
+from coevolve.jsonl import iter_jsonl
 from coevolve.plan import preflight_problems
+from coevolve.prompts.chat import ChatPrompter
 from coevolve.recipes.registry import recipe_of
+from coevolve.reward_function import check_function
+from coevolve.rl.learner import OPTIM_FILE, STATE_JSON
 from coevolve.schema import WriterReward
+from coevolve.world import read_checkpoint_meta
 from coevolve.world.facts import WORLDS, world_of_config
 
 
@@ -76,7 +82,7 @@ def refuse_or_warn(cfg: RecipeConfig, problems: list[str], say: Callable[[str], 
 def check_model_paths(cfg: RecipeConfig, say: Callable[[str], None]) -> None:
     """``model.path`` and every section's ``model_path`` / ``judge_model_path`` are Hugging Face
     model folders here (a built-in name built offline, once; a Hub id from the local cache)."""
-    from coevolve.warmstart import ensure_model
+    from coevolve.warmstart import ensure_model  # lazy: pulls scipy
 
     paths = [("model.path", cfg.model.path)] + [
         (f"{name}.{field}", getattr(getattr(cfg, name), field, None))
@@ -108,7 +114,7 @@ def check_model_paths(cfg: RecipeConfig, say: Callable[[str], None]) -> None:
 
 def absent_general_benches(cfg: RecipeConfig) -> list[str]:
     """The general benchmarks the run evaluates whose data is not here (they are not shipped)."""
-    from coevolve.eval.benchmarks import find_data_file
+    from coevolve.eval.benchmarks import find_data_file  # lazy: pulls scipy
 
     data_dir = Path(cfg.eval.data_dir) if cfg.eval.data_dir else None
     return [b.name for b in evaluated_benches(cfg) if b.category == "general" and find_data_file(b, data_dir) is None]
@@ -138,8 +144,6 @@ def check_diagnoser(cfg: RecipeConfig) -> None:
 def check_data(cfg: RecipeConfig) -> list[Any]:
     """What a run reads, wherever it runs: the labelled data (every row, as the run will read
     them; returned), the reward function and the user's benchmark files."""
-    from coevolve.data.sources import GENERATED, check_source
-
     tasks = check_source(cfg.data)[0] if cfg.data.source not in GENERATED else []
     check_reward(cfg)
     check_user_benches(cfg)
@@ -153,8 +157,6 @@ def check_inputs(cfg: RecipeConfig, tasks: list[Any] | None = None) -> None:
     tasks = check_data(cfg) if tasks is None else tasks
     real = cfg.model.path is not None and not is_toy_model(cfg.model.path)
     if real and cfg.model.chat_template:
-        from coevolve.engine import load_tokenizer
-
         if not getattr(load_tokenizer(cfg.model.path), "chat_template", None):
             raise ConfigError(
                 f"model.chat_template=true but the tokenizer of {cfg.model.path} has no chat template "
@@ -174,7 +176,6 @@ def check_reward(cfg: RecipeConfig) -> None:
     reward workers grade with their own math grader, so it needs ``backend=local``."""
     if not cfg.reward.function:
         return
-    from coevolve.reward_function import check_function
 
     if cfg.backend.kind != "local":
         raise ConfigError(
@@ -186,7 +187,7 @@ def check_reward(cfg: RecipeConfig) -> None:
 
 def check_user_benches(cfg: RecipeConfig) -> None:
     """A user's benchmark file in ``eval.benches`` is read now, every row, as the evaluation will."""
-    from coevolve.eval.benchmarks import load_tasks
+    from coevolve.eval.benchmarks import load_tasks  # lazy: pulls scipy
 
     for b in evaluated_benches(cfg):
         if b.source is not None:
@@ -196,9 +197,7 @@ def check_user_benches(cfg: RecipeConfig) -> None:
 def check_context(cfg: RecipeConfig, tasks: list[Any]) -> None:
     """Refuse labelled questions the model cannot take: a rendered solver prompt plus the answer
     budget over the model's context, the first such row named (``data.drop_too_long`` drops them)."""
-    from coevolve.engine import load_tokenizer
-    from coevolve.prompts.chat import ChatPrompter
-    from coevolve.world.real import answer_budget, model_context, too_long, too_long_message
+    from coevolve.world.real import answer_budget, model_context, too_long, too_long_message  # lazy: pulls scipy
 
     context = model_context(cfg)
     if context is None:
@@ -219,9 +218,6 @@ def check_resume_checkpoint(cfg: RecipeConfig) -> None:
     from: weights, optimiser state and step present, trained in this run's world, with the same
     ``learner.lora`` (the trainable parameters themselves are compared when it is loaded)."""
     import json
-
-    from coevolve.rl.learner import OPTIM_FILE, STATE_JSON
-    from coevolve.world import read_checkpoint_meta
 
     field = f"learner.resume_from_checkpoint={cfg.learner.resume_from_checkpoint}"
     d = Path(cfg.learner.resume_from_checkpoint).expanduser()
@@ -307,7 +303,7 @@ def evaluated_benches(cfg: RecipeConfig) -> list[Any]:
     (``WORLDS``: toy, skill, arith, math7 for a real model). A toy or skill model given as
     ``model.path`` on real data is measured with the toy set's lengths: it cannot write a math
     solution at any budget, so the real benchmarks' solution lengths would refuse every such run."""
-    from coevolve.eval.benchmarks import resolve_benches
+    from coevolve.eval.benchmarks import resolve_benches  # lazy: pulls scipy
 
     facts = world_of_config(cfg)
     if facts.name == "real" and is_toy_model(cfg.model.path):
@@ -320,8 +316,7 @@ def expected_answer_tokens(bench: Any, data_dir: str | None) -> int:
     supplies the file and its rows carry a worked ``solution`` (median characters / 4, doubled:
     a model reasoning step by step writes more than a reference solution), else the registry's
     figure (``Benchmark.answer_tokens``)."""
-    from coevolve.eval.benchmarks import find_data_file
-    from coevolve.jsonl import iter_jsonl
+    from coevolve.eval.benchmarks import find_data_file  # lazy: pulls scipy
 
     path = find_data_file(bench, Path(data_dir)) if data_dir else None
     if path is None:
@@ -354,7 +349,7 @@ def budget_problems(cfg: RecipeConfig) -> list[str]:
             + f": answers would be cut before their final answer; set eval.max_new_tokens >= {max(short.values())}"
         )
     if real:
-        from coevolve.eval.benchmarks import get
+        from coevolve.eval.benchmarks import get  # lazy: pulls scipy
 
         # the training answers are the world's: arith's are short, a real dataset's are math solutions
         answer = get("arith").answer_tokens if cfg.data.source == "arith" else MIN_REAL_ANSWER_TOKENS

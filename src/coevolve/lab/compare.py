@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.data.sources import field_value
-from coevolve.errors import DataError
+from coevolve.errors import ConfigError, DataError
 from coevolve.eval.suite import AVERAGE_ORDER, load_results, pct
 from coevolve.lab.run_view import read_saved_run
+from coevolve.models import hub_id_of
 from coevolve.run import CONFIG_FILE, STATE_FILE, Phase
+from coevolve.run.files import atomic_write_text
 from coevolve.run.state import PhaseState
 
 
@@ -55,9 +57,8 @@ def method_of(cfg: dict[str, Any]) -> str:
 def settings_of(cfg: dict[str, Any]) -> str:
     """The paper-ablation switches (the recipe's flat aliases) a saved config sets away from the
     recipe's defaults, as ``alias=value`` ("" when none, or for a recipe this version lacks)."""
-    from coevolve.config import config_class
-    from coevolve.config.base import all_aliases
-    from coevolve.errors import ConfigError
+    from coevolve.config import config_class  # lazy: pulls torch
+    from coevolve.config.base import all_aliases  # lazy: pulls torch
 
     try:
         cls = config_class(str(cfg.get("recipe")))
@@ -65,7 +66,7 @@ def settings_of(cfg: dict[str, Any]) -> str:
         return ""
     default = cls(recipe=cfg["recipe"]).model_dump(mode="json")
     if field_value(cfg, "model.path"):  # a real model's defaults are its preset's
-        from coevolve.config.base import deep_merge, real_preset
+        from coevolve.config.base import deep_merge, real_preset  # lazy: pulls torch
 
         default = deep_merge(default, real_preset(str(cfg["recipe"])))
     out = []
@@ -83,8 +84,6 @@ def settings_of(cfg: dict[str, Any]) -> str:
 
 
 def _model_name(cfg: dict[str, Any]) -> str:
-    from coevolve.models import hub_id_of
-
     path = field_value(cfg, "model.path")
     if not path:
         return "toy"
@@ -193,8 +192,6 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None) -> tuple[str
     md = to_markdown(head, body)
     files: list[Path] = []
     if out_dir is not None:
-        from coevolve.run.files import atomic_write_text
-
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         for name, text in (("compare.md", md), ("compare.csv", to_csv(head, body))):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.curriculum.difficulty import histogram_labels, pass_rate_histogram
+from coevolve.eval.signals import rank_correlation
 from coevolve.lab.plots import Plot, make_plots, plot_compute, write_compute_points
 from coevolve.lab.run_view import (
     FINAL,
@@ -84,8 +85,6 @@ def _grader_section(rows: list[dict[str, Any]]) -> list[str]:
 def _signals_section(data: RunData) -> list[str]:
     """Probe signals by round with held-out accuracy, each signal's rank correlation with it
     over the rounds (base included), and the round run.select chose."""
-    from coevolve.eval.signals import rank_correlation
-
     sig = signal_series(data)
     if not sig:
         return []

@@ -287,7 +287,7 @@ def grader_totals(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 def signal_series(data: RunData) -> dict[str, dict[int, float]]:
     """Probe signal -> {round: value} (round 0: the base model), from ``probe/<signal>`` rows."""
-    from coevolve.eval.signals import PROBE_PREFIX, SIGNAL_ORDER
+    from coevolve.eval.signals import PROBE_PREFIX, SIGNAL_ORDER  # lazy: pulls scipy
 
     out = {name: per_round(data.rows, PROBE_PREFIX + name) for name in SIGNAL_ORDER}
     return {k: v for k, v in out.items() if v}

@@ -46,6 +46,7 @@ from coevolve.lab.stats import (
 )
 from coevolve.lab.studies.skill import ALPHA, CLAIMS, CONTROL_SEEDS, FRONTIER, LABELS, PRIMARY_METRIC, DeclaredClaim
 from coevolve.lab.study import CellResult
+from coevolve.world.skill.problems import DEFICITS, SKILLS, make_problem
 
 # ----------------------------------------------------------------------------------------------
 # strata of held-out items
@@ -53,15 +54,11 @@ from coevolve.lab.study import CellResult
 
 @functools.lru_cache(maxsize=65536)
 def _depth(question: str) -> int:
-    from coevolve.world.skill.problems import make_problem
-
     return make_problem(question).depth
 
 
 def stratum_skills(stratum: str, profile: Any = None) -> tuple[str, ...] | None:
     """The focal skills of a named skill group (None for ``all`` / ``frontier``)."""
-    from coevolve.world.skill.problems import DEFICITS, SKILLS
-
     pr = profile or DEFICITS
     groups = {"deficient": pr.deficient, "soft": pr.soft, "hard": pr.hard, "clean": pr.clean}
     if stratum in groups:
@@ -84,7 +81,7 @@ def in_stratum(item: dict[str, Any], stratum: str, frontier: Sequence[str] = FRO
 
 @functools.lru_cache(maxsize=256)
 def _items(path: str, which: str = "final") -> tuple[tuple[str, float, float], ...]:
-    from coevolve.world.skill.world import eval_items
+    from coevolve.world.skill.world import eval_items  # lazy: pulls transformers, torch
 
     items = eval_items(Path(path), which)
     if items is None:

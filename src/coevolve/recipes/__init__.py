@@ -125,7 +125,7 @@ def execute(
     the run and is restored after it, so a later run in the same process starts as a fresh one."""
     import torch
 
-    from coevolve.recipes.runner import run_recipe
+    from coevolve.recipes.runner import run_recipe  # lazy: pulls scipy
 
     if skip_finished and (done := finished_summary(path)) is not None:
         return done

@@ -40,6 +40,7 @@ from coevolve.curriculum.proposals import WriterBatch
 from coevolve.errors import RunStateError
 from coevolve.loop import Role, ShuffledPasses
 from coevolve.memory.diagnose import Diagnoser, DiagnoserStats, LLMDiagnoser, clip_middle
+from coevolve.memory.embed import make_embedder
 from coevolve.memory.maintain import KeptQuestion, maintain_memory, targeted_p1_by_cause, targeted_questions
 from coevolve.memory.store import MEMORY_FILE, ErrorMemory
 from coevolve.recipes.declare import FROZEN_DIAGNOSER, Recipe, Rollouts, Step, Work, phase_cap, scored_by, train_work
@@ -83,8 +84,6 @@ class Diagnosis:
 
     @functools.cached_property
     def embedder(self) -> Any:
-        from coevolve.memory.embed import make_embedder
-
         return make_embedder(self.s.cfg.memory.embedder, device="cpu")
 
     @functools.cached_property

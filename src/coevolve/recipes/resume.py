@@ -262,7 +262,7 @@ def _continued_entry(run: Any, cont: Any, rows: list[dict[str, Any]]) -> dict[st
 def read_book(run: Any, rec: Any) -> dict[str, Any] | None:
     """The book a finished GRPO phase saved (``training.book_file``; its name is the phase's),
     None when it saved none."""
-    from coevolve.training import book_file  # the training stack: only when a run is extended
+    from coevolve.training import book_file  # lazy: pulls scipy (the training stack: only when a run is extended)
 
     f = book_file(run.path / Phase(rec.name, rec.round, rec.stage).folder, rec.name)
     return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else None
