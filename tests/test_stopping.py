@@ -269,12 +269,12 @@ def test_a_run_failing_inside_a_probe_resumes_to_the_same_result(
 ) -> None:
     """The round-1 probe fails after drawing half its answers; the resumed run equals an
     uninterrupted one (probe set, probe answers, signals, metrics rows)."""
-    import coevolve.curriculum.sampling as sampling
+    import coevolve.recipes.probe as probe  # the probe's sampler call (its module's name)
 
     ovs = toy_overrides + SMALL + ["rounds=1"]
     ref = tmp_path / "ref"
     _run(ref, ovs)
-    real = sampling.sample_chunked
+    real = probe.sample_chunked
     calls = {"n": 0}
 
     def failing(sampler, prompts, n, params, batch_prompts, progress=None):  # type: ignore[no-untyped-def]
@@ -291,7 +291,7 @@ def test_a_run_failing_inside_a_probe_resumes_to_the_same_result(
         return real(sampler, prompts, n, params, batch_prompts, progress)
 
     victim = tmp_path / "victim"
-    monkeypatch.setattr(sampling, "sample_chunked", failing)
+    monkeypatch.setattr(probe, "sample_chunked", failing)
     with pytest.raises(RuntimeError, match="inside the probe"):
         _run(victim, ovs)
     state = json.loads((victim / "state.json").read_text())

@@ -138,7 +138,8 @@ class _Attempt:
                 raise TimeoutError
             return resp.status, resp.reason, b"".join(chunks)
         except (OSError, http.client.HTTPException) as e:
-            if self.expired:
+            # the watchdog, or the socket's own timeout (the same limit, one operation) when it fires first
+            if self.expired or isinstance(e, TimeoutError):
                 raise TimeoutError(f"no complete answer within {self.limit_s:.3g} s") from None
             raise OSError(str(e) or type(e).__name__) from None
         finally:
