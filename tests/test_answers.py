@@ -766,10 +766,48 @@ def test_the_pool_hands_out_answers_one_by_one_so_a_straggler_holds_one_worker()
 
 
 def test_a_worker_over_its_memory_limit_is_not_equal_counted_and_replaced() -> None:
-    """sympy expands (x+1)^{99999} to ~580 MB until the timeout; under a limit the request ends
+    """sympy expands (x^2-1)^{99999} against its factored form (equal functions, so the probe
+    points agree and math-verify's algebra runs) to hundreds of MB; under a limit the request ends
     early as "not equal", counted, and the next request gets a fresh worker."""
     with Grader(timeout=30.0, memory_mb=200) as g:  # reached well before math-verify's own 5 s alarm, even loaded
         t0 = time.perf_counter()
-        assert not g.is_equiv("(x+1)^{99999}", "(x+1)^{99}")
+        assert not g.is_equiv("(x^2-1)^{99999}", "(x-1)^{99999}(x+1)^{99999}")
         assert g.stats.memory == 1 and g.stats.timeouts == 0 and time.perf_counter() - t0 < 25
         assert g.is_equiv("\\sqrt{8}", "2\\sqrt{2}") and g.stats.restarts == 1
+
+
+def test_functions_that_differ_at_a_point_are_not_equal_without_sympys_algebra() -> None:
+    """(x+1)^{99999} against (x+1)^{99} ran math-verify to the worker's memory limit (~580 MB,
+    a second a straggler): the probe points show the two differ, so no limit is reached."""
+    with Grader(timeout=30.0, memory_mb=200) as g:
+        assert not g.is_equiv("(x+1)^{99999}", "(x+1)^{99}")
+        assert not g.is_equiv("(x+1)^{99999}", "99")
+        assert g.stats.memory == 0 and g.stats.timeouts == 0 and g.stats.restarts == 0
+        assert g.is_equiv("(x+1)^{2}", "x^2+2x+1") and g.is_equiv("\\sin^2 x+\\cos^2 x", "1")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "differ"),
+    [
+        ("(x+1)^{300}", "(x+1)^{99}", True),
+        ("x^{1000}", "x^{1000}+1", True),
+        ("x+y", "x+2y", True),
+        ("x", "3", True),
+        ("\\frac{x^2-1}{x-1}", "x+1", False),  # equal away from x = 1: the probe never decides equality
+        ("2\\sin x\\cos x", "\\sin(2x)", False),
+        ("(x+1)^{99999}", "(x+1)^{99999}", False),
+        ("x = 3", "x = 4", False),  # equations, sets and intervals: math-verify decides
+        ("\\{x, 2\\}", "\\{x, 3\\}", False),
+        ("[1, x]", "[2, x]", False),
+        ("3", "4", False),  # two numbers: the cheap path and math-verify decide
+        ("\\frac{1}{x-\\frac{3719}{10000}}", "\\frac{10000}{10000x-3719}", False),  # equal, a pole at a point
+    ],
+)
+def test_differ_at_points_only_ever_says_differ(a: str, b: str, differ: bool) -> None:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    from coevolve.answers.worker import _differ_at_points
+
+    cfg = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    (ea, *_), (eb, *_) = (parse(f"${s}$", extraction_config=cfg, extraction_mode="first_match") for s in (a, b))
+    assert _differ_at_points(ea, eb) is differ

@@ -176,7 +176,11 @@ def pool_throughput(cases: list[dict], workers: list[int], repeat: int) -> None:
 
 
 ADVERSARIAL = ("(x+1)^{99999}", "(x+1)^{99}")
-"""An answer pair math-verify works on until the timeout (sympy expands the power: ~580 MB)."""
+"""An answer pair math-verify worked on until the memory limit (sympy expands the power: ~580 MB);
+the grader's probe points now show the two differ in milliseconds."""
+STILL_COSTLY = ("(x^2-1)^{99999}", "(x-1)^{99999}(x+1)^{99999}")
+"""Equal functions, so the probe points agree and math-verify's algebra runs to the memory limit:
+the cost of a straggler no rule catches (kill at the limit, fork a fresh worker)."""
 
 
 def straggler_mix(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -196,15 +200,17 @@ def straggler_mix(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
     return golds, texts
 
 
-def straggler_throughput(workers: int, n: int, share: float, memory_mb: int = WORKER_MEMORY_MB) -> None:
+def straggler_throughput(
+    workers: int, n: int, share: float, pair: tuple[str, str] = ADVERSARIAL, memory_mb: int = WORKER_MEMORY_MB
+) -> None:
     """Wall time of ``grade_batch`` on ``workers`` graders over ``n`` answers (``straggler_mix``),
-    without and with a ``share`` of adversarial answers at random places (each one costs the
-    per-call timeout): how much a straggler slows a batch."""
+    without and with a ``share`` of adversarial answers ``pair`` at random places: how much a
+    straggler slows a batch."""
     golds, texts = straggler_mix(n)
     bad = max(1, round(share * n))
     adv_golds, adv_texts = list(golds), list(texts)
     for k in random.Random(1).sample(range(n), bad):
-        adv_golds[k], adv_texts[k] = ADVERSARIAL[0], f"\\boxed{{{ADVERSARIAL[1]}}}"
+        adv_golds[k], adv_texts[k] = pair[0], f"\\boxed{{{pair[1]}}}"
     walls = []
     for g_list, t_list in ((golds, texts), (adv_golds, adv_texts)):
         with GraderPool(workers, memory_mb=memory_mb) as pool:
@@ -215,7 +221,8 @@ def straggler_throughput(workers: int, n: int, share: float, memory_mb: int = WO
             st = pool.stats
         print(f"  {len(g_list)} answers: {walls[-1]:.1f} s (timeouts {st.timeouts}, restarts {st.restarts})")
     print(
-        f"stragglers: {bad} adversarial of {n} ({100 * bad / n:.2f} %) on {workers} workers: x{walls[1] / walls[0]:.2f}"
+        f"stragglers {pair[0]} vs {pair[1]}: {bad} of {n} ({100 * bad / n:.2f} %) on {workers} workers: "
+        f"x{walls[1] / walls[0]:.2f}"
     )
 
 
@@ -248,7 +255,8 @@ def main() -> None:
     if args.workers > 1:
         pool_throughput([c for cases in case_sets for c in cases], [1, args.workers], args.repeat)
     if args.stragglers:
-        straggler_throughput(max(2, args.workers), args.stragglers, 0.001)
+        for pair in (ADVERSARIAL, STILL_COSTLY):
+            straggler_throughput(max(2, args.workers), args.stragglers, 0.001, pair)
 
 
 if __name__ == "__main__":
