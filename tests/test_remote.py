@@ -221,3 +221,36 @@ def test_coevolve_eval_takes_the_key_from_the_named_variable_and_writes_it_nowhe
     written = [p for p in out.rglob("*") if p.is_file()]
     assert written and not any(KEY in p.read_text(encoding="utf-8", errors="replace") for p in written)
     assert KEY not in r.stdout + r.stderr
+
+
+class _Proxy(BaseHTTPRequestHandler):
+    """A forward proxy stand-in: answers for any server, recording the absolute URL it was asked."""
+
+    asked: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802
+        _Proxy.asked.append(self.path)
+        _send(self, {"data": [{"id": "via-proxy"}]})
+
+
+def test_requests_go_through_the_environments_proxy_except_to_loopback_and_no_proxy(monkeypatch) -> None:
+    """``http_proxy`` is honoured as curl and urllib do (the request line carries the absolute URL,
+    the proxy's credentials go in Proxy-Authorization, the server's key still in Authorization);
+    ``no_proxy`` hosts and loopback (a server started on this machine) are reached directly."""
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "no_proxy", "NO_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    with _Server(_Proxy) as proxy, _Server(_Keyed) as direct:
+        port = proxy.url.split(":")[2].split("/")[0]
+        monkeypatch.setenv("http_proxy", f"http://pu:pp@127.0.0.1:{port}")
+        monkeypatch.setenv("COEVOLVE_TEST_KEY", KEY)
+        assert served_models("http://solver.example:8000/v1", retries=0, api_key_env="COEVOLVE_TEST_KEY") == [
+            "via-proxy"
+        ]
+        assert _Proxy.asked[-1] == "http://solver.example:8000/v1/models"
+        assert proxy.seen[-1]["Authorization"] == f"Bearer {KEY}"
+        assert proxy.seen[-1]["Proxy-Authorization"] == "Basic cHU6cHA="  # pu:pp
+        assert remote.proxy_for(direct.url) is None  # loopback: never through the proxy
+        assert served_models(direct.url, retries=0, api_key_env="COEVOLVE_TEST_KEY") == ["m"]
+        monkeypatch.setenv("no_proxy", "solver.example")
+        assert remote.proxy_for("http://solver.example:8000/v1") is None
+        assert remote.proxy_for("http://other.example:8000/v1") == f"http://pu:pp@127.0.0.1:{port}"

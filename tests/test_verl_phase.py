@@ -103,3 +103,45 @@ def test_train_refuses_before_any_work() -> None:
     with pytest.raises(ConfigError, match=r"questioner\.reward\.kind=rzero with backend=verl.*backend=local"):
         t.train(None, _request(2, RewardSpec("writer"), _writer("rzero")), None)  # type: ignore[arg-type]
     assert released == []
+
+
+def test_the_users_solver_server_key_is_named_by_a_variable_checked_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``backend.verl.solver_api_key_env`` names the variable that holds the key of the user's own
+    ``solver_url`` server: the reward workers get its name (never the key) in their spec, and the
+    plan -- so the run's preflight -- refuses an unset variable, or a key without a server."""
+    from coevolve.config import load_config
+    from coevolve.engine.config import EngineConfig
+    from coevolve.plan.layouts import solver_server_problems
+    from coevolve.plan.work import PhaseWork
+
+    monkeypatch.delenv("MY_SOLVER_KEY", raising=False)
+    url = ["backend=verl", "rounds=1", "backend.verl.solver_url=http://h:8000/v1"]
+    cfg = load_config("d2evo", None, [*url, "backend.verl.solver_api_key_env=MY_SOLVER_KEY"])
+    writers = [SimpleNamespace(train=SimpleNamespace(kind="question", section="questioner"))]
+    works: list[PhaseWork] = writers  # type: ignore[assignment]
+    assert solver_server_problems(cfg, works, toy=False) == [
+        "backend.verl.solver_api_key_env: the environment variable MY_SOLVER_KEY is not set (or empty)"
+    ]
+    monkeypatch.setenv("MY_SOLVER_KEY", "s3cret")
+    assert solver_server_problems(cfg, works, toy=False) == []
+    alone = load_config("d2evo", None, ["backend=verl", "backend.verl.solver_api_key_env=MY_SOLVER_KEY"])
+    assert "set solver_url too" in solver_server_problems(alone, works, toy=True)[0]
+    with pytest.raises(ConfigError, match="solver_api_key_env"):
+        load_config("d2evo", None, [*url, "backend.verl.solver_api_key_env=not a name"])
+
+    t = P.VerlTrainer(
+        learner=None,
+        verl=cfg.backend.verl,
+        engine=EngineConfig(),
+        device="cpu",
+        dtype="float32",
+        grader=None,
+        grader_timeout=5.0,  # type: ignore[arg-type]
+        save_rollouts=True,
+        release=lambda: None,
+    )
+    spec = t._writer_spec(_writer("plateau"), tmp_path)  # noqa: SLF001
+    assert (spec.solver_url, spec.api_key_env, spec.solver_path) == ("http://h:8000/v1", "MY_SOLVER_KEY", "")
+    assert "s3cret" not in str(spec)

@@ -187,6 +187,13 @@ class VerlBackendConfig(Strict):
         description="Model name the solver_url server must list at /models (the "
         "phase fails before training otherwise); None = the first one it lists.",
     )
+    solver_api_key_env: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Name of the environment variable holding the API key of the solver_url server "
+        "(`vllm serve --api-key`), sent as a bearer token by the check and the reward workers, which "
+        "inherit the variable; the key itself is in no config, spec file or log. None = no key.",
+    )
     serve_solver: bool = Field(
         False,
         description="Writer phases: coevolve starts `vllm serve` of the frozen solver "

@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -84,31 +85,68 @@ def check_endpoint(url: str, api_key_env: str | None, timeout: float, deadline: 
         raise SolverServerError(f"--timeout and --deadline must be > 0 seconds, got {timeout:g} and {deadline:g}")
 
 
+def proxy_for(url: str) -> str | None:
+    """The proxy a request to ``url`` goes through: ``http_proxy`` / ``https_proxy`` from the
+    environment (``urllib.request.getproxies``), none for a host ``no_proxy`` names, and none for a
+    loopback host (a server coevolve started on this machine is never reached through a proxy)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if host == "localhost" or host.startswith("127.") or host == "::1":
+        return None
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(host):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
+def _basic(userinfo: str) -> str | None:
+    """``Basic ...`` for a ``user:password`` (percent-decoded), None for none."""
+    if not userinfo:
+        return None
+    user, _, pw = userinfo.partition(":")
+    raw = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(pw)}".encode()
+    return "Basic " + base64.b64encode(raw).decode("ascii")
+
+
 def _headers(url: str, key: str | None, body: bytes | None) -> dict[str, str]:
     headers = {"Accept": "application/json"}
     if body is not None:
         headers["Content-Type"] = "application/json"
-    userinfo = urllib.parse.urlsplit(url).netloc.rpartition("@")[0]
+    basic = _basic(urllib.parse.urlsplit(url).netloc.rpartition("@")[0])
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    elif userinfo:  # http://user:password@host: basic authentication, as a browser would send it
-        user, _, pw = userinfo.partition(":")
-        raw = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(pw)}".encode()
-        headers["Authorization"] = "Basic " + base64.b64encode(raw).decode("ascii")
+    elif basic:  # http://user:password@host: basic authentication, as a browser would send it
+        headers["Authorization"] = basic
     return headers
 
 
 class _Attempt:
     """One HTTP request bounded by ``limit_s`` in all (connect, headers, body), however slowly the
     server answers: a watchdog shuts the socket down at the limit. Redirects are not followed (a
-    redirect would carry the key to another address). Returns (status, reason, body); the body is
+    redirect would carry the key to another address); the environment's proxy is (``proxy_for``). Returns (status, reason, body); the body is
     read up to ``MAX_BODY + 1`` bytes."""
 
     def __init__(self, url: str, limit_s: float):
         parts = urllib.parse.urlsplit(url)
         cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        self.conn = cls(parts.hostname, parts.port, timeout=limit_s)
         self.target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        self.proxy_headers: dict[str, str] = {}
+        proxy = proxy_for(url)
+        if proxy is None:
+            self.conn = cls(parts.hostname, parts.port, timeout=limit_s)
+        else:  # http: the absolute URL to the proxy; https: a CONNECT tunnel through it
+            pp = urllib.parse.urlsplit(proxy)
+            auth = _basic(pp.netloc.rpartition("@")[0])
+            self.conn = cls(pp.hostname, pp.port or 8080, timeout=limit_s)
+            if parts.scheme == "https":
+                self.conn.set_tunnel(
+                    parts.hostname, parts.port, headers={"Proxy-Authorization": auth} if auth else None
+                )
+            else:
+                self.target = urllib.parse.urlunsplit(
+                    ("http", parts.netloc.rpartition("@")[2], parts.path or "/", parts.query, "")
+                )
+                self.proxy_headers = {"Proxy-Authorization": auth} if auth else {}
         self.limit_s, self.expired = limit_s, False
 
     def _expire(self) -> None:
@@ -125,7 +163,7 @@ class _Attempt:
         watchdog.daemon = True
         watchdog.start()
         try:
-            self.conn.request(method, self.target, body=body, headers=headers)
+            self.conn.request(method, self.target, body=body, headers={**headers, **self.proxy_headers})
             resp = self.conn.getresponse()
             chunks, size = [], 0
             while size <= MAX_BODY:

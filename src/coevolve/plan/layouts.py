@@ -6,6 +6,7 @@ the layout (docs/scale.md)."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +92,12 @@ def solver_server_problems(cfg: Any, works: list[PhaseWork], toy: bool) -> list[
     writers = [w.train.section for w in works if w.train is not None and w.train.kind == "question"]
     if not writers:
         return []
+    if v.solver_api_key_env and not v.solver_url:
+        return ["backend.verl.solver_api_key_env names the key of a backend.verl.solver_url server: set solver_url too"]
+    if v.solver_api_key_env and not os.environ.get(v.solver_api_key_env):
+        return [
+            f"backend.verl.solver_api_key_env: the environment variable {v.solver_api_key_env} is not set (or empty)"
+        ]
     if v.serve_solver and v.solver_url:
         return [
             "backend.verl.solver_url and backend.verl.serve_solver=true: one frozen solver server; unset "

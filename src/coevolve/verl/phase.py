@@ -173,7 +173,13 @@ class VerlTrainer:
                 "unset solver_url to let coevolve serve each round's solver"
             )
         if req.writer is not None and self.verl.solver_url:  # before any work: a wrong or absent server fails here
-            check_served_model(self.verl.solver_url, self.verl.solver_model, WriterSpec.timeout_s, WriterSpec.retries)
+            check_served_model(
+                self.verl.solver_url,
+                self.verl.solver_model,
+                WriterSpec.timeout_s,
+                WriterSpec.retries,
+                api_key_env=self.verl.solver_api_key_env,
+            )
         self.release()  # verl's trainer gets the idle rollout engines' GPUs; their next sample call restarts them
         work = ctx.dir / WORK_DIR.format(ns=ns)
         shutil.rmtree(work, ignore_errors=True)  # a killed verl phase restarts from scratch
@@ -221,7 +227,7 @@ class VerlTrainer:
     def _writer_spec(self, w: WriterScoring, work: Path, served: tuple[str, str, str] | None = None) -> WriterSpec:
         """What the reward workers need to score a writer's sample: the rule, the prompter, and the
         frozen solver (a server: coevolve's for this phase, ``served``, whose key the workers find
-        in ``KEY_ENV``, or the user's ``solver_url``; else its weights at the start of the phase,
+        in ``KEY_ENV``, or the user's ``solver_url`` with its key in ``solver_api_key_env``; else its weights at the start of the phase,
         exported)."""
         v, rule = self.verl, w.rule
         url, model = served[:2] if served is not None else (v.solver_url, v.solver_model)
@@ -240,7 +246,7 @@ class VerlTrainer:
             dtype=self.dtype,
             solver_url=url,
             solver_model=model,
-            api_key_env=KEY_ENV if served is not None else None,
+            api_key_env=KEY_ENV if served is not None else v.solver_api_key_env,
         )
 
     def _run(
