@@ -32,6 +32,25 @@ def test_worked_answers_end_in_the_oracle_value() -> None:
     assert S.worked_answer("Name a prime.") is None
 
 
+def test_drift_forms_are_chosen_by_name_and_worked_to_the_oracle_value() -> None:
+    """The forms the presets' writers drift to (three-product sums and three-digit chains, where the
+    warm start's kept labels were wrong), drawn only when named; the default recipe's draws stay
+    those of the built model (warm_start_data.jsonl)."""
+    from coevolve.warmstart import DRIFT_FORMS
+
+    new = ["three_products", "hundreds_chain"]
+    problems = training_problems(WarmStartConfig(steps=10, batch_size=10, drift_share=1.0, drift_forms=new))
+    assert {p["form"] for p in problems} == set(new)
+    for p in problems:
+        assert S.worked_answer(p["question"]).endswith(f"\\boxed{{{p['answer']}}}."), p
+    assert sum(p["question"].count("×") == 3 for p in problems if p["form"] == "three_products") > 0
+    default = training_problems(WarmStartConfig(steps=10, batch_size=10, drift_share=1.0))
+    assert {p["form"] for p in default} <= {"negative", "three_factors", "sum_of_products", "three_by_one"}
+    with pytest.raises(ValueError, match="unknown drift form"):
+        WarmStartConfig(drift_forms=["four_products"])
+    assert set(DRIFT_FORMS) >= set(WarmStartConfig().drift_forms) | set(new)
+
+
 def test_training_problems_never_hold_a_heldout_question() -> None:
     """L1's space is small (~500 questions, a third of them held out), so a generator that did not
     exclude the held-out sets would draw many of them here."""

@@ -537,15 +537,31 @@ def model_smollm2_arith(
     lr: float = typer.Option(1e-4, "--lr"),
     seed: int = typer.Option(0, "--seed"),
     base: str = typer.Option("smollm2", "--base", help="The model fine-tuned (folder or built-in name)"),
+    sets: Optional[list[str]] = typer.Option(
+        None, "--set", help="Any other recipe field, KEY=VALUE (YAML value), e.g. --set drift_share=0.5"
+    ),
 ) -> None:
     """SmolLM2-135M-Instruct warm-started on worked arith answers (TRL SFT; recipe in warm_start.json)."""
+    from pydantic import ValidationError
+
+    from coevolve.config.base import (  # lazy: coevolve --help start-up (pulls torch, pydantic)
+        apply_overrides,
+        validation_message,
+    )
     from coevolve.warmstart import (  # lazy: coevolve --help start-up (pulls scipy, pydantic)
         WarmStartConfig,
         build_warm_start,
         ensure_warm_start,
     )
 
-    cfg = WarmStartConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, base=base)
+    flags = {"steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed, "base": base}
+    raw = apply_overrides(flags, sets or [], WarmStartConfig)
+    try:
+        cfg = WarmStartConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(
+            validation_message(e, [("command line", raw)], WarmStartConfig).replace("invalid config", "invalid recipe")
+        ) from None
     if out is None and cfg != WarmStartConfig():
         raise CoevolveError("the cached smollm2-arith has the default recipe: give --out for other settings")
     path = build_warm_start(out, cfg) if out is not None else ensure_warm_start()

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from coevolve.errors import ConfigError, ModelLoadError
 from coevolve.models import MARKER, default_cache_dir, ensure_smollm2, resolve_model_path
@@ -72,12 +72,24 @@ class WarmStartConfig(Strict):
         "words, another phrasing).",
     )
     drift_share: float = Field(
-        0.15,
-        ge=0,
-        le=1,
-        description="Share of problems of forms writers drift to outside the levels (a negative difference, "
-        "three factors, a sum of two products, three-digit x one-digit).",
+        0.15, ge=0, le=1, description="Share of problems of forms writers drift to outside the levels (drift_forms)."
     )
+    drift_forms: list[str] = Field(
+        ["negative", "three_factors", "sum_of_products", "three_by_one"],
+        min_length=1,
+        description="The drift forms drawn (uniformly), by name: negative (a - b < 0), three_factors, "
+        "sum_of_products (a × b ± c × d), three_by_one (three-digit × one-digit), three_products "
+        "(a × b ± c × d ± e × f), hundreds_chain (three-digit chains a ± b ± c).",
+    )
+
+    @field_validator("drift_forms")
+    @classmethod
+    def _known_forms(cls, forms: list[str]) -> list[str]:
+        unknown = [f for f in forms if f not in DRIFT_FORMS]
+        if unknown:
+            raise ValueError(f"unknown drift form(s) {unknown}; known: {sorted(DRIFT_FORMS)}")
+        return forms
+
     max_length: int = Field(256, ge=32, description="Longest prompt + answer in tokens (longer ones are cut).")
     train_dtype: str = Field("float32", description="Training precision (fp32: bf16 AdamW updates stall).")
     save_dtype: str = Field("bfloat16", description="Dtype of the saved folder (the SmolLM2 presets' model.dtype).")
@@ -99,18 +111,44 @@ def _rewrite(question: str, rng: random.Random) -> str:
     return rng.choice(_PHRASES).format(e=expr)
 
 
-def _drift(rng: random.Random) -> tuple[str, str]:
+def _negative(rng: random.Random) -> str:
+    a, b = sorted(rng.sample(range(1, 100), 2))
+    return f"{a} - {b}"
+
+
+def _sum_of_products(rng: random.Random) -> str:
+    a, b, c, d = (rng.randint(2, 12) for _ in range(4))
+    return f"{a} × {b} {rng.choice('+-')} {c} × {d}"
+
+
+def _three_products(rng: random.Random) -> str:
+    """a × b ± c × d ± e × f, a round or two-digit factor by a one-digit one (as writers write them)."""
+    terms = [f"{rng.choice((rng.randint(2, 20), 10 * rng.randint(1, 10)))} × {rng.randint(2, 9)}" for _ in range(3)]
+    return f"{terms[0]} {rng.choice('+-')} {terms[1]} {rng.choice('+-')} {terms[2]}"
+
+
+def _hundreds_chain(rng: random.Random) -> str:
+    """a ± b ± c with a three-digit first term, round or not."""
+    a = rng.choice((rng.randint(100, 999), 100 * rng.randint(1, 9)))
+    b, c = (rng.choice((rng.randint(10, 999), 10 * rng.randint(1, 30))) for _ in range(2))
+    return f"{a} {rng.choice('+-')} {b} {rng.choice('+-')} {c}"
+
+
+DRIFT_FORMS: dict[str, Callable[[random.Random], str]] = {
+    "negative": _negative,
+    "three_factors": lambda rng: f"{rng.randint(2, 20)} × {rng.randint(2, 9)} × {rng.randint(2, 9)}",
+    "sum_of_products": _sum_of_products,
+    "three_by_one": lambda rng: f"{rng.randint(100, 999)} × {rng.randint(2, 9)}",
+    "three_products": _three_products,
+    "hundreds_chain": _hundreds_chain,
+}
+"""Forms writers drift to outside the world's levels (seen in the presets' writers' questions), by name."""
+
+
+def _drift(rng: random.Random, forms: list[str]) -> tuple[str, str]:
     """A question of a form writers drift to (outside the world's levels) and its form's name."""
-    kind = rng.choice(("negative", "three_factors", "sum_of_products", "three_by_one"))
-    if kind == "negative":
-        a, b = sorted(rng.sample(range(1, 100), 2))
-        return f"What is {a} - {b}?", kind
-    if kind == "three_factors":
-        return f"What is {rng.randint(2, 20)} × {rng.randint(2, 9)} × {rng.randint(2, 9)}?", kind
-    if kind == "sum_of_products":
-        a, b, c, d = (rng.randint(2, 12) for _ in range(4))
-        return f"What is {a} × {b} {rng.choice('+-')} {c} × {d}?", kind
-    return f"What is {rng.randint(100, 999)} × {rng.randint(2, 9)}?", kind
+    kind = rng.choice(forms)
+    return f"What is {DRIFT_FORMS[kind](rng)}?", kind
 
 
 def training_problems(cfg: WarmStartConfig) -> list[dict[str, Any]]:
@@ -127,7 +165,7 @@ def training_problems(cfg: WarmStartConfig) -> list[dict[str, Any]]:
                 f"sets (found {len(out)}): fewer steps x batch_size, or more levels"
             )
         if rng.random() < cfg.drift_share:
-            question, form = _drift(rng)
+            question, form = _drift(rng, cfg.drift_forms)
         else:
             t: Task = make_problem(rng, rng.choice(cfg.levels))
             question, form = t.question, f"L{t.features['level']}"
