@@ -157,8 +157,9 @@ def test_counters_after_kill9_and_resume_equal_an_uninterrupted_run(tmp_path, re
 
 @pytest.mark.slow
 def test_report_and_compare_over_run_folders(tmp_path, reference):
+    from coevolve.lab.compare import compare_compute
     from coevolve.lab.compare import compare_results as compare
-    from coevolve.lab.report import compare_compute, write_report
+    from coevolve.lab.report import write_report
 
     run = tmp_path / "grpo-a"
     shutil.copytree(reference, run)

@@ -19,8 +19,8 @@ import pytest
 
 from coevolve.config import load_config
 from coevolve.errors import ConfigError, RunStateError
+from coevolve.lab.memory_tree import memory_command
 from coevolve.memory import ErrorMemory
-from coevolve.memory.cli import memory_command
 from coevolve.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -225,3 +225,47 @@ def test_compare_writes_one_table_of_runs(tmp_path: Path) -> None:
     assert float(rows[0]["toy delta"]) == pytest.approx(0.15) and rows[2]["ok"] == "False"
     r = cli("compare", str(tmp_path / "nope"))
     assert r.returncode == 2 and "not a finished run folder" in r.stderr
+
+
+def selected_run(root: Path, name: str, scores: list[float], chosen: int) -> Path:
+    """A run folder as the run writes it (state.json through ``PhaseState``, summary.json through
+    ``write_summary``): a base evaluation, one per round with ``scores[r - 1]``, and run.select
+    having picked round ``chosen``."""
+    from types import SimpleNamespace
+
+    from coevolve.recipes.summary import write_summary
+    from coevolve.run import Phase, PhaseRecord, PhaseState
+
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text(yaml.safe_dump({"recipe": "grpo", "run": {"seed": 0, "select": "best_signal:p1"}}))
+    state = PhaseState.new(d / "state.json", "grpo")
+    for rnd, score in [(None, 0.25), *enumerate(scores, 1)]:
+        phase = Phase("eval", rnd, "base" if rnd is None else "round")
+        row = {"greedy": score, "sampled": score, "n": 8, "score": score, "metric": "greedy"}
+        (d / phase.folder / "eval").mkdir(parents=True)
+        (d / phase.folder / "eval" / "results.json").write_text(
+            json.dumps({"benchmarks": {"toy": {**row, "category": "toy"}}, "averages": {"toy": score}})
+        )
+        rec = PhaseRecord(phase.key, "eval", rnd, phase.stage, {"eval": {"toy": row}}, rollouts=72)
+        state.finish(rec, {}, keep=2, metrics_bytes=0)
+    write_summary(SimpleNamespace(state=state, path=d), {"selection": {"round": chosen, "why": "best p1"}})
+    return d
+
+
+def test_compare_and_eval_compare_show_the_same_final_scores(tmp_path: Path) -> None:
+    """`coevolve compare` and `coevolve eval --compare` put the same final score on a run: the
+    evaluation its summary calls final (here the round run.select picked, not the last one)."""
+    from coevolve.lab.compare import compare_results, compare_runs
+
+    runs = [selected_run(tmp_path, "a", [0.5, 0.375], chosen=1), selected_run(tmp_path, "b", [0.5, 0.625], chosen=2)]
+    by_run, _ = compare_runs(runs)
+    head, *body = [[c.strip() for c in line.strip("|").split("|")] for line in by_run.splitlines() if "---" not in line]
+    finals = {row[0]: row[head.index("toy final")] for row in body}
+    by_bench = compare_results(runs)
+    head, *body = [
+        [c.strip() for c in line.strip("|").split("|")] for line in by_bench.splitlines() if "---" not in line
+    ]
+    toy = next(row for row in body if row[0] == "toy")
+    assert finals == {name: toy[head.index(name)] for name in ("a", "b")} == {"a": "50.0", "b": "62.5"}
+    assert "| **avg toy** | 50.0 | 62.5 | +12.5 |" in by_bench

@@ -304,8 +304,8 @@ def test_a_run_with_repeated_evaluation_reports_mean_and_std(tmp_path, tiny):
     plan), and results.json, the summary and the report give mean ± sample std over the runs."""
     import math
 
-    from coevolve.lab.compare import run_results
     from coevolve.lab.report import write_report
+    from coevolve.lab.run_view import final_results as run_results
     from coevolve.plan import phases
     from coevolve.recipes import execute
 

@@ -164,16 +164,15 @@ def _compare_results(folders: list[Path], out: Optional[Path]) -> None:
     """``coevolve eval --compare``: print the result or run folders side by side; run folders
     also get accuracy against compute, plotted into ``out`` (default a fresh folder under
     eval_results/). Kept apart from ``eval_cmd`` because it evaluates nothing."""
-    from coevolve.lab.compare import (  # lazy: coevolve --help start-up (coevolve.lab.compare: 140 ms measured)
+    from coevolve.lab.compare import (  # lazy: coevolve --help start-up (pulls scipy, pydantic)
+        compare_compute,
         compare_results,
-        is_run_folder,
     )
+    from coevolve.lab.run_view import is_run_folder  # lazy: coevolve --help start-up (pulls scipy, pydantic)
 
     typer.echo(compare_results(folders))
     runs = [d for d in folders if is_run_folder(d)]
     if runs:  # run folders also get accuracy against compute, one line per run
-        from coevolve.lab.report import compare_compute  # lazy: coevolve --help start-up (pulls scipy, pydantic)
-
         files, notes = compare_compute(runs, out or Path("eval_results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
         for n in notes:
             typer.echo(n)
@@ -495,7 +494,7 @@ def memory(
     round_number: Optional[int] = typer.Option(None, "--round", help="Round (default: latest)"),
 ) -> None:
     """Print the error-cause memory tree with states, frequencies, and the next round's eps / p(e)."""
-    from coevolve.memory.cli import memory_command  # lazy: coevolve --help start-up (pulls pydantic)
+    from coevolve.lab.memory_tree import memory_command  # lazy: coevolve --help start-up (pulls pydantic)
 
     typer.echo(memory_command(run_dir, round_number))
 

@@ -24,16 +24,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import yaml
 from huggingface_hub import ModelCardData
 
 from coevolve.data.sources import field_value
 from coevolve.engine import load_model, load_tokenizer
-from coevolve.errors import CoevolveError, RunStateError
+from coevolve.errors import CoevolveError, DataError, RunStateError
 from coevolve.lab.compare import method_of
+from coevolve.lab.run_view import read_config, read_state, read_summary
 from coevolve.models import HUB_ID_RE, hub_id_of
 from coevolve.rl.learner import OPTIM_FILE, STATE_JSON
-from coevolve.run import STATE_FILE, SUMMARY_FILE
 from coevolve.world import read_checkpoint_meta, world_of_model
 
 TRAINING_STATE = (OPTIM_FILE, STATE_JSON)
@@ -42,10 +41,7 @@ TRAINING_STATE = (OPTIM_FILE, STATE_JSON)
 def find_checkpoint(run_dir: Path, role: str = "solver", round_number: int | None = None) -> Path:
     """The role's newest checkpoint, or the one written in round ``round_number``."""
     run_dir = Path(run_dir)
-    try:
-        state = json.loads((run_dir / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise RunStateError(f"{run_dir}: not a readable run folder ({e})") from None
+    state = read_state(run_dir)
     history = state.get("checkpoint_history", {}).get(role, [])
     if not history:
         known = ", ".join(sorted(state.get("checkpoint_history", {}))) or "none yet"
@@ -67,11 +63,10 @@ def selected_round(run_dir: Path) -> tuple[int, str, Path | None] | None:
     """The round ``run.select`` chose for a finished run, why, and the solver checkpoint that
     round was measured with (summary.json ``selection``; None when the probe did not record it);
     None for a run without a selection (unfinished, no rounds, or made before runs recorded it)."""
-    path = Path(run_dir) / SUMMARY_FILE
     try:
-        sel = json.loads(path.read_text(encoding="utf-8")).get("selection") if path.is_file() else None
-    except (OSError, json.JSONDecodeError) as e:
-        raise RunStateError(f"{path}: not readable ({e})") from None
+        sel = (read_summary(run_dir) or {}).get("selection")
+    except DataError as e:
+        raise RunStateError(str(e)) from None
     if not isinstance(sel, dict) or not isinstance(sel.get("round"), int):
         return None
     ckpt = sel.get("checkpoint")
@@ -341,18 +336,20 @@ def _eval_table(summary: dict[str, Any], round_number: int | None) -> list[str]:
 def finish_export(out: Path, run_dir: Path, checkpoint: Path, role: str) -> None:
     """Add the chat template and the model card of ``run_dir``'s ``checkpoint`` to the exported
     folder ``out``."""
-    try:
-        cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        cfg = {}
-    try:
-        summary = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        summary = {}
+    cfg, summary = _read_or_empty(read_config, run_dir), _read_or_empty(read_summary, run_dir)
     m = re.search(rf"{re.escape(role)}_r(\d+)", Path(checkpoint).name)
     prompt = write_chat_template(out, field_value(cfg, "model.enable_thinking"))
     card = model_card(out, cfg, summary, role, int(m.group(1)) if m else None, prompt, Path(out).name)
     (out / CARD_FILE).write_text(card, encoding="utf-8")
+
+
+def _read_or_empty(read: Any, run_dir: Path) -> dict[str, Any]:
+    """A saved run file for the model card, {} when it is missing or unreadable (the card then
+    leaves out what that file would say)."""
+    try:
+        return read(run_dir) or {}
+    except DataError:
+        return {}
 
 
 def hub_api() -> Any:

@@ -1,33 +1,47 @@
-"""``coevolve compare RUN...``: one table of finished runs — method, seed, base model, base and
-final score per benchmark, and compute — as markdown (scores in %) and CSV (fractions).
+"""One compare table for every side-by-side view of runs: ``coevolve compare RUN...`` (a row per
+run: method, seed, base model, base and final score per benchmark, and compute; markdown with scores
+in % and CSV with fractions), ``coevolve eval --compare`` (a row per benchmark, a column per result
+or run folder) and the accuracy-against-compute table of the report and of ``eval --compare``.
 
-Everything comes from each run folder's ``summary.json`` (evaluations, compute) and
-``config.yaml`` (recipe, seed, model, ablation switches), read as saved by the run-folder view
-(``lab.run_view.read_saved_run``): a run made by another coevolve version compares as long as those
-two files are there.
+Each table is its records and its columns (``Column``: header, kind, how to read the cell); one
+builder (``build``) makes the rows and one renderer (``markdown_lines``, with ``to_csv`` for the raw
+values) formats the cells by their column's kind. A run folder is read through the run-folder view
+(``lab.run_view``): ``coevolve compare`` from its ``summary.json`` and ``config.yaml`` as saved (a
+run made by another coevolve version compares as long as those two files are there), ``eval
+--compare`` from the ``results.json`` of the evaluation the summary calls final, so the two show
+the same final score of a run.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from coevolve.data.sources import field_value
 from coevolve.errors import ConfigError, DataError
-from coevolve.eval.suite import AVERAGE_ORDER, load_results, pct
-from coevolve.lab.run_view import read_saved_run
+from coevolve.eval.suite import AVERAGE_ORDER, load_results
+from coevolve.lab.plots import plot_compute, write_compute_points
+from coevolve.lab.run_view import (
+    ComputePoint,
+    compute_curve,
+    final_results,
+    is_run_folder,
+    load_run,
+    read_saved_run,
+    run_recipe,
+)
 from coevolve.models import hub_id_of
-from coevolve.run import CONFIG_FILE, STATE_FILE, Phase
+from coevolve.run.compute import COUNTERS
 from coevolve.run.files import atomic_write_text
-from coevolve.run.state import PhaseState
 
 
 @dataclass
 class RunRow:
-    """One run of the table."""
+    """One compared run or result folder: a record of the compare tables."""
 
     run: str
     method: str
@@ -39,6 +53,7 @@ class RunRow:
     compute: dict[str, Any] = field(default_factory=dict)
     wall_seconds: float | None = None
     ok: bool = True
+    averages: dict[str, float] = field(default_factory=dict)  # per category (``eval --compare``'s avg rows)
 
 
 def method_of(cfg: dict[str, Any]) -> str:
@@ -122,65 +137,117 @@ def benches_of(rows: list[RunRow]) -> list[str]:
     return out
 
 
-def table(rows: list[RunRow]) -> tuple[list[str], list[list[Any]]]:
-    """(header, rows) of the comparison; scores as fractions, None where a run lacks one."""
-    benches = benches_of(rows)
-    head = ["run", "method", "settings", "seed", "model"]
-    for b in benches:
-        head += [f"{b} base", f"{b} final", f"{b} delta"]
-    head += ["train rollouts", "train generated tokens", "trained tokens", "eval rollouts", "wall seconds", "ok"]
-    body = []
-    for r in rows:
-        line: list[Any] = [r.run, r.method, r.settings, r.seed, r.model]
-        for b in benches:
-            base, final = r.base.get(b), r.final.get(b)
-            line += [base, final, None if base is None or final is None else final - base]
-        train, ev = r.compute.get("train") or {}, r.compute.get("eval") or {}
-        line += [
-            train.get("rollouts"),
-            train.get("generated_tokens"),
-            train.get("trained_tokens"),
-            ev.get("rollouts"),
-            r.wall_seconds,
-            r.ok,
-        ]
-        body.append(line)
-    return head, body
+# ---------------------------------------------------------------------------------------------
+# the table: records, columns, one builder, one renderer
+
+Kind = Literal["label", "score", "delta", "count", "figure"]
+"""How a column's cells read: ``label`` (left-aligned text), ``score`` (a fraction shown in %),
+``delta`` (a difference of fractions, signed points), ``count`` (thousands separators, yes / **no**
+for a flag), ``figure`` (as logged: 4 significant digits for a float)."""
 
 
-def to_markdown(head: list[str], body: list[list[Any]]) -> str:
-    """The table in markdown: scores in % (deltas signed), counts with thousands separators."""
+@dataclass(frozen=True)
+class Column:
+    """A column of a compare table: its header, its kind, and the cell it reads from a record."""
 
-    def cell(h: str, v: Any) -> str:
-        if v is None or v == "":
-            return "–"
-        if h.endswith((" base", " final")):
-            return f"{100.0 * v:.1f}"
-        if h.endswith(" delta"):
-            return f"{100.0 * v:+.1f}"
-        if isinstance(v, bool):
-            return "yes" if v else "**no**"
-        if isinstance(v, int):
-            return f"{v:,}"
-        if isinstance(v, float):
-            return f"{v:,.0f}"
-        return str(v)
-
-    numeric = {i for i, h in enumerate(head) if i >= 5}
-    lines = [
-        "| " + " | ".join(head) + " |",
-        "|" + "|".join("---:" if i in numeric else "---" for i in range(len(head))) + "|",
-    ]
-    lines += ["| " + " | ".join(cell(h, v) for h, v in zip(head, row)) + " |" for row in body]
-    return "\n".join(lines) + "\n"
+    name: str
+    kind: Kind
+    get: Callable[[Any], Any]
 
 
-def to_csv(head: list[str], body: list[list[Any]]) -> str:
+@dataclass(frozen=True)
+class Table:
+    """A built compare table: headers, kinds and the rows of raw values (None where a record
+    lacks one)."""
+
+    head: list[str]
+    kinds: list[Kind]
+    body: list[list[Any]]
+
+
+def build(records: Sequence[Any], columns: Sequence[Column]) -> Table:
+    """The rows of a compare table: one per record, a cell per column."""
+    return Table([c.name for c in columns], [c.kind for c in columns], [[c.get(r) for c in columns] for r in records])
+
+
+def cell(kind: Kind, v: Any) -> str:
+    """A cell as markdown shows it (``–`` where there is no value)."""
+    if v is None or v == "":
+        return "–"
+    if kind == "score":
+        return f"{100.0 * v:.1f}"
+    if kind == "delta":
+        return f"{100.0 * v:+.1f}"
+    if kind == "figure":
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+    if isinstance(v, bool):
+        return "yes" if v else "**no**"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.0f}"
+    return str(v)
+
+
+def markdown_lines(t: Table) -> list[str]:
+    """The table in markdown, one line per row; labels left-aligned, numbers right-aligned."""
+    lines = ["| " + " | ".join(t.head) + " |", "|" + "|".join("---" if k == "label" else "---:" for k in t.kinds) + "|"]
+    return lines + ["| " + " | ".join(cell(k, v) for k, v in zip(t.kinds, row)) + " |" for row in t.body]
+
+
+def to_markdown(t: Table) -> str:
+    return "\n".join(markdown_lines(t)) + "\n"
+
+
+def to_csv(t: Table) -> str:
+    """The table as CSV: raw values (scores as fractions), empty where there is none."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(head)
-    w.writerows([["" if v is None else v for v in row] for row in body])
+    w.writerow(t.head)
+    w.writerows([["" if v is None else v for v in row] for row in t.body])
     return buf.getvalue()
+
+
+def _delta(a: float | None, z: float | None) -> float | None:
+    return None if a is None or z is None else z - a
+
+
+# ---------------------------------------------------------------------------------------------
+# ``coevolve compare``: a row per run
+
+
+def run_columns(benches: list[str]) -> list[Column]:
+    """``coevolve compare``'s columns: the run's facts, base / final / delta per benchmark, compute."""
+
+    def train(key: str) -> Callable[[RunRow], Any]:
+        return lambda r: (r.compute.get("train") or {}).get(key)
+
+    cols = [
+        Column("run", "label", lambda r: r.run),
+        Column("method", "label", lambda r: r.method),
+        Column("settings", "label", lambda r: r.settings),
+        Column("seed", "label", lambda r: r.seed),
+        Column("model", "label", lambda r: r.model),
+    ]
+    for b in benches:
+        cols += [
+            Column(f"{b} base", "score", lambda r, b=b: r.base.get(b)),
+            Column(f"{b} final", "score", lambda r, b=b: r.final.get(b)),
+            Column(f"{b} delta", "delta", lambda r, b=b: _delta(r.base.get(b), r.final.get(b))),
+        ]
+    return cols + [
+        Column("train rollouts", "count", train("rollouts")),
+        Column("train generated tokens", "count", train("generated_tokens")),
+        Column("trained tokens", "count", train("trained_tokens")),
+        Column("eval rollouts", "count", lambda r: (r.compute.get("eval") or {}).get("rollouts")),
+        Column("wall seconds", "count", lambda r: r.wall_seconds),
+        Column("ok", "count", lambda r: r.ok),
+    ]
+
+
+def table(rows: list[RunRow]) -> Table:
+    """``coevolve compare``'s table of ``rows``; scores as fractions, None where a run lacks one."""
+    return build(rows, run_columns(benches_of(rows)))
 
 
 def compare_runs(run_dirs: list[Path], out_dir: Path | None = None) -> tuple[str, list[Path]]:
@@ -188,55 +255,56 @@ def compare_runs(run_dirs: list[Path], out_dir: Path | None = None) -> tuple[str
     ``compare.csv`` written there (the files returned)."""
     if not run_dirs:
         raise DataError("compare: give one or more run folders")
-    head, body = table([read_run(d) for d in run_dirs])
-    md = to_markdown(head, body)
+    t = table([read_run(d) for d in run_dirs])
+    md = to_markdown(t)
     files: list[Path] = []
     if out_dir is not None:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        for name, text in (("compare.md", md), ("compare.csv", to_csv(head, body))):
+        for name, text in (("compare.md", md), ("compare.csv", to_csv(t))):
             atomic_write_text(out_dir / name, text)
             files.append(out_dir / name)
     return md, files
 
 
-__all__ = ["RunRow", "compare_runs", "method_of", "read_run", "settings_of", "table", "to_csv", "to_markdown"]
+# ---------------------------------------------------------------------------------------------
+# ``coevolve eval --compare``: result folders of ``coevolve eval`` or run folders, a row per benchmark
 
 
-# ``coevolve eval --compare``: result folders of ``coevolve eval`` or run folders, side by side
-
-
-def is_run_folder(path: Path) -> bool:
-    """A coevolve run folder (``state.json`` and ``config.yaml``), as opposed to a result folder."""
-    return (Path(path) / STATE_FILE).is_file() and (Path(path) / CONFIG_FILE).is_file()
-
-
-def run_results(run_dir: Path) -> dict[str, Any]:
-    """The ``results.json`` of a run folder's last finished evaluation (``<phase>/eval/``)."""
-    recs = [r for r in PhaseState.load(Path(run_dir) / STATE_FILE).records() if r.name == "eval"]
-    if not recs:
-        raise DataError(f"{run_dir}: run folder without a finished evaluation (no eval phase in {STATE_FILE})")
-    last = recs[-1]
-    return load_results(Path(run_dir) / Phase(last.name, last.round, last.stage).folder / "eval")
-
-
-def load_compared(path: Path) -> dict[str, Any]:
-    """``--compare`` input: a result folder (or results.json) of ``coevolve eval``, or a run
-    folder (its last evaluation); anything else is a DataError saying which is expected."""
+def load_compared(path: Path) -> RunRow:
+    """``--compare`` input as a table record (scores and averages in ``final``, ``averages``): a
+    result folder (or results.json) of ``coevolve eval``, or a run folder (the evaluation its
+    summary calls final: ``lab.run_view.final_results``); anything else is a DataError saying
+    which is expected."""
     p = Path(path)
     if is_run_folder(p):
-        return run_results(p)
-    if (p / "results.json").is_file() or (p.is_file() and p.name.endswith(".json")):
-        return load_results(p)
-    raise DataError(
-        f"{p}: neither a result folder of `coevolve eval` (no results.json) nor a run folder "
-        "(no state.json + config.yaml)"
+        res = final_results(p)
+    elif (p / "results.json").is_file() or (p.is_file() and p.name.endswith(".json")):
+        res = load_results(p)
+    else:
+        raise DataError(
+            f"{p}: neither a result folder of `coevolve eval` (no results.json) nor a run folder "
+            "(no state.json + config.yaml)"
+        )
+    scores = {b: r["score"] for b, r in res["benchmarks"].items()}
+    return RunRow(
+        run=p.name, method="", seed=None, model="", settings="", final=scores, averages=res.get("averages", {})
     )
 
 
+def folder_names(dirs: list[Path]) -> list[str]:
+    """Column names of the compared folders: their names, made unique with their parent when needed."""
+    names = [Path(d).name or str(d) for d in dirs]
+    if len(set(names)) < len(names):
+        names = [f"{Path(d).parent.name}/{Path(d).name}" for d in dirs]
+    if len(set(names)) < len(names):
+        names = [str(d) for d in dirs]
+    return names
+
+
 def compare_results(dirs: list[Path]) -> str:
-    """Markdown table putting several result folders or run folders (their last evaluation)
-    side by side (scores in %).
+    """Markdown table putting several result folders or run folders (the evaluation each run's
+    summary calls final) side by side (scores in %).
 
     Columns are the folder names (made unique with their parent when needed), plus
     "Δ last−first" when there are two or more; rows are the union of benchmarks in order of
@@ -245,29 +313,94 @@ def compare_results(dirs: list[Path]) -> str:
     if not dirs:
         raise DataError("compare: no result folders given")
     runs = [load_compared(d) for d in dirs]
-    names = [Path(d).name or str(d) for d in dirs]
-    if len(set(names)) < len(names):
-        names = [f"{Path(d).parent.name}/{Path(d).name}" for d in dirs]
-    if len(set(names)) < len(names):
-        names = [str(d) for d in dirs]
-    benches: list[str] = []
-    for r in runs:
-        benches.extend(b for b in r["benchmarks"] if b not in benches)
-    rows: list[tuple[str, list[float | None]]] = []
-    for b in benches:
-        rows.append((b, [r["benchmarks"][b]["score"] if b in r["benchmarks"] else None for r in runs]))
+    records = [(b, [r.final.get(b) for r in runs]) for b in benches_of(runs)]
     for cat in AVERAGE_ORDER:
-        vals = [r.get("averages", {}).get(cat) for r in runs]
+        vals = [r.averages.get(cat) for r in runs]
         if any(v is not None for v in vals):
-            rows.append((f"**avg {cat}**", vals))
-    delta = len(runs) >= 2
-    head = "| benchmark | " + " | ".join(names) + (" | Δ last−first |" if delta else " |")
-    sep = "|---|" + "---:|" * (len(names) + (1 if delta else 0))
-    out = [head, sep]
-    for label, vals in rows:
-        cells = [pct(v) for v in vals]
-        if delta:
-            a, z = vals[0], vals[-1]
-            cells.append("–" if a is None or z is None else f"{100.0 * (z - a):+.1f}")
-        out.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
+            records.append((f"**avg {cat}**", vals))
+    cols = [Column("benchmark", "label", lambda rec: rec[0])]
+    cols += [Column(name, "score", lambda rec, i=i: rec[1][i]) for i, name in enumerate(folder_names(dirs))]
+    if len(runs) >= 2:
+        cols.append(Column("Δ last−first", "delta", lambda rec: _delta(rec[1][0], rec[1][-1])))
+    return to_markdown(build(records, cols))
+
+
+# ---------------------------------------------------------------------------------------------
+# accuracy against compute (the report, and ``eval --compare`` over run folders)
+
+
+def compute_table(curves: dict[str, list[ComputePoint]]) -> list[str]:
+    """Markdown lines of every (compute, accuracy) point: one row per run, evaluation, benchmark;
+    the training counters cumulative, the eval columns the evaluation compute so far."""
+    points = [(run, p) for run, pts in curves.items() for p in pts]
+    cols = [
+        Column("run", "label", lambda rp: rp[0]),
+        Column("phase", "label", lambda rp: rp[1].key),
+        Column("bench", "label", lambda rp: rp[1].bench),
+        Column("greedy", "figure", lambda rp: rp[1].greedy),
+        Column("sampled", "figure", lambda rp: rp[1].sampled),
+        *(Column(k, "figure", lambda rp, k=k: getattr(rp[1].train, k)) for k in COUNTERS),
+        *(
+            Column(f"eval {k}", "figure", lambda rp, k=k: getattr(rp[1].eval, k))
+            for k in ("rollouts", "generated_tokens")
+        ),
+    ]
+    return markdown_lines(build(points, cols))
+
+
+def compare_compute(run_dirs: list[Path], out_dir: Path) -> tuple[list[Path], list[str]]:
+    """``coevolve eval --compare`` over run folders: one figure of held-out accuracy against each
+    compute counter with a line per run (labelled ``folder (recipe)``), the points as CSV and
+    markdown in ``out_dir``. Returns (files written, notes on runs without counters)."""
+    curves: dict[str, list[ComputePoint]] = {}
+    notes = []
+    for d in run_dirs:
+        data = load_run(Path(d))
+        recipe = run_recipe(Path(d))
+        name = f"{Path(d).name} ({recipe})" if recipe else Path(d).name
+        curve = compute_curve(data, name)
+        if curve is None:
+            notes.append(f"{d}: no compute counters (a run made before coevolve recorded them); left out of the plot")
+        elif curve:
+            curves[name] = curve
+    if not curves:
+        return [], notes
+    out_dir = Path(out_dir)
+    plot = plot_compute(curves, out_dir)
+    csv_path = write_compute_points(curves, out_dir / "accuracy_vs_compute.csv")
+    md = out_dir / "accuracy_vs_compute.md"
+    atomic_write_text(
+        md,
+        "\n".join(
+            [
+                "# Held-out accuracy against compute",
+                "",
+                f"![{plot.title}]({plot.file})",
+                "",
+                *compute_table(curves),
+                *(f"- {n}" for n in notes),
+                "",
+            ]
+        ),
+    )
+    return [out_dir / plot.file, csv_path, md], notes
+
+
+__all__ = [
+    "Column",
+    "RunRow",
+    "Table",
+    "build",
+    "compare_compute",
+    "compare_results",
+    "compare_runs",
+    "compute_table",
+    "load_compared",
+    "markdown_lines",
+    "method_of",
+    "read_run",
+    "settings_of",
+    "table",
+    "to_csv",
+    "to_markdown",
+]

@@ -9,16 +9,15 @@ figures drawn by ``coevolve.lab.plots``; this module writes the markdown around 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from coevolve.curriculum.difficulty import histogram_labels, pass_rate_histogram
 from coevolve.eval.signals import rank_correlation
-from coevolve.lab.plots import Plot, make_plots, plot_compute, write_compute_points
+from coevolve.lab.compare import compute_table
+from coevolve.lab.plots import Plot, make_plots
 from coevolve.lab.run_view import (
     FINAL,
-    ComputePoint,
     RunData,
     compute_curve,
     eval_series,
@@ -31,30 +30,8 @@ from coevolve.lab.run_view import (
     signal_series,
     true_accuracy,
 )
-from coevolve.run import STATE_FILE
-from coevolve.run.compute import COUNTERS, CUT_OFF_WARN
+from coevolve.run.compute import CUT_OFF_WARN
 from coevolve.run.files import atomic_write_text
-
-
-def compute_table(curves: dict[str, list[ComputePoint]]) -> list[str]:
-    """Markdown table of every (compute, accuracy) point: one row per run, evaluation, benchmark."""
-    head = (
-        "| run | phase | bench | greedy | sampled | "
-        + " | ".join(COUNTERS)
-        + " | "
-        + " | ".join(f"eval {k}" for k in ("rollouts", "generated_tokens"))
-        + " |"
-    )
-    out = [head, "|---|---|---|---:|---:|" + "---:|" * (len(COUNTERS) + 2)]
-    for run, pts in curves.items():
-        for p in pts:
-            out.append(
-                f"| {run} | {p.key} | {p.bench} | {_fmt(p.greedy)} | {_fmt(p.sampled)} | "
-                + " | ".join(str(getattr(p.train, k)) for k in COUNTERS)
-                + " | "
-                + f"{p.eval.rollouts} | {p.eval.generated_tokens} |"
-            )
-    return out
 
 
 def _grader_section(rows: list[dict[str, Any]]) -> list[str]:
@@ -322,51 +299,6 @@ def _rounds_table(summary: dict[str, Any]) -> list[str]:
     ]
     out += [f"| `{k}` | " + " | ".join(_fmt(number(r.get(k))) for r in rows) + " |" for k in keys]
     return out + [""]
-
-
-def compare_compute(run_dirs: list[Path], out_dir: Path) -> tuple[list[Path], list[str]]:
-    """``coevolve eval --compare`` over run folders: one figure of held-out accuracy against each
-    compute counter with a line per run (labelled ``folder (recipe)``), the points as CSV and
-    markdown in ``out_dir``. Returns (files written, notes on runs without counters)."""
-    curves: dict[str, list[ComputePoint]] = {}
-    notes = []
-    for d in run_dirs:
-        data = load_run(Path(d))
-        recipe = data.summary.get("recipe") or _state_recipe(Path(d))
-        name = f"{Path(d).name} ({recipe})" if recipe else Path(d).name
-        curve = compute_curve(data, name)
-        if curve is None:
-            notes.append(f"{d}: no compute counters (a run made before coevolve recorded them); left out of the plot")
-        elif curve:
-            curves[name] = curve
-    if not curves:
-        return [], notes
-    out_dir = Path(out_dir)
-    plot = plot_compute(curves, out_dir)
-    csv_path = write_compute_points(curves, out_dir / "accuracy_vs_compute.csv")
-    md = out_dir / "accuracy_vs_compute.md"
-    atomic_write_text(
-        md,
-        "\n".join(
-            [
-                "# Held-out accuracy against compute",
-                "",
-                f"![{plot.title}]({plot.file})",
-                "",
-                *compute_table(curves),
-                *(f"- {n}" for n in notes),
-                "",
-            ]
-        ),
-    )
-    return [out_dir / plot.file, csv_path, md], notes
-
-
-def _state_recipe(run_dir: Path) -> str:
-    try:
-        return str(json.loads((run_dir / STATE_FILE).read_text(encoding="utf-8")).get("recipe", ""))
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return ""
 
 
 def write_report(run_dir: Path) -> Path:

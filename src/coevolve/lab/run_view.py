@@ -1,7 +1,11 @@
-"""The read-only view of a run folder that the report, the study and the compare read: ``load_run``
-(metrics.jsonl, summary.json, state.json's phases, the rounds' pass rates) into ``RunData``, and
-the series drawn from it (per round, per step, held-out accuracy, pass-rate histograms, phase and
-grader totals, probe signals, accuracy against compute). Nothing here writes."""
+"""The read-only view of a run folder, the one place above the library that opens a run's files:
+the report, the compare, the study, ``coevolve export`` and ``coevolve memory`` read through it.
+``load_run`` (metrics.jsonl, summary.json, state.json's phases, the rounds' pass rates) into
+``RunData``, and the series drawn from it (per round, per step, held-out accuracy, pass-rate
+histograms, phase and grader totals, probe signals, accuracy against compute); the saved files one
+by one (``read_state``, ``read_summary``, ``read_config``, ``read_saved_run``), what a folder is
+(``is_run_folder``, ``run_status``) and its evaluations (``final_results``, ``eval_items``). Nothing
+here writes."""
 
 from __future__ import annotations
 
@@ -16,8 +20,11 @@ from typing import Any
 import yaml
 
 from coevolve.errors import DataError, RunStateError
+from coevolve.eval.suite import load_results
 from coevolve.jsonl import iter_jsonl
-from coevolve.run import METRICS_FILE, STATE_FILE, SUMMARY_FILE
+from coevolve.memory.store import MEMORY_FILE
+from coevolve.run import CONFIG_FILE, METRICS_FILE, STATE_FILE, SUMMARY_FILE, eval_folder
+from coevolve.run import eval_items as eval_items  # the run library's reader, part of this view
 from coevolve.run.compute import EVAL_PHASE, Compute, cumulative
 from coevolve.run.state import PhaseRecord
 
@@ -74,15 +81,7 @@ def load_run(run_dir: Path) -> RunData:
         raise RunStateError(f"{run_dir}: not a run folder (no {METRICS_FILE} or {SUMMARY_FILE})")
     bad: list[str] = []
     rows = [obj for _, obj in iter_jsonl(mpath, on_error="skip", problems=bad)] if mpath.exists() else []
-    summary: dict[str, Any] = {}
-    if spath.exists():
-        try:
-            loaded = json.loads(spath.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise DataError(f"{spath}:{e.lineno}: invalid JSON ({e.msg})") from e
-        if not isinstance(loaded, dict):
-            raise DataError(f"{spath}: expected a JSON object")
-        summary = loaded
+    summary = read_summary(run_dir) or {}
     difficulty: dict[int, list[float]] = {}
     folders = [(int(m.group(1)), d) for d in sorted(run_dir.iterdir()) if (m := _ROUND_DIR.match(d.name))]
     for rnd, d in folders + [(FINAL, run_dir / "final")]:
@@ -300,19 +299,104 @@ def true_accuracy(data: RunData) -> tuple[str, dict[int, float]] | None:
     return None if name is None else (name, ev[name])
 
 
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """``summary.json`` as saved (the run's ``write_summary``); None when the run has none yet,
+    ``DataError`` naming the file when it is not a JSON object."""
+    spath = Path(run_dir) / SUMMARY_FILE
+    try:
+        loaded = json.loads(spath.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except json.JSONDecodeError as e:
+        raise DataError(f"{spath}:{e.lineno}: invalid JSON ({e.msg})") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{spath}: unreadable ({e})") from None
+    if not isinstance(loaded, dict):
+        raise DataError(f"{spath}: expected a JSON object")
+    return loaded
+
+
+def read_config(run_dir: Path) -> dict[str, Any] | None:
+    """``config.yaml`` as saved (the resolved config that ran, not loaded into this version's
+    config classes, so a run of another version reads too); None when there is none, ``DataError``
+    naming the file when it is not YAML."""
+    cpath = Path(run_dir) / CONFIG_FILE
+    try:
+        loaded = yaml.safe_load(cpath.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise DataError(f"{cpath}: unreadable ({e})") from None
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def read_state(run_dir: Path) -> dict[str, Any]:
+    """``state.json`` as saved (status, recipe, phases, checkpoint history); ``RunStateError``
+    naming the folder when it is missing or not JSON."""
+    try:
+        loaded = json.loads((Path(run_dir) / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RunStateError(f"{run_dir}: not a readable run folder ({e})") from None
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def is_run_folder(path: Path) -> bool:
+    """A coevolve run folder (``state.json`` and ``config.yaml``), as opposed to a result folder."""
+    return (Path(path) / STATE_FILE).is_file() and (Path(path) / CONFIG_FILE).is_file()
+
+
+def run_status(path: Path) -> str:
+    """``finished`` (state.json says finished and summary.json holds a final evaluation),
+    ``unfinished`` (a run folder to resume), ``empty`` (no folder, or one with no readable state.json)."""
+    try:
+        state = read_state(path)
+    except RunStateError:
+        return "empty"
+    if state.get("status") != "finished":
+        return "unfinished"
+    try:
+        summary = read_summary(path) or {}
+    except DataError:
+        return "unfinished"
+    return "finished" if (summary.get("eval") or {}).get("final") else "unfinished"
+
+
+def run_recipe(run_dir: Path) -> str:
+    """The recipe of a run folder (summary.json, else state.json); "" when neither says."""
+    try:
+        return str((read_summary(run_dir) or {}).get("recipe") or read_state(run_dir).get("recipe", ""))
+    except (DataError, RunStateError):
+        return ""
+
+
 def read_saved_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A summarised run folder's ``summary.json`` and ``config.yaml``, read as saved (a run made by
     another coevolve version reads as long as both are there); ``DataError`` naming what is
     missing or unreadable otherwise."""
     run_dir = Path(run_dir)
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
-    except FileNotFoundError as e:
-        raise DataError(
-            f"{run_dir}: not a finished run folder (no {Path(e.filename).name}; `coevolve resume "
-            f"{run_dir}` finishes it)"
-        ) from None
-    except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:
-        raise DataError(f"{run_dir}: unreadable summary.json / config.yaml ({e})") from None
-    return summary, cfg
+    summary, cfg = read_summary(run_dir), read_config(run_dir)
+    for name, got in ((SUMMARY_FILE, summary), (CONFIG_FILE, cfg)):
+        if got is None:
+            raise DataError(
+                f"{run_dir}: not a finished run folder (no {name}; `coevolve resume {run_dir}` finishes it)"
+            )
+    return summary, cfg  # type: ignore[return-value]
+
+
+def final_results(run_dir: Path) -> dict[str, Any]:
+    """``results.json`` of the evaluation a run's summary.json calls ``final``: the round
+    ``run.select`` picked (summary ``selection``), else the last evaluation finished (state.json;
+    also for a run not finished yet). ``DataError`` when the run has none."""
+    chosen = ((read_summary(run_dir) or {}).get("selection") or {}).get("round")
+    folder = eval_folder(run_dir, round_number=chosen if isinstance(chosen, int) else None)
+    folder = folder or eval_folder(run_dir, "base")
+    if folder is None:
+        raise DataError(f"{run_dir}: run folder without a finished evaluation (no eval phase in {STATE_FILE})")
+    return load_results(folder)
+
+
+def memory_rounds(run_dir: Path) -> dict[int, Path]:
+    """Round -> its saved error memory (``round_NN/memory.json``, written after the round's
+    maintenance phase), ascending."""
+    folders = [(int(m.group(1)), d) for d in sorted(Path(run_dir).iterdir()) if (m := _ROUND_DIR.match(d.name))]
+    return {r: d / MEMORY_FILE for r, d in sorted(folders) if (d / MEMORY_FILE).is_file()}

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from coevolve.lab.run_view import eval_items
 from coevolve.lab.stats import (
     Difference,
     StudyError,
@@ -81,8 +82,6 @@ def in_stratum(item: dict[str, Any], stratum: str, frontier: Sequence[str] = FRO
 
 @functools.lru_cache(maxsize=256)
 def _items(path: str, which: str = "final") -> tuple[tuple[str, float, float], ...]:
-    from coevolve.world.skill.world import eval_items  # lazy: pulls transformers, torch
-
     items = eval_items(Path(path), which)
     if items is None:
         raise StudyError(f"{path}: no per-item records of a {which} skill evaluation")

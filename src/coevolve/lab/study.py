@@ -11,13 +11,14 @@ batches) is what separates two methods' runs (toy_scarce: sd ≈ 0.006 against a
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coevolve.errors import DataError, RunStateError
+from coevolve.lab.run_view import read_state, read_summary, run_status
 from coevolve.lab.stats import (
     CONFIDENCE,
     NOT_DISTINGUISHABLE,
@@ -132,21 +133,9 @@ def expand_grid(variants: Sequence[Variant], seeds: Sequence[int], out: Path) ->
 
 
 def cell_status(path: Path) -> str:
-    """``finished`` (state.json says finished and summary.json holds a final evaluation),
-    ``unfinished`` (a run folder to resume), ``empty`` (no folder, or one with no state.json)."""
-    path = Path(path)
-    try:
-        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return "empty"
-    if state.get("status") == "finished":
-        try:
-            summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return "unfinished"
-        if (summary.get("eval") or {}).get("final"):
-            return "finished"
-    return "unfinished"
+    """``finished``, ``unfinished`` (a run folder to resume) or ``empty``: the run folder's
+    ``lab.run_view.run_status``."""
+    return run_status(path)
 
 
 def run_command(cell: Cell, preset: Path, overrides: Sequence[str], python: str = "python") -> list[str]:
@@ -233,14 +222,13 @@ def _round_mean(rounds: Sequence[dict[str, Any]], keys: Sequence[str]) -> float 
 def read_cell(variant: str, seed: int, path: Path) -> CellResult:
     """The ``CellResult`` of a finished run folder (summary.json); ``StudyError`` naming the file
     when it lacks a final evaluation."""
-    spath = Path(path) / "summary.json"
     try:
-        s = json.loads(spath.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise StudyError(f"{spath}: unreadable ({e})") from e
-    final = (s.get("eval") or {}).get("final") or {}
-    if not final:
-        raise StudyError(f"{spath}: no eval.final (the run did not finish)")
+        s = read_summary(path)
+    except DataError as e:
+        raise StudyError(str(e)) from e
+    final = ((s or {}).get("eval") or {}).get("final") or {}
+    if s is None or not final:
+        raise StudyError(f"{path}: no summary.json with an eval.final (the run did not finish)")
     bench = next(iter(final))
     f, base = final[bench], ((s.get("eval") or {}).get("base") or {}).get(bench) or {}
     rounds = s.get("rounds") or []
@@ -273,8 +261,8 @@ def _compute_at_final_eval(path: Path, summary: dict[str, Any]) -> Compute:
     ``final/difficulty``) measure, they do not train. From state.json's phase records; the
     summary's total when they carry no compute."""
     try:
-        phases = json.loads((path / "state.json").read_text(encoding="utf-8")).get("phases") or []
-    except (OSError, json.JSONDecodeError):
+        phases = read_state(path).get("phases") or []
+    except RunStateError:
         phases = []
     last = max((i for i, p in enumerate(phases) if p.get("name") == EVAL_PHASE), default=None)
     if last is None or any(p.get("compute") is None for p in phases[: last + 1]):

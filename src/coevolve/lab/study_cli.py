@@ -40,7 +40,7 @@ from coevolve.extras import check_extras
 from coevolve.lab import skill_study
 from coevolve.lab import study as st
 from coevolve.lab.plots import plot_compute
-from coevolve.lab.run_view import compute_curve, load_run
+from coevolve.lab.run_view import compute_curve, load_run, read_config
 from coevolve.lab.study_markdown import render_markdown, study_json
 from coevolve.run.children import check_children, run_child
 
@@ -158,8 +158,6 @@ def adopt_runs(
     copied. Returns one line per adopted folder, for the report."""
     import shutil
 
-    import yaml
-
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     keys = [*ADOPT_ALWAYS_IGNORED, *ignore]
     wanted = [
@@ -170,7 +168,7 @@ def adopt_runs(
         if st.cell_status(d) != "finished":
             log(f"adopt: {d} is not a finished run; skipped")
             continue
-        have = strip_keys(yaml.safe_load((Path(d) / "config.yaml").read_text(encoding="utf-8")), keys)
+        have = strip_keys(read_config(d), keys)
         match = next((c for c, cfg in wanted if cfg == have and st.cell_status(c.path) != "finished"), None)
         if match is None:
             log(f"adopt: {d} matches no unfinished cell's config; skipped")

@@ -345,6 +345,31 @@ def read_recipe(path: Path) -> str:
     return PhaseState.load(path / STATE_FILE).recipe
 
 
+def eval_folder(path: Path, which: str = "last", round_number: int | None = None) -> Path | None:
+    """The folder (``<phase folder>/eval``) of the run's base evaluation (``which="base"``), of
+    round ``round_number``'s when given and finished, else of its last finished one; read only,
+    None when the run has no such evaluation (or no state.json)."""
+    f = Path(path) / STATE_FILE
+    if not f.is_file():
+        return None
+    recs = [r for r in PhaseState.load(f).records() if r.name == "eval" and (r.stage == "base") == (which == "base")]
+    chosen = [r for r in recs if round_number is not None and r.round == round_number] or recs
+    if not chosen:
+        return None
+    last = chosen[-1]
+    return Path(path) / Phase(last.name, last.round, last.stage).folder / "eval"
+
+
+def eval_items(path: Path, which: str = "final", bench: str = "skill") -> list[dict[str, Any]] | None:
+    """Per-item records (``items_<bench>.jsonl``) of a run folder's base (``which="base"``) or
+    last evaluation; None when the run has none."""
+    folder = eval_folder(path, which)
+    items = folder / f"items_{bench}.jsonl" if folder is not None else None
+    if items is None or not items.is_file():
+        return None
+    return read_jsonl(items)
+
+
 OWN_FILES = frozenset({LOCK_FILE, CONFIG_FILE, LOG_FILE, "provenance.json"})
 """What a run folder may hold before its state.json: the lock and the files a start killed before
 its first phase left (a fresh ``coevolve run`` there is that start again)."""
@@ -370,6 +395,8 @@ __all__ = [
     "Run",
     "default_run_path",
     "derive_seed",
+    "eval_folder",
+    "eval_items",
     "read_recipe",
     "say",
     "seed_everything",

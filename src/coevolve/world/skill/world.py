@@ -13,8 +13,7 @@ from coevolve.memory.diagnose import Diagnoser, TraceDiagnoser
 from coevolve.memory.store import Cause
 from coevolve.prompts import Prompter
 from coevolve.prompts.chat import ChatPrompter
-from coevolve.run import STATE_FILE, Phase
-from coevolve.run.state import PhaseState
+from coevolve.run import eval_items
 from coevolve.types import Task
 from coevolve.world.facts import WORLDS
 from coevolve.world.real import draw_from, pool_from
@@ -158,22 +157,6 @@ class SkillWorld:
 
 # --------------------------------------------------------------------------------------------
 # the run against the ground truth
-
-
-def eval_items(run_dir: Path, which: str = "final", bench: str = "skill") -> list[dict[str, Any]] | None:
-    """Per-item records (``items_<bench>.jsonl``) of a run folder's base (``which="base"``) or
-    last evaluation; None when the run has none."""
-    f = Path(run_dir) / STATE_FILE
-    if not f.is_file():
-        return None
-    recs = [r for r in PhaseState.load(f).records() if r.name == "eval" and (r.stage == "base") == (which == "base")]
-    if not recs:
-        return None
-    last = recs[-1]
-    items = Path(run_dir) / Phase(last.name, last.round, last.stage).folder / "eval" / f"items_{bench}.jsonl"
-    if not items.is_file():
-        return None
-    return [json.loads(line) for line in items.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def stratum_accuracy(items: Sequence[dict[str, Any]], profile: DeficitProfile = DEFICITS) -> dict[str, Any]:
