@@ -682,6 +682,73 @@ def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     assert f"{len(cells)} runs, {total / 3600:.2f} h summed" in md
 
 
+def _skill_arms(tmp_path, rng, arms: dict[str, tuple[float, float]], seeds: int = 3):
+    """Fixture cells: per variant (deficient lift, seed-to-seed spread of the lift: seed s lifts by
+    spread x (s - 1) more), ``seeds`` runs each."""
+    from coevolve.world.skill.problems import DEFICITS
+
+    deficient, cells = set(DEFICITS.deficient), []
+    for v, (lift, spread) in arms.items():
+        for seed in range(seeds):
+            off = spread * (seed - 1)
+
+            def p(t, lift=lift, off=off):
+                return min(1.0, max(0.0, 0.4 + lift + off)) if t.features["focus"] in deficient else 0.8
+
+            cells.append(st.read_cell(v, seed, _skill_run(tmp_path / v / f"seed{seed}", rng, p, seed)))
+    return cells
+
+
+def test_power_plan_takes_the_seed_sd_from_a_pilot_of_the_claims_own_arms(tmp_path):
+    """G1's arms (diagevo, rzero) ran 3 seeds each with a large seed spread: the plan uses their sd,
+    not the control's, and asks for more seeds; B2's other arm never ran: the control's sd, with a
+    note; G1's null verdict carries the realised power of its own test."""
+    import random
+
+    from coevolve.lab import skill_study as ss
+
+    arms = {"control.targeted": (0.3, 0.0), "control.uniform": (0.0, 0.0), "diagevo": (0.1, 0.15), "rzero": (0.1, 0.15)}
+    cells = _skill_arms(tmp_path, random.Random(1), arms)
+    plan = {r.claim: r for r in ss.power_plan(cells)}
+    g1, b2 = plan["G1"], plan["B2"]
+    mine = [ss.arm_means(cells, v, "deficient", "sampled") for v in ("diagevo", "rzero")]
+    pooled = math.sqrt(statistics.fmean(statistics.variance(list(m.values())) for m in mine))
+    ctl = [ss.arm_means(cells, v, "deficient", "sampled") for v in ("control.targeted", "control.uniform")]
+    ctl_sd = math.sqrt(statistics.fmean(statistics.variance(list(m.values())) for m in ctl))
+    assert g1.sd_from == "pilot" and g1.sd == pytest.approx(pooled) and g1.sd > 2 * ctl_sd
+    assert b2.sd_from == "control" and b2.sd == pytest.approx(ctl_sd * math.sqrt(2))  # paired: a pair's sd
+    assert g1.seeds is None or g1.seeds > st.seeds_for_power(g1.effect, ctl_sd, g1.item_var, g1.alpha)
+    notes = ss.power_notes(list(plan.values()))
+    assert any(n.startswith("- B2: no pilot of its own arms") for n in notes)
+    assert not any(n.startswith("- G1:") for n in notes)
+    verdicts = {v.claim.key: v for v in ss.realised_power(cells, ss.judge(cells), list(plan.values()))}
+    v = verdicts["G1"]
+    assert v.verdict == "not distinguishable"
+    assert v.power == pytest.approx(st.power(g1.effect, pooled, v.diff.n, v.diff.se_item**2, g1.alpha))
+    assert 0 < v.power < 0.8 and verdicts["C1"].power is None  # only nulls carry it
+    md, data = ss.render(cells, [], ["- preset: test"])
+    g1_row = next(line for line in md.splitlines() if line.startswith("| G1 |") and "items)" in line)
+    assert f"**not distinguishable** (power {v.power:.2f})" in g1_row
+    assert "| pilot |" in md and "- B2: no pilot of its own arms" in md
+    assert next(x for x in data["verdicts"] if x["claim"]["key"] == "G1")["power"] == pytest.approx(v.power)
+
+
+def test_a_control_that_is_not_positive_sizes_no_claim(tmp_path):
+    """The targeted arm below the uniform one (a failed control): no effect of interest, no seed
+    count, whatever the size of the negative difference."""
+    import random
+
+    from coevolve.lab import skill_study as ss
+
+    cells = _skill_arms(tmp_path, random.Random(2), {"control.targeted": (0.0, 0.0), "control.uniform": (0.2, 0.0)})
+    c1 = next(v for v in ss.judge(cells) if v.claim.key == "C1")
+    assert c1.diff.mean < -0.1
+    plan = {r.claim: r for r in ss.power_plan(cells)}
+    assert plan["B2"].effect is None and plan["B2"].seeds is None and plan["B2"].sd is not None
+    assert ss.power_table([plan["B2"]])[-1].endswith("| - (control not positive) |")
+    assert any(n.startswith("- B2: its control C1 is not positive") for n in ss.power_notes(list(plan.values())))
+
+
 def test_a_study_whose_runs_need_a_missing_extra_refuses_before_its_folder(tmp_path, capsys, monkeypatch):
     """Each cell's `coevolve run` would refuse for the missing extra; the study says so first, in
     the run's own line, and makes neither --out nor study_spec.json."""

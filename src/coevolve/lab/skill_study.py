@@ -18,10 +18,16 @@ how the two arms are compared, and the family its multiple-comparison correction
                 reproduced (better > worse) or reversed; otherwise not distinguishable, with
                 the 95 % interval as the bound on the effect
 
-The power calculation (``power_plan``) takes each control's effect, seed sd and item term on its
+The power calculation (``power_plan``) takes each control's effect and item term on the claim's
 stratum and asks how many seeds a claim needs to detect half of that effect (a method that
 realises half of an oracle curriculum's gain) with 80 % power at the Bonferroni level of the
-claim's family (Holm's first step: conservative).
+claim's family (Holm's first step: conservative). The seed sd is the claim's own arms' when a
+pilot of them ran (2+ seeds per arm): the self-play arms vary 2-3x more from seed to seed than the
+gold-label control arms, so a plan from the controls' sd under-sizes them; without a pilot it
+falls back to the control's arms, with a note saying so. A control whose difference is not
+positive sizes nothing (a failed control has no effect to take half of). Every null verdict
+carries its realised power (``realised_power``): the power of its own test at the effect of
+interest with the seeds run and the sd and item term its arms showed.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import functools
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +47,7 @@ from coevolve.lab.stats import (
     holm,
     item_variance,
     paired_items_difference,
+    power,
     seeds_for_power,
     t_interval,
     welch_difference,
@@ -129,6 +136,7 @@ class Verdict:
     verdict: str = "not run"
     n_items: int = 0
     arms: tuple[int, int] = (0, 0)  # seeds run of the better and the worse variant
+    power: float | None = None  # a null verdict's realised power at the effect of interest (realised_power)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -141,6 +149,7 @@ class Verdict:
             "verdict": self.verdict,
             "n_items": self.n_items,
             "arms": list(self.arms),
+            "power": self.power,
         }
 
 
@@ -214,11 +223,46 @@ def judge(
 class PowerRow:
     claim: str
     control: str
-    effect: float | None  # the effect of interest: half the control's effect
-    sd: float | None  # seed sd of one run's metric (pooled over the control's arms)
+    effect: float | None  # the effect of interest: half the control's effect (None: the control is not positive)
+    sd: float | None  # seed sd given to ``power``: of one run (welch), of a seed pair's difference (paired)
     item_var: float  # the control's item term on the claim's stratum
     alpha: float
     seeds: int | None  # per arm for 80 % power; None = unreachable with <= 50 seeds
+    sd_from: str = "control"  # "pilot": the claim's own arms (2+ seeds each); "control": the control's arms
+
+
+def arm_means(
+    results: Sequence[CellResult], variant: str, stratum: str, metric: str, frontier: Sequence[str] = FRONTIER
+) -> dict[int, float]:
+    """``{seed: mean score on the stratum}`` of one variant's finished cells."""
+    return {
+        r.seed: t_interval(list(item_scores(r, stratum, metric, frontier).values())).mean  # type: ignore[misc]
+        for r in results
+        if r.variant == variant
+    }
+
+
+def seed_sd(
+    results: Sequence[CellResult],
+    better: str,
+    worse: str,
+    stratum: str,
+    metric: str,
+    comparison: str,
+    frontier: Sequence[str] = FRONTIER,
+    both: bool = True,
+) -> float | None:
+    """The seed sd two arms show on a stratum, as ``power`` takes it: welch, the pooled sd of one
+    run, sqrt(mean of the arms' s²); paired, the sd of the seed pairs' differences. None with fewer
+    than 2 seeds in an arm (or 2 pairs); ``both=False`` pools the arms that have 2+ seeds."""
+    a, b = (arm_means(results, v, stratum, metric, frontier) for v in (better, worse))
+    if comparison == "paired":
+        common = sorted(set(a) & set(b))
+        return t_interval([a[s] - b[s] for s in common]).sd if len(common) >= 2 else None
+    if both and (len(a) < 2 or len(b) < 2):
+        return None
+    sds = [t_interval(list(x.values())).sd for x in (a, b) if len(x) >= 2]
+    return (sum(s * s for s in sds) / len(sds)) ** 0.5 if sds else None  # type: ignore[operator]
 
 
 def power_plan(
@@ -228,8 +272,9 @@ def power_plan(
     frontier: Sequence[str] = FRONTIER,
 ) -> list[PowerRow]:
     """Seeds per arm for each paper claim (module doc): the claim's control, measured on the
-    claim's own stratum and metric, gives the effect (× ``fraction``), the pooled seed sd of its
-    two arms and the item term; the level is 0.05 / (paper claims)."""
+    claim's own stratum and metric, gives the effect (× ``fraction``, when positive) and the item
+    term; the seed sd is the claim's own arms' (a pilot: ``seed_sd``), else the pooled sd of the
+    control's two arms (``sd_from="control"``); the level is 0.05 / (claims of the family)."""
     controls = {c.key: c for c in claims if c.family == "control"}
     out = []
     for c in (c for c in claims if c.family != "control"):
@@ -242,22 +287,61 @@ def power_plan(
         if d.mean is None or d.se_seed is None:
             out.append(PowerRow(c.key, ctl.key, None, None, 0.0, alpha, None))
             continue
-        arms = [
-            [
-                t_interval(list(item_scores(r, c.stratum, c.metric, frontier).values())).mean
-                for r in results
-                if r.variant == v
-            ]
-            for v in (ctl.better, ctl.worse)
-        ]
-        sds = [t_interval(x).sd for x in arms if len(x) >= 2]
-        sd = (sum(s * s for s in sds) / len(sds)) ** 0.5 if sds else None  # type: ignore[operator]
-        effect = abs(d.mean) * fraction
-        paired_sd = sd * (2**0.5) if sd is not None and c.comparison == "paired" else sd
-        # a paired ablation's pair difference has at most the sd of a difference of two runs (no correlation)
+        paired = c.comparison == "paired"
+        sd = seed_sd(results, c.better, c.worse, c.stratum, c.metric, c.comparison, frontier)
+        sd_from = "pilot"
+        if sd is None:
+            sd_from = "control"
+            sd = seed_sd(results, ctl.better, ctl.worse, c.stratum, c.metric, "welch", frontier, both=False)
+            # a paired ablation's pair difference has at most the sd of a difference of two runs (no correlation)
+            sd = sd * (2**0.5) if sd is not None and paired else sd
+        # a control that did not come out positive has no effect to take a fraction of
+        effect = d.mean * fraction if d.mean > 0 else None
         iv = d.se_item**2
-        seeds = seeds_for_power(effect, paired_sd, iv, alpha, paired=c.comparison == "paired") if sd else None
-        out.append(PowerRow(c.key, ctl.key, effect, sd, iv, alpha, seeds))
+        seeds = seeds_for_power(effect, sd, iv, alpha, paired=paired) if sd and effect is not None else None
+        out.append(PowerRow(c.key, ctl.key, effect, sd, iv, alpha, seeds, sd_from))
+    return out
+
+
+def power_notes(plan: Sequence[PowerRow]) -> list[str]:
+    """One line per claim whose plan could not use a pilot of its own arms or has no effect to size."""
+    out = []
+    for r in plan:
+        if r.effect is None and r.sd is not None:
+            out.append(f"- {r.claim}: its control {r.control} is not positive, so it sizes nothing (no seed count)")
+        elif r.sd_from == "control" and r.sd is not None:
+            out.append(
+                f"- {r.claim}: no pilot of its own arms (fewer than 2 seeds per arm): the seed sd is the control "
+                f"{r.control}'s arms', which can be several times smaller than a self-play arm's; the seed count "
+                "is a lower bound"
+            )
+    return out
+
+
+def realised_power(
+    results: Sequence[CellResult],
+    verdicts: Sequence[Verdict],
+    plan: Sequence[PowerRow],
+    frontier: Sequence[str] = FRONTIER,
+) -> list[Verdict]:
+    """Each null verdict ("not distinguishable") with its realised power: ``power`` of its own
+    test at the plan's effect of interest and level, with the seeds it ran (pairs, or the smaller
+    arm), the seed sd its arms showed (``seed_sd``) and its own item term. Others unchanged."""
+    rows = {r.claim: r for r in plan}
+    out = []
+    for v in verdicts:
+        row = rows.get(v.claim.key)
+        c = v.claim
+        if v.verdict != "not distinguishable" or row is None or row.effect is None:
+            out.append(v)
+            continue
+        sd = seed_sd(results, c.better, c.worse, c.stratum, c.metric, c.comparison, frontier)
+        pw = (
+            power(row.effect, sd, v.diff.n, v.diff.se_item**2, row.alpha, paired=c.comparison == "paired")
+            if sd is not None
+            else None
+        )
+        out.append(replace(v, power=pw))
     return out
 
 
@@ -303,6 +387,11 @@ def seeds_cell(n: int, declared: int | None, family: str, arms: tuple[int, int] 
     return f"{run} of {want if want is not None else '>50'}"
 
 
+def _power_cell(v: Verdict) -> str:
+    """A null verdict's realised power, e.g. " (power 0.29)"; nothing for other verdicts."""
+    return "" if v.power is None else f" (power {v.power:.2f})"
+
+
 def verdict_table(verdicts: Sequence[Verdict], declared: dict[str, int | None] | None = None) -> list[str]:
     """One row per claim; ``declared`` (claim -> seeds per arm from the power plan) adds "n of N"
     to the seeds column, so an interval from fewer seeds than planned reads as such."""
@@ -321,7 +410,7 @@ def verdict_table(verdicts: Sequence[Verdict], declared: dict[str, int | None] |
             f"({v.n_items} items) | {n} | {_pm(v.mean_better, signed=False)} | {_pm(v.mean_worse, signed=False)} | "
             f"{_diff(d)} | {_pm(d.se_seed, 4, False)} / {_pm(d.se_item, 4, False)} | "
             f"{'-' if ratio is None else f'{ratio:.1f}'} | {'-' if v.p_holm is None else f'{v.p_holm:.3g}'} | "
-            f"**{v.verdict}** | {_diff(v.secondary)} |"
+            f"**{v.verdict}**{_power_cell(v)} | {_diff(v.secondary)} |"
         )
     return L
 
@@ -329,20 +418,22 @@ def verdict_table(verdicts: Sequence[Verdict], declared: dict[str, int | None] |
 def _seeds_cell(r: PowerRow) -> str:
     """A power row's seed count; without an effect or a seed sd (its control has fewer than two seeds
     per arm) there is nothing to size from, which is not the same as an unreachable effect."""
-    if r.effect is None or r.sd is None:
+    if r.sd is None:
         return "- (control: < 2 seeds per arm)"
+    if r.effect is None:
+        return "- (control not positive)"
     return str(r.seeds) if r.seeds is not None else "unreachable (> 50)"
 
 
 def power_table(rows: Sequence[PowerRow]) -> list[str]:
     L = [
-        "| claim | control | effect of interest | seed sd | item se | level | seeds per arm (80 % power) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| claim | control | effect of interest | seed sd (run; paired: pair) | sd from | item se | level | seeds per arm (80 % power) |",
+        "|---|---|---:|---:|---|---:|---:|---:|",
     ]
     for r in rows:
         L.append(
             f"| {r.claim} | {r.control} | {_pm(r.effect, 4, False)} | {_pm(r.sd, 4, False)} | "
-            f"{r.item_var**0.5:.4f} | {r.alpha:.4f} | {_seeds_cell(r)} |"
+            f"{r.sd_from if r.sd is not None else '-'} | {r.item_var**0.5:.4f} | {r.alpha:.4f} | {_seeds_cell(r)} |"
         )
     return L
 
@@ -473,10 +564,11 @@ def _body(
         "",
         *verdict_table(verdicts, seeds),
         "",
-        "## Power (from the controls)",
+        "## Power (effect from the controls, seed sd from a pilot of the claim's arms where one ran)",
         "",
         *power_table(plan),
         "",
+        *([*power_notes(plan), ""] if power_notes(plan) else []),
         "## Accuracy by stratum (mean over seeds; greedy / sampled)",
         "",
         *strata_table(results, variants, frontier),
@@ -508,8 +600,8 @@ def render(
 ) -> tuple[str, dict[str, Any]]:
     """The study's markdown and JSON from the finished cells; ``command`` (the line that rewrites
     them) heads the markdown."""
-    verdicts = judge(results, claims, frontier)
     plan = power_plan(results, claims, frontier=frontier)
+    verdicts = realised_power(results, judge(results, claims, frontier), plan, frontier)
     md = [
         *_head(setting, frontier, command),
         *_body(results, claims, verdicts, plan, frontier),
@@ -544,10 +636,14 @@ __all__ = [
     "judge",
     "memory_table",
     "group_missing",
+    "arm_means",
+    "power_notes",
     "power_plan",
     "power_table",
+    "realised_power",
     "render",
     "run_time_line",
+    "seed_sd",
     "seeds_cell",
     "strata_table",
     "stratum_skills",

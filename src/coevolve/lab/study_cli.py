@@ -248,6 +248,8 @@ def write_skill_report(
     """skill_study.json in ``out`` and the skill study's markdown at ``out_md``."""
     results, missing = st.read_results(cells)
     md, data = skill_study.render(results, missing, setting, notes, command=command)
+    for line in skill_study.power_notes([skill_study.PowerRow(**r) for r in data["power"]]):
+        print(f"note (power plan): {line[2:]}")
     data = {"generated_by": command, **data}
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text(md, encoding="utf-8")
