@@ -2,7 +2,7 @@
 an uninterrupted run with the same seed.
 
     PYTHONPATH=src python dev/kill_fuzz.py --out runs/kill_fuzz [--recipes grpo,d2evo,diagevo]
-        [--kills 20] [--seed 0] [--quick]
+        [--kills 20] [--seed 0] [--quick] [--save-every K]
 
 Per recipe: one uninterrupted reference run (``coevolve run``, with ``COEVOLVE_FAULT=count:...``
 to learn how often each write site is reached), then victim runs that are SIGKILLed, as a whole
@@ -14,6 +14,11 @@ reference reached: an atomic write between its temp file and the rename (``write
 batch, a checkpoint between model and optimiser state, an answer being graded. When a victim
 finishes before all kills have landed it is compared and a new victim starts; a victim whose
 phases are all done (summary and report left) is let finish rather than killed again.
+
+``--save-every K`` runs reference and victims with mid-phase saves (``run.save_every=K``): kills
+then land inside GRPO phases between saves (and, through the ``save`` site, inside a save), and
+a resume goes on from the phase's last save (each kill records the save it resumes from); the
+reference is also checked against one run without saves (only ``config.yaml`` may differ).
 
 Comparison: every file of the finished victim against the reference, byte for byte, except
 fields that measure time and so legitimately differ (``TIME_KEYS``: wall / phase seconds,
@@ -70,6 +75,8 @@ QUICK: dict[str, list[str]] = {
         "solver.steps=1",
     ],
 }
+SAVES_QUICK: dict[str, list[str]] = {"grpo": ["solver.steps=4"]}
+"""``--quick --save-every``: a grpo phase long enough for saves between its steps."""
 TIME_KEYS = frozenset(
     {"time", "created", "finished", "tracker_id", "seconds", "wall_seconds", "started", "metrics_bytes", "digests"}
 )
@@ -87,6 +94,7 @@ class Kill:
     how: str  # "time:<seconds>" or "<site>:<n>"
     phase: str
     landed: bool  # False: the process finished (or failed) before the kill
+    from_save: int | None = None  # the mid-phase save (its number) the resume goes on from
 
 
 @dataclass
@@ -101,6 +109,7 @@ class RecipeReport:
     identical: list[bool] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    saves_change_nothing: bool | None = None  # --save-every: the reference equals a run without saves
 
 
 def _cli(args: list[str], log: Path, fault: str | None = None) -> subprocess.Popen:
@@ -221,12 +230,19 @@ def _reference_once(recipe: str, args: list[str], out: Path) -> tuple[Path, dict
     return run, _site_calls(counts), wall, setup or wall / 2
 
 
+IN_PHASE_SITES = ("rollouts", "save")
+"""With mid-phase saves, a quarter of the kills go to one of these (a GRPO step's rollouts being
+booked, a save being written): inside a phase, between or in its saves."""
+
+
 def fuzz(recipe: str, args: list[str], out: Path, kills: int, rng: random.Random) -> RecipeReport:
     t0 = time.time()
     ref, calls, ref_s, setup_s = reference(recipe, args, out)
     plan = _state(ref).get("phase_list") or [p["key"] for p in _state(ref)["phases"]]
     rep = RecipeReport(recipe, args, round(ref_s, 1), calls)
     sites = sorted(s for s, n in calls.items() if n > 0)
+    saves = any(a.startswith("run.save_every=") and a != "run.save_every=0" for a in args)
+    in_phase = [s for s in IN_PHASE_SITES if calls.get(s)] if saves else []
     victim: Path | None = None
     log = out / f"{recipe}-victims.log"
     while True:
@@ -240,7 +256,8 @@ def fuzz(recipe: str, args: list[str], out: Path, kills: int, rng: random.Random
         # A resume that only has the summary and report left is not killed again: the kills would
         # pile up in that tail (every relaunch reaches it at once); a victim gets there by finishing.
         if landed < kills and done < len(plan):
-            if rng.random() < 0.5:
+            pick = rng.random()
+            if pick < 0.5:
                 delay = (
                     rng.uniform(0.2, setup_s)
                     if rng.random() < SETUP_SHARE
@@ -248,7 +265,7 @@ def fuzz(recipe: str, args: list[str], out: Path, kills: int, rng: random.Random
                 )
                 how = f"time:{delay:.1f}s"
             else:
-                site = rng.choice(sites)
+                site = rng.choice(in_phase if in_phase and pick < 0.75 else sites)
                 n = rng.randint(1, max(1, round(calls[site] * left)))
                 how, fault = f"{site}:{n}", f"{site}:{n}:killgroup"
         has_state = (victim / "state.json").is_file()
@@ -263,7 +280,10 @@ def fuzz(recipe: str, args: list[str], out: Path, kills: int, rng: random.Random
                     os.killpg(p.pid, signal.SIGKILL)
         rc = p.wait()
         if how:
-            rep.kills.append(Kill(how, _running_phase(victim, plan), rc == -signal.SIGKILL))
+            mid = _state(victim).get("mid_phase_save")
+            rep.kills.append(
+                Kill(how, _running_phase(victim, plan), rc == -signal.SIGKILL, mid["number"] if mid else None)
+            )
         if rc == 0:  # the victim finished: compare it, then (if kills are left) start a new one
             diff = compare(ref, victim)
             rep.identical.append(not diff)
@@ -279,16 +299,27 @@ def fuzz(recipe: str, args: list[str], out: Path, kills: int, rng: random.Random
     return rep
 
 
+def saves_change_nothing(recipe: str, args: list[str], ref: Path, out: Path) -> list[str]:
+    """What differs between ``ref`` (a run with mid-phase saves) and the same run without them,
+    but its config."""
+    plain = [a for a in args if not a.startswith("run.save_every=")]
+    out.mkdir(parents=True, exist_ok=True)
+    other, *_ = reference(recipe, plain, out)
+    return [d for d in compare(other, ref) if d != "differs: config.yaml"]
+
+
 def table(reports: list[RecipeReport]) -> str:
     lines = [
-        "| recipe | kills landed | by time / by site | resumes | victims | identical | wall s (reference s) |",
-        "|---|---|---|---|---|---|---|",
+        "| recipe | kills landed | by time / by site | resumed from a mid-phase save | resumes | victims | identical "
+        "| wall s (reference s) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in reports:
         landed = [k for k in r.kills if k.landed]
         by_time = sum(k.how.startswith("time:") for k in landed)
         lines.append(
-            f"| {r.recipe} | {len(landed)} | {by_time} / {len(landed) - by_time} | {r.resumes} | {r.victims} | "
+            f"| {r.recipe} | {len(landed)} | {by_time} / {len(landed) - by_time} | "
+            f"{sum(k.from_save is not None for k in landed)} | {r.resumes} | {r.victims} | "
             f"{'yes' if r.identical and all(r.identical) else 'NO'} | {r.seconds} ({r.reference_seconds}) |"
         )
     lines.append("")
@@ -296,10 +327,12 @@ def table(reports: list[RecipeReport]) -> str:
         where: dict[str, int] = {}
         for k in r.kills:
             if k.landed:
-                key = f"{k.how.split(':')[0]} in {k.phase}"
+                key = f"{k.how.split(':')[0]} in {k.phase}" + (" after a save" if k.from_save is not None else "")
                 where[key] = where.get(key, 0) + 1
         lines.append(f"{r.recipe}: site calls in the reference {r.site_calls}")
         lines.append(f"{r.recipe}: kills landed at " + ", ".join(f"{k} x{n}" for k, n in sorted(where.items())))
+        if r.saves_change_nothing is not None:
+            lines.append(f"{r.recipe}: the reference with mid-phase saves equals one without: {r.saves_change_nothing}")
         lines += [f"  {d}" for d in r.differences]
     return "\n".join(lines)
 
@@ -311,14 +344,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kills", type=int, default=20, help="Kills that must land per recipe")
     ap.add_argument("--seed", type=int, default=0, help="Seed of the kill schedule (the runs keep their own seed)")
     ap.add_argument("--quick", action="store_true", help="The short configs the tests use")
+    ap.add_argument(
+        "--save-every", type=int, default=0, help="Mid-phase saves every K GRPO steps (run.save_every; 0 = none)"
+    )
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     configs = QUICK if a.quick else FUZZ
+    extra = [f"run.save_every={a.save_every}"] if a.save_every else []
     rng = random.Random(a.seed)
-    reports = [fuzz(r, configs[r], a.out, a.kills, rng) for r in a.recipes.split(",")]
+    reports = []
+    for r in a.recipes.split(","):
+        args = [*configs[r], *(SAVES_QUICK.get(r, []) if extra and a.quick else []), *extra]
+        rep = fuzz(r, args, a.out, a.kills, rng)
+        if extra:
+            differ = saves_change_nothing(r, args, a.out / f"{r}-reference", a.out / "without_saves")
+            rep.saves_change_nothing = not differ
+            rep.differences += [f"without saves: {d}" for d in differ]
+        reports.append(rep)
     (a.out / "kill_fuzz.json").write_text(json.dumps([asdict(r) for r in reports], indent=2))
     print(table(reports))
-    return 0 if all(r.identical and all(r.identical) for r in reports) else 1
+    ok = all(r.identical and all(r.identical) and r.saves_change_nothing is not False for r in reports)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

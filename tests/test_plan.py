@@ -805,3 +805,16 @@ def test_h100_row_and_any_card_by_its_memory(tmp_path):
     assert big.exit_code == 0 and "on h200 rates, 139 GiB" in big.output, big.output
     cpu = CliRunner().invoke(app, [*args, "--device", "cpu", "--gpu-memory", "24"])
     assert cpu.exit_code != 0 and "--gpu-memory with --device cpu" in str(cpu.output) + str(cpu.exception)
+
+
+def test_mid_phase_saves_are_costed_in_the_plan(tmp_path):
+    """``run.save_every``: the plan counts the mid-phase saves of every GRPO phase (after every
+    k-th step but the last, per run of the phase) and costs each as the learner writes it: bf16
+    weights + fp32 masters + AdamW's m and v = 14 bytes per parameter for a full fine-tune."""
+    path = model_dir(tmp_path, QWEN3_4B)
+    args = [f"model.path={path}", *D2EVO_4B, "rounds=2", "solver.steps=25", "questioner.steps=10"]
+    plan = make_plan(load_config("d2evo", None, [*args, "run.save_every=10"]), device_for("h100"))
+    note = next(n for n in plan.notes if n.startswith("run.save_every=10: "))
+    assert "4 mid-phase saves (solver 4)" in note, note  # 2 rounds x (25 - 1) // 10; 10 questioner steps: none
+    assert f"{plan.shape.n_params * 14 / GiB:.2f} GiB each" in note, note
+    assert not any("mid-phase" in n for n in make_plan(load_config("d2evo", None, args), device_for("h100")).notes)

@@ -19,7 +19,9 @@ Sites: ``write`` (``files.atomic_write_text``: temp file complete, not yet renam
 ``metrics`` (a ``metrics.jsonl`` row about to be appended), ``checkpoint`` (a learner checkpoint:
 model written, optimiser state not yet), ``rollouts`` (a rollout batch about to be appended),
 ``grade`` (the grader about to decide one answer, by its cheap path or its worker), ``worker``
-(a math-verify worker process about to answer a request).
+(a math-verify worker process about to answer a request), ``save`` (a mid-phase save written
+whole, not yet renamed into place nor named in ``state.json``: ``run.save_every``), ``sample``
+(a recipe's sampler about to be called, not answered from a mid-phase save).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import signal
 from collections import Counter
 
 ENV = "COEVOLVE_FAULT"
-SITES = ("write", "state", "metrics", "checkpoint", "rollouts", "grade", "worker")
+SITES = ("write", "state", "metrics", "checkpoint", "rollouts", "grade", "worker", "save", "sample")
 ACTIONS = ("kill", "killgroup", "enospc")
 
 _plan: dict[str, tuple[int, str]] | None = None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.rl.learner import Learner, RolloutGroup
-from coevolve.run import PhaseContext, derive_seed
+from coevolve.run import PhaseContext, derive_seed, random_states, set_random_states
 from coevolve.run.compute import Compute
 from coevolve.run.files import atomic_write_json
 from coevolve.schema import GRPOPhase
@@ -188,6 +188,7 @@ def grpo_train(
     ns: str,
     progress: bool = True,
     rollouts_file: Path | None = None,
+    save_every: int = 0,
 ) -> TrainResult:
     """``phase.steps`` GRPO updates of ``role`` (``grpo_step``); step s samples with seed
     ``derive_seed(ctx.seed, "rollout", s)``. Every step is booked by ``StepBook`` (rollouts file,
@@ -200,16 +201,24 @@ def grpo_train(
     dropped (a recipe's draws are sequential), and step k on is what a run of N steps made at
     once does (with ``learner.lr_schedule=constant``; another schedule's horizon is the phase's
     steps, so the extension refuses it). The schedule starts at the phase's first step
-    (``Learner.begin_phase``), at step k for a continued phase."""
+    (``Learner.begin_phase``), at step k for a continued phase.
+
+    With ``save_every`` = k > 0, after every k-th step but the last a mid-phase save
+    (``ctx.mid_save``: ``save_step``) holds the learner (weights, optimiser state, step count),
+    the book, the rollouts file's length and the process's random states; a phase resumed from
+    it (``ctx.saved``) loads them and goes on at the next step as an uninterrupted one does, the
+    batches of the steps before drawn again and dropped as for a continued phase."""
     from tqdm import tqdm
 
     before = ctx.compute.total
-    start = _continue(ctx, phase, ns)
+    start, prior = _resume(role, ctx, phase, ns)
     role.learner.begin_phase(phase.steps, start)
     try:
-        with StepBook(ctx, ns, rollouts_file, role.learner.cfg.epochs_per_batch, ctx.prior) as book:
+        with StepBook(ctx, ns, rollouts_file, role.learner.cfg.epochs_per_batch, prior) as book:
             for step in range(start):
                 batches(step)  # the draws of the steps already done, so step ``start`` draws as at once
+            if start and prior is not None and "random" in prior:  # after the draws: the generators at the save
+                set_random_states(prior["random"])
             bar = tqdm(range(start, phase.steps), desc=ns, disable=not progress, leave=False, dynamic_ncols=True)
             for step in bar:
                 tasks = batches(step)
@@ -220,11 +229,48 @@ def grpo_train(
                 )
                 book.step(step, tasks, prompts, comps, rewards, update, observed, timings)
                 bar.set_postfix(step_postfix(rewards, observed), refresh=False)
+                if save_every and (step + 1) % save_every == 0 and step + 1 < phase.steps:
+                    save_step(role, book, step + 1, _spent(ctx, before), ctx)
     finally:
         role.offload()  # its masters and optimizer state leave the GPU until its next update
-    spent = {k: v - before.to_dict()[k] for k, v in ctx.compute.total.to_dict().items()}
-    atomic_write_json(book_file(ctx.dir, ns), book.state(phase.steps, spent))
+    atomic_write_json(book_file(ctx.dir, ns), book.state(phase.steps, _spent(ctx, before)))
     return book.result(phase.steps)
+
+
+GRPO_SAVE = "grpo"
+"""The ``kind`` of a GRPO phase's mid-phase save (its ``saved.json``)."""
+LEARNER_SAVE = "learner"
+"""The learner's folder (``Learner.save``) inside a GRPO phase's mid-phase save."""
+
+
+def save_step(role: Role, book: StepBook, steps: int, spent: dict[str, int], ctx: PhaseContext) -> None:
+    """A GRPO phase's mid-phase save after ``steps`` steps: the learner, the book (what the steps
+    booked and the ``spent`` compute; the rollouts file's length, flushed to disk) and the
+    process's random states (``run.random_states``)."""
+
+    def write(folder: Path) -> dict[str, Any]:
+        role.learner.save(folder / LEARNER_SAVE)
+        book_now = {**book.state(steps, spent), "rollouts_bytes": book.flush(), "random": random_states()}
+        return {"kind": GRPO_SAVE, "book": book_now}
+
+    ctx.mid_save(write)
+
+
+def _spent(ctx: PhaseContext, before: Compute) -> dict[str, int]:
+    return {k: v - before.to_dict()[k] for k, v in ctx.compute.total.to_dict().items()}
+
+
+def _resume(role: Role, ctx: PhaseContext, phase: GRPOPhase, ns: str) -> tuple[int, dict[str, Any] | None]:
+    """Where a phase starts and the book it starts from: its mid-phase save (``ctx.saved``: the
+    learner loaded from it, the sampler synced), a continued phase's book, or step 0."""
+    if ctx.saved is None or ctx.saved.get("kind") != GRPO_SAVE:
+        return _continue(ctx, phase, ns), ctx.prior
+    book = ctx.saved["book"]
+    role.learner.load(Path(ctx.saved["dir"]) / LEARNER_SAVE)
+    role.sync()
+    ctx.compute.total += Compute.from_dict(book["compute"])
+    ctx.say(f"[{ns}] resumed at step {book['steps']} of {phase.steps} from its mid-phase save")
+    return int(book["steps"]), book
 
 
 def grpo_step(
@@ -283,12 +329,12 @@ class LocalTrainer:
     """``backend=local``: coevolve's own learner in this process (the reference). The reward is
     evaluated on whole steps (``training.local_reward``)."""
 
-    def __init__(self, grader: AnswerGrader, progress: bool, save_rollouts: bool) -> None:
-        self.grader, self.progress, self.save_rollouts = grader, progress, save_rollouts
+    def __init__(self, grader: AnswerGrader, progress: bool, save_rollouts: bool, save_every: int = 0) -> None:
+        self.grader, self.progress, self.save_rollouts, self.save_every = grader, progress, save_rollouts, save_every
 
     @classmethod
     def from_config(cls, cfg: Any, engine: Any, grader: AnswerGrader) -> LocalTrainer:
-        return cls(grader, cfg.run.progress, cfg.run.save_rollouts)
+        return cls(grader, cfg.run.progress, cfg.run.save_rollouts, cfg.run.save_every)
 
     def train(self, role: Role, req: TrainRequest, ctx: PhaseContext) -> TrainResult:
         return grpo_train(
@@ -302,6 +348,7 @@ class LocalTrainer:
             ns=req.ns,
             progress=self.progress,
             rollouts_file=ctx.dir / f"{req.ns}_rollouts.jsonl" if self.save_rollouts else None,
+            save_every=self.save_every,
         )
 
 
@@ -316,6 +363,7 @@ __all__ = [
     "TrainResult",
     "grpo_step",
     "grpo_train",
+    "save_step",
     "step_postfix",
     "labelled_reward",
     "sampling_params",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -322,19 +323,7 @@ class StepBook:
         prior: dict[str, Any] | None = None,
     ) -> None:
         self.ctx, self.ns, self.epochs = ctx, ns, epochs_per_batch
-        # a continued phase (``prior``: its ``state()`` when it ended) keeps its first steps' lines
-        kept = (
-            []
-            if prior is None or rollouts_file is None or not rollouts_file.is_file()
-            else [
-                line
-                for line in rollouts_file.read_text(encoding="utf-8").splitlines(keepends=True)
-                if line.strip() and json.loads(line)["step"] < prior["steps"]
-            ]
-        )
-        self.fh = open(rollouts_file, "w", encoding="utf-8") if rollouts_file is not None else None  # noqa: SIM115
-        if self.fh is not None:
-            self.fh.writelines(kept)
+        self.fh = None if rollouts_file is None else _reopen(rollouts_file, prior)
         p = prior or {}
         self.seen: list[float] = list(p.get("seen", []))
         self.records: list[dict[str, Any]] = list(p.get("records", []))
@@ -356,6 +345,14 @@ class StepBook:
             "zero_groups": self.zero_groups,
             "compute": compute,
         }
+
+    def flush(self) -> int | None:
+        """The rollouts file on disk as far as it is written; its length (None without one)."""
+        if self.fh is None:
+            return None
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        return os.fstat(self.fh.fileno()).st_size
 
     def __enter__(self) -> StepBook:
         return self
@@ -421,6 +418,28 @@ class StepBook:
             self.updates,
             round(self.zero_groups / self.groups, 4) if self.groups else None,
         )
+
+
+def _reopen(path: Path, prior: dict[str, Any] | None) -> Any:
+    """A phase's rollouts file opened for its steps: new, or with the lines of the steps a
+    continued phase (``prior``: its ``StepBook.state`` when it ended) or a mid-phase save
+    (``prior["rollouts_bytes"]``) already has."""
+    if prior is None or not path.is_file():
+        return open(path, "w", encoding="utf-8")  # noqa: SIM115
+    if "rollouts_bytes" in prior:
+        # the saved steps' lines are the file's first bytes: cut in place (a kill before the cut
+        # leaves them to cut again), then the steps after the save are appended
+        with open(path, "r+b") as f:
+            f.truncate(int(prior["rollouts_bytes"]))
+        return open(path, "a", encoding="utf-8")  # noqa: SIM115
+    kept = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
+        if line.strip() and json.loads(line)["step"] < prior["steps"]
+    ]
+    fh = open(path, "w", encoding="utf-8")  # noqa: SIM115
+    fh.writelines(kept)
+    return fh
 
 
 def zero_variance_groups(rewards: Sequence[Sequence[float]]) -> int:

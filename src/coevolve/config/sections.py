@@ -328,6 +328,14 @@ class RunSection(Strict):
     save_rollouts: bool = Field(True, description="Save every rollout batch (prompts, completions, rewards) for audit.")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch default).")
     keep_checkpoints: int = Field(2, ge=1, description="How many phase-boundary checkpoints of each model to keep.")
+    save_every: int = Field(
+        0,
+        ge=0,
+        description="Mid-phase saves (ours; TRL's save_steps, verl's save_freq): every this many GRPO steps of a "
+        "phase trained by backend=local, the learner (weights, optimiser state), the step's book and the random "
+        "states are saved, and a resumed run continues from the last save with the result of a run never "
+        "interrupted. 0 = only the phase-boundary checkpoints.",
+    )
     grader_timeout: float = Field(5.0, gt=0, description="Hard wall-clock timeout (s) of one equivalence check.")
     trackers: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(
         default_factory=lambda: ["jsonl"],

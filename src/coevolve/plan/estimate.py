@@ -25,7 +25,14 @@ from coevolve.plan.memory import (
 )
 from coevolve.plan.placement import make_layout
 from coevolve.plan.shapes import ModelShape, load_model_shape
-from coevolve.plan.timing import COMPLETION_FILL, gen_seconds, train_seconds
+from coevolve.plan.timing import (
+    COMPLETION_FILL,
+    SAVE_WRITE_GBPS,
+    gen_seconds,
+    mid_save_count,
+    save_bytes,
+    train_seconds,
+)
 from coevolve.plan.work import Gen, PhaseWork, phases, trainable_roles
 from coevolve.recipes.declare import FROZEN_DIAGNOSER, FROZEN_SOLVER
 from coevolve.rl.learner import LearnerConfig
@@ -202,13 +209,34 @@ def _single_gpu_plan(
         vllm_share=derived,
     )
     plan.problems, plan.notes = plan_problems(plan, cfg, z.lcfg, engine, max_batch_tokens)
-    plan.notes += hf_notes
+    plan.notes += hf_notes + save_notes(cfg, works, shape, z.b)
     if derived is not None:
         plan.notes.append(
             f"engine.gpu_memory_utilization unset: {derived:g}, the largest share that fits beside the "
             "largest resident of a sampling phase (a run on this GPU starts its engine with it)"
         )
     return plan, z, works
+
+
+def save_notes(cfg: Any, works: list[PhaseWork], shape: ModelShape, b: int) -> list[str]:
+    """The cost of ``run.save_every``'s mid-phase saves: how many, the bytes of one (``save_bytes``)
+    and the write time at ``SAVE_WRITE_GBPS``, for the GRPO phases the local backend trains."""
+    every = int(getattr(getattr(cfg, "run", None), "save_every", 0) or 0)
+    if not every or getattr(getattr(cfg, "backend", None), "kind", "local") != "local":
+        return []
+    size = save_bytes(shape, cfg.learner, b)
+    counts = {w.name: w.times * mid_save_count(w.train.steps, every) for w in works if w.train is not None}
+    n = sum(counts.values())
+    seconds = n * size / (SAVE_WRITE_GBPS.value * 1e9)
+    each = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+    mb = lambda x: f"{x / GiB:.2f} GiB" if x >= GiB / 4 else f"{x / 1e6:.1f} MB"  # noqa: E731
+    rate = SAVE_WRITE_GBPS
+    return [
+        f"run.save_every={every}: {n} mid-phase saves ({each or 'no phase has more steps than that'}) of "
+        f"{mb(size)} each (weights, fp32 masters, AdamW state), {size / (rate.value * 1e9):.1f} s each and "
+        f"{seconds:.0f} s in all at {rate.value:g} GB/s ({'measured' if rate.measured else 'assumed'}); the disk "
+        "holds at most two at a time (the last and the one being written)"
+    ]
 
 
 VLLM_SHARE_STEP = 0.01

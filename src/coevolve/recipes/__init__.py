@@ -64,7 +64,13 @@ def open_run(
         for line in check_config_print(cfg, run, force, extended=extend is not None):
             say(line)
         r = cfg.run
-        run.bind(seed=r.seed, keep_checkpoints=r.keep_checkpoints, say=say, resume_only=(OPTIM_FILE,))
+        run.bind(
+            seed=r.seed,
+            keep_checkpoints=r.keep_checkpoints,
+            say=say,
+            resume_only=(OPTIM_FILE,),
+            save_every=r.save_every,
+        )
         run.metrics.attach(
             make_trackers(
                 r.trackers,

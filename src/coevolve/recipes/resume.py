@@ -16,6 +16,7 @@ from coevolve.recipes.registry import recipe_of
 from coevolve.rl.learner import OPTIM_FILE
 from coevolve.run import CONFIG_FILE, CONTINUED_KEY, Phase
 from coevolve.run.files import atomic_write_text
+from coevolve.run.state import MID_SAVE_KEY
 
 PHASE_LIST_KEY = "phase_list"
 """state.json's list of the phase keys the recipe goes through (runs made before it was named so
@@ -33,6 +34,7 @@ SAFE_ON_RESUME = (
     "run.preflight",
     "run.name",
     "run.root",
+    "run.save_every",
 )
 """Config fields a resume may change: they decide how a run is shown or paced, not its results
 (the ``EXTENDABLE`` fields change too when a resume extends the run)."""
@@ -176,7 +178,8 @@ def extend_run(cfg: RecipeConfig, run: Any, config_yaml: str, force: bool = Fals
       reached, and the phases done after it (they only measured its result) run again; refused
       when a later phase trained on it (a run made at once would differ from there on), when it
       saved no book (``backend=verl``) or its checkpoint has no optimiser state;
-    - the final stage's phases (they measure the last round): they run again at the end.
+    - the final stage's phases (they measure the last round): they run again at the end;
+    - a mid-phase save (``run.save_every``) when phases are dropped: its phase comes after them.
 
     Dropped phases leave with their rows at the end of metrics.jsonl; the run's config and phase
     list become the extended run's. Refused, like a changed recipe (``check_phase_list``), unless
@@ -191,6 +194,8 @@ def extend_run(cfg: RecipeConfig, run: Any, config_yaml: str, force: bool = Fals
     final = [r.key for r in records if r.stage == "final" and r.key not in again]
     data = copy.deepcopy(run.state.data)
     rows = _cut_metrics(run, cont, data, again + final) if again or final else []
+    if again or final:  # the unfinished phase a mid-phase save is for runs after them: it starts again
+        data.pop(MID_SAVE_KEY, None)
     if cont is not None:
         data[CONTINUED_KEY] = {cont.key: _continued_entry(run, cont, rows)}
     atomic_write_text(run.path / CONFIG_FILE, config_yaml)

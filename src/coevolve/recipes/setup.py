@@ -97,7 +97,7 @@ class Setup:
     def metered(self, sampler: Sampler) -> Sampler:
         """``sampler`` counting its completions into the running phase's compute
         (``coevolve.run.compute``); every sampler a recipe draws from goes through here."""
-        return MeteredSampler(sampler, self.run.meter)
+        return MeteredSampler(sampler, self.run.meter, self.run.journal)
 
     def save(self, role: Role, tag: str) -> dict[str, Path]:
         """Checkpoint ``role`` (a loadable model folder plus the world it was trained in); the
@@ -129,7 +129,10 @@ class Setup:
         return {role.name: path}
 
     def train(self, role: Role, req: TrainRequest, ctx: PhaseContext) -> TrainResult:
-        """A GRPO phase of ``role`` on the configured backend (``training.make_trainer``)."""
+        """A GRPO phase of ``role`` on the configured backend (``training.make_trainer``). Its
+        calls are not journaled (``run.journal``: they would not replay once the weights move);
+        the local loop saves its learner instead (``run.save_every``)."""
+        self.run.journal.stop()
         return self.trainer.train(role, req, ctx)
 
     def writer_scoring(

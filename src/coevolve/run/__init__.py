@@ -15,6 +15,8 @@ the artefact files (``files``); ``Run`` binds them with the master seed and the 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import random
 import shutil
 import time
@@ -24,14 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.errors import RunStateError
+from coevolve.faults import fault_point
 from coevolve.jsonl import read_jsonl
 from coevolve.run.children import check_children
 from coevolve.run.compute import Compute, ComputeMeter, cumulative, cut_off_warning
 from coevolve.run.digests import folder_digests, verify_digests
 from coevolve.run.files import TMP_SUFFIX, atomic_write_json, atomic_write_jsonl, atomic_write_text
+from coevolve.run.journal import CallJournal
 from coevolve.run.lock import LOCK_FILE, check_run_dir
 from coevolve.run.metrics import MetricsLog
-from coevolve.run.state import CONTINUED_KEY, PhaseRecord, PhaseState
+from coevolve.run.rng import random_states, set_random_states
+from coevolve.run.state import CONTINUED_KEY, MID_SAVE_KEY, PhaseRecord, PhaseState
 
 STATE_FILE = "state.json"
 METRICS_FILE = "metrics.jsonl"
@@ -39,6 +44,10 @@ CONFIG_FILE = "config.yaml"
 SUMMARY_FILE = "summary.json"
 LOG_FILE = "run.log"
 """Every line the run says (phases, notes, warnings), appended by each start and resume."""
+SAVES_DIR = "saves"
+"""The run folder's mid-phase saves (``run.save_every``): ``<phase key>_<number>/`` with the
+phase's ``saved.json`` and what its writer put beside it (``Run.mid_save``)."""
+SAVED_FILE = "saved.json"
 Say = Callable[[str], None]
 
 
@@ -121,6 +130,17 @@ class PhaseContext:
     compute: ComputeMeter = field(default_factory=ComputeMeter)
     prior: dict[str, Any] | None = None
     run_dir: Path | None = None  # the run folder (its ``children.json`` lists the phase's child processes)
+    saved: dict[str, Any] | None = None
+    """The phase's last mid-phase save when the phase resumes from one (what its writer returned,
+    with ``dir``: the save's folder), else None."""
+    saver: Callable[[Callable[[Path], dict[str, Any]]], None] | None = None
+
+    def mid_save(self, write: Callable[[Path], dict[str, Any]]) -> None:
+        """A mid-phase save: ``write(folder)`` fills a fresh folder and returns what the phase
+        needs to go on (JSON); it becomes the phase's resume point (``ctx.saved`` of a resumed run)
+        in one atomic step. A no-op outside a run (a bare context)."""
+        if self.saver is not None:
+            self.saver(write)
 
     def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
         """One metrics line tagged with this phase's round and name (and ``step``)."""
@@ -147,6 +167,8 @@ class Run:
         self.budget_fields: dict[str, str] = {}
         # the run's grader counters (``GraderStats.decided``): each phase logs what it added
         self.grader_counts: Callable[[], dict[str, int]] = dict
+        self.save_every = 0  # run.save_every (``bind``)
+        self.journal = CallJournal()  # the running phase's sampler calls (``run.journal``)
 
     @classmethod
     def create(cls, path: Path, config_yaml: str, recipe: str, **kw: Any) -> Run:
@@ -175,7 +197,9 @@ class Run:
             raise RunStateError(f"{path} is not a coevolve run folder (no {STATE_FILE} / {CONFIG_FILE})")
         check_children(path)  # a trainer a killed driver started must not write beside this one
         run = cls(path, PhaseState.load(path / STATE_FILE), **kw)
-        run.metrics.truncate(int(run.state.data.get("metrics_bytes", 0)))
+        # a phase that resumes from its mid-phase save keeps the rows it had logged by then
+        mid = run.state.data.get(MID_SAVE_KEY) or run.state.data
+        run.metrics.truncate(int(mid.get("metrics_bytes", 0)))
         if dropped := run.metrics.cut_torn_line():
             say(f"[warn] {run.metrics.path}: cut an unfinished last line ({dropped} bytes) a killed writer left")
         for tmp in list(path.rglob(f".*{TMP_SUFFIX}")):  # what a killed writer left half-written (files.py,
@@ -186,10 +210,19 @@ class Run:
         verify_digests(path.resolve(), run.state.data)
         return run
 
-    def bind(self, *, seed: int, keep_checkpoints: int, say: Say = say, resume_only: tuple[str, ...] = ()) -> Run:
-        """Bind the run's master seed, checkpoint budget, printer and the checkpoint files only a
-        role's newest checkpoint keeps (from its config; ``recipes.open_run``)."""
+    def bind(
+        self,
+        *,
+        seed: int,
+        keep_checkpoints: int,
+        say: Say = say,
+        resume_only: tuple[str, ...] = (),
+        save_every: int = 0,
+    ) -> Run:
+        """Bind the run's master seed, checkpoint budget, printer, the checkpoint files only a
+        role's newest checkpoint keeps and ``run.save_every`` (from its config; ``recipes.open_run``)."""
         self.seed, self.keep_checkpoints, self.resume_only = seed, keep_checkpoints, resume_only
+        self.save_every = save_every
         log = self.path / LOG_FILE
 
         def say_and_log(msg: str) -> None:
@@ -218,8 +251,26 @@ class Run:
         seed_everything(seed)
         # a phase continued with more steps: its record and book as it had finished with fewer
         prior = self.state.data.get(CONTINUED_KEY, {}).get(phase.key)
-        self.say(f"[phase] {phase.key}" + (" (continued)" if prior else ""))
+        mid = self.state.data.get(MID_SAVE_KEY)
+        mid = mid if mid is not None and mid["key"] == phase.key else None
+        saved = None
+        if mid is not None:  # resumed from its last mid-phase save: what it had counted by then
+            folder = self.path / mid["dir"]
+            try:
+                saved = {**json.loads((folder / SAVED_FILE).read_text(encoding="utf-8")), "dir": folder}
+                saved["chain"] = [self.path / rel for rel in mid.get("chain", [mid["dir"]])]
+            except (OSError, ValueError) as e:
+                raise RunStateError(
+                    f"{folder}: the mid-phase save {phase.key} resumes from cannot be read ({e}); remove "
+                    f"'{MID_SAVE_KEY}' from {self.state.path} to run the phase again from its start"
+                ) from None
+            prior = {**(prior or {}), "record": {"seconds": mid["seconds"]}, "grader": mid["grader"]}
+        self.say(
+            f"[phase] {phase.key}"
+            + (f" (from its mid-phase save {mid['number']})" if mid else " (continued)" if prior else "")
+        )
         self.meter.reset()
+        counts0, t0 = self.grader_counts(), time.perf_counter()
         ctx = PhaseContext(
             phase,
             seed,
@@ -227,12 +278,19 @@ class Run:
             self.metrics,
             self.say,
             self.meter,
-            prior=prior["book"] if prior else None,
+            prior=prior.get("book") if prior else None,
             run_dir=self.path,
+            saved=saved,
+            saver=lambda write: self.mid_save(phase, write, counts0, t0, prior),
         )
         ctx.dir.mkdir(parents=True, exist_ok=True)
-        counts0, t0 = self.grader_counts(), time.perf_counter()
-        res = fn(ctx)
+        self.journal.start(
+            self.save_every, lambda write: self.mid_save(phase, write, counts0, t0, prior, rerun=True), saved, self.say
+        )
+        try:
+            res = fn(ctx)
+        finally:
+            self.journal.stop()
         seconds = time.perf_counter() - t0 + (prior["record"]["seconds"] if prior else 0.0)
         rec = PhaseRecord(
             phase.key,
@@ -256,6 +314,66 @@ class Run:
             self.say(f"[problem] {phase.key}: {res.problem}")
         self._record(rec, res, ctx.dir)
         return rec
+
+    def mid_save(
+        self,
+        phase: Phase,
+        write: Callable[[Path], dict[str, Any]],
+        counts0: dict[str, int],
+        t0: float,
+        prior: dict[str, Any] | None,
+        rerun: bool = False,
+    ) -> None:
+        """Save the running ``phase`` mid-way: ``write(folder)`` fills a staging folder and returns
+        its JSON (``saved.json``); the folder is renamed into ``saves/`` and then named in
+        state.json (``MID_SAVE_KEY``) with the metrics log's length, the phase's grader counters
+        and seconds so far; the save before it is deleted last. A kill at any moment leaves the
+        last save or this one as the resume point, whole (a staging folder is removed by
+        ``Run.open``, an unnamed folder by the next save or the phase's end).
+
+        ``rerun``: a save of what the phase's calls returned (``run.journal``): the resumed phase
+        runs again from its start, so the log is cut to where the phase began and its grader
+        counters start from nothing; the phase's earlier saves stay (``chain``: each holds the
+        calls after the one before)."""
+        last = self.state.data.get(MID_SAVE_KEY)
+        last = last if last is not None and last["key"] == phase.key else None
+        number = last["number"] + 1 if last is not None else 1
+        rel = f"{SAVES_DIR}/{_save_stem(phase)}{number:06d}"
+        final = self.path / rel
+        staging = final.with_name(f".{final.name}{TMP_SUFFIX}")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        try:
+            atomic_write_json(staging / SAVED_FILE, write(staging))
+        except BaseException:  # a full disk: nothing half-written stays
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        fault_point("save")
+        shutil.rmtree(final, ignore_errors=True)  # the same number left unnamed by a killed save
+        os.replace(staging, final)
+        seconds = time.perf_counter() - t0 + (prior["record"]["seconds"] if prior else 0.0)
+        entry: dict[str, Any] = {"key": phase.key, "dir": rel, "number": number, "seconds": seconds}
+        if rerun:
+            chain = [*(last.get("chain", []) if last is not None else []), rel]
+            entry.update(
+                metrics_bytes=int(self.state.data.get("metrics_bytes", 0)),
+                grader=dict((prior or {}).get("grader") or {}),
+                chain=chain,
+            )
+        else:
+            chain = [rel]
+            entry.update(
+                metrics_bytes=self.metrics.size(),
+                grader=grader_metrics(phase.name, counts0, self.grader_counts(), (prior or {}).get("grader")),
+            )
+        self.state.save({**self.state.data, MID_SAVE_KEY: entry})
+        self._drop_saves(phase, keep=chain)
+
+    def _drop_saves(self, phase: Phase, keep: list[str] = []) -> None:  # noqa: B006 (read only)
+        """Delete ``phase``'s mid-phase save folders but those in ``keep`` (relative)."""
+        for old in (self.path / SAVES_DIR).glob(f"{_save_stem(phase)}[0-9]*"):
+            if old.is_dir() and str(old.relative_to(self.path)) not in keep:
+                shutil.rmtree(old, ignore_errors=True)
 
     def _end_figures(self, rec: PhaseRecord, counts0: Any, prior: dict[str, Any] | None) -> dict[str, Any]:
         """The metrics row of a phase's end: its time and rollouts, the share of its completions
@@ -283,6 +401,7 @@ class Run:
         pins = {role: str(Path(p).resolve().relative_to(root)) for role, p in res.pins.items()}
         for rel in self.state.finish(rec, ckpts, self.keep_checkpoints, self.metrics.size(), pins):
             shutil.rmtree(self.path / rel, ignore_errors=True)
+        self._drop_saves(Phase(rec.name, rec.round, rec.stage))  # one a kill left unnamed too
         self.metrics.flush()  # live trackers hold the phase's rows before the next phase starts
         for role in ckpts:  # older checkpoints stay loadable models; only a resume needs optimiser state
             for rel in self.state.data["checkpoint_history"].get(role, [])[:-1]:
@@ -308,6 +427,11 @@ class Run:
 
     def read_jsonl(self, rel: str | Path) -> list[dict[str, Any]]:
         return read_jsonl(self.path / rel)
+
+
+def _save_stem(phase: Phase) -> str:
+    """The name a phase's mid-phase save folders start with (``01_solver_``)."""
+    return phase.key.replace("/", "_") + "_"
 
 
 def grader_metrics(
@@ -397,7 +521,9 @@ __all__ = [
     "derive_seed",
     "eval_folder",
     "eval_items",
+    "random_states",
     "read_recipe",
     "say",
     "seed_everything",
+    "set_random_states",
 ]

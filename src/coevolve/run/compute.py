@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from coevolve.faults import fault_point
 from coevolve.types import Completion, SamplingParams
 
 COUNTERS = ("rollouts", "generated_tokens", "trained_tokens", "labels")
@@ -97,16 +98,27 @@ class ComputeMeter:
 
 
 class MeteredSampler:
-    """A sampler that reports every completion it returns to a ``ComputeMeter``; everything else
-    (``tokenizer``, ``sync_weights``, engine internals) is the inner sampler's."""
+    """A sampler that reports every completion it returns to a ``ComputeMeter`` (and passes its
+    calls through the run's ``CallJournal`` when given); everything else (``tokenizer``,
+    ``sync_weights``, engine internals) is the inner sampler's."""
 
-    def __init__(self, inner: Any, meter: ComputeMeter) -> None:
-        self.inner, self.meter = inner, meter
+    def __init__(self, inner: Any, meter: ComputeMeter, journal: Any = None) -> None:
+        self.inner, self.meter, self.journal = inner, meter, journal
 
     def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
-        comps = self.inner.sample(prompts, n, params)
+        # through the running phase's journal (``run.journal``): recorded for its mid-phase saves,
+        # or answered from them on resume; counted either way, as the calls they stand for
+        comps = (
+            self._live(prompts, n, params)
+            if self.journal is None
+            else self.journal.call(self._live, prompts, n, params)
+        )
         self.meter.sampled(comps)
         return comps
+
+    def _live(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        fault_point("sample")
+        return self.inner.sample(prompts, n, params)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -23,12 +23,20 @@ CONTINUED_KEY = "continued"
 """state.json's phases to be continued with more steps: phase key -> its ``record`` and its
 ``book`` (``training.StepBook.state``) as it finished with fewer; kept here, not read from the
 phase folder, so a continuation killed at any moment starts again from the same point."""
+MID_SAVE_KEY = "mid_phase_save"
+"""state.json's last mid-phase save (``run.save_every``) of the running phase: its ``key``, its
+folder ``dir`` (relative), its ``number``, and what the run had at that moment: ``metrics_bytes``
+(the log is cut back to it on resume), ``grader`` (the phase's grader counters so far) and
+``seconds``; a question loop's saves also list their ``chain`` of folders (``run.journal``).
+Named here only once the folder is complete; gone when the phase is done."""
 
 
 def check_paths(path: Path, data: dict[str, Any]) -> None:
     """Every checkpoint path in state.json must be relative and stay inside the run folder:
     stale ones are deleted, so ``../x`` or ``/x`` would delete a folder outside the run."""
     found = [*data.get("checkpoints", {}).values(), *data.get("pinned", {}).values()]
+    if MID_SAVE_KEY in data:
+        found += [data[MID_SAVE_KEY].get("dir"), *data[MID_SAVE_KEY].get("chain", [])]
     for hist in data.get("checkpoint_history", {}).values():
         found += hist
     for rel in found:
@@ -124,7 +132,8 @@ class PhaseState:
         pins: dict[str, str] | None = None,
     ) -> list[str]:
         """Record a finished phase and move the roles' resume points in one atomic write;
-        return checkpoint folders (relative) that fell out of the last ``keep`` per role.
+        return checkpoint folders (relative) that fell out of the last ``keep`` per role, and the
+        phase's mid-phase save.
         ``pins``: a checkpoint per role kept beyond ``keep`` (the round ``run.select`` picks so
         far), replacing the role's earlier pin, which then falls out like any other."""
         data = copy.deepcopy(self.data)
@@ -134,6 +143,9 @@ class PhaseState:
             if not data[CONTINUED_KEY]:
                 del data[CONTINUED_KEY]
         data["metrics_bytes"] = metrics_bytes
+        mid = data.get(MID_SAVE_KEY)
+        if mid is not None and mid["key"] == rec.key:  # the phase's mid-phase save is no resume point now
+            del data[MID_SAVE_KEY]
         pinned = data.setdefault("pinned", {}) if pins else data.get("pinned", {})
         pinned.update(pins or {})
         stale = []
@@ -147,6 +159,7 @@ class PhaseState:
                 hist.remove(h)
                 stale.append(h)
         self.save(data)
+        stale += mid.get("chain", [mid["dir"]]) if mid is not None and mid["key"] == rec.key else []
         return [s for s in stale if s not in self.data["checkpoints"].values()]
 
     def checkpoint(self, role: str) -> str | None:
