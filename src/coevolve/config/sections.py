@@ -332,8 +332,9 @@ class RunSection(Strict):
         0,
         ge=0,
         description="Mid-phase saves (ours; TRL's save_steps, verl's save_freq): every this many GRPO steps of a "
-        "phase trained by backend=local, the learner (weights, optimiser state), the step's book and the random "
-        "states are saved, and a resumed run continues from the last save with the result of a run never "
+        "phase trained by backend=local (the learner, the phase's book, the random states), and every this many "
+        "questions sampled by a phase that does not train (difficulty, buffer, evaluation ...: its sampler calls, "
+        "replayed on resume); a resumed run goes on from the last save with the result of a run never "
         "interrupted. 0 = only the phase-boundary checkpoints.",
     )
     grader_timeout: float = Field(5.0, gt=0, description="Hard wall-clock timeout (s) of one equivalence check.")
