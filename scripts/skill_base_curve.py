@@ -1,6 +1,7 @@
 """Pretrain one long skill-world base and save a checkpoint every --every steps, then (or with
---measure-only) measure each checkpoint's profile: the numbers behind the skill base's step
-count (docs/results/skill_world.md). A K-step checkpoint is the K-step base the cache builds
+--measure-only) measure each checkpoint's profile and premise gate (written into its
+skill_build.json, so a run can use the checkpoint as model.path): the numbers behind the skill
+base's step count (docs/results/skill_world.md). A K-step checkpoint is the K-step base the cache builds
 (one learning-rate schedule for every length: coevolve.world.skill.pretrain.lr_factor).
 
     PYTHONPATH=src python scripts/skill_base_curve.py --out /tmp/skillcurve --steps 3000 --every 300
@@ -21,6 +22,7 @@ sys.path.insert(0, str(ROOT / "src"))
 def main(argv: list[str] | None = None) -> int:
     import torch
 
+    from coevolve.world.skill.gate import failed_figures, premise_gate
     from coevolve.world.skill.pretrain import BUILD_FILE, build_skill_base, measure
     from coevolve.world.skill.problems import DEFICITS
     from coevolve.world.toy.tokenizer import build_tokenizer
@@ -71,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         model = AutoModelForCausalLM.from_pretrained(d).eval()
         fig = measure(model, tok, DEFICITS, per_stratum=a.per_stratum, samples=a.samples, seed=a.seed)
         f.write_text(json.dumps(fig, indent=1))
+        # the checkpoint's figures and premise gate in its build file: a run's preflight judges it (data.skill.gate)
+        gate = premise_gate(fig, DEFICITS)
+        info = json.loads((d / BUILD_FILE).read_text())
+        (d / BUILD_FILE).write_text(json.dumps({**info, "figures": fig, "premise_gate": gate}, indent=1))
+        print(d.name, "premise gate:", "passed" if gate and gate["passed"] else failed_figures(gate) if gate else "-")
         acc = fig["accuracy"]
         print(
             d.name,

@@ -2,7 +2,8 @@
 with the field to change named (paths that do not exist, data that cannot give questions, a chat
 template that is not there, a device or a verl that is not here, an engine that is not installed,
 answer budgets that cut answers before their final answer, labelled data missing, a model that
-does not fit the device: ``coevolve.plan``); a frozen model the run's vLLM engine cannot serve is
+does not fit the device: ``coevolve.plan``, a skill base that fails its premise gate:
+``data.skill.gate``); a frozen model the run's vLLM engine cannot serve is
 named, with how it will run instead (``engine.servable``)."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from coevolve.recipes.registry import recipe_of
 from coevolve.reward_function import check_function
 from coevolve.rl.learner import OPTIM_FILE, STATE_JSON
 from coevolve.schema import WriterReward
-from coevolve.world import read_checkpoint_meta
+from coevolve.world import base_model_path, read_checkpoint_meta
 from coevolve.world.facts import WORLDS, world_of_config
 
 
@@ -37,6 +38,7 @@ def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str
     check_extras(cfg)  # first: before a built-in model is built or anything is loaded
     check_diagnoser(cfg)
     check_model_paths(cfg, say)
+    check_skill_gate(cfg, say)
     check_inputs(cfg, check_data(cfg))
     check_engine(cfg.engine)
     for field, path, differs in unservable_frozen(cfg):
@@ -110,6 +112,29 @@ def check_model_paths(cfg: RecipeConfig, say: Callable[[str], None]) -> None:
             )
         if not (Path(p) / "config.json").is_file():
             raise ModelLoadError(f"{where}: {p} is not a Hugging Face model folder (no config.json)")
+
+
+def check_skill_gate(cfg: RecipeConfig, say: Callable[[str], None]) -> None:
+    """A skill-world run's base passes its premise gate (``coevolve.world.skill.gate``;
+    ``data.skill.gate``): the built-in skill base (built here when not cached, as the run would
+    build it, so that a refused run leaves nothing behind) or ``model.path`` when it is a skill base
+    folder (``skill_build.json``). A checkpoint of a skill run is not re-gated: its base was."""
+    sk = cfg.data.skill
+    if cfg.data.source != "skill" or sk.gate == "ignore":
+        return
+    import json
+
+    from coevolve.world.skill.gate import check_base_gate
+    from coevolve.world.skill.pretrain import BUILD_FILE  # lazy: pulls transformers, torch
+    from coevolve.world.skill.problems import DeficitProfile
+
+    base = Path(cfg.model.path) if cfg.model.path else base_model_path(cfg.model, say, cfg.data)
+    f = base / BUILD_FILE
+    if not f.is_file():
+        return
+    info = json.loads(f.read_text(encoding="utf-8"))
+    profile = DeficitProfile.of(info.get("profile") or sk.deficits)  # the rates the base was built with
+    check_base_gate(base, info, profile, sk.gate_thresholds, sk.gate, say)
 
 
 def absent_general_benches(cfg: RecipeConfig) -> list[str]:

@@ -26,10 +26,12 @@ def cut_off_shares(recs: list[PhaseRecord]) -> dict[str, float]:
     return out
 
 
-def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_summary(run: Run, extra: dict[str, Any] | None = None, gate: Any = None) -> dict[str, Any]:
     """``summary.json`` from the phase records: ``ok`` / ``problems`` (phases that should have
     trained and did not), evaluations (base, per round, final), one row of scalar figures per
-    round, the figures of the final stage, total wall time."""
+    round, the figures of the final stage, total wall time. ``gate`` (a skill-world run's
+    ``data.skill.gate_thresholds``) adds the premise gate's second half, judged on round 1's
+    kept-label accuracy, as ``skill_world.premise_gate_round1``."""
     recs = run.state.records()
     evals: dict[str, Any] = {"rounds": {}}
     by_round: dict[int, dict[str, Any]] = {}
@@ -53,6 +55,12 @@ def write_summary(run: Run, extra: dict[str, Any] | None = None) -> dict[str, An
     problems = [{"phase": r.key, "problem": r.problem} for r in recs if r.problem]
     rows = [by_round[t] for t in sorted(by_round)]
     premise = premise_rows(rows)
+    if gate is not None:
+        from coevolve.world.skill.gate import round_one_check
+
+        first = next((r["kept_label_accuracy"] for r in premise if r["round"] == 1), None)
+        extra = {**(extra or {})}
+        extra["skill_world"] = {**(extra.get("skill_world") or {}), "premise_gate_round1": round_one_check(first, gate)}
     summary = {
         "recipe": run.state.recipe,
         "ok": not problems,
@@ -90,7 +98,9 @@ def finish(
     if sel is not None:
         s.run.say(f"[select] round {sel['round']}: {sel['why']}")
     summary = write_summary(
-        s.run, {**(extra or {}), **s.world.run_summary(s.run.path), **({"selection": sel} if sel is not None else {})}
+        s.run,
+        {**(extra or {}), **s.world.run_summary(s.run.path), **({"selection": sel} if sel is not None else {})},
+        gate=s.cfg.data.skill.gate_thresholds if s.world.name == "skill" else None,
     )
     for warning in summary["warnings"]:
         s.run.say(f"warning: {warning}")

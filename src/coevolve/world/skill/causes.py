@@ -253,30 +253,38 @@ def explain_divergence(question: str, bad: str, good: str) -> Divergence | None:
     return None
 
 
-def trace_bug_steps(question: str, completion: str) -> list[tuple[str, bool]]:
-    """For a completion that follows the correct trace up to each step: ``(skill, bug taken)`` of
-    every step whose inputs are right and that exercises its skill's bug (the measured bug rate of
-    a model: taken / exercised). Stops at the first step that leaves the correct trace otherwise."""
+def trace_step_outcomes(question: str, completion: str) -> list[tuple[str, bool, str]]:
+    """``(skill, exercised, outcome)`` of every step of ``question`` that a completion reaches on
+    the correct trace (its inputs right), up to its first wrong step: ``outcome`` is ``right``,
+    ``bug`` (the skill's bug on a step that exercises it), ``slip`` (any other wrong result) or
+    ``other`` (the step unreadable, another operation or input, or missing: the trace stopped)."""
     c = parse_chain(question)
     if c is None:
         return []
     p = make_problem(question_text(*c))
     steps, _ = parse_trace(completion)
     out = []
-    for i, s in enumerate(steps[: len(p.steps)]):
-        ref = p.steps[i]
+    for i, ref in enumerate(p.steps):
         prim = PRIMITIVES[ref.skill]
-        got = parse_step(s)
+        ex = prim.exercises(ref.value, ref.operand)
+        got = parse_step(steps[i]) if i < len(steps) else None
         if got is None or got[:3] != (ref.skill, ref.value, ref.operand):
+            out.append((ref.skill, ex, "other"))
             break
-        if prim.exercises(ref.value, ref.operand):
-            bug = got[3] == prim.apply(ref.value, ref.operand, buggy=True)
-            out.append((ref.skill, bug))
-            if bug:
-                break  # later steps start from the buggy value
-        if got[3] != ref.result:
-            break
+        if got[3] == ref.result:
+            out.append((ref.skill, ex, "right"))
+            continue
+        bug = ex and got[3] == prim.apply(ref.value, ref.operand, buggy=True)
+        out.append((ref.skill, ex, "bug" if bug else "slip"))
+        break  # later steps start from a wrong value
     return out
+
+
+def trace_bug_steps(question: str, completion: str) -> list[tuple[str, bool]]:
+    """For a completion that follows the correct trace up to each step: ``(skill, bug taken)`` of
+    every step whose inputs are right and that exercises its skill's bug (the measured bug rate of
+    a model: taken / exercised). Stops at the first step that leaves the correct trace otherwise."""
+    return [(sk, o == "bug") for sk, ex, o in trace_step_outcomes(question, completion) if ex and o != "other"]
 
 
 __all__ = [
@@ -292,5 +300,6 @@ __all__ = [
     "problem_for_causes",
     "shows_cause",
     "trace_bug_steps",
+    "trace_step_outcomes",
     "UNARY",
 ]

@@ -20,6 +20,52 @@ SKILL_NAMES = (
 )  # coevolve.world.skill.problems.SKILLS (no torch import here)
 
 
+class GateThresholds(Strict):
+    """The premise gate of a skill base (``coevolve.world.skill.gate``): what a base must measure
+    for the self-evolving methods' premise to hold in this world (a majority vote right clearly more
+    often than not on the soft deficits, deficits that are the injected ones). Defaults: the 2026-12-02
+    science review of the skill study, section 4."""
+
+    soft_greedy_min: float = Field(
+        0.85,
+        ge=0.0,
+        le=1.0,
+        description="Greedy accuracy on the soft-deficit stratum at least this (a solver with the injected "
+        "rates has the right mode on ~96 % of those items; a base at 0.55 has a coin-flip majority there).",
+    )
+    soft_sampled_min: float = Field(
+        0.6, ge=0.0, le=1.0, description="Sampled accuracy on the soft stratum at least this."
+    )
+    soft_sampled_max: float = Field(
+        0.7,
+        ge=0.0,
+        le=1.0,
+        description="... and at most this (above it the soft deficits are too rare to practise on).",
+    )
+    bug_rate_tolerance: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Each deficient skill's measured bug rate (taken / exercised steps, sampled traces) within "
+        "this of its injected rate.",
+    )
+    nonbug_error_max: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Each deficient skill's steps (reached on the correct trace) that go wrong otherwise than by "
+        "the injected bug: at most this share (such errors are deficits the ground truth does not name).",
+    )
+    kept_label_min: float = Field(
+        0.70,
+        ge=0.0,
+        le=1.0,
+        description="The gate's second half, measured by a run's first round rather than by the build: round-1 "
+        "kept pseudo-labels right against the oracle at least this often (D²Evo's buffer, DiagEvo's dual filter; "
+        "summary.json skill_world.premise_gate_round1).",
+    )
+
+
 class SkillWorldConfig(Strict):
     deficits: dict[str, float] = Field(
         default_factory=lambda: {"sub": 0.35, "mul": 0.35, "div": 0.7},
@@ -34,6 +80,18 @@ class SkillWorldConfig(Strict):
         "coevolve.world.skill.pretrain.lr_factor; the step count is chosen in docs/results/skill_world.md).",
     )
     base_seed: int = Field(0, description="Seed of the skill base's pretraining.")
+    gate: Literal["refuse", "warn", "ignore"] = Field(
+        "warn",
+        description="What the preflight does with a skill base (the built-in one, or model.path with a "
+        "skill_build.json) that fails its premise gate (gate_thresholds, judged on the figures its build "
+        "measured) or has no gate record: 'refuse' refuses the run with the failed figures named, 'warn' prints "
+        "them and runs, 'ignore' skips the check. Ours. Default 'warn' because the repository's default base "
+        "(1,800 steps) fails the gate today (soft greedy 0.553, docs/results/skill_study.md): its results say "
+        "little about the self-evolving methods; set 'refuse' for a study meant to test them.",
+    )
+    gate_thresholds: GateThresholds = Field(
+        default_factory=GateThresholds, description="The premise gate's figures (GateThresholds)."
+    )
     heldout_per_stratum: int = Field(
         100,
         ge=4,

@@ -30,7 +30,9 @@ import torch
 from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from coevolve.errors import ConfigError, DataError
-from coevolve.world.skill.causes import CAUSES, parse_trace, problem_for_causes, shows_cause, trace_bug_steps
+from coevolve.world.skill.causes import CAUSES, parse_trace, problem_for_causes, shows_cause, trace_step_outcomes
+from coevolve.world.skill.config import GateThresholds
+from coevolve.world.skill.gate import premise_gate
 from coevolve.world.skill.problems import (
     DEFICITS,
     DEPTHS,
@@ -219,9 +221,11 @@ def measure(
     n_writer: int = 64,
 ) -> dict[str, Any]:
     """The base's profile: greedy and sampled accuracy per (focal skill, depth) on the first
-    ``per_stratum`` held-out questions of each stratum, the measured bug rate per skill (taken /
-    exercised, on sampled traces), the writer's free prior (share of deficient steps) and
-    focus following."""
+    ``per_stratum`` held-out questions of each stratum and per skill group (``strata``: soft, hard,
+    deficient, clean), the measured bug rate per skill (taken / exercised, on sampled traces), the
+    non-bug error rate per skill (steps reached on the correct trace that go wrong otherwise than
+    by the skill's bug: ``trace_step_outcomes``), the writer's free prior (share of deficient
+    steps) and focus following. The premise gate (``coevolve.world.skill.gate``) reads these."""
     torch.manual_seed(seed)
     probs: dict[tuple[str, int], list[SkillProblem]] = {}
     for p in heldout_problems(profile=profile):
@@ -235,20 +239,31 @@ def measure(
     sampled = generate_texts(model, tok, prompts, samples, temperature=1.0, max_new_tokens=96) if samples else None
     acc: dict[str, dict[str, Any]] = {}
     bug_counts = {s: [0, 0] for s in SKILLS}
+    step_counts = {s: [0, 0] for s in SKILLS}  # (steps gone wrong not by the bug, steps reached)
+    groups = {"soft": profile.soft, "hard": profile.hard, "deficient": profile.deficient, "clean": profile.clean}
+    by_group: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in groups}
     i = 0
     for (s, d), ps in probs.items():
         g = [_correct(greedy[i + j], p.answer) for j, p in enumerate(ps)]
         row = acc.setdefault(s, {})
         row[str(d)] = {"greedy": sum(g) / len(g)}
+        mine = [k for k, skills in groups.items() if s in skills]
+        for k in mine:
+            by_group[k][0].extend(g)
         if sampled is not None:
             rates = [sum(_correct(c, p.answer) for c in sampled[i + j]) / samples for j, p in enumerate(ps)]
             row[str(d)]["sampled"] = sum(rates) / len(rates)
             row[str(d)]["band_0.2_0.8"] = sum(0.2 <= r <= 0.8 for r in rates) / len(rates)
+            for k in mine:
+                by_group[k][1].extend(rates)
             for j, p in enumerate(ps):
                 for c in sampled[i + j]:
-                    for sk, bug in trace_bug_steps(p.question, c):
-                        bug_counts[sk][0] += bug
-                        bug_counts[sk][1] += 1
+                    for sk, ex, outcome in trace_step_outcomes(p.question, c):
+                        step_counts[sk][0] += outcome in ("slip", "other")
+                        step_counts[sk][1] += 1
+                        if ex and outcome != "other":
+                            bug_counts[sk][0] += outcome == "bug"
+                            bug_counts[sk][1] += 1
         i += len(ps)
     res: dict[str, Any] = {
         "per_stratum": per_stratum,
@@ -261,6 +276,13 @@ def measure(
         res["sampled"] = sum(_correct(c, p.answer) for cs, p in zip(sampled, flat) for c in cs) / (len(flat) * samples)
         res["bug_rate"] = {s: (round(b / n, 4) if n else None) for s, (b, n) in bug_counts.items()}
         res["bug_steps"] = {s: n for s, (b, n) in bug_counts.items()}
+        res["nonbug_error_rate"] = {s: (round(e / n, 4) if n else None) for s, (e, n) in step_counts.items()}
+        res["nonbug_steps"] = {s: n for s, (e, n) in step_counts.items()}
+    res["strata"] = {
+        k: {"n": len(gs), "greedy": sum(gs) / len(gs), **({"sampled": sum(ss) / len(ss)} if ss else {})}
+        for k, (gs, ss) in by_group.items()
+        if gs
+    }
     res.update(_writer_figures(model, tok, profile, flat, n_writer))
     return res
 
@@ -354,6 +376,8 @@ def build_skill_base(
         "mix": asdict(mix),
         **training_record(model, losses, train_s, 100),
         "figures": figures,
+        # judged at the default thresholds; the preflight re-judges the figures at the run's (data.skill.gate)
+        "premise_gate": premise_gate(figures, profile, GateThresholds()),
     }
     (out_dir / BUILD_FILE).write_text(json.dumps(info, indent=2))
     return out_dir
