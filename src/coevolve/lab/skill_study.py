@@ -10,8 +10,9 @@ how the two arms are compared, and the family its multiple-comparison correction
                 (skill, depth) strata of ``FRONTIER``, just below the difficulty band at the base)
     comparison  ``welch`` between recipes or data (no shared training randomness: unpaired);
                 ``paired`` for an ablation within a recipe (seed s of both runs starts alike)
-    item term   both: the items are a sample too (``stats.item_variance``), added to the seed
-                term (``stats.welch_difference`` / ``paired_items_difference``)
+    item term   both: the items are a sample too (``stats.item_variance_bootstrap``: a bootstrap
+                over items x seeds, not cut to 0), added to the seed term
+                (``stats.welch_difference`` / ``paired_items_difference``)
     rule        Holm-adjusted two-sided p < 0.05 within the claim's family (``control``:
                 the positive controls; ``paper``: every paper claim that ran; ``label check``:
                 D²Evo with the paper's label check, declared later): the sign says
@@ -45,7 +46,7 @@ from coevolve.lab.stats import (
     Difference,
     StudyError,
     holm,
-    item_variance,
+    item_variance_bootstrap,
     paired_items_difference,
     power,
     seeds_for_power,
@@ -176,7 +177,7 @@ def compare(
     if comparison == "paired":
         common = sorted(set(a) & set(b))
         iv = (
-            item_variance(
+            item_variance_bootstrap(
                 [[a[s][k] for k in keys] for s in common], [[b[s][k] for k in keys] for s in common], paired=True
             )
             if len(common) >= 1
@@ -184,7 +185,9 @@ def compare(
         )
         d = paired_items_difference(ma, mb, iv, len(keys))
     else:
-        iv = item_variance([[x[k] for k in keys] for x in a.values()], [[x[k] for k in keys] for x in b.values()])
+        iv = item_variance_bootstrap(
+            [[x[k] for k in keys] for x in a.values()], [[x[k] for k in keys] for x in b.values()]
+        )
         d = welch_difference(list(ma.values()), list(mb.values()), iv, len(keys))
     return d, t_interval(list(ma.values())).mean, t_interval(list(mb.values())).mean, len(keys)
 
