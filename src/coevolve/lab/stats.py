@@ -10,6 +10,14 @@ references in ``tests/test_study.py``.
     claim rule                the paired 95 % interval of (claimed-better - claimed-worse)
                               lies above 0: reproduced; below 0: not reproduced; contains 0:
                               not distinguishable; fewer than 2 paired seeds: not run
+
+What comes from scipy and what does not: the t distribution (cdf, quantiles) is
+``scipy.stats.t``. Written here, for these reasons: Welch–Satterthwaite over more than two
+variance terms (the item term is a third; ``scipy.stats.ttest_ind`` takes two samples only, and
+``tests/test_study.py`` checks ours against it where they coincide); Holm (scipy has only
+Benjamini-Hochberg / -Yekutieli, ``false_discovery_control``); the power of the study's own test
+(a vectorised simulation of that test with its floored df and item shift: ``scipy.stats.power``
+would run the same simulation through a callback, one resample at a time).
 """
 
 from __future__ import annotations
