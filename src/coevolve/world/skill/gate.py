@@ -63,7 +63,11 @@ def premise_gate(
         r = profile.rate(s)
         checks.append(
             _check(
-                f"bug_rate.{s}", bug.get(s), max(0.0, r - th.bug_rate_tolerance), r + th.bug_rate_tolerance, injected=r
+                f"bug_rate.{s}",
+                bug.get(s),
+                round(max(0.0, r - th.bug_rate_tolerance), 6),  # 0.35 + 0.05 recorded as 0.4, not 0.39999999999999997
+                round(r + th.bug_rate_tolerance, 6),
+                injected=r,
             )
         )
     checks += [_check(f"nonbug_error.{s}", nonbug.get(s), None, th.nonbug_error_max) for s in profile.deficient]
