@@ -206,6 +206,12 @@ def test_the_summary_judges_round_one_kept_labels_against_the_gate(tmp_path):
         "max": None,
         "passed": False,
     }
-    assert out["high"]["skill_world"]["premise_gate_round1"]["passed"] is True
+    assert out["high"]["skill_world"]["premise_gate_round1"]["passed"] is True and out["high"]["warnings"] == []
+    (warning,) = out["low"]["warnings"]  # 46 %: below one half, the general warning says it
+    assert warning.startswith("round 1: kept pseudo-labels right 46.0 %")
+    run = Run.create(tmp_path / "mid", "recipe: d2evo\n", "d2evo", say=lambda m: None)
+    run.phase(Phase("buffer", 1), lambda ctx: PhaseResult({"oracle_acc_kept": 0.6}, rollouts=1))
+    (warning,) = summary.write_summary(run, gate=GateThresholds())["warnings"]
+    assert "60.0 %" in warning and "premise gate (70 %" in warning
     plain = summary.write_summary(Run.create(tmp_path / "toy", "recipe: grpo\n", "grpo", say=lambda m: None))
     assert "skill_world" not in plain

@@ -55,12 +55,19 @@ def write_summary(run: Run, extra: dict[str, Any] | None = None, gate: Any = Non
     problems = [{"phase": r.key, "problem": r.problem} for r in recs if r.problem]
     rows = [by_round[t] for t in sorted(by_round)]
     premise = premise_rows(rows)
+    warnings = premise_warnings(premise)
     if gate is not None:
         from coevolve.world.skill.gate import round_one_check
 
         first = next((r["kept_label_accuracy"] for r in premise if r["round"] == 1), None)
+        check = round_one_check(first, gate)
         extra = {**(extra or {})}
-        extra["skill_world"] = {**(extra.get("skill_world") or {}), "premise_gate_round1": round_one_check(first, gate)}
+        extra["skill_world"] = {**(extra.get("skill_world") or {}), "premise_gate_round1": check}
+        if check["passed"] is False and not warnings:  # below one half is warned above already
+            warnings.append(
+                f"round 1: kept pseudo-labels right {100 * first:.1f} % of the time, below the skill base's premise "
+                f"gate ({100 * gate.kept_label_min:.0f} %, data.skill.gate_thresholds.kept_label_min)"
+            )
     summary = {
         "recipe": run.state.recipe,
         "ok": not problems,
@@ -68,7 +75,7 @@ def write_summary(run: Run, extra: dict[str, Any] | None = None, gate: Any = Non
         "eval": evals,
         "rounds": rows,
         "premise": premise,
-        "warnings": premise_warnings(premise),
+        "warnings": warnings,
         "final": final,
         "rollouts": sum(r.rollouts for r in recs),
         "compute": _compute_totals(recs),
