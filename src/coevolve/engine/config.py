@@ -137,6 +137,14 @@ class EngineConfig(Strict):
         "and its cache shared by every row. None = on for vllm, off for hf (hf's reference path); the same tokens "
         "within float rounding either way.",
     )
+    token_draw: Literal["multinomial", "inverse-cdf"] = Field(
+        "multinomial",
+        description="hf at T > 0: how a token is drawn from the (temperature, top-k, top-p) processed "
+        "distribution. 'multinomial' = transformers' torch.multinomial, an exponential race with one random number "
+        "per vocabulary entry and row (the reference draws); 'inverse-cdf' = one uniform per row looked up in the "
+        "cumulative probabilities: the same distribution, other draws for the same seed (so opt-in), and on a CPU "
+        "with a 49k-152k vocabulary a large share of each decode step saved (dev/perf/bench_grpo_step.py). Ours.",
+    )
     sleep_mode: bool = Field(
         True,
         description="vllm on CUDA: the engine sleeps (weights and KV cache released) whenever it is not sampling, "

@@ -178,6 +178,21 @@ class _StopStrings:
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
+class _InverseCdfDraw:
+    """``engine.token_draw="inverse-cdf"``: the last logits processor of a greedy ``generate``, which
+    draws each row's token from softmax(scores) by one uniform u ~ U[0, 1) (torch's default
+    generator, so a seeded call repeats): the token i with c_{i-1} <= u c_V < c_i, c the cumulative
+    probabilities. It returns 0 at the drawn token and -inf elsewhere, so greedy's argmax takes it.
+    torch.multinomial draws V exponentials per row instead (its cost grows with the vocabulary)."""
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        cdf_BV = torch.softmax(scores.float(), dim=-1).cumsum_(dim=-1)  # (B, V)
+        u_B1 = torch.rand((scores.shape[0], 1), device=scores.device) * cdf_BV[:, -1:]  # (B, 1)
+        tok_B1 = torch.searchsorted(cdf_BV, u_B1, right=True).clamp_(max=scores.shape[-1] - 1)  # (B, 1)
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(-1, tok_B1, 0.0)
+
+
 PREFIX_CACHE_MIN_TOKENS = 8
 """A shared prefix shorter than this is prefilled with the rows (the extra forward pass of the
 prefix would cost more than it saves)."""
@@ -226,8 +241,9 @@ class HFSampler:
             max_batch=engine.max_batch,
             max_batch_tokens=engine.max_batch_tokens,
             seed_scope=resolve_seed_scope(engine),
-            prefix_cache=bool(getattr(engine, "prefix_caching", None)),
-        )  # None: off on hf
+            prefix_cache=bool(getattr(engine, "prefix_caching", None)),  # None: off on hf
+            token_draw=getattr(engine, "token_draw", "multinomial"),
+        )
 
     @classmethod
     def load(cls, engine: Any, path: str, device: str = "auto", dtype: str = "auto", owner: Any = None) -> HFSampler:
@@ -246,6 +262,7 @@ class HFSampler:
             logprob_batch=self.logprob_batch,
             seed_scope=self.seed_scope,
             prefix_cache=self.prefix_cache,
+            token_draw=self.token_draw,
         )
 
     def __init__(
@@ -258,9 +275,13 @@ class HFSampler:
         max_batch_tokens: int | None = None,
         seed_scope: str = "call",
         prefix_cache: bool = False,
+        token_draw: str = "multinomial",
     ) -> None:
         if seed_scope not in ("call", "prompt"):
             raise SamplerError(f"HFSampler: seed_scope must be 'call' or 'prompt', got {seed_scope!r}")
+        if token_draw not in ("multinomial", "inverse-cdf"):
+            raise SamplerError(f"HFSampler: token_draw must be 'multinomial' or 'inverse-cdf', got {token_draw!r}")
+        self.token_draw = token_draw
         self.seed_scope = seed_scope
         self.prefix_cache = bool(prefix_cache)
         if max_batch < 1:
@@ -314,7 +335,7 @@ class HFSampler:
             num_beams=1,
             repetition_penalty=1.0,
         )
-        if params.temperature == 0:
+        if params.temperature == 0 or self.token_draw == "inverse-cdf":  # the latter draws in _processors
             return GenerationConfig(do_sample=False, **common)
         # transformers 5 defaults top_k/top_p to None and then fills them from the model's
         # generation_config (Qwen3: top_k=20, top_p=0.95); pass neutral values explicitly.
@@ -325,6 +346,20 @@ class HFSampler:
             top_p=float(params.top_p),
             **common,
         )
+
+    def _processors(self, params: SamplingParams) -> Any:
+        """``token_draw="inverse-cdf"`` at T > 0: transformers' own temperature / top-k / top-p
+        warpers (in its order, where they act), then ``_InverseCdfDraw``; else none (generate's own)."""
+        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+        if params.temperature == 0 or self.token_draw != "inverse-cdf":
+            return LogitsProcessorList()
+        warpers: list[Any] = [TemperatureLogitsWarper(float(params.temperature))] if params.temperature != 1.0 else []
+        if params.top_k > 0:
+            warpers.append(TopKLogitsWarper(int(params.top_k)))
+        if params.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(float(params.top_p)))
+        return LogitsProcessorList([*warpers, _InverseCdfDraw()])
 
     def _generate_chunk(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[int]]:
         """Raw generated ids per row (right-padded region, not yet cut)."""
@@ -339,6 +374,9 @@ class HFSampler:
         stops = StoppingCriteriaList(
             [_StopStrings(self, params.stop.strings, ids.shape[1])] if params.stop.strings else []
         )
+        processors = self._processors(params)
+        if processors:
+            extra = {**extra, "logits_processor": processors}
         out = self.model.generate(
             input_ids=ids,
             attention_mask=mask,
