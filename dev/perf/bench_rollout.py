@@ -8,10 +8,15 @@ Models: ``toy`` (the cached toy base, solver prompts), ``smollm2`` (SmolLM2-135M
 chat template, arithmetic questions as chats) or any local Hugging Face folder (plain-text
 arithmetic prompts). Device: cuda when present (bf16), else cpu (fp32, as the samplers default).
 
+``--preset smollm2/grpo`` renders the prompts as that preset's solver does (system text, its worked
+examples as chat turns, chat template: every prompt shares a ~100-token prefix) from the arith world,
+and takes the preset's ``engine.prefix_caching`` and ``model.dtype`` (both engines): the GRPO rollout
+of a real run. ``--prefix-caching`` / ``--dtype`` set them by hand.
+
 Usage (vLLM installed, e.g. the vLLM lane's environment)::
 
     python dev/perf/bench_rollout.py [--models toy,smollm2] [--prompts 128] [--n 8] \
-        [--max-new-tokens 64] [--threads N] [--engines hf,vllm]
+        [--max-new-tokens 64] [--threads N] [--engines hf,vllm] [--preset smollm2/grpo]
 
 Defaults per model when not given: toy 128 prompts x 8 x 64 tokens, smollm2 32 x 4 x 128.
 """
@@ -50,10 +55,21 @@ class Row:
         return self.tokens / self.seconds if self.seconds > 0 else float("nan")
 
 
-def model_and_prompts(name: str, count: int, device: str, dtype: str) -> tuple[Any, Any, list[str], str]:
-    """(model, tokenizer, prompts, folder) for ``name``: toy, smollm2 or a folder."""
+def model_and_prompts(
+    name: str, count: int, device: str, dtype: str, preset: Any = None
+) -> tuple[Any, Any, list[str], str]:
+    """(model, tokenizer, prompts, folder) for ``name``: toy, smollm2 or a folder; with ``preset``
+    (a loaded recipe config) the prompts are its solver's, over questions of its world."""
     from coevolve.world.toy import ToyPrompter, ensure_base, sample_tasks
 
+    if preset is not None and name != "toy":
+        from coevolve.models import ensure_smollm2
+        from coevolve.world import make_world
+
+        path = str(ensure_smollm2()) if name == "smollm2" else name
+        model, tok = load_model(path, device=device, dtype=dtype)
+        world = make_world(preset, tok, lambda s: None)
+        return model, tok, [world.prompter.solver(t.question) for t in world.draw(random.Random(0), count)], path
     tasks = sample_tasks(random.Random(0), count)
     if name == "toy":
         path = str(ensure_base())
@@ -91,9 +107,13 @@ def measure(sampler: Any, prompts: list[str], n: int, params: SamplingParams) ->
 def bench_model(name: str, args: argparse.Namespace, device: str, dtype: str) -> list[Row]:
     count, n, max_new = DEFAULTS.get(name, FALLBACK)
     count, n, max_new = args.prompts or count, args.n or n, args.max_new_tokens or max_new
-    model, tok, prompts, _ = model_and_prompts(name, count, device, dtype)
+    model, tok, prompts, _ = model_and_prompts(name, count, device, dtype, args.preset_cfg)
     model.eval()
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=args.seed)
+    if args.preset_cfg is not None:
+        from coevolve.world import make_world
+
+        params.stop = make_world(args.preset_cfg, tok, lambda s: None).prompter.stop("answer")
     label = "smollm2" if name == "smollm2" else ("toy" if name == "toy" else name.rstrip("/").split("/")[-1])
     rows = []
     for engine in args.engines:
@@ -102,6 +122,8 @@ def bench_model(name: str, args: argparse.Namespace, device: str, dtype: str) ->
             max_batch=args.max_batch,
             kv_cache_gib=args.kv_cache_gib,
             gpu_memory_utilization=args.gpu_memory_utilization,
+            prefix_caching=args.prefix_caching,
+            token_draw=args.token_draw,
         )
         t0 = time.perf_counter()
         sampler = make_sampler(cfg, model, tok)
@@ -119,9 +141,9 @@ def bench_model(name: str, args: argparse.Namespace, device: str, dtype: str) ->
     return rows
 
 
-def table(rows: list[Row], device: str, dtype: str, threads: int) -> str:
+def table(rows: list[Row], device: str, dtype: str, threads: int, prefix: Any = None, draw: str = "multinomial") -> str:
     head = (
-        f"device {device}, dtype {dtype}, torch threads {threads}, T=1\n\n"
+        f"device {device}, dtype {dtype}, torch threads {threads}, T=1, prefix caching {prefix}, hf token draw {draw}\n\n"
         "| model | engine | prompts x n | max new | tokens | seconds | tokens/s | vs hf | engine start s |\n"
         "|---|---|---|---|---|---|---|---|---|"
     )
@@ -152,18 +174,32 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--preset", default=None, help="render prompts as this recipe preset's solver (e.g. smollm2/grpo)")
+    ap.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    ap.add_argument(
+        "--token-draw", default="multinomial", choices=("multinomial", "inverse-cdf"), help="engine.token_draw (hf)"
+    )
+    ap.add_argument("--dtype", default=None, help="model dtype (default: the preset's, else bf16 on CUDA, fp32 on CPU)")
     args = ap.parse_args()
+    args.preset_cfg = None
+    if args.preset:
+        from coevolve.config import load_config
+
+        args.preset_cfg = load_config(None, [args.preset])
+        if args.prefix_caching is None:
+            args.prefix_caching = args.preset_cfg.engine.prefix_caching
+        args.dtype = args.dtype or args.preset_cfg.model.dtype
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     if args.threads:
         torch.set_num_threads(args.threads)
     device = str(resolve_device(args.device))
-    dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     rows: list[Row] = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         print(f"[{name}]", flush=True)
         rows += bench_model(name, args, device, dtype)
     print()
-    print(table(rows, device, dtype, torch.get_num_threads()))
+    print(table(rows, device, dtype, torch.get_num_threads(), args.prefix_caching, args.token_draw))
 
 
 if __name__ == "__main__":  # vLLM may spawn helper processes: keep module import side-effect free
