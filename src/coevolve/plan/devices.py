@@ -12,7 +12,12 @@ from dataclasses import dataclass, replace
 from coevolve.errors import ConfigError, did_you_mean
 
 GiB = float(1 << 30)
-BF16_TFLOPS = 0.15
+BF16_TFLOPS = 0.42
+CPU_RATES = (
+    "measured at one torch thread, in CPU time (a core of its own: a loaded machine's wall time is longer by "
+    "its load), by `dev/perf/bench_grpo_step.py --steps 2 --threads 1` (its 'plan rates' line: every sampler call to "
+    "the cap, the plan's token counts)"
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Device:
     fp32_tflops: Rate | None = None  # a CPU's learner rate for fp32 weights (matmul_tflops is then bf16's)
     learn_us_per_token_layer: Rate = Rate(0.0, False, "none: GPU updates are compute-bound at these sizes")
     hf_us_per_row_step: Rate = Rate(0.0, False, "none: a GPU samples a row's token in parallel")
+    decode_tflops: Rate | None = None  # a CPU's effective rate of HF decode steps (matmul_tflops is the learner's)
 
 
 DEVICES: dict[str, Device] = {
@@ -101,9 +107,8 @@ DEVICES: dict[str, Device] = {
         matmul_tflops=Rate(
             BF16_TFLOPS,
             True,
-            "effective bf16 rate of the SmolLM2 grpo preset's learner (share_prompt, 8 x 8 rows, AVX-512 BF16): "
-            "its 40 steps, 89 TFLOP as the plan counts them, took 975-1,383 s of user CPU on 2 shared cores in all "
-            "(sampling included), so at least 0.13-0.18 TFLOP/s",
+            f"{CPU_RATES}: the SmolLM2 grpo preset's learner (bf16, share_prompt, 8 x 8 rows, AVX-512 BF16 / AMX) "
+            "(5.3 s of CPU time a step, its work as the plan counts it)",
         ),
         train_mfu=Rate(1.0, True, "already folded into the measured effective rate"),
         mem_gbps=Rate(10.0, False, "assumed"),
@@ -111,7 +116,7 @@ DEVICES: dict[str, Device] = {
             1.78,
             True,
             "the toy grpo run (`coevolve run grpo run.threads=2`, 2 quiet cores): 3.56 ms per decode step of "
-            "128 rows over 2 layers, an upper bound (a larger model's step is its matmuls')",
+            "128 rows over 2 layers, a floor (a larger model's step is its matmuls')",
         ),
         vllm_bw_efficiency=Rate(0.3, False, "assumed"),
         fp32_tflops=Rate(
@@ -122,13 +127,18 @@ DEVICES: dict[str, Device] = {
             "(dev/perf/bench_learner_memory.py --rates), its 49k-entry LM head in fp32",
         ),
         learn_us_per_token_layer=Rate(
-            12.0,
+            21.2,
             True,
-            "the toy grpo run (`coevolve run grpo run.threads=2`, 2 quiet cores): 15.8 s of learner steps for "
-            "80 x 128 rows, 1.31 M token passes x layers as the plan counts them",
+            f"{CPU_RATES}: the toy learner step of 16 x 8 rows (0.304 s of CPU time, token passes as the plan counts)",
         ),
         hf_us_per_row_step=Rate(
-            28.0, True, "the same toy grpo run: 18.2 s of sampling for 80 calls of 128 rows x 64 decode steps"
+            68.5, True, f"{CPU_RATES}: the toy sampler call of 16 x 8 rows to 48 tokens (0.421 s of CPU time)"
+        ),
+        decode_tflops=Rate(
+            0.0471,
+            True,
+            f"{CPU_RATES}: the SmolLM2 grpo preset's sampler call of 8 x 8 rows to 48 tokens (bf16, prefix caching; "
+            "17.5 s of CPU time, transformers' multinomial over the 49k vocabulary included)",
         ),
     ),
 }

@@ -181,6 +181,7 @@ def _rates(plan: Plan) -> list[str]:
         ("train MFU", d.train_mfu),
         ("memory GB/s", d.mem_gbps),
         ("HF decode ms/step/layer", d.hf_step_ms_per_layer),
+        *(() if d.decode_tflops is None else (("HF decode TFLOP/s", d.decode_tflops),)),
         *(() if d.fp32_tflops is None else (("fp32 matmul TFLOP/s", d.fp32_tflops),)),
         *((("learn us/token/layer", d.learn_us_per_token_layer),) if d.learn_us_per_token_layer.value else ()),
         *((("HF decode us/row/step", d.hf_us_per_row_step),) if d.hf_us_per_row_step.value else ()),

@@ -58,6 +58,7 @@ def gen_seconds(g: Gen, shape: ModelShape, device: Device, b: int, engine: str, 
     weights = shape.n_params * b
     kv_tok = shape.kv_bytes_per_token(b)
     flops = device.matmul_tflops.value * 1e12
+    decode = flops if device.decode_tflops is None else device.decode_tflops.value * 1e12
     if engine == "vllm":
         ctx = g.prompt + COMPLETION_FILL * g.max_new
         rows = max(1, kv_rows)
@@ -71,7 +72,7 @@ def gen_seconds(g: Gen, shape: ModelShape, device: Device, b: int, engine: str, 
         device.hf_step_ms_per_layer.value * shape.layers / 1e3,
         rows * device.hf_us_per_row_step.value / 1e6,  # a CPU's per-row cost of a step (sampling, small models)
         (weights + rows * ctx * kv_tok) / (device.mem_gbps.value * 1e9),
-        2 * shape.n_params * rows / flops,
+        2 * shape.n_params * rows / decode,
     )
     return calls * g.max_new * step
 

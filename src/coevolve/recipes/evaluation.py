@@ -93,15 +93,16 @@ def eval_due(cfg: RecipeConfig, phase: Phase) -> bool:
 
 def eval_work(cfg: RecipeConfig, toy: bool) -> Work:
     """An evaluation's answers: per benchmark (``eval.benches``, or the default of the config's
-    world, the one the run evaluates) its items (``eval.heldout_size`` for the toy
-    held-out set, ``Benchmark.items`` otherwise; at most ``eval.limit``) x (1 greedy +
+    world, the one the run evaluates) its items (``eval.heldout_size`` for a generated world's
+    held-out set, toy or arith, which the world draws at that size; ``Benchmark.items`` otherwise; at most ``eval.limit``) x (1 greedy +
     ``eval.samples`` x ``eval.repeats``: each evaluation run draws its own samples, the greedy
     pass runs once), in one sampler call."""
     e = cfg.eval
     benches = resolve_benches(e.benches or world_of_config(cfg).default_benches)
     rows = 0
     for b in benches:
-        n = e.heldout_size if b.kind == "toy" else b.items
+        held_out = b.kind == "toy" or (b.generator or "").endswith(":heldout_tasks")
+        n = e.heldout_size if held_out else b.items
         if e.limit is not None:
             n = min(n, e.limit)
         k = b.default_samples if e.samples == -1 else max(0, e.samples)
