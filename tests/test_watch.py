@@ -76,3 +76,46 @@ def test_run_log_holds_what_the_run_said(tmp_path, toy_overrides_30, capsys):
     said = [line.split(" ", 2)[2] for line in log]  # date, time, message
     assert "[phase] base/eval" in said and "[phase] 01/solver" in said and "[phase] 01/eval" in said
     assert "[phase] 01/solver" in capsys.readouterr().err  # the same lines as on the terminal
+
+
+def test_run_log_keeps_what_was_said_before_the_folder_existed(tmp_path, capsys):
+    """``Run.bind(said=...)``: the preflight's lines (printed before the run folder existed) go
+    into run.log first, time-stamped, and are not printed again; later lines go to both."""
+    from coevolve.run import Run
+
+    run = Run.create(tmp_path / "r", "recipe: grpo\n", "grpo")
+    run.bind(seed=0, keep_checkpoints=2, said=("warning (run.preflight=warn): x", "running grpo in r"))
+    run.say("[phase] base/eval")
+    said = [line.split(" ", 2)[2] for line in (run.path / "run.log").read_text(encoding="utf-8").splitlines()]
+    assert said == ["warning (run.preflight=warn): x", "running grpo in r", "[phase] base/eval"]
+    err = capsys.readouterr().err
+    assert "[phase] base/eval" in err and "preflight" not in err
+
+
+def test_a_sampling_phase_has_a_bar_over_its_declared_answers(tmp_path):
+    """The runner gives every phase that samples without training a bar whose total is its
+    declared work (``Step.work``: D²Evo's difficulty = pool x samples); GRPO phases keep their
+    step bar. The bar moves with every sampler call the phase's meter counts."""
+    from coevolve.config import load_config
+    from coevolve.recipes.registry import recipe_of
+    from coevolve.recipes.runner import bar_total
+    from coevolve.run import Phase, PhaseResult, Run
+    from coevolve.types import Completion
+
+    cfg = load_config("d2evo", None, ["difficulty.pool_size=24", "difficulty.samples=8"])
+    steps = {step.name: step for _, step in recipe_of("d2evo").schedule(cfg)}
+    assert bar_total(steps["difficulty"], cfg) == 24 * 8
+    assert bar_total(steps["solver"], cfg) is None and bar_total(steps["anchors"], cfg) is None
+
+    run = Run.create(tmp_path / "r", "recipe: d2evo\n", "d2evo")
+    run.bind(seed=0, keep_checkpoints=2, progress=True)
+    run.expect(4)
+    seen = []
+
+    def fn(ctx):
+        ctx.compute.sampled([[Completion("a", [1], [1])] * 3])
+        seen.append(ctx.compute.tick.__self__.n)  # the bar's count after one call of 3 answers
+        return PhaseResult()
+
+    run.phase(Phase("difficulty", 1), fn)
+    assert seen == [3] and run.meter.tick is None and run.expected is None

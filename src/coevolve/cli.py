@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
@@ -56,15 +57,20 @@ def _err(msg: str) -> None:
     typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
 
 
-def _execute(cfg, run_dir: Path, resumed: bool, force: bool = False, extend: str | None = None) -> None:
+def _execute(
+    cfg, run_dir: Path, resumed: bool, force: bool = False, extend: str | None = None, said: Sequence[str] = ()
+) -> None:
     from coevolve.lab.report import write_report  # lazy: coevolve --help start-up (pulls scipy, pydantic)
     from coevolve.recipes import execute  # lazy: coevolve --help start-up (pulls torch, pydantic)
     from coevolve.run import say  # lazy: coevolve --help start-up (coevolve.run: 70 ms measured)
 
-    say(f"{'resuming' if resumed else 'running'} {cfg.recipe} in {run_dir}")
+    start = f"{'resuming' if resumed else 'running'} {cfg.recipe} in {run_dir}"
+    say(start)
     t0 = time.time()
-    try:
-        summary = execute(cfg, run_dir, new=not resumed, force=force, extend=extend, report=write_report)
+    try:  # run.log gets the lines said before the folder existed (the preflight's, this one)
+        summary = execute(
+            cfg, run_dir, new=not resumed, force=force, extend=extend, report=write_report, said=[*said, start]
+        )
     except KeyboardInterrupt:
         _err(f"interrupted; the run folder is resumable: coevolve resume {run_dir}")
         raise typer.Exit(130) from None
@@ -111,9 +117,15 @@ def run(
     cfg = load_config(recipe, config, (overrides or []) + (["run.preflight=warn"] if force else []), preset or [])
     path = run_dir or default_run_path(cfg.run.root, cfg.recipe, cfg.run.name)
     check_run_dir(path)
-    preflight(cfg, say)  # before the folder exists: a refused run leaves nothing behind
+    said: list[str] = []
+
+    def say_kept(msg: str) -> None:
+        say(msg)
+        said.append(msg)
+
+    preflight(cfg, say_kept)  # before the folder exists: a refused run leaves nothing behind
     cfg = with_vllm_share(cfg)  # engine=vllm on CUDA, share unset: the largest that fits (as `coevolve plan` says)
-    _execute(cfg, path, resumed=False)  # opens the folder once: lock, create, bind (recipes.open_run)
+    _execute(cfg, path, resumed=False, said=said)  # opens the folder once: lock, create, bind (recipes.open_run)
 
 
 @app.command()

@@ -11,7 +11,7 @@ import contextlib
 import errno
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +44,20 @@ class RunWriteError(RunStateError):
 
 @contextlib.contextmanager
 def open_run(
-    cfg: RecipeConfig, path: Path, *, new: bool = False, force: bool = False, extend: str | None = None
+    cfg: RecipeConfig,
+    path: Path,
+    *,
+    new: bool = False,
+    force: bool = False,
+    extend: str | None = None,
+    said: Sequence[str] = (),
 ) -> Iterator[Any]:
     """The one place a run folder is opened: take its one-writer lock (``run.lock``, held until
     the block ends), create the folder's run (``new``: refuse a folder that already holds one) or
     reopen it (``Run.open``: an unfinished phase's metrics cut, temp files removed), check its
     phase list (``check_phase_list``, ``force``), and bind what the config says about it: master
-    seed, checkpoint budget, progress printer, live trackers. A failed write inside the block
+    seed, checkpoint budget, progress printer (run.log gets ``said``, what the command printed
+    before the folder existed), live trackers. A failed write inside the block
     (a full disk) becomes ``RunWriteError``; the trackers are closed on the way out."""
     path = Path(path)
     with run_lock(path, create=True), write_errors(path):
@@ -70,6 +77,8 @@ def open_run(
             say=say,
             resume_only=(OPTIM_FILE,),
             save_every=r.save_every,
+            progress=r.progress,
+            said=tuple(said),
         )
         run.metrics.attach(
             make_trackers(
@@ -116,6 +125,7 @@ def execute(
     force: bool = False,
     extend: str | None = None,
     report: Callable[[Path], Path] | None = None,
+    said: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run ``cfg``'s recipe in the run folder ``path``: create it, or resume it when it already
     holds a run (``new``: refuse that); record the status (running / interrupted / failed /
@@ -123,7 +133,8 @@ def execute(
     summary is returned. ``extend``: the config text of the run given more rounds
     (``extension_config``; ``coevolve resume RUN rounds=N``). ``report``: what writes the run's
     report after its summary, inside the run (``lab.report.write_report``, passed down by the
-    commands above the library: the recipes never import the lab); None writes none.
+    commands above the library: the recipes never import the lab); None writes none. ``said``:
+    the command's lines before the folder existed (its preflight), for run.log.
 
     The folder is opened once (``open_run``: lock, phase-list check, binding); a write that fails
     (a full disk) ends the run as ``RunWriteError``: every finished phase is intact on disk and
@@ -137,7 +148,7 @@ def execute(
         return done
     recipe = recipe_of(cfg.recipe)
     threads = torch.get_num_threads()
-    with open_run(cfg, path, new=new, force=force, extend=extend) as run:
+    with open_run(cfg, path, new=new, force=force, extend=extend, said=said) as run:
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
         try:  # a failed "running" write is a failure like any other: recorded when the disk lets it

@@ -10,7 +10,7 @@ from typing import Any
 from coevolve.config.sections import RecipeConfig
 from coevolve.engine import ENGINE_DIR, Engine
 from coevolve.loop import Role
-from coevolve.recipes.declare import Recipe
+from coevolve.recipes.declare import Recipe, Step
 from coevolve.recipes.selection import stopped_after
 from coevolve.recipes.setup import setup
 from coevolve.recipes.summary import finish
@@ -40,8 +40,19 @@ def run_recipe(
             if not run.done(phase):
                 place_roles(roles, step.uses)
                 s.park()
+                run.expect(bar_total(step, cfg))
             step.run(parts, phase)
         return finish(s, recipe.summary(parts) if recipe.summary is not None else None, report)
+
+
+def bar_total(step: Step, cfg: RecipeConfig) -> int | None:
+    """The answers a phase that samples without training draws by its declaration (``Step.work``:
+    the total of its progress bar); None for a GRPO phase (its loop shows its steps) or one that
+    samples nothing."""
+    work = step.work(cfg, cfg.model.path is None) if step.work is not None else None
+    if work is None or work.train is not None:
+        return None
+    return sum(r.rows for r in work.rollouts) or None
 
 
 def place_roles(roles: dict[str, Role], uses: tuple[str, ...]) -> None:

@@ -168,6 +168,8 @@ class Run:
         # the run's grader counters (``GraderStats.decided``): each phase logs what it added
         self.grader_counts: Callable[[], dict[str, int]] = dict
         self.save_every = 0  # run.save_every (``bind``)
+        self.progress = False  # run.progress (``bind``): a bar per phase that samples without training
+        self.expected: int | None = None  # the next phase's answers (``expect``), its bar's total
         self.journal = CallJournal()  # the running phase's sampler calls (``run.journal``)
 
     @classmethod
@@ -218,20 +220,34 @@ class Run:
         say: Say = say,
         resume_only: tuple[str, ...] = (),
         save_every: int = 0,
+        progress: bool = False,
+        said: tuple[str, ...] = (),
     ) -> Run:
         """Bind the run's master seed, checkpoint budget, printer, the checkpoint files only a
-        role's newest checkpoint keeps and ``run.save_every`` (from its config; ``recipes.open_run``)."""
+        role's newest checkpoint keeps, ``run.save_every`` and ``run.progress`` (from its config;
+        ``recipes.open_run``). ``said``: what the command printed before the folder existed (the
+        preflight's notes and warnings), added to run.log (not printed again)."""
         self.seed, self.keep_checkpoints, self.resume_only = seed, keep_checkpoints, resume_only
-        self.save_every = save_every
-        log = self.path / LOG_FILE
+        self.save_every, self.progress = save_every, progress
+        for msg in said:
+            self.log_line(msg)
 
         def say_and_log(msg: str) -> None:
             say(msg)
-            with open(log, "a", encoding="utf-8") as f:
-                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
+            self.log_line(msg)
 
         self.say = say_and_log
         return self
+
+    def log_line(self, msg: str) -> None:
+        """Append ``msg`` to run.log, time-stamped."""
+        with open(self.path / LOG_FILE, "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
+
+    def expect(self, answers: int | None) -> None:
+        """The answers the next phase samples (its declared work, ``recipes.runner``): the total of
+        its progress bar (None: no bar, e.g. a GRPO phase, which shows its steps)."""
+        self.expected = answers
 
     # -- phases ------------------------------------------------------------------------------
     def done(self, phase: Phase) -> bool:
@@ -287,10 +303,14 @@ class Run:
         self.journal.start(
             self.save_every, lambda write: self.mid_save(phase, write, counts0, t0, prior, rerun=True), saved, self.say
         )
+        bar = self._bar(phase)
         try:
             res = fn(ctx)
         finally:
             self.journal.stop()
+            if bar is not None:
+                bar.close()
+                self.meter.tick = None
         seconds = time.perf_counter() - t0 + (prior["record"]["seconds"] if prior else 0.0)
         rec = PhaseRecord(
             phase.key,
@@ -314,6 +334,18 @@ class Run:
             self.say(f"[problem] {phase.key}: {res.problem}")
         self._record(rec, res, ctx.dir)
         return rec
+
+    def _bar(self, phase: Phase) -> Any:
+        """A progress bar over the answers a phase samples (``expect``; an adaptive loop may stop
+        short of it), moved by every sampler call (``ComputeMeter.tick``); None without one."""
+        expected, self.expected = self.expected, None
+        if not self.progress or not expected:
+            return None
+        from tqdm.auto import tqdm  # lazy: only runs that show progress
+
+        bar = tqdm(total=expected, desc=phase.key, unit="answer", leave=False, dynamic_ncols=True)
+        self.meter.tick = bar.update
+        return bar
 
     def mid_save(
         self,

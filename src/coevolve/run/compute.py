@@ -79,11 +79,14 @@ class ComputeMeter:
 
     def __init__(self) -> None:
         self.total = Compute()
+        self.tick: Any = None  # the running phase's progress bar (``Run.phase``): told each call's rollouts
 
     def reset(self) -> None:
         self.total = Compute()
 
     def sampled(self, comps: Sequence[Sequence[Completion]]) -> None:
+        if self.tick is not None:
+            self.tick(sum(len(g) for g in comps))
         self.total += Compute(
             rollouts=sum(len(g) for g in comps),
             generated_tokens=sum(len(c.token_ids) for g in comps for c in g),
