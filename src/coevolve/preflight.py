@@ -8,6 +8,7 @@ named, with how it will run instead (``engine.servable``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from coevolve.rl.learner import OPTIM_FILE, STATE_JSON
 from coevolve.schema import WriterReward
 from coevolve.world import base_model_path, read_checkpoint_meta
 from coevolve.world.facts import WORLDS, world_of_config
+from coevolve.world.skill.gate import check_base_gate
+from coevolve.world.skill.problems import DeficitProfile
 
 
 def preflight(cfg: RecipeConfig, say: Callable[[str], None] = print) -> list[str]:
@@ -122,11 +125,7 @@ def check_skill_gate(cfg: RecipeConfig, say: Callable[[str], None]) -> None:
     sk = cfg.data.skill
     if cfg.data.source != "skill" or sk.gate == "ignore":
         return
-    import json
-
-    from coevolve.world.skill.gate import check_base_gate
     from coevolve.world.skill.pretrain import BUILD_FILE  # lazy: pulls transformers, torch
-    from coevolve.world.skill.problems import DeficitProfile
 
     base = Path(cfg.model.path) if cfg.model.path else base_model_path(cfg.model, say, cfg.data)
     f = base / BUILD_FILE

@@ -13,6 +13,7 @@ from coevolve.recipes.setup import Setup
 from coevolve.run import SUMMARY_FILE, PhaseRecord, Run
 from coevolve.run.compute import Compute, cumulative
 from coevolve.run.files import atomic_write_json
+from coevolve.world.skill.gate import round_one_check
 
 
 def cut_off_shares(recs: list[PhaseRecord]) -> dict[str, float]:
@@ -57,17 +58,7 @@ def write_summary(run: Run, extra: dict[str, Any] | None = None, gate: Any = Non
     premise = premise_rows(rows)
     warnings = premise_warnings(premise)
     if gate is not None:
-        from coevolve.world.skill.gate import round_one_check
-
-        first = next((r["kept_label_accuracy"] for r in premise if r["round"] == 1), None)
-        check = round_one_check(first, gate)
-        extra = {**(extra or {})}
-        extra["skill_world"] = {**(extra.get("skill_world") or {}), "premise_gate_round1": check}
-        if check["passed"] is False and not warnings:  # below one half is warned above already
-            warnings.append(
-                f"round 1: kept pseudo-labels right {100 * first:.1f} % of the time, below the skill base's premise "
-                f"gate ({100 * gate.kept_label_min:.0f} %, data.skill.gate_thresholds.kept_label_min)"
-            )
+        extra = _gate_round_one(premise, gate, extra, warnings)
     summary = {
         "recipe": run.state.recipe,
         "ok": not problems,
@@ -85,6 +76,23 @@ def write_summary(run: Run, extra: dict[str, Any] | None = None, gate: Any = Non
     }
     atomic_write_json(run.path / SUMMARY_FILE, summary)
     return summary
+
+
+def _gate_round_one(
+    premise: list[dict[str, Any]], gate: Any, extra: dict[str, Any] | None, warnings: list[str]
+) -> dict[str, Any]:
+    """``extra`` with ``skill_world.premise_gate_round1`` (round 1's kept-label accuracy against
+    the gate); a failed check adds a warning to ``warnings`` unless one is there already."""
+    first = next((r["kept_label_accuracy"] for r in premise if r["round"] == 1), None)
+    check = round_one_check(first, gate)
+    extra = {**(extra or {})}
+    extra["skill_world"] = {**(extra.get("skill_world") or {}), "premise_gate_round1": check}
+    if check["passed"] is False and not warnings:  # below one half is warned above already
+        warnings.append(
+            f"round 1: kept pseudo-labels right {100 * first:.1f} % of the time, below the skill base's premise "
+            f"gate ({100 * gate.kept_label_min:.0f} %, data.skill.gate_thresholds.kept_label_min)"
+        )
+    return extra
 
 
 def _compute_totals(recs: list[PhaseRecord]) -> dict[str, dict[str, int]] | None:

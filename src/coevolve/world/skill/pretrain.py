@@ -237,10 +237,41 @@ def measure(
     prompts = [solver_prompt(p.question) for p in flat]
     greedy = [g[0] for g in generate_texts(model, tok, prompts, 1, temperature=0.0, max_new_tokens=96)]
     sampled = generate_texts(model, tok, prompts, samples, temperature=1.0, max_new_tokens=96) if samples else None
-    acc: dict[str, dict[str, Any]] = {}
-    bug_counts = {s: [0, 0] for s in SKILLS}
-    step_counts = {s: [0, 0] for s in SKILLS}  # (steps gone wrong not by the bug, steps reached)
     groups = {"soft": profile.soft, "hard": profile.hard, "deficient": profile.deficient, "clean": profile.clean}
+    acc, by_group = _accuracy(probs, greedy, sampled, samples, groups)
+    res: dict[str, Any] = {
+        "per_stratum": per_stratum,
+        "samples": samples,
+        "accuracy": acc,
+        "eval_seconds": round(time.time() - t0, 1),
+    }
+    res["greedy"] = sum(_correct(c, p.answer) for c, p in zip(greedy, flat)) / len(flat)
+    if sampled is not None:
+        res["sampled"] = sum(_correct(c, p.answer) for cs, p in zip(sampled, flat) for c in cs) / (len(flat) * samples)
+        bug_counts, step_counts = _step_counts(flat, sampled)
+        res["bug_rate"] = {s: (round(b / n, 4) if n else None) for s, (b, n) in bug_counts.items()}
+        res["bug_steps"] = {s: n for s, (b, n) in bug_counts.items()}
+        res["nonbug_error_rate"] = {s: (round(e / n, 4) if n else None) for s, (e, n) in step_counts.items()}
+        res["nonbug_steps"] = {s: n for s, (e, n) in step_counts.items()}
+    res["strata"] = {
+        k: {"n": len(gs), "greedy": sum(gs) / len(gs), **({"sampled": sum(ss) / len(ss)} if ss else {})}
+        for k, (gs, ss) in by_group.items()
+        if gs
+    }
+    res.update(_writer_figures(model, tok, profile, flat, n_writer))
+    return res
+
+
+def _accuracy(
+    probs: dict[tuple[str, int], list[SkillProblem]],
+    greedy: list[str],
+    sampled: list[list[str]] | None,
+    samples: int,
+    groups: dict[str, Any],
+) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[list[float], list[float]]]]:
+    """Greedy (and sampled, with the in-band share) accuracy per (focal skill, depth), and the
+    per-question figures of each skill group, in ``probs``' order (the flat order of the texts)."""
+    acc: dict[str, dict[str, Any]] = {}
     by_group: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in groups}
     i = 0
     for (s, d), ps in probs.items():
@@ -256,35 +287,26 @@ def measure(
             row[str(d)]["band_0.2_0.8"] = sum(0.2 <= r <= 0.8 for r in rates) / len(rates)
             for k in mine:
                 by_group[k][1].extend(rates)
-            for j, p in enumerate(ps):
-                for c in sampled[i + j]:
-                    for sk, ex, outcome in trace_step_outcomes(p.question, c):
-                        step_counts[sk][0] += outcome in ("slip", "other")
-                        step_counts[sk][1] += 1
-                        if ex and outcome != "other":
-                            bug_counts[sk][0] += outcome == "bug"
-                            bug_counts[sk][1] += 1
         i += len(ps)
-    res: dict[str, Any] = {
-        "per_stratum": per_stratum,
-        "samples": samples,
-        "accuracy": acc,
-        "eval_seconds": round(time.time() - t0, 1),
-    }
-    res["greedy"] = sum(_correct(c, p.answer) for c, p in zip(greedy, flat)) / len(flat)
-    if sampled is not None:
-        res["sampled"] = sum(_correct(c, p.answer) for cs, p in zip(sampled, flat) for c in cs) / (len(flat) * samples)
-        res["bug_rate"] = {s: (round(b / n, 4) if n else None) for s, (b, n) in bug_counts.items()}
-        res["bug_steps"] = {s: n for s, (b, n) in bug_counts.items()}
-        res["nonbug_error_rate"] = {s: (round(e / n, 4) if n else None) for s, (e, n) in step_counts.items()}
-        res["nonbug_steps"] = {s: n for s, (e, n) in step_counts.items()}
-    res["strata"] = {
-        k: {"n": len(gs), "greedy": sum(gs) / len(gs), **({"sampled": sum(ss) / len(ss)} if ss else {})}
-        for k, (gs, ss) in by_group.items()
-        if gs
-    }
-    res.update(_writer_figures(model, tok, profile, flat, n_writer))
-    return res
+    return acc, by_group
+
+
+def _step_counts(
+    flat: list[SkillProblem], sampled: list[list[str]]
+) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Per skill, on the sampled traces: (bug taken, bug exercised) and (steps gone wrong not by
+    the bug, steps reached), from ``trace_step_outcomes``."""
+    bug_counts = {s: [0, 0] for s in SKILLS}
+    step_counts = {s: [0, 0] for s in SKILLS}
+    for p, cs in zip(flat, sampled):
+        for c in cs:
+            for sk, ex, outcome in trace_step_outcomes(p.question, c):
+                step_counts[sk][0] += outcome in ("slip", "other")
+                step_counts[sk][1] += 1
+                if ex and outcome != "other":
+                    bug_counts[sk][0] += outcome == "bug"
+                    bug_counts[sk][1] += 1
+    return bug_counts, step_counts
 
 
 def _writer_figures(
