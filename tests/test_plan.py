@@ -785,7 +785,7 @@ def test_cpu_learn_time_counts_a_shared_prompt_once_per_group_and_the_weights_dt
 def test_cpu_plan_of_the_toy_grpo_run_is_within_1_5x_of_its_measured_time():
     """docs/results/plan_vs_measured.md: `coevolve run grpo run.threads=1` took 78.1 s of CPU time
     (user + sys, start-up included, the base evaluation from its cache): the plan's CPU rates are a
-    core's own, measured at one thread by dev/perf/bench_grpo_step.py."""
+    core's own, measured at one thread by dev/perf/bench_grpo_step.py (plan: 88 s)."""
     p = make_plan(load_config("grpo"), device_for("cpu"))
     planned = sum(e.gen_seconds + e.train_seconds for e in p.phases)
     assert 78.1 / 1.5 <= planned <= 78.1 * 1.5, planned

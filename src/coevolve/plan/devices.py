@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from coevolve.errors import ConfigError, did_you_mean
 
 GiB = float(1 << 30)
-BF16_TFLOPS = 0.42
+BF16_TFLOPS = 0.41
 CPU_RATES = (
     "measured at one torch thread, in CPU time (a core of its own: a loaded machine's wall time is longer by "
     "its load), by `dev/perf/bench_grpo_step.py --steps 2 --threads 1` (its 'plan rates' line: every sampler call to "
@@ -108,7 +108,7 @@ DEVICES: dict[str, Device] = {
             BF16_TFLOPS,
             True,
             f"{CPU_RATES}: the SmolLM2 grpo preset's learner (bf16, share_prompt, 8 x 8 rows, AVX-512 BF16 / AMX) "
-            "(5.3 s of CPU time a step, its work as the plan counts it)",
+            "(5.3-5.7 s of CPU time a step; 0.42 and 0.39 TFLOP/s in two runs, its work as the plan counts it)",
         ),
         train_mfu=Rate(1.0, True, "already folded into the measured effective rate"),
         mem_gbps=Rate(10.0, False, "assumed"),
@@ -127,18 +127,22 @@ DEVICES: dict[str, Device] = {
             "(dev/perf/bench_learner_memory.py --rates), its 49k-entry LM head in fp32",
         ),
         learn_us_per_token_layer=Rate(
-            21.2,
+            19.2,
             True,
-            f"{CPU_RATES}: the toy learner step of 16 x 8 rows (0.304 s of CPU time, token passes as the plan counts)",
+            f"{CPU_RATES}: the toy learner step of 16 x 8 rows, 18.7 and 19.7 in two rounds (0.27-0.28 s of CPU time)",
         ),
         hf_us_per_row_step=Rate(
-            68.5, True, f"{CPU_RATES}: the toy sampler call of 16 x 8 rows to 48 tokens (0.421 s of CPU time)"
+            50.4,
+            True,
+            f"{CPU_RATES}: the toy sampler call of 16 x 8 rows to 48 tokens, 45.0 and 55.8 in two rounds "
+            "(0.28-0.34 s of CPU time)",
         ),
         decode_tflops=Rate(
-            0.0471,
+            0.050,
             True,
             f"{CPU_RATES}: the SmolLM2 grpo preset's sampler call of 8 x 8 rows to 48 tokens (bf16, prefix caching; "
-            "17.5 s of CPU time, transformers' multinomial over the 49k vocabulary included)",
+            "15.6-17.5 s of CPU time, 0.0471 and 0.0529 TFLOP/s in two runs; transformers' multinomial over the 49k "
+            "vocabulary included)",
         ),
     ),
 }
