@@ -203,11 +203,9 @@ def grpo_train(
     steps, so the extension refuses it). The schedule starts at the phase's first step
     (``Learner.begin_phase``), at step k for a continued phase.
 
-    With ``save_every`` = k > 0, after every k-th step but the last a mid-phase save
-    (``ctx.mid_save``: ``save_step``) holds the learner (weights, optimiser state, step count),
-    the book, the rollouts file's length and the process's random states; a phase resumed from
-    it (``ctx.saved``) loads them and goes on at the next step as an uninterrupted one does, the
-    batches of the steps before drawn again and dropped as for a continued phase."""
+    With ``save_every`` = k > 0, after every k-th step but the last a mid-phase save (``save_step``:
+    learner, book, rollouts file's length, random states); a phase resumed from it (``ctx.saved``)
+    goes on at the next step as an uninterrupted one does, earlier draws replayed as above."""
     from tqdm import tqdm
 
     before = ctx.compute.total
@@ -215,10 +213,7 @@ def grpo_train(
     role.learner.begin_phase(phase.steps, start)
     try:
         with StepBook(ctx, ns, rollouts_file, role.learner.cfg.epochs_per_batch, prior) as book:
-            for step in range(start):
-                batches(step)  # the draws of the steps already done, so step ``start`` draws as at once
-            if start and prior is not None and "random" in prior:  # after the draws: the generators at the save
-                set_random_states(prior["random"])
+            _replay_draws(batches, start, prior)
             bar = tqdm(range(start, phase.steps), desc=ns, disable=not progress, leave=False, dynamic_ncols=True)
             for step in bar:
                 tasks = batches(step)
@@ -235,6 +230,15 @@ def grpo_train(
         role.offload()  # its masters and optimizer state leave the GPU until its next update
     atomic_write_json(book_file(ctx.dir, ns), book.state(phase.steps, _spent(ctx, before)))
     return book.result(phase.steps)
+
+
+def _replay_draws(batches: Callable[[int], list[Task]], start: int, prior: dict[str, Any] | None) -> None:
+    """The draws of the steps already done, so step ``start`` draws as a phase run at once does;
+    then, for a phase resumed from a mid-phase save, the random generators as they were at it."""
+    for step in range(start):
+        batches(step)
+    if start and prior is not None and "random" in prior:
+        set_random_states(prior["random"])
 
 
 GRPO_SAVE = "grpo"

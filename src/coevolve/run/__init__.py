@@ -271,20 +271,10 @@ class Run:
         mid = mid if mid is not None and mid["key"] == phase.key else None
         saved = None
         if mid is not None:  # resumed from its last mid-phase save: what it had counted by then
-            folder = self.path / mid["dir"]
-            try:
-                saved = {**json.loads((folder / SAVED_FILE).read_text(encoding="utf-8")), "dir": folder}
-                saved["chain"] = [self.path / rel for rel in mid.get("chain", [mid["dir"]])]
-            except (OSError, ValueError) as e:
-                raise RunStateError(
-                    f"{folder}: the mid-phase save {phase.key} resumes from cannot be read ({e}); remove "
-                    f"'{MID_SAVE_KEY}' from {self.state.path} to run the phase again from its start"
-                ) from None
+            saved = self._read_mid_save(phase, mid)
             prior = {**(prior or {}), "record": {"seconds": mid["seconds"]}, "grader": mid["grader"]}
-        self.say(
-            f"[phase] {phase.key}"
-            + (f" (from its mid-phase save {mid['number']})" if mid else " (continued)" if prior else "")
-        )
+        note = f" (from its mid-phase save {mid['number']})" if mid else " (continued)" if prior else ""
+        self.say(f"[phase] {phase.key}{note}")
         self.meter.reset()
         counts0, t0 = self.grader_counts(), time.perf_counter()
         ctx = PhaseContext(
@@ -313,27 +303,36 @@ class Run:
                 self.meter.tick = None
         seconds = time.perf_counter() - t0 + (prior["record"]["seconds"] if prior else 0.0)
         rec = PhaseRecord(
-            phase.key,
-            phase.name,
-            phase.round,
-            phase.stage,
-            res.values,
-            res.rollouts,
-            seconds,
-            time.time(),
-            res.problem,
-            self.meter.total.to_dict(),
-        )
+            phase.key, phase.name, phase.round, phase.stage, res.values, res.rollouts, seconds, time.time(),
+            res.problem, self.meter.total.to_dict(),
+        )  # fmt: skip
         ctx.log(self._end_figures(rec, counts0, prior))
-        warning = cut_off_warning(
-            phase.key, self.meter.total, self.budget_fields.get(phase.name, "sampling.max_new_tokens")
-        )
+        self._finish(rec, res, ctx.dir)
+        return rec
+
+    def _finish(self, rec: PhaseRecord, res: PhaseResult, folder: Path) -> None:
+        """The phase's cut-off warning and problem lines, then its record (the done mark)."""
+        budget = self.budget_fields.get(rec.name, "sampling.max_new_tokens")
+        warning = cut_off_warning(rec.key, self.meter.total, budget)
         if warning:
             self.say(warning)
         if res.problem:
-            self.say(f"[problem] {phase.key}: {res.problem}")
-        self._record(rec, res, ctx.dir)
-        return rec
+            self.say(f"[problem] {rec.key}: {res.problem}")
+        self._record(rec, res, folder)
+
+    def _read_mid_save(self, phase: Phase, mid: dict[str, Any]) -> dict[str, Any]:
+        """What the phase had counted at its last mid-phase save (``saved.json``), with the save's
+        folder and the chain of saves before it."""
+        folder = self.path / mid["dir"]
+        try:
+            saved = {**json.loads((folder / SAVED_FILE).read_text(encoding="utf-8")), "dir": folder}
+        except (OSError, ValueError) as e:
+            raise RunStateError(
+                f"{folder}: the mid-phase save {phase.key} resumes from cannot be read ({e}); remove "
+                f"'{MID_SAVE_KEY}' from {self.state.path} to run the phase again from its start"
+            ) from None
+        saved["chain"] = [self.path / rel for rel in mid.get("chain", [mid["dir"]])]
+        return saved
 
     def _bar(self, phase: Phase) -> Any:
         """A progress bar over the answers a phase samples (``expect``; an adaptive loop may stop
