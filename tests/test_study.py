@@ -663,6 +663,7 @@ def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     import random
 
     from coevolve.lab import skill_study as ss
+    from coevolve.lab import skill_study_markdown as sm
     from coevolve.world.skill.problems import DEFICITS
 
     rng = random.Random(0)
@@ -701,12 +702,12 @@ def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     assert plan["B2"].control == "C1" and plan["B2"].effect == pytest.approx(c1.diff.mean / 2)
     assert plan["B2"].seeds is not None and plan["B2"].alpha == pytest.approx(0.05 / 14)
     assert plan["A4"].seeds is None  # its control (C2) did not run
-    rows = {line.split(" | ")[0].strip("| "): line for line in ss.power_table(list(plan.values()))}
+    rows = {line.split(" | ")[0].strip("| "): line for line in sm.power_table(list(plan.values()))}
     assert rows["A4"].endswith("| - (control: < 2 seeds per arm) |")  # nothing to size from: not "unreachable"
     assert rows["B2"].endswith(f"| {plan['B2'].seeds} |")
     unreachable = ss.PowerRow("B2", "C1", 0.001, 0.05, 0.0, 0.0036, None)
-    assert ss.power_table([unreachable])[-1].endswith("| unreachable (> 50) |")
-    md, data = ss.render(cells, ["x seed1: not run"], ["- preset: test"])
+    assert sm.power_table([unreachable])[-1].endswith("| unreachable (> 50) |")
+    md, data = sm.render(cells, ["x seed1: not run"], ["- preset: test"])
     assert "## Declared claims" in md and "| C1 |" in md and "**reproduced**" in md
     assert "## The error memory against the injected deficits" in md and "sub_bug: active" in md
     assert data["verdicts"][0]["claim"]["key"] == "C1" and json.dumps(data)
@@ -715,10 +716,10 @@ def test_skill_study_judges_declared_claims_per_stratum_with_holm(tmp_path):
     assert "| 3 of 3 |" in c1_row and data["verdicts"][0]["arms"] == [3, 3]
     b2_row = next(line for line in md.splitlines() if line.startswith("| B2 |") and "items)" in line)
     assert f"| 0 of {plan['B2'].seeds} |" in b2_row
-    assert ss.seeds_cell(2, None, "paper") == "2 of >50" and ss.seeds_cell(3, 7, "paper") == "3 of 7"
-    assert ss.seeds_cell(8, 7, "paper", (8, 14)) == "8 + 14 of 7" and ss.seeds_cell(3, 7, "paper", (3, 3)) == "3 of 7"
-    assert ss.group_missing(["x seed1: not run"]) == ["x: seed 1 (not run)"]
-    assert ss.group_missing(["g seed3: not run", "g seed4: not run", "g seed6: not run", "g seed5: failed", "odd"]) == [
+    assert sm.seeds_cell(2, None, "paper") == "2 of >50" and sm.seeds_cell(3, 7, "paper") == "3 of 7"
+    assert sm.seeds_cell(8, 7, "paper", (8, 14)) == "8 + 14 of 7" and sm.seeds_cell(3, 7, "paper", (3, 3)) == "3 of 7"
+    assert sm.group_missing(["x seed1: not run"]) == ["x: seed 1 (not run)"]
+    assert sm.group_missing(["g seed3: not run", "g seed4: not run", "g seed6: not run", "g seed5: failed", "odd"]) == [
         "g: seeds 3-4, 6 (not run)",
         "g: seed 5 (failed)",
         "odd",
@@ -753,6 +754,7 @@ def test_power_plan_takes_the_seed_sd_from_a_pilot_of_the_claims_own_arms(tmp_pa
     import random
 
     from coevolve.lab import skill_study as ss
+    from coevolve.lab import skill_study_markdown as sm
 
     arms = {"control.targeted": (0.3, 0.0), "control.uniform": (0.0, 0.0), "diagevo": (0.1, 0.15), "rzero": (0.1, 0.15)}
     cells = _skill_arms(tmp_path, random.Random(1), arms)
@@ -773,7 +775,7 @@ def test_power_plan_takes_the_seed_sd_from_a_pilot_of_the_claims_own_arms(tmp_pa
     assert v.verdict == "not distinguishable"
     assert v.power == pytest.approx(st.power(g1.effect, pooled, v.diff.n, v.diff.se_item**2, g1.alpha))
     assert 0 < v.power < 0.8 and verdicts["C1"].power is None  # only nulls carry it
-    md, data = ss.render(cells, [], ["- preset: test"])
+    md, data = sm.render(cells, [], ["- preset: test"])
     g1_row = next(line for line in md.splitlines() if line.startswith("| G1 |") and "items)" in line)
     assert f"**not distinguishable** (power {v.power:.2f})" in g1_row
     assert "| pilot |" in md and "- B2: no pilot of its own arms" in md
@@ -786,13 +788,14 @@ def test_a_control_that_is_not_positive_sizes_no_claim(tmp_path):
     import random
 
     from coevolve.lab import skill_study as ss
+    from coevolve.lab import skill_study_markdown as sm
 
     cells = _skill_arms(tmp_path, random.Random(2), {"control.targeted": (0.0, 0.0), "control.uniform": (0.2, 0.0)})
     c1 = next(v for v in ss.judge(cells) if v.claim.key == "C1")
     assert c1.diff.mean < -0.1
     plan = {r.claim: r for r in ss.power_plan(cells)}
     assert plan["B2"].effect is None and plan["B2"].seeds is None and plan["B2"].sd is not None
-    assert ss.power_table([plan["B2"]])[-1].endswith("| - (control not positive) |")
+    assert sm.power_table([plan["B2"]])[-1].endswith("| - (control not positive) |")
     assert any(n.startswith("- B2: its control C1 is not positive") for n in ss.power_notes(list(plan.values())))
 
 

@@ -37,7 +37,7 @@ from coevolve.config import load_config
 from coevolve.config.presets import preset_roots
 from coevolve.errors import ConfigError, RunStateError
 from coevolve.extras import check_extras
-from coevolve.lab import skill_study
+from coevolve.lab import skill_study, skill_study_markdown
 from coevolve.lab import study as st
 from coevolve.lab.plots import plot_compute
 from coevolve.lab.run_view import compute_curve, load_run, read_config
@@ -247,7 +247,7 @@ def write_skill_report(
 ) -> Path:
     """skill_study.json in ``out`` and the skill study's markdown at ``out_md``."""
     results, missing = st.read_results(cells)
-    md, data = skill_study.render(results, missing, setting, notes, command=command)
+    md, data = skill_study_markdown.render(results, missing, setting, notes, command=command)
     for line in skill_study.power_notes([skill_study.PowerRow(**r) for r in data["power"]]):
         print(f"note (power plan): {line[2:]}")
     data = {"generated_by": command, **data}
