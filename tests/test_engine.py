@@ -447,3 +447,20 @@ def test_inverse_cdf_engine_option(model, tok):
     assert ids(fast.sample(PROMPTS, 1, SamplingParams(temperature=0.7, top_k=1, max_new_tokens=12, seed=5))) == greedy
     with pytest.raises(SamplerError, match="token_draw"):
         HFSampler(model, tok, token_draw="gumbel")
+
+
+def test_a_metered_call_moves_the_progress_bar_per_chunk(model, tok):
+    """One long sampler call (a benchmark's evaluation) moves the phase's bar once per generated
+    chunk, and in all by exactly its completions; the engine's hook is cleared after the call."""
+    from coevolve.run.compute import ComputeMeter, MeteredSampler
+
+    meter, ticks = ComputeMeter(), []
+    meter.tick = ticks.append
+    inner = HFSampler(model, tok, max_batch=3)
+    out = MeteredSampler(inner, meter).sample(PROMPTS, 2, SamplingParams(temperature=0.0, max_new_tokens=4))
+    rows = sum(len(g) for g in out)
+    assert len(ticks) > 1 and sum(ticks) == rows and max(ticks) <= 3
+    assert inner.progress is None and meter.total.rollouts == rows
+    meter.tick = None  # no bar: no hook is set
+    MeteredSampler(inner, meter).sample(PROMPTS[:1], 1, SamplingParams(temperature=0.0, max_new_tokens=2))
+    assert inner.progress is None

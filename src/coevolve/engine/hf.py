@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -292,6 +292,7 @@ class HFSampler:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = int(max_batch)
+        self.progress: Callable[[int], None] | None = None  # told each chunk's rows (a phase's progress bar)
         self.logprob_batch = max(1, int(logprob_batch))
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.eos_ids = eos_ids(model, tokenizer)
@@ -384,6 +385,8 @@ class HFSampler:
             stopping_criteria=stops,
             **extra,
         )  # (B, L + new)
+        if self.progress is not None:
+            self.progress(len(prompt_ids))
         return out[:, ids.shape[1] :].tolist()
 
     def _shared_prefix(self, prompt_ids: list[list[int]]) -> tuple[Tensor, Tensor, dict[str, Any]] | None:

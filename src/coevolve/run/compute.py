@@ -84,9 +84,10 @@ class ComputeMeter:
     def reset(self) -> None:
         self.total = Compute()
 
-    def sampled(self, comps: Sequence[Sequence[Completion]]) -> None:
+    def sampled(self, comps: Sequence[Sequence[Completion]], ticked: int = 0) -> None:
+        """Count a call's completions; the progress bar gets those its engine did not tick already."""
         if self.tick is not None:
-            self.tick(sum(len(g) for g in comps))
+            self.tick(max(0, sum(len(g) for g in comps) - ticked))
         self.total += Compute(
             rollouts=sum(len(g) for g in comps),
             generated_tokens=sum(len(c.token_ids) for g in comps for c in g),
@@ -111,12 +112,27 @@ class MeteredSampler:
     def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
         # through the running phase's journal (``run.journal``): recorded for its mid-phase saves,
         # or answered from them on resume; counted either way, as the calls they stand for
-        comps = (
-            self._live(prompts, n, params)
-            if self.journal is None
-            else self.journal.call(self._live, prompts, n, params)
-        )
-        self.meter.sampled(comps)
+        # an engine that generates in chunks (hf: ``progress``) moves the bar per chunk, so one long
+        # call (a benchmark's evaluation) is not silent until it ends
+        ticked = [0]
+        hook = getattr(self.inner, "progress", False) is None and self.meter.tick is not None
+        if hook:
+
+            def chunk_done(rows: int) -> None:
+                ticked[0] += rows
+                self.meter.tick(rows)
+
+            self.inner.progress = chunk_done
+        try:
+            comps = (
+                self._live(prompts, n, params)
+                if self.journal is None
+                else self.journal.call(self._live, prompts, n, params)
+            )
+        finally:
+            if hook:
+                self.inner.progress = None
+        self.meter.sampled(comps, ticked[0])
         return comps
 
     def _live(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
