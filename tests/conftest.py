@@ -113,3 +113,19 @@ def smollm2() -> Path:
     from coevolve.models import ensure_smollm2
 
     return ensure_smollm2()
+
+
+@pytest.fixture(scope="session")
+def tiny_skill_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A toy cache holding a skill base of 2 pretraining steps, measured on 1 question per stratum
+    and 2 samples (a pipeline check, not a competent model)."""
+    from coevolve.world.skill.pretrain import build_skill_base, skill_base_dir  # lazy: torch
+    from coevolve.world.toy.pretrain import build_cached
+
+    root = tmp_path_factory.mktemp("skill_cache")
+    build_cached(
+        skill_base_dir(root / "skill", 2, 0),
+        lambda d: build_skill_base(d, steps=2, progress=False, measure_per_stratum=1, measure_samples=2),
+        built_marker="skill_build.json",
+    )
+    return root

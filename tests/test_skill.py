@@ -336,21 +336,6 @@ def test_stratum_accuracy_groups_items_by_focal_skill_and_depth():
     assert "hard" not in acc
 
 
-@pytest.fixture(scope="module")
-def tiny_skill_cache(tmp_path_factory):
-    """A skill base of 2 pretraining steps (a pipeline check, not a competent model)."""
-    from coevolve.world.skill.pretrain import build_skill_base, skill_base_dir
-    from coevolve.world.toy.pretrain import build_cached
-
-    root = tmp_path_factory.mktemp("cache")
-    build_cached(
-        skill_base_dir(root / "skill", 2, 0),
-        lambda d: build_skill_base(d, steps=2, progress=False, measure_per_stratum=1, measure_samples=1),
-        built_marker="skill_build.json",
-    )
-    return root
-
-
 def test_a_tiny_skill_run_reports_strata_and_reuses_the_base_evaluation(tiny_skill_cache, tmp_path):
     from coevolve.config import load_config
     from coevolve.recipes import execute

@@ -149,21 +149,6 @@ def test_refuse_refuses_a_failing_or_unrecorded_base_in_one_line_warn_prints_ign
     assert len(said) == 1
 
 
-@pytest.fixture(scope="module")
-def tiny_skill_cache(tmp_path_factory):
-    """A skill base of 2 pretraining steps, measured on 1 question per stratum and 2 samples."""
-    from coevolve.world.skill.pretrain import build_skill_base, skill_base_dir
-    from coevolve.world.toy.pretrain import build_cached
-
-    root = tmp_path_factory.mktemp("cache")
-    build_cached(
-        skill_base_dir(root / "skill", 2, 0),
-        lambda d: build_skill_base(d, steps=2, progress=False, measure_per_stratum=1, measure_samples=2),
-        built_marker="skill_build.json",
-    )
-    return root
-
-
 def test_the_build_records_its_gate_and_the_preflight_refuses_it_when_asked(tiny_skill_cache):
     from coevolve.config import load_config
     from coevolve.preflight import check_skill_gate
