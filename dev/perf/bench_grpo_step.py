@@ -349,7 +349,9 @@ def spawn(who: str, scale: str, args: argparse.Namespace, sets: list[str]) -> di
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false")
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if args.profile and who == "coevolve":
-        print(p.stderr[p.stderr.find("   Ordered by") - 200 :] if "Ordered by" in p.stderr else p.stderr[-3000:])
+        print(
+            p.stderr[max(0, p.stderr.find("   Ordered by") - 200) :] if "Ordered by" in p.stderr else p.stderr[-3000:]
+        )
     lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
     if p.returncode != 0 or not lines:
         raise SystemExit(f"{who} {scale} failed (rc {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
