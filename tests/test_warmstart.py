@@ -74,6 +74,56 @@ def test_training_problems_never_hold_a_heldout_question() -> None:
         training_problems(WarmStartConfig(steps=100, batch_size=20, levels=[1], drift_share=0.0))
 
 
+def test_writer_rows_answer_their_request_with_a_question_of_a_training_form() -> None:
+    """A writer_share of the rows teach the writer role: a questioner's anchor answered by a question of
+    its form and operations, a challenger's free / targeted / stitched request by a question holding the
+    operations its causes name; never a held-out question, as question or as anchor."""
+    from coevolve.warmstart import CAUSES
+
+    cfg = WarmStartConfig(steps=30, batch_size=20, writer_share=0.5)
+    rows = training_problems(cfg)
+    writers = [r for r in rows if "role" in r]
+    assert 0.4 < len(writers) / len(rows) < 0.6 and {r["role"] for r in writers} == {"questioner", "challenger"}
+    banned = A.heldout_expressions()
+    ops = lambda q: {op for op in CAUSES if f" {op} " in q}  # noqa: E731
+    for r in writers:
+        assert A.oracle(r["question"]) == r["answer"] and A.read_expression(r["question"]) not in banned
+        if r["role"] == "questioner":
+            assert ops(r["anchor"]) == ops(r["question"]) and A.read_expression(r["anchor"]) not in banned
+            assert A.oracle(r["anchor"]) == r["anchor_answer"] and 20 <= r["difficulty"] <= 70
+        else:
+            named = {op for c in r["causes"] for op, causes in CAUSES.items() if c in causes}
+            assert len(r["causes"]) == {"free": 0, "targeted": 1, "stitched": 2}[r["kind"]]
+            assert named <= ops(r["question"])
+    assert {r["kind"] for r in writers if r["role"] == "challenger"} == {"free", "targeted", "stitched"}
+    assert "role" not in training_problems(WarmStartConfig(steps=5, batch_size=4))[0]
+
+
+def test_writer_rows_render_the_presets_writer_prompts(smollm2) -> None:
+    """The questioner rows are prompted as the d2evo preset's run prompts them, the challenger rows as
+    the diagevo preset's (system text, example turns, chat template), answered by one <question> block."""
+    from coevolve.config import load_config
+    from coevolve.prompts.chat import ChatPrompter
+    from coevolve.warmstart import _rows, _writer_prompter
+
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    cfg = WarmStartConfig(steps=4, batch_size=10, writer_share=1.0)
+    rows = training_problems(cfg)
+    rendered = _rows(rows, ChatPrompter(tok, True), _writer_prompter(cfg, tok), tok)
+    run = {
+        r: ChatPrompter(tok, True, prompts=load_config(r, [f"smollm2_arith/{r}"], []).prompts)
+        for r in ("d2evo", "diagevo")
+    }
+    for r, out in zip(rows, rendered, strict=True):
+        if r["role"] == "questioner":
+            assert out["prompt"] == run["d2evo"].questioner(r["anchor"], r["anchor_answer"], r["difficulty"])
+        else:
+            assert out["prompt"] == run["diagevo"].challenger(r["causes"])
+        assert ChatPrompter().parse_question(out["completion"]) == r["question"]
+    with pytest.raises(ConfigError, match="give no prompts.questioner"):
+        _writer_prompter(WarmStartConfig(writer_presets=["smollm2_arith/diagevo"]), tok)
+
+
 @pytest.fixture(scope="module")
 def tiny(smollm2, tmp_path_factory):
     """A one-layer model with SmolLM2's tokenizer and chat template (seconds to fine-tune)."""
@@ -101,6 +151,9 @@ def test_build_records_its_recipe_and_loads_like_any_model(tiny, tmp_path) -> No
     world = world_of_model(out, tok)
     assert world.name == "arith" and world.chat_template and world.prompter.prompts.solver.examples == []
     assert not (tmp_path / ".warm.train").exists()  # the trainer's checkpoints are removed
+    with pytest.raises(ConfigError, match=r"tokens, over max_length=32 \(the trainer would cut its answer\)"):
+        build_warm_start(tmp_path / "short", cfg.model_copy(update={"max_length": 32}), say=lambda _: None)
+    assert not (tmp_path / "short").exists()
 
 
 def test_the_name_stands_for_the_cached_folder_and_needs_trl(tmp_path, monkeypatch) -> None:

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -90,7 +90,28 @@ class WarmStartConfig(Strict):
             raise ValueError(f"unknown drift form(s) {unknown}; known: {sorted(DRIFT_FORMS)}")
         return forms
 
-    max_length: int = Field(256, ge=32, description="Longest prompt + answer in tokens (longer ones are cut).")
+    writer_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of training rows that teach the writer role: the writer_presets' questioner and "
+        "challenger prompts, rendered as a run renders them, answered by one <question> of a training form "
+        "(the questioner's of its anchor's form). 0 trains the solver role only.",
+    )
+    writer_presets: list[str] = Field(
+        ["smollm2_arith/d2evo", "smollm2_arith/diagevo"],
+        description="Presets whose prompts.questioner / prompts.challenger the writer rows render (each "
+        "preset's own writer prompt: a questioner for d2evo, a challenger for diagevo).",
+    )
+    batch_order: Literal["random", "group_by_length"] = Field(
+        "random",
+        description="How rows meet in a batch: random, or rows of like length together (the trainer's "
+        "length-grouped sampler; writer rows, with their example turns, are 2-3x a solver row's length "
+        "and would pad nearly every random batch to theirs).",
+    )
+    max_length: int = Field(
+        512, ge=32, description="Longest prompt + answer in tokens; a longer row stops the build (none is cut)."
+    )
     train_dtype: str = Field("float32", description="Training precision (fp32: bf16 AdamW updates stall).")
     save_dtype: str = Field("bfloat16", description="Dtype of the saved folder (the SmolLM2 presets' model.dtype).")
     checkpoint_every: int = Field(50, ge=1, description="Steps between resumable trainer checkpoints.")
@@ -151,8 +172,71 @@ def _drift(rng: random.Random, forms: list[str]) -> tuple[str, str]:
     return f"What is {DRIFT_FORMS[kind](rng)}?", kind
 
 
+CAUSES: dict[str, tuple[str, ...]] = {
+    "+": ("forgets to carry a ten into the next column", "adds the tens digits wrongly"),
+    "-": ("borrows from the wrong column", "takes the smaller digit from the larger one in every column"),
+    "×": ("drops the carry when adding the partial products", "multiplies only the tens digit"),
+    "÷": ("misplaces the tens digit of the quotient", "stops before the remainder is divided"),
+}
+"""Error causes a targeted or stitched challenger row names, by the operation of the question it
+is answered with (ours, in the wording of the diagevo preset's diagnoser examples)."""
+
+WRITER_ROLES = ("questioner", "challenger")
+CHALLENGER_KINDS = ("free", "targeted", "stitched")
+
+
+def _form_question(rng: random.Random, form: str) -> str:
+    """A fresh question of a training form (``L3`` or a drift form's name), as writers write it."""
+    if form.startswith("L"):
+        return make_problem(rng, int(form[1:])).question
+    return f"What is {DRIFT_FORMS[form](rng)}?"
+
+
+def _draw_form(rng: random.Random, cfg: WarmStartConfig) -> str:
+    if rng.random() < cfg.drift_share:
+        return rng.choice(cfg.drift_forms)
+    return f"L{rng.choice(cfg.levels)}"
+
+
+def _writer_row(rng: random.Random, cfg: WarmStartConfig) -> dict[str, Any] | None:
+    """One writer turn: the request (a questioner's anchor, or a challenger's kind and causes) and the
+    question that answers it; None when the drawn question cannot answer the drawn request."""
+    role, form = rng.choice(WRITER_ROLES), _draw_form(rng, cfg)
+    question = _form_question(rng, form)
+    row: dict[str, Any] = {"role": role, "question": question, "form": form, "answer": oracle(question)}
+    if role == "questioner":  # a new question of its anchor's form; difficulty as a run measures it at 8 samples
+        anchor = _form_question(rng, form)
+        if [op for op in CAUSES if f" {op} " in anchor] != [op for op in CAUSES if f" {op} " in question]:
+            return None  # "like this one": the anchor's operations too
+        p = rng.choice((3, 4, 5, 6)) / 8  # the preset's band, 0.4-0.8
+        return row | {"anchor": anchor, "anchor_answer": oracle(anchor), "difficulty": (1 - p) * 100.0}
+    ops = [op for op in CAUSES if f" {op} " in question]
+    kind = rng.choice(CHALLENGER_KINDS)
+    if kind == "free":
+        return row | {"kind": kind, "causes": []}
+    if kind == "targeted":
+        return row | {"kind": kind, "causes": [rng.choice(CAUSES[rng.choice(ops)])]}
+    if len(ops) < 2:
+        return None
+    first, second = rng.sample(ops, 2)
+    return row | {"kind": kind, "causes": [rng.choice(CAUSES[first]), rng.choice(CAUSES[second])]}
+
+
+def _solver_row(rng: random.Random, cfg: WarmStartConfig) -> dict[str, Any]:
+    if rng.random() < cfg.drift_share:
+        question, form = _drift(rng, cfg.drift_forms)
+    else:
+        t: Task = make_problem(rng, rng.choice(cfg.levels))
+        question, form = t.question, f"L{t.features['level']}"
+    if rng.random() < cfg.variant_share:
+        question = _rewrite(question, rng)
+    return {"question": question, "form": form, "answer": oracle(question), "worked": worked_answer(question)}
+
+
 def training_problems(cfg: WarmStartConfig) -> list[dict[str, Any]]:
-    """``steps x batch_size`` distinct problems with worked answers, none a held-out question."""
+    """``steps x batch_size`` distinct rows, none a held-out question: solver rows (a question and its
+    worked answer) and, a ``writer_share`` of them, writer rows (``role``: a writer's request and the
+    question that answers it). A row without ``role`` is a solver row."""
     rng, banned = random.Random(cfg.seed), heldout_expressions()
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -164,19 +248,70 @@ def training_problems(cfg: WarmStartConfig) -> list[dict[str, Any]]:
                 f"warm start: levels {cfg.levels} hold fewer than {need} distinct problems outside the held-out "
                 f"sets (found {len(out)}): fewer steps x batch_size, or more levels"
             )
-        if rng.random() < cfg.drift_share:
-            question, form = _drift(rng, cfg.drift_forms)
-        else:
-            t: Task = make_problem(rng, rng.choice(cfg.levels))
-            question, form = t.question, f"L{t.features['level']}"
-        if rng.random() < cfg.variant_share:
-            question = _rewrite(question, rng)
-        expr, answer = read_expression(question), oracle(question)
-        if expr is None or answer is None or expr in banned or expr in seen:
+        # the draw for the role only when writers are trained: the solver-only recipe's draws stay as built
+        writer = cfg.writer_share > 0 and rng.random() < cfg.writer_share
+        row = _writer_row(rng, cfg) if writer else _solver_row(rng, cfg)
+        if row is None:
+            continue
+        expr = read_expression(row["question"])
+        anchor = read_expression(row.get("anchor", row["question"]))
+        if expr is None or row["answer"] is None or {expr, anchor} & banned or expr in seen:
             continue
         seen.add(expr)
-        out.append({"question": question, "form": form, "answer": answer, "worked": worked_answer(question)})
+        out.append(row)
     return out
+
+
+def _writer_prompter(cfg: WarmStartConfig, tok: Any) -> ChatPrompter:
+    """The questioner prompt of the first d2evo preset and the challenger prompt of the first diagevo
+    preset in ``cfg.writer_presets``, rendered with the chat template as their runs render them."""
+    import yaml
+
+    from coevolve.config.presets import find_preset
+
+    found: dict[str, Any] = {}
+    for name in cfg.writer_presets:
+        data = yaml.safe_load(find_preset(name, real=True).read_text()) or {}
+        role = {"d2evo": "questioner", "diagevo": "challenger"}.get(data.get("recipe", ""))
+        if role and role not in found and role in (data.get("prompts") or {}):
+            found[role] = data["prompts"][role]
+    missing = [r for r in WRITER_ROLES if r not in found]
+    if missing:
+        raise ConfigError(
+            f"warm start: writer_presets {cfg.writer_presets} give no prompts.{'/'.join(missing)} "
+            "(a d2evo preset gives the questioner's, a diagevo preset the challenger's)"
+        )
+    return ChatPrompter(tok, use_chat_template=True, prompts=PromptsConfig.model_validate(found))
+
+
+def _rows(
+    problems: list[dict[str, Any]], solver: ChatPrompter, writer: ChatPrompter | None, tok: Any
+) -> list[dict[str, str]]:
+    """Prompt / completion pairs: a solver row's worked answer, a writer row's ``<question>`` block."""
+    rows = []
+    for p in problems:
+        role = p.get("role", "solver")
+        if role == "solver":
+            rows.append({"prompt": solver.solver(p["question"]), "completion": p["worked"] + tok.eos_token})
+            continue
+        assert writer is not None
+        if role == "questioner":
+            prompt = writer.questioner(p["anchor"], p["anchor_answer"], p["difficulty"])
+        else:
+            prompt = writer.challenger(p["causes"])
+        rows.append({"prompt": prompt, "completion": f"<question>{p['question']}</question>" + tok.eos_token})
+    return rows
+
+
+def _check_lengths(rows: list[dict[str, str]], tok: Any, max_length: int) -> None:
+    """Stop before training when a row is longer than ``max_length``: the trainer would cut its answer."""
+    lengths = [len(tok(r["prompt"] + r["completion"], add_special_tokens=False)["input_ids"]) for r in rows]
+    longest = max(range(len(rows)), key=lengths.__getitem__)
+    if lengths[longest] > max_length:
+        raise ConfigError(
+            f"warm start: row {longest} is {lengths[longest]} tokens, over max_length={max_length} "
+            f"(the trainer would cut its answer): raise max_length"
+        )
 
 
 def _meta(prompts: Any) -> dict[str, Any]:
@@ -208,6 +343,7 @@ def _trainer(cfg: WarmStartConfig, model: Any, tok: Any, rows: list[dict[str, st
         data_seed=cfg.seed,
         completion_only_loss=True,  # loss on the worked answer only, not on the prompt
         max_length=cfg.max_length,
+        train_sampling_strategy=cfg.batch_order,
         logging_steps=min(10, cfg.steps),
         save_strategy="steps",
         save_steps=cfg.checkpoint_every,
@@ -234,6 +370,7 @@ def _recipe(
         "trainer": f"trl {trl.__version__} SFTTrainer (prompt/completion, completion-only loss)",
         "problems": len(problems),
         "forms": dict(sorted(Counter(p["form"] for p in problems).items())),
+        "roles": dict(sorted(Counter(p.get("role", "solver") for p in problems).items())),
         "heldout_excluded": "arith and arith_ladder benchmarks, by expression",
         "seconds": round(seconds, 1),
         "resumed": resumed,
@@ -264,7 +401,8 @@ def build_warm_start(out: Path, cfg: WarmStartConfig | None = None, say: Callabl
     prompts = PromptsConfig()  # the papers' solver system text, no example turns
     prompter = ChatPrompter(tok, use_chat_template=True, prompts=prompts)
     problems = training_problems(cfg)
-    rows = [{"prompt": prompter.solver(p["question"]), "completion": p["worked"] + tok.eos_token} for p in problems]
+    rows = _rows(problems, prompter, _writer_prompter(cfg, tok) if cfg.writer_share > 0 else None, tok)
+    _check_lengths(rows, tok, cfg.max_length)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, cfg.train_dtype))
     work = out.with_name(f".{out.name}.train")
     last = get_last_checkpoint(str(work)) if work.is_dir() else None
