@@ -97,7 +97,9 @@ class WarmStartConfig(Strict):
         le=1,
         description="Share of training rows that teach the writer role: the writer_presets' questioner and "
         "challenger prompts, rendered as a run renders them, answered by one <question> of a training form "
-        "(the questioner's of its anchor's form). 0 trains the solver role only.",
+        "(the questioner's of its anchor's form). 0 trains the solver role only. Measured at 0.2 with "
+        "batch_order=group_by_length: the writers fell into long product chains and the solver lost "
+        "0.15 on arith_ladder (docs/real-models.md).",
     )
     writer_presets: list[str] = Field(
         ["smollm2_arith/d2evo", "smollm2_arith/diagevo"],
