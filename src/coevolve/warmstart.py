@@ -30,8 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import Field, field_validator
 
+from coevolve.config.presets import find_preset
 from coevolve.errors import ConfigError, ModelLoadError
 from coevolve.models import MARKER, default_cache_dir, ensure_smollm2, resolve_model_path
 from coevolve.prompts.chat import ChatPrompter
@@ -273,10 +275,6 @@ def training_problems(cfg: WarmStartConfig) -> list[dict[str, Any]]:
 def _writer_prompter(cfg: WarmStartConfig, tok: Any) -> ChatPrompter:
     """The questioner prompt of the first d2evo preset and the challenger prompt of the first diagevo
     preset in ``cfg.writer_presets``, rendered with the chat template as their runs render them."""
-    import yaml
-
-    from coevolve.config.presets import find_preset
-
     found: dict[str, Any] = {}
     for name in cfg.writer_presets:
         data = yaml.safe_load(find_preset(name, real=True).read_text()) or {}
