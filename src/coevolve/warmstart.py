@@ -39,7 +39,6 @@ from coevolve.models import MARKER, default_cache_dir, ensure_smollm2, resolve_m
 from coevolve.prompts.chat import ChatPrompter
 from coevolve.prompts.spec import PromptsConfig
 from coevolve.schema import Strict
-from coevolve.types import Task
 from coevolve.world import CHECKPOINT_META, CHECKPOINT_META_FORMAT
 from coevolve.world.arith import heldout_expressions, make_problem, oracle, read_expression
 from coevolve.world.arith_steps import worked_answer
@@ -176,12 +175,6 @@ DRIFT_FORMS: dict[str, Callable[[random.Random], str]] = {
 """Forms writers drift to outside the world's levels (seen in the presets' writers' questions), by name."""
 
 
-def _drift(rng: random.Random, forms: list[str]) -> tuple[str, str]:
-    """A question of a form writers drift to (outside the world's levels) and its form's name."""
-    kind = rng.choice(forms)
-    return f"What is {DRIFT_FORMS[kind](rng)}?", kind
-
-
 CAUSES: dict[str, tuple[str, ...]] = {
     "+": ("forgets to carry a ten into the next column", "adds the tens digits wrongly"),
     "-": ("borrows from the wrong column", "takes the smaller digit from the larger one in every column"),
@@ -202,6 +195,11 @@ def _form_question(rng: random.Random, form: str) -> str:
     return f"What is {DRIFT_FORMS[form](rng)}?"
 
 
+def _ops(question: str) -> list[str]:
+    """The operations a question holds, in ``CAUSES`` order."""
+    return [op for op in CAUSES if f" {op} " in question]
+
+
 def _draw_form(rng: random.Random, cfg: WarmStartConfig) -> str:
     if rng.random() < cfg.drift_share:
         return rng.choice(cfg.drift_forms)
@@ -216,11 +214,11 @@ def _writer_row(rng: random.Random, cfg: WarmStartConfig) -> dict[str, Any] | No
     row: dict[str, Any] = {"role": role, "question": question, "form": form, "answer": oracle(question)}
     if role == "questioner":  # a new question of its anchor's form; difficulty as a run measures it at 8 samples
         anchor = _form_question(rng, form)
-        if [op for op in CAUSES if f" {op} " in anchor] != [op for op in CAUSES if f" {op} " in question]:
+        if _ops(anchor) != _ops(question):
             return None  # "like this one": the anchor's operations too
         p = rng.choice((3, 4, 5, 6)) / 8  # the preset's band, 0.4-0.8
         return row | {"anchor": anchor, "anchor_answer": oracle(anchor), "difficulty": (1 - p) * 100.0}
-    ops = [op for op in CAUSES if f" {op} " in question]
+    ops = _ops(question)
     kind = rng.choice(CHALLENGER_KINDS)
     if kind == "free":
         return row | {"kind": kind, "causes": []}
@@ -233,11 +231,8 @@ def _writer_row(rng: random.Random, cfg: WarmStartConfig) -> dict[str, Any] | No
 
 
 def _solver_row(rng: random.Random, cfg: WarmStartConfig) -> dict[str, Any]:
-    if rng.random() < cfg.drift_share:
-        question, form = _drift(rng, cfg.drift_forms)
-    else:
-        t: Task = make_problem(rng, rng.choice(cfg.levels))
-        question, form = t.question, f"L{t.features['level']}"
+    form = _draw_form(rng, cfg)
+    question = _form_question(rng, form)
     if rng.random() < cfg.variant_share:
         question = _rewrite(question, rng)
     return {"question": question, "form": form, "answer": oracle(question), "worked": worked_answer(question)}
